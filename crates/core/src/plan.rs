@@ -1,0 +1,211 @@
+//! Planning: the pure function from an [`Inventory`] to CDI container edits. No IO, no clock,
+//! no environment: the same inputs always give the same edits, so `cdi generate` and the runtime
+//! shim (which both call [`plan`]) cannot disagree.
+
+use gpuctk_cdi::spec::{ContainerEdits, DeviceNode as CdiNode, Hook, Mount};
+use gpuctk_host::{Capability, DeviceNode, Inventory, Library};
+
+use crate::capabilities::CapabilitySet;
+
+/// Mount options for driver files: read-only and inert, as NVIDIA's generator writes them.
+pub const FILE_MOUNT_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "rbind", "rprivate"];
+/// Mount options for IPC sockets and directories: writable, but nothing executes from them.
+pub const IPC_MOUNT_OPTIONS: &[&str] = &["nosuid", "nodev", "rbind", "rprivate", "noexec"];
+/// The env every hook gets: fixed, so nothing from the image reaches a host process.
+pub const HOOK_ENV: &[&str] = &["NVIDIA_CTK_DEBUG=false"];
+
+/// What to plan for.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    /// The hook binary written into hook entries (`--nvidia-cdi-hook-path`).
+    pub hook_path: String,
+    /// Which parts of the driver to include; a CDI spec carries all of them.
+    pub capabilities: CapabilitySet,
+}
+
+/// The edits for one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuEdits {
+    /// The GPU's index.
+    pub index: u32,
+    /// Its UUID.
+    pub uuid: String,
+    /// Its device node(s).
+    pub edits: ContainerEdits,
+}
+
+/// The planned edits: what every GPU container needs, and what each GPU adds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Edits applied once whenever any GPU is injected.
+    pub common: ContainerEdits,
+    /// Per-GPU edits, in index order; GPUs without a device node are absent.
+    pub gpus: Vec<GpuEdits>,
+}
+
+/// A device node as a CDI edit, with everything the runtime needs so it never has to stat.
+pub fn cdi_node(n: &DeviceNode) -> CdiNode {
+    let host = n.host_path.to_string_lossy().into_owned();
+    CdiNode {
+        host_path: (host != n.path).then_some(host),
+        path: n.path.clone(),
+        r#type: Some("c".to_string()),
+        major: Some(i64::from(n.major)),
+        minor: Some(i64::from(n.minor)),
+        file_mode: Some(n.mode & 0o777),
+        permissions: Some("rwm".to_string()),
+        uid: None,
+        gid: None,
+    }
+}
+
+fn hook(opts: &PlanOptions, args: Vec<String>) -> Hook {
+    let mut full = vec!["nvidia-cdi-hook".to_string()];
+    full.extend(args);
+    Hook {
+        hook_name: "createContainer".to_string(),
+        path: opts.hook_path.clone(),
+        args: full,
+        env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
+        timeout: None,
+    }
+}
+
+fn mount(host: &std::path::Path, container: &str, options: &[&str]) -> Mount {
+    Mount {
+        host_path: host.to_string_lossy().into_owned(),
+        container_path: container.to_string(),
+        r#type: None,
+        options: options.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn wants(caps: &CapabilitySet, c: Option<Capability>) -> bool {
+    c.is_none_or(|c| caps.contains(c))
+}
+
+fn library_selected(caps: &CapabilitySet, l: &Library) -> bool {
+    caps.contains(l.capability)
+}
+
+fn dir_and_file(path: &str) -> (&str, &str) {
+    path.rsplit_once('/').unwrap_or(("", path))
+}
+
+/// The `create-symlinks` links (`target::link`) the selected libraries need: the soname link
+/// next to each versioned file, `libcuda.so -> libcuda.so.1` always (CUDA's runtime dlopens
+/// the unversioned name in some tools), and other development links where the host has them.
+pub fn library_links(libs: &[&Library]) -> Vec<String> {
+    let mut links = Vec::new();
+    for l in libs {
+        let (dir, file) = dir_and_file(&l.path);
+        let Some(soname) = l.soname.as_deref() else {
+            continue;
+        };
+        if soname != file {
+            links.push(format!("{file}::{dir}/{soname}"));
+        }
+        if (l.name == "libcuda.so" || l.has_dev_link) && soname != l.name {
+            links.push(format!("{soname}::{dir}/{}", l.name));
+        }
+    }
+    links.sort();
+    links.dedup();
+    links
+}
+
+/// Plan the edits for `inv`.
+pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
+    let caps = &opts.capabilities;
+    let mut common = ContainerEdits::default();
+
+    let libs: Vec<&Library> = inv
+        .libraries
+        .iter()
+        .filter(|l| library_selected(caps, l))
+        .collect();
+
+    if let Some(cuda) = libs.iter().find(|l| l.name == "libcuda.so") {
+        common
+            .env
+            .push(format!("NVIDIA_CTK_LIBCUDA_DIR={}", dir_and_file(&cuda.path).0));
+    }
+    // The devices were injected here; a nested runtime must not inject them again.
+    common.env.push("NVIDIA_VISIBLE_DEVICES=void".to_string());
+
+    for n in &inv.control_nodes {
+        let needed = match n.path.as_str() {
+            "/dev/nvidia-uvm" | "/dev/nvidia-uvm-tools" => caps.contains(Capability::Compute),
+            "/dev/nvidia-modeset" => {
+                caps.contains(Capability::Display) || caps.contains(Capability::Graphics)
+            }
+            _ => true,
+        };
+        if needed {
+            common.device_nodes.push(cdi_node(n));
+        }
+    }
+
+    let links = library_links(&libs);
+    if !links.is_empty() {
+        let mut args = vec!["create-symlinks".to_string()];
+        for l in links {
+            args.push("--link".to_string());
+            args.push(l);
+        }
+        common.hooks.push(hook(opts, args));
+    }
+    if libs.iter().any(|l| l.name == "libcuda.so") {
+        common.hooks.push(hook(
+            opts,
+            vec![
+                "enable-cuda-compat".to_string(),
+                format!("--host-driver-version={}", inv.driver_version),
+            ],
+        ));
+    }
+    let mut folders: Vec<&str> = libs.iter().map(|l| dir_and_file(&l.path).0).collect();
+    folders.sort();
+    folders.dedup();
+    if !folders.is_empty() {
+        let mut args = vec!["update-ldcache".to_string()];
+        for f in folders {
+            args.push("--folder".to_string());
+            args.push(f.to_string());
+        }
+        common.hooks.push(hook(opts, args));
+    }
+
+    let mut mounts: Vec<Mount> = Vec::new();
+    for b in inv.binaries.iter().filter(|b| wants(caps, b.capability)) {
+        mounts.push(mount(&b.host_path, &b.path, FILE_MOUNT_OPTIONS));
+    }
+    for l in &libs {
+        mounts.push(mount(&l.host_path, &l.path, FILE_MOUNT_OPTIONS));
+    }
+    for f in &inv.firmware {
+        mounts.push(mount(&f.host_path, &f.path, FILE_MOUNT_OPTIONS));
+    }
+    for f in inv.ipc.iter().filter(|f| wants(caps, f.capability)) {
+        mounts.push(mount(&f.host_path, &f.path, IPC_MOUNT_OPTIONS));
+    }
+    mounts.sort_by(|a, b| a.container_path.cmp(&b.container_path));
+    mounts.dedup_by(|a, b| a.container_path == b.container_path);
+    common.mounts = mounts;
+
+    let gpus = inv
+        .gpus
+        .iter()
+        .filter_map(|g| {
+            let node = g.node.as_ref()?;
+            let mut edits = ContainerEdits::default();
+            edits.device_nodes.push(cdi_node(node));
+            Some(GpuEdits {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                edits,
+            })
+        })
+        .collect();
+    Plan { common, gpus }
+}

@@ -1,0 +1,194 @@
+//! Turning a [`Plan`] into a CDI spec, the way `nvidia-ctk cdi generate` names devices: one
+//! device per GPU and naming strategy, plus `all`, with the common edits at the top level.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use gpuctk_cdi::spec::{ContainerEdits, Device, Spec};
+use gpuctk_host::Inventory;
+
+use crate::plan::Plan;
+
+/// The annotation recording the driver version a spec was generated for, so a runtime can tell
+/// a stale spec (driver upgraded since) from a current one.
+pub const DRIVER_VERSION_ANNOTATION: &str = "gpuctk/driver-version";
+
+/// How devices are named (`--device-name-strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameStrategy {
+    /// `0`, `1`, ...
+    Index,
+    /// `GPU-...`
+    Uuid,
+    /// `gpu0`, `gpu1`, ...
+    TypeIndex,
+}
+
+/// An unknown `--device-name-strategy`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--device-name-strategy: unknown strategy {0:?} (use index, uuid or type-index)")]
+pub struct UnknownStrategy(pub String);
+
+impl FromStr for NameStrategy {
+    type Err = UnknownStrategy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "index" => Ok(NameStrategy::Index),
+            "uuid" => Ok(NameStrategy::Uuid),
+            "type-index" => Ok(NameStrategy::TypeIndex),
+            _ => Err(UnknownStrategy(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for NameStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NameStrategy::Index => "index",
+            NameStrategy::Uuid => "uuid",
+            NameStrategy::TypeIndex => "type-index",
+        })
+    }
+}
+
+/// What the spec should contain.
+#[derive(Debug, Clone)]
+pub struct SpecOptions {
+    /// `--vendor`, default `nvidia.com`.
+    pub vendor: String,
+    /// `--class`, default `gpu`.
+    pub class: String,
+    /// Naming strategies; each GPU appears once per strategy.
+    pub strategies: Vec<NameStrategy>,
+    /// Add the `all` device.
+    pub all_device: bool,
+    /// `--device-id` values: `all`, `none`, indices or UUIDs. Empty means all.
+    pub device_ids: Vec<String>,
+}
+
+impl Default for SpecOptions {
+    fn default() -> Self {
+        SpecOptions {
+            vendor: "nvidia.com".to_string(),
+            class: "gpu".to_string(),
+            strategies: vec![NameStrategy::Index, NameStrategy::Uuid],
+            all_device: true,
+            device_ids: Vec::new(),
+        }
+    }
+}
+
+/// Why a spec could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// A `--device-id` names no GPU.
+    #[error("--device-id {id}: no such GPU (this host has {available})")]
+    UnknownDevice {
+        /// The id given.
+        id: String,
+        /// The GPUs that exist.
+        available: String,
+    },
+    /// Nothing would be in the spec.
+    #[error("no devices to put in the spec: {0}")]
+    Empty(String),
+    /// The vendor or class is not a valid CDI name part.
+    #[error("{0}")]
+    BadKind(String),
+}
+
+/// Describe the GPUs of `inv` for error messages: `0-7` or `none`.
+pub fn available_gpus(inv: &Inventory) -> String {
+    match inv.gpus.len() {
+        0 => "no GPUs".to_string(),
+        1 => "only GPU 0".to_string(),
+        n => format!("GPUs 0-{}", n - 1),
+    }
+}
+
+/// Build the CDI spec for `plan`.
+pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Spec, SpecError> {
+    let kind = format!("{}/{}", opts.vendor, opts.class);
+    gpuctk_cdi::names::parse_qualified_name(&format!("{kind}=all"))
+        .map_err(|e| SpecError::BadKind(format!("--vendor/--class {kind:?}: {e}")))?;
+
+    let mut selected: Vec<usize> = Vec::new();
+    let ids: Vec<&str> = opts.device_ids.iter().map(String::as_str).collect();
+    if ids.is_empty() || ids.contains(&"all") {
+        selected.extend(0..plan.gpus.len());
+    } else if ids != ["none"] {
+        for id in ids.iter().filter(|i| **i != "none") {
+            let Some(g) = inv.gpu(id) else {
+                return Err(SpecError::UnknownDevice {
+                    id: id.to_string(),
+                    available: available_gpus(inv),
+                });
+            };
+            match plan.gpus.iter().position(|p| p.index == g.index) {
+                Some(pos) if !selected.contains(&pos) => selected.push(pos),
+                Some(_) => {}
+                None => {
+                    return Err(SpecError::Empty(format!(
+                        "GPU {id} has no device node under the dev root"
+                    )))
+                }
+            }
+        }
+    }
+    selected.sort();
+
+    let mut devices: Vec<Device> = Vec::new();
+    for &pos in &selected {
+        let g = &plan.gpus[pos];
+        for s in &opts.strategies {
+            let name = match s {
+                NameStrategy::Index => g.index.to_string(),
+                NameStrategy::Uuid => g.uuid.clone(),
+                NameStrategy::TypeIndex => format!("gpu{}", g.index),
+            };
+            if devices.iter().any(|d| d.name == name) {
+                continue;
+            }
+            devices.push(Device {
+                name,
+                annotations: BTreeMap::new(),
+                container_edits: g.edits.clone(),
+            });
+        }
+    }
+    devices.sort_by(|a, b| a.name.cmp(&b.name));
+    if opts.all_device && !selected.is_empty() && !devices.iter().any(|d| d.name == "all") {
+        let mut all = ContainerEdits::default();
+        for &pos in &selected {
+            all.append(&plan.gpus[pos].edits);
+        }
+        devices.push(Device {
+            name: "all".to_string(),
+            annotations: BTreeMap::new(),
+            container_edits: all,
+        });
+    }
+    if devices.is_empty() {
+        return Err(SpecError::Empty(if inv.gpus.is_empty() {
+            "the driver reports no GPUs".to_string()
+        } else {
+            "no GPU selected (a CDI spec needs at least one device)".to_string()
+        }));
+    }
+
+    let mut annotations = BTreeMap::new();
+    annotations.insert(
+        DRIVER_VERSION_ANNOTATION.to_string(),
+        inv.driver_version.to_string(),
+    );
+    let mut spec = Spec {
+        cdi_version: String::new(),
+        kind,
+        annotations,
+        devices,
+        container_edits: plan.common.clone(),
+    };
+    spec.cdi_version = gpuctk_cdi::version::minimum_version(&spec).to_string();
+    Ok(spec)
+}

@@ -1,0 +1,516 @@
+//! Discovery: builds the `Inventory` from the driver root, the dev root and the proc root.
+//!
+//! Cheap by design, since the runtime shim calls it on `create`: it reads a few proc files,
+//! stats the device nodes, parses the driver root's `ld.so.cache` and reads each library's ELF
+//! headers. No NVML, no process spawn, no directory walk of the library dirs: with the driver
+//! version known, every candidate file name is known too.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use crate::catalog::{self, Capability};
+use crate::cuda::cuda_version_for_branch;
+use crate::elf::{self, ElfError};
+use crate::inventory::{DeviceNode, Gpu, HostFile, Inventory, Library, Roots};
+use crate::procfs::{self, DriverVersion, ProcError};
+use crate::resolve::{host_path, resolve_in_root};
+
+/// Why discovery failed. Each message names the file and says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    /// The driver root does not exist.
+    #[error("driver root {0} does not exist (check --driver-root or [nvidia-container-cli] root)")]
+    DriverRootMissing(PathBuf),
+    /// No `driver/nvidia/version` under the proc root.
+    #[error("{0} not found: no NVIDIA kernel module is loaded (load it with modprobe nvidia, or point --proc-root at the right procfs)")]
+    NoDriver(PathBuf),
+    /// A proc file has unexpected content.
+    #[error("{file}: {source}; this does not look like a file written by the NVIDIA kernel module")]
+    BadProcFile {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong.
+        source: ProcError,
+    },
+    /// The driver root's `ld.so.cache` cannot be parsed.
+    #[error("{file}: {source}; regenerate it with `ldconfig -r {root}` (or remove it to fall back to the standard library directories)")]
+    BadLdCache {
+        /// The cache file.
+        file: PathBuf,
+        /// The driver root.
+        root: String,
+        /// What is wrong.
+        source: gpuctk_ldcache::Error,
+    },
+    /// A driver library is not a valid ELF shared object.
+    #[error("{file}: {source}; this driver library is damaged: reinstall the driver")]
+    BadElf {
+        /// The library.
+        file: PathBuf,
+        /// What is wrong.
+        source: ElfError,
+    },
+    /// Reading a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// Knobs for discovery.
+#[derive(Debug, Clone, Default)]
+pub struct DiscoverOptions {
+    /// Extra directories (inside the driver root) to look for libraries in, before the defaults
+    /// (`--library-search-path`).
+    pub library_search_paths: Vec<String>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> DiscoverError + '_ {
+    move |source| DiscoverError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, DiscoverError> {
+    let bytes = fs::read(path).map_err(io_err(path))?;
+    String::from_utf8(bytes).map_err(|_| DiscoverError::BadProcFile {
+        file: path.to_path_buf(),
+        source: ProcError::NotText,
+    })
+}
+
+/// glibc's `major()`/`minor()` encoding of `dev_t`.
+pub fn dev_major(dev: u64) -> u32 {
+    (((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff)) as u32
+}
+
+/// See [`dev_major`].
+pub fn dev_minor(dev: u64) -> u32 {
+    ((dev & 0xff) | ((dev >> 12) & !0xff)) as u32
+}
+
+/// Discover the host.
+pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, DiscoverError> {
+    if !roots.driver_root.is_dir() {
+        return Err(DiscoverError::DriverRootMissing(roots.driver_root.clone()));
+    }
+    let version_file = roots.proc_root.join("driver/nvidia/version");
+    if !version_file.exists() {
+        return Err(DiscoverError::NoDriver(version_file));
+    }
+    let version = procfs::parse_version(&read_text(&version_file)?).map_err(|source| {
+        DiscoverError::BadProcFile {
+            file: version_file.clone(),
+            source,
+        }
+    })?;
+    let mut warnings = Vec::new();
+
+    let majors = read_majors(&roots.proc_root)?;
+    let nvidia_major = majors
+        .iter()
+        .find(|(_, n)| n == "nvidia" || n == "nvidia-frontend")
+        .map(|(m, _)| *m)
+        .unwrap_or(195);
+    let uvm_major = majors.iter().find(|(_, n)| n == "nvidia-uvm").map(|(m, _)| *m);
+
+    let gpus = discover_gpus(roots, nvidia_major, &mut warnings)?;
+    let control_nodes = discover_control_nodes(roots, nvidia_major, uvm_major, &mut warnings);
+    let (libraries, library_source) = discover_libraries(roots, &version, opts)?;
+    let binaries = discover_binaries(&roots.driver_root);
+    let firmware = discover_firmware(&roots.driver_root, &version);
+    let ipc = discover_ipc(&roots.driver_root);
+
+    Ok(Inventory {
+        roots: roots.clone(),
+        cuda_version: cuda_version_for_branch(version.major()),
+        driver_version: version,
+        gpus,
+        control_nodes,
+        libraries,
+        binaries,
+        firmware,
+        ipc,
+        library_source,
+        warnings,
+    })
+}
+
+fn read_majors(proc_root: &Path) -> Result<Vec<(u32, String)>, DiscoverError> {
+    let path = proc_root.join("devices");
+    match fs::read(&path) {
+        Ok(b) => Ok(procfs::parse_char_devices(&String::from_utf8_lossy(&b))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io_err(&path)(e)),
+    }
+}
+
+fn stat_node(dev_root: &Path, name: &str) -> Result<DeviceNode, String> {
+    let container = format!("/dev/{name}");
+    let host = host_path(dev_root, Path::new(&container));
+    let md = fs::metadata(&host).map_err(|e| format!("{}: {e}", host.display()))?;
+    if !md.file_type().is_char_device() {
+        return Err(format!("{} is not a character device", host.display()));
+    }
+    Ok(DeviceNode {
+        path: container,
+        host_path: host,
+        major: dev_major(md.rdev()),
+        minor: dev_minor(md.rdev()),
+        mode: md.mode() & 0o7777,
+        gid: md.gid(),
+    })
+}
+
+fn discover_gpus(
+    roots: &Roots,
+    nvidia_major: u32,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Gpu>, DiscoverError> {
+    let dir = roots.proc_root.join("driver/nvidia/gpus");
+    let mut infos = Vec::new();
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            warnings.push(format!("{} not found: the driver reports no GPUs", dir.display()));
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(io_err(&dir)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io_err(&dir))?;
+        let file = entry.path().join("information");
+        let info = procfs::parse_information(&read_text(&file)?).map_err(|source| {
+            DiscoverError::BadProcFile {
+                file: file.clone(),
+                source,
+            }
+        })?;
+        infos.push(info);
+    }
+    infos.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
+    let mut gpus = Vec::with_capacity(infos.len());
+    for (index, info) in infos.into_iter().enumerate() {
+        let node = match stat_node(&roots.dev_root, &format!("nvidia{}", info.minor)) {
+            Ok(n) if n.major == nvidia_major && n.minor == info.minor => Some(n),
+            Ok(n) => {
+                warnings.push(format!(
+                    "{} is {}:{}, expected {nvidia_major}:{}; GPU {index} left out",
+                    n.host_path.display(),
+                    n.major,
+                    n.minor,
+                    info.minor
+                ));
+                None
+            }
+            Err(e) => {
+                warnings.push(format!("GPU {index} ({}) has no device node: {e}", info.uuid));
+                None
+            }
+        };
+        gpus.push(Gpu {
+            index: index as u32,
+            minor: info.minor,
+            uuid: info.uuid,
+            bus_id: info.bus_id,
+            model: info.model,
+            node,
+        });
+    }
+    Ok(gpus)
+}
+
+fn discover_control_nodes(
+    roots: &Roots,
+    nvidia_major: u32,
+    uvm_major: Option<u32>,
+    warnings: &mut Vec<String>,
+) -> Vec<DeviceNode> {
+    let wanted: [(&str, Option<(u32, u32)>); 4] = [
+        ("nvidiactl", Some((nvidia_major, 255))),
+        ("nvidia-modeset", Some((nvidia_major, 254))),
+        ("nvidia-uvm", uvm_major.map(|m| (m, 0))),
+        ("nvidia-uvm-tools", uvm_major.map(|m| (m, 1))),
+    ];
+    let mut out = Vec::new();
+    for (name, expected) in wanted {
+        match stat_node(&roots.dev_root, name) {
+            Ok(n) => match expected {
+                Some((maj, min)) if (n.major, n.minor) != (maj, min) => warnings.push(format!(
+                    "{} is {}:{} but the driver's is {maj}:{min} (per {}); left out: recreate the node",
+                    n.host_path.display(),
+                    n.major,
+                    n.minor,
+                    roots.proc_root.join("devices").display()
+                )),
+                _ => out.push(n),
+            },
+            Err(_) if name == "nvidia-modeset" || name == "nvidia-uvm-tools" => {}
+            Err(e) => warnings.push(format!("control node missing: {e}")),
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// glibc cache flags: type LIBC6 (3) with the arch bits of this build target.
+fn native_cache_arch() -> i32 {
+    if cfg!(target_arch = "aarch64") {
+        0x0a00
+    } else {
+        0x0300
+    }
+}
+
+fn name_matches(key: &str, name: &str) -> bool {
+    key.strip_prefix(name)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
+fn is_driver_file(file_name: &str, name: &str, version: &DriverVersion) -> bool {
+    file_name.starts_with(name) && file_name.ends_with(&format!(".so.{version}"))
+}
+
+fn discover_libraries(
+    roots: &Roots,
+    version: &DriverVersion,
+    opts: &DiscoverOptions,
+) -> Result<(Vec<Library>, String), DiscoverError> {
+    let root = &roots.driver_root;
+    let cache_file = root.join("etc/ld.so.cache");
+    let cache = match fs::read(&cache_file) {
+        Ok(bytes) => Some(gpuctk_ldcache::parse(&bytes).map_err(|source| {
+            DiscoverError::BadLdCache {
+                file: cache_file.clone(),
+                root: root.display().to_string(),
+                source,
+            }
+        })?),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_err(&cache_file)(e)),
+    };
+    let source = if cache.is_some() {
+        cache_file.display().to_string()
+    } else {
+        "standard library directories (no ld.so.cache)".to_string()
+    };
+
+    let mut out: Vec<Library> = Vec::new();
+    for (is_32bit, arch) in [(false, native_cache_arch()), (true, 0x0000)] {
+        if is_32bit && !cfg!(target_arch = "x86_64") {
+            continue;
+        }
+        let fallback: &[&str] = if is_32bit {
+            catalog::FALLBACK_LIBRARY32_DIRS
+        } else {
+            catalog::FALLBACK_LIBRARY_DIRS
+        };
+        for spec in catalog::LIBRARIES {
+            let mut found = None;
+            if let Some(cache) = &cache {
+                for e in &cache.entries {
+                    if e.flags & 0xff00 != arch || e.flags & 1 == 0 || !name_matches(&e.key, spec.name) {
+                        continue;
+                    }
+                    if let Ok(p) = resolve_in_root(root, Path::new(&e.value)) {
+                        if p.file_name()
+                            .and_then(|f| f.to_str())
+                            .is_some_and(|f| is_driver_file(f, spec.name, version))
+                        {
+                            found = Some(p);
+                            break;
+                        }
+                    }
+                }
+            }
+            if found.is_none() && (!is_32bit || cache.is_none()) {
+                // Where this driver's other libraries are first: a split install keeps them together.
+                let mut dirs: Vec<String> = out
+                    .iter()
+                    .filter(|l| l.is_32bit == is_32bit)
+                    .filter_map(|l| l.path.rsplit_once('/').map(|(d, _)| d.to_string()))
+                    .collect();
+                dirs.dedup();
+                dirs.extend(opts.library_search_paths.iter().cloned());
+                dirs.extend(fallback.iter().map(|s| s.to_string()));
+                for d in dirs {
+                    let candidate = Path::new(&d).join(format!("{}.{version}", spec.name));
+                    if fs::symlink_metadata(host_path(root, &candidate)).is_ok() {
+                        if let Ok(p) = resolve_in_root(root, &candidate) {
+                            if host_path(root, &p).is_file() {
+                                found = Some(p);
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            let Some(resolved) = found else { continue };
+            let hp = host_path(root, &resolved);
+            let info = elf::read_file(&hp).map_err(|source| DiscoverError::BadElf {
+                file: hp.clone(),
+                source,
+            })?;
+            if !info.is_dyn {
+                return Err(DiscoverError::BadElf {
+                    file: hp,
+                    source: ElfError::Corrupt("not a shared object (e_type is not ET_DYN)"),
+                });
+            }
+            if info.is_64 == is_32bit {
+                // A 64-bit file listed as 32-bit (or the reverse) is a broken cache; skip it.
+                continue;
+            }
+            let path = resolved.to_string_lossy().into_owned();
+            let dev_link = hp.with_file_name(spec.name);
+            out.push(Library {
+                name: spec.name.to_string(),
+                capability: if is_32bit { Capability::Compat32 } else { spec.capability },
+                has_dev_link: fs::symlink_metadata(&dev_link).is_ok_and(|m| m.file_type().is_symlink()),
+                host_path: hp,
+                path,
+                soname: info.soname,
+                is_32bit,
+            });
+        }
+    }
+    Ok((out, source))
+}
+
+fn discover_binaries(root: &Path) -> Vec<HostFile> {
+    let mut out = Vec::new();
+    for spec in catalog::BINARIES {
+        for dir in catalog::BINARY_DIRS {
+            let p = Path::new(dir).join(spec.name);
+            if fs::symlink_metadata(host_path(root, &p)).is_err() {
+                continue;
+            }
+            if let Ok(resolved) = resolve_in_root(root, &p) {
+                let hp = host_path(root, &resolved);
+                if hp.is_file() {
+                    out.push(HostFile {
+                        name: spec.name.to_string(),
+                        capability: Some(spec.capability),
+                        host_path: hp,
+                        path: p.to_string_lossy().into_owned(),
+                    });
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn discover_firmware(root: &Path, version: &DriverVersion) -> Vec<HostFile> {
+    let mut out = Vec::new();
+    for base in ["/lib/firmware/nvidia", "/usr/lib/firmware/nvidia"] {
+        let dir = Path::new(base).join(version.as_str());
+        let Ok(resolved_dir) = resolve_in_root(root, &dir) else {
+            continue;
+        };
+        let Ok(entries) = fs::read_dir(host_path(root, &resolved_dir)) else {
+            continue;
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with("gsp") && n.ends_with(".bin"))
+            .collect();
+        names.sort();
+        for n in names {
+            let path = resolved_dir.join(&n);
+            if out.iter().any(|f: &HostFile| Path::new(&f.path) == path) {
+                continue;
+            }
+            out.push(HostFile {
+                name: n,
+                capability: None,
+                host_path: host_path(root, &path),
+                path: path.to_string_lossy().into_owned(),
+            });
+        }
+    }
+    out
+}
+
+fn discover_ipc(root: &Path) -> Vec<HostFile> {
+    let mut out = Vec::new();
+    let groups: [(&str, Capability, &[&str]); 3] = [
+        (
+            "nvidia-persistenced",
+            Capability::Utility,
+            &["/run/nvidia-persistenced/socket", "/var/run/nvidia-persistenced/socket"],
+        ),
+        (
+            "nvidia-fabricmanager",
+            Capability::Utility,
+            &["/run/nvidia-fabricmanager/socket", "/var/run/nvidia-fabricmanager/socket"],
+        ),
+        ("nvidia-mps", Capability::Compute, &["/tmp/nvidia-mps"]),
+    ];
+    for (name, cap, candidates) in groups {
+        for c in candidates {
+            let hp = host_path(root, Path::new(c));
+            let Ok(md) = fs::metadata(&hp) else { continue };
+            let ok = if name == "nvidia-mps" {
+                md.is_dir()
+            } else {
+                md.file_type().is_socket()
+            };
+            if ok {
+                out.push(HostFile {
+                    name: name.to_string(),
+                    capability: Some(cap),
+                    host_path: hp,
+                    path: c.to_string(),
+                });
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dev_numbers_round_trip() {
+        let mk = |ma: u64, mi: u64| ((ma & 0xfff) << 8) | ((ma & !0xfff) << 32) | (mi & 0xff) | ((mi & !0xff) << 12);
+        for (ma, mi) in [(195, 0), (195, 255), (508, 1), (4095, 1 << 19)] {
+            let d = mk(ma, mi);
+            assert_eq!((dev_major(d), dev_minor(d)), (ma as u32, mi as u32));
+        }
+    }
+
+    #[test]
+    fn prefix_match_respects_dots() {
+        assert!(name_matches("libnvidia-ml.so.1", "libnvidia-ml.so"));
+        assert!(name_matches("libnvidia-ml.so", "libnvidia-ml.so"));
+        assert!(!name_matches("libnvidia-mlx.so.1", "libnvidia-ml.so"));
+    }
+
+    #[test]
+    fn missing_roots_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        let roots = Roots {
+            driver_root: d.path().join("nope"),
+            dev_root: d.path().to_path_buf(),
+            proc_root: d.path().join("proc"),
+        };
+        let e = discover(&roots, &DiscoverOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("nope") && e.contains("does not exist"), "{e}");
+        let roots = Roots { driver_root: d.path().to_path_buf(), ..roots };
+        let e = discover(&roots, &DiscoverOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("driver/nvidia/version not found"), "{e}");
+    }
+}

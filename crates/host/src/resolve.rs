@@ -1,0 +1,109 @@
+//! Symlink resolution confined to a root directory, for reading a driver tree that is not
+//! mounted at `/` (a driver container at `/run/nvidia/driver`, a test tree).
+//!
+//! Absolute links restart at the root and `..` stops at it, so a link in the tree can never lead
+//! discovery outside it. This is for the trusted host driver root only; paths inside a container
+//! root are opened with `openat2(RESOLVE_IN_ROOT)` instead.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+const MAX_LINKS: usize = 40;
+
+/// Resolve `path` (absolute, as seen from inside `root`) to the path inside `root` of the file it
+/// finally names, following every symlink. Returns the root-relative absolute path.
+pub fn resolve_in_root(root: &Path, path: &Path) -> io::Result<PathBuf> {
+    let mut todo: VecDeque<OsString> = components(path);
+    let mut done: Vec<OsString> = Vec::new();
+    let mut links = 0;
+    while let Some(c) = todo.pop_front() {
+        if c == ".." {
+            done.pop();
+            continue;
+        }
+        done.push(c);
+        let host = join(root, &done);
+        let md = std::fs::symlink_metadata(&host)?;
+        if md.file_type().is_symlink() {
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(io::Error::other(format!(
+                    "too many levels of symbolic links at {}",
+                    host.display()
+                )));
+            }
+            let target = std::fs::read_link(&host)?;
+            done.pop();
+            if target.is_absolute() {
+                done.clear();
+            }
+            for (i, t) in components(&target).into_iter().enumerate() {
+                todo.insert(i, t);
+            }
+        }
+    }
+    let mut out = PathBuf::from("/");
+    out.extend(done);
+    Ok(out)
+}
+
+fn components(p: &Path) -> VecDeque<OsString> {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some(OsString::from("..")),
+            _ => None,
+        })
+        .collect()
+}
+
+fn join(root: &Path, parts: &[OsString]) -> PathBuf {
+    let mut p = root.to_path_buf();
+    p.extend(parts);
+    p
+}
+
+/// `root` + `inner` where `inner` is absolute inside the root (string-level, for building host
+/// paths of already-resolved files).
+pub fn host_path(root: &Path, inner: &Path) -> PathBuf {
+    let mut p = root.to_path_buf();
+    p.extend(inner.components().filter(|c| matches!(c, Component::Normal(_))));
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn follows_chains_and_stays_inside() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        std::fs::create_dir_all(r.join("usr/lib/nvidia/current")).unwrap();
+        std::fs::create_dir_all(r.join("etc/alternatives")).unwrap();
+        std::fs::write(r.join("usr/lib/nvidia/current/libcuda.so.535.1"), b"x").unwrap();
+        symlink("libcuda.so.535.1", r.join("usr/lib/nvidia/current/libcuda.so.1")).unwrap();
+        symlink("/usr/lib/nvidia/current/libcuda.so.1", r.join("etc/alternatives/libcuda.so.1")).unwrap();
+        symlink("/etc/alternatives/libcuda.so.1", r.join("usr/lib/libcuda.so.1")).unwrap();
+        assert_eq!(
+            resolve_in_root(r, Path::new("/usr/lib/libcuda.so.1")).unwrap(),
+            Path::new("/usr/lib/nvidia/current/libcuda.so.535.1")
+        );
+        // An escape attempt resolves inside the root, where the target does not exist.
+        symlink("../../../../../../etc/passwd", r.join("usr/lib/evil")).unwrap();
+        assert!(resolve_in_root(r, Path::new("/usr/lib/evil")).is_err());
+        std::fs::write(r.join("etc/passwd"), b"inside").unwrap();
+        assert_eq!(resolve_in_root(r, Path::new("/usr/lib/evil")).unwrap(), Path::new("/etc/passwd"));
+    }
+
+    #[test]
+    fn loops_are_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        symlink("b", d.path().join("a")).unwrap();
+        symlink("a", d.path().join("b")).unwrap();
+        assert!(resolve_in_root(d.path(), Path::new("/a")).is_err());
+    }
+}
