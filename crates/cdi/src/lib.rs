@@ -1,1 +1,25 @@
-//! placeholder, replaced by the crate's implementation
+//! The Container Device Interface (CDI) for gpuctk: the spec model with strict parsing and
+//! validation, spec versions, qualified device names, the registry over spec directories, spec
+//! writing, and applying container edits to an OCI `config.json`.
+//!
+//! Everything that parses is pure (bytes in, value or error out) and never panics on any input;
+//! IO is confined to [`spec::Spec::load`], [`spec::write_spec`], [`registry::Registry::load`] and
+//! the host `stat` in [`apply::fill_from_host`].
+#![deny(missing_docs)]
+
+pub mod apply;
+pub mod names;
+pub mod registry;
+pub mod spec;
+pub mod validate;
+pub mod version;
+
+pub use apply::{apply_edits, fill_from_host, ApplyError};
+pub use names::{is_qualified_name, parse_qualified_name, NameError, QualifiedName};
+pub use registry::{Registry, ResolveError, Resolved, DEFAULT_SPEC_DIRS};
+pub use spec::{
+    write_spec, ContainerEdits, Device, DeviceNode, Error, Format, Hook, IntelRdt, Mount,
+    NetDevice, ParseError, Spec,
+};
+pub use validate::{validate, Issue, ValidationError};
+pub use version::{minimum_version, Version, LATEST};

@@ -1,0 +1,693 @@
+//! Applying CDI container edits to an OCI `config.json`, edited as generic JSON so that key order
+//! and every field we do not touch survive (runc and crun accept fields newer than our types).
+//!
+//! Semantics follow CDI's `ContainerEdits.Apply`, with these decisions where it is loose:
+//! - env: an existing `KEY=` entry is replaced in place (the first one; later duplicates already
+//!   in the config are left alone), others are appended.
+//! - device nodes: missing `type`/`major`/`minor`/`fileMode` come from `stat` of `hostPath` (or
+//!   `path`), following symlinks; a node with a `type` and a non-zero `major` (or type `p`) is
+//!   taken as complete and the host is not touched, an absent `minor` meaning 0 (Go's `omitempty`
+//!   drops `minor: 0`, NVIDIA's specs rely on it). An existing `linux.devices` entry with the same
+//!   path is replaced. `b` and `c` nodes get a `linux.resources.devices` allow rule with access
+//!   from `permissions` (default `rwm`); `u` nodes get a `c` rule (the cgroup knows only b/c, and
+//!   without a rule a `u` node would stay behind the usual deny-all); `permissions: none` adds no
+//!   rule. An identical allow rule already present is not added twice (the same GPU node often
+//!   comes from both `gpu=0` and `gpu=all`).
+//! - uid/gid of a node default to `process.user.uid/gid` when those are > 0 (CDI behaviour).
+//! - mounts: an existing mount at the same destination is removed, the new one appended, and the
+//!   list then stably sorted by the number of components of the destination, so a parent is
+//!   mounted before its children. A mount without `type` whose options hold `bind`/`rbind` gets
+//!   `type: bind`.
+//! - hooks are appended to `hooks.<hookName>`; entries already there (docker's
+//!   `libnetwork-setkey`) are never touched.
+//! - `additionalGids` go to `process.user.additionalGids`, skipping 0 and duplicates; `intelRdt`
+//!   replaces `linux.intelRdt`; `netDevices` set `linux.netDevices[hostInterfaceName]`.
+//! - Either every edit is applied or, on error, the config is left unchanged.
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::spec::{ContainerEdits, DeviceNode, IntelRdt};
+use crate::validate::HOOK_NAMES;
+
+/// Why edits could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// A field that must be an object is something else.
+    #[error("config.json: {field} is not an object")]
+    NotAnObject {
+        /// Dotted path of the field, e.g. `linux.resources`.
+        field: String,
+    },
+    /// A field that must be an array is something else.
+    #[error("config.json: {field} is not an array")]
+    NotAnArray {
+        /// Dotted path of the field, e.g. `process.env`.
+        field: String,
+    },
+    /// The host device could not be examined.
+    #[error("cannot stat CDI host device {}: {source}", path.display())]
+    HostDevice {
+        /// The host path.
+        path: PathBuf,
+        /// The IO error.
+        source: io::Error,
+    },
+    /// The host path exists but is no device node.
+    #[error("CDI host device {} is not a device node (want a block or character device or a fifo)", path.display())]
+    NotADevice {
+        /// The host path.
+        path: PathBuf,
+    },
+    /// The spec's `type` disagrees with the host.
+    #[error("CDI device {path}: the spec says type {spec_type:?} but {} on the host is {host_type:?}; fix or drop the type", host_path.display())]
+    TypeMismatch {
+        /// The container path.
+        path: String,
+        /// The host path.
+        host_path: PathBuf,
+        /// Type in the spec.
+        spec_type: String,
+        /// Type on the host.
+        host_type: String,
+    },
+    /// A hook name CDI does not know.
+    #[error("unknown CDI hook name {name:?}; want one of {}", HOOK_NAMES.join(", "))]
+    UnknownHook {
+        /// The name given.
+        name: String,
+    },
+    /// A config file could not be read or written.
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The config file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+fn needs_host_info(n: &DeviceNode) -> bool {
+    let t = n.r#type.as_deref().unwrap_or("");
+    !(!t.is_empty() && (t == "p" || n.major.unwrap_or(0) != 0))
+}
+
+/// Linux `dev_t` split, as glibc's `gnu_dev_major`/`gnu_dev_minor`.
+fn split_dev(dev: u64) -> (i64, i64) {
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & 0xffff_f000);
+    let minor = (dev & 0xff) | ((dev >> 12) & 0xffff_ff00);
+    (major as i64, minor as i64)
+}
+
+/// Fill a node's missing `type`, `major`/`minor` and `fileMode` from the host device at
+/// `hostPath` (or `path`). Does nothing when the node is already complete (see the module
+/// docs), so callers can pre-fill specs and later apply them without touching the host.
+pub fn fill_from_host(node: &mut DeviceNode) -> Result<(), ApplyError> {
+    if !needs_host_info(node) {
+        return Ok(());
+    }
+    let host = PathBuf::from(
+        node.host_path
+            .as_deref()
+            .filter(|h| !h.is_empty())
+            .unwrap_or(&node.path),
+    );
+    let md = std::fs::metadata(&host).map_err(|source| ApplyError::HostDevice {
+        path: host.clone(),
+        source,
+    })?;
+    let ft = md.file_type();
+    let host_type = if ft.is_block_device() {
+        "b"
+    } else if ft.is_char_device() {
+        "c"
+    } else if ft.is_fifo() {
+        "p"
+    } else {
+        return Err(ApplyError::NotADevice { path: host });
+    };
+    match node.r#type.as_deref().filter(|t| !t.is_empty()) {
+        None => node.r#type = Some(host_type.to_string()),
+        Some(t) => {
+            let same = t == host_type || (t == "u" && host_type == "c");
+            if !same {
+                return Err(ApplyError::TypeMismatch {
+                    path: node.path.clone(),
+                    host_path: host,
+                    spec_type: t.to_string(),
+                    host_type: host_type.to_string(),
+                });
+            }
+        }
+    }
+    if node.major.unwrap_or(0) == 0 && host_type != "p" {
+        let (major, minor) = split_dev(md.rdev());
+        node.major = Some(major);
+        node.minor = Some(minor);
+    }
+    if node.file_mode.is_none() {
+        node.file_mode = Some(md.mode() & 0o777);
+    }
+    Ok(())
+}
+
+fn child_obj<'a>(
+    parent: &'a mut Map<String, Value>,
+    key: &str,
+    field: &str,
+) -> Result<&'a mut Map<String, Value>, ApplyError> {
+    let v = parent
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if v.is_null() {
+        *v = Value::Object(Map::new());
+    }
+    v.as_object_mut().ok_or_else(|| ApplyError::NotAnObject {
+        field: field.to_string(),
+    })
+}
+
+fn child_arr<'a>(
+    parent: &'a mut Map<String, Value>,
+    key: &str,
+    field: &str,
+) -> Result<&'a mut Vec<Value>, ApplyError> {
+    let v = parent
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if v.is_null() {
+        *v = Value::Array(Vec::new());
+    }
+    v.as_array_mut().ok_or_else(|| ApplyError::NotAnArray {
+        field: field.to_string(),
+    })
+}
+
+fn env_key(e: &str) -> &str {
+    e.split_once('=').map(|(k, _)| k).unwrap_or(e)
+}
+
+fn depth(dest: &str) -> usize {
+    dest.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .count()
+}
+
+fn clean(dest: &str) -> String {
+    let parts: Vec<&str> = dest
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    let mut s = String::new();
+    if dest.starts_with('/') {
+        s.push('/');
+    }
+    s.push_str(&parts.join("/"));
+    s
+}
+
+fn process_id(root: &Map<String, Value>, key: &str) -> Option<u32> {
+    root.get("process")?
+        .get("user")?
+        .get(key)?
+        .as_u64()
+        .and_then(|v| u32::try_from(v).ok())
+        .filter(|v| *v > 0)
+}
+
+fn strings(v: &[String]) -> Value {
+    Value::Array(v.iter().cloned().map(Value::String).collect())
+}
+
+fn intel_rdt_value(r: &IntelRdt) -> Value {
+    let mut m = Map::new();
+    if let Some(v) = &r.clos_id {
+        m.insert("closID".into(), Value::String(v.clone()));
+    }
+    if let Some(v) = &r.schemata {
+        m.insert("schemata".into(), strings(v));
+    }
+    if let Some(v) = &r.l3_cache_schema {
+        m.insert("l3CacheSchema".into(), Value::String(v.clone()));
+    }
+    if let Some(v) = &r.mem_bw_schema {
+        m.insert("memBwSchema".into(), Value::String(v.clone()));
+    }
+    // OCI 1.3 folded CMT and MBM monitoring into one switch.
+    let monitoring = r.enable_monitoring.or(match (r.enable_cmt, r.enable_mbm) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(false) || b.unwrap_or(false)),
+    });
+    if let Some(v) = monitoring {
+        m.insert("enableMonitoring".into(), Value::Bool(v));
+    }
+    Value::Object(m)
+}
+
+/// Apply `edits` to an OCI config. On error the config is unchanged.
+pub fn apply_edits(config: &mut Value, edits: &ContainerEdits) -> Result<(), ApplyError> {
+    // Fill device nodes first: this is the only step that can fail for reasons outside the config.
+    let mut nodes = edits.device_nodes.clone();
+    for n in &mut nodes {
+        fill_from_host(n)?;
+    }
+    for h in &edits.hooks {
+        if !HOOK_NAMES.contains(&h.hook_name.as_str()) {
+            return Err(ApplyError::UnknownHook {
+                name: h.hook_name.clone(),
+            });
+        }
+    }
+    let mut work = config.clone();
+    let root = work
+        .as_object_mut()
+        .ok_or_else(|| ApplyError::NotAnObject {
+            field: "the top level".into(),
+        })?;
+
+    if !edits.env.is_empty() {
+        let process = child_obj(root, "process", "process")?;
+        let env = child_arr(process, "env", "process.env")?;
+        for e in &edits.env {
+            let key = env_key(e);
+            let existing = env
+                .iter()
+                .position(|v| v.as_str().is_some_and(|s| env_key(s) == key));
+            match existing {
+                Some(i) => env[i] = Value::String(e.clone()),
+                None => env.push(Value::String(e.clone())),
+            }
+        }
+    }
+
+    if !nodes.is_empty() {
+        let default_uid = process_id(root, "uid");
+        let default_gid = process_id(root, "gid");
+        let linux = child_obj(root, "linux", "linux")?;
+        for n in &nodes {
+            let t = n.r#type.clone().unwrap_or_default();
+            let major = n.major.unwrap_or(0);
+            let minor = n.minor.unwrap_or(0);
+            let mut dev = Map::new();
+            dev.insert("path".into(), Value::String(n.path.clone()));
+            dev.insert("type".into(), Value::String(t.clone()));
+            if t != "p" {
+                dev.insert("major".into(), Value::from(major));
+                dev.insert("minor".into(), Value::from(minor));
+            }
+            if let Some(m) = n.file_mode {
+                dev.insert("fileMode".into(), Value::from(m));
+            }
+            if let Some(uid) = n.uid.or(default_uid) {
+                dev.insert("uid".into(), Value::from(uid));
+            }
+            if let Some(gid) = n.gid.or(default_gid) {
+                dev.insert("gid".into(), Value::from(gid));
+            }
+            let devices = child_arr(linux, "devices", "linux.devices")?;
+            devices.retain(|d| d.get("path").and_then(Value::as_str) != Some(n.path.as_str()));
+            devices.push(Value::Object(dev));
+
+            let cgroup_type = match t.as_str() {
+                "b" => "b",
+                "c" | "u" => "c",
+                _ => continue,
+            };
+            let access = match n.permissions.as_deref() {
+                None | Some("") => "rwm",
+                Some("none") => continue,
+                Some(p) => p,
+            };
+            let mut rule = Map::new();
+            rule.insert("allow".into(), Value::Bool(true));
+            rule.insert("type".into(), Value::String(cgroup_type.into()));
+            rule.insert("major".into(), Value::from(major));
+            rule.insert("minor".into(), Value::from(minor));
+            rule.insert("access".into(), Value::String(access.into()));
+            let rule = Value::Object(rule);
+            let resources = child_obj(linux, "resources", "linux.resources")?;
+            let rules = child_arr(resources, "devices", "linux.resources.devices")?;
+            if !rules.contains(&rule) {
+                rules.push(rule);
+            }
+        }
+    }
+
+    if !edits.mounts.is_empty() {
+        let mounts = child_arr(root, "mounts", "mounts")?;
+        for m in &edits.mounts {
+            let dest = clean(&m.container_path);
+            mounts.retain(|x| {
+                x.get("destination")
+                    .and_then(Value::as_str)
+                    .is_none_or(|d| clean(d) != dest)
+            });
+            let mut o = Map::new();
+            o.insert(
+                "destination".into(),
+                Value::String(m.container_path.clone()),
+            );
+            let ty = m.r#type.clone().filter(|t| !t.is_empty()).or_else(|| {
+                m.options
+                    .iter()
+                    .any(|o| o == "bind" || o == "rbind")
+                    .then(|| "bind".to_string())
+            });
+            if let Some(t) = ty {
+                o.insert("type".into(), Value::String(t));
+            }
+            o.insert("source".into(), Value::String(m.host_path.clone()));
+            if !m.options.is_empty() {
+                o.insert("options".into(), strings(&m.options));
+            }
+            mounts.push(Value::Object(o));
+        }
+        // Stable: mounts of equal depth keep their relative order.
+        mounts.sort_by_key(|m| {
+            m.get("destination")
+                .and_then(Value::as_str)
+                .map_or(0, depth)
+        });
+    }
+
+    if !edits.hooks.is_empty() {
+        let hooks = child_obj(root, "hooks", "hooks")?;
+        for h in &edits.hooks {
+            let list = child_arr(hooks, &h.hook_name, &format!("hooks.{}", h.hook_name))?;
+            let mut o = Map::new();
+            o.insert("path".into(), Value::String(h.path.clone()));
+            if !h.args.is_empty() {
+                o.insert("args".into(), strings(&h.args));
+            }
+            if !h.env.is_empty() {
+                o.insert("env".into(), strings(&h.env));
+            }
+            if let Some(t) = h.timeout {
+                o.insert("timeout".into(), Value::from(t));
+            }
+            list.push(Value::Object(o));
+        }
+    }
+
+    if let Some(rdt) = &edits.intel_rdt {
+        let linux = child_obj(root, "linux", "linux")?;
+        linux.insert("intelRdt".into(), intel_rdt_value(rdt));
+    }
+
+    if !edits.net_devices.is_empty() {
+        let linux = child_obj(root, "linux", "linux")?;
+        let net = child_obj(linux, "netDevices", "linux.netDevices")?;
+        for d in &edits.net_devices {
+            let mut o = Map::new();
+            o.insert("name".into(), Value::String(d.name.clone()));
+            net.insert(d.host_interface_name.clone(), Value::Object(o));
+        }
+    }
+
+    if edits.additional_gids.iter().any(|g| *g != 0) {
+        let process = child_obj(root, "process", "process")?;
+        let user = child_obj(process, "user", "process.user")?;
+        let gids = child_arr(user, "additionalGids", "process.user.additionalGids")?;
+        for &g in &edits.additional_gids {
+            if g != 0 && !gids.iter().any(|v| v.as_u64() == Some(u64::from(g))) {
+                gids.push(Value::from(g));
+            }
+        }
+    }
+
+    *config = work;
+    Ok(())
+}
+
+/// Read the OCI config at `path`, apply `edits`, and write it back atomically with its mode
+/// kept. Key order and unknown fields are kept; the output is compact JSON, as runtimes write it.
+pub fn apply_to_config_file(path: &Path, edits: &ContainerEdits) -> Result<(), ApplyError> {
+    let file_err = |message: String| ApplyError::File {
+        path: path.to_path_buf(),
+        message,
+    };
+    let bytes = std::fs::read(path).map_err(|e| file_err(format!("cannot read: {e}")))?;
+    let mut config: Value =
+        serde_json::from_slice(&bytes).map_err(|e| file_err(format!("not valid JSON: {e}")))?;
+    apply_edits(&mut config, edits)?;
+    let out = serde_json::to_vec(&config).map_err(|e| file_err(e.to_string()))?;
+    gpuctk_atomicfile::write(path, &out, None).map_err(|e| file_err(format!("cannot write: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Hook, Mount, NetDevice};
+    use serde_json::json;
+
+    fn node(path: &str, major: i64, minor: Option<i64>) -> DeviceNode {
+        DeviceNode {
+            path: path.into(),
+            r#type: Some("c".into()),
+            major: Some(major),
+            minor,
+            file_mode: Some(438),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn env_replaced_in_place() {
+        let mut c = json!({"process": {"env": ["A=1", "NVIDIA_VISIBLE_DEVICES=all", "B=2"]}});
+        let e = ContainerEdits {
+            env: vec!["NVIDIA_VISIBLE_DEVICES=void".into(), "C=3".into()],
+            ..Default::default()
+        };
+        apply_edits(&mut c, &e).unwrap();
+        assert_eq!(
+            c["process"]["env"],
+            json!(["A=1", "NVIDIA_VISIBLE_DEVICES=void", "B=2", "C=3"])
+        );
+    }
+
+    #[test]
+    fn devices_and_rules() {
+        let mut c = json!({"process": {"user": {"uid": 1000, "gid": 0}},
+            "linux": {"devices": [{"path": "/dev/nvidia0", "type": "c", "major": 1, "minor": 1}]}});
+        let mut none = node("/dev/x", 10, Some(2));
+        none.permissions = Some("none".into());
+        let mut ro = node("/dev/y", 10, Some(3));
+        ro.permissions = Some("r".into());
+        let e = ContainerEdits {
+            device_nodes: vec![
+                node("/dev/nvidia0", 195, None),
+                none,
+                ro,
+                node("/dev/nvidia0", 195, None),
+            ],
+            ..Default::default()
+        };
+        apply_edits(&mut c, &e).unwrap();
+        let devs = c["linux"]["devices"].as_array().unwrap();
+        assert_eq!(devs.len(), 3);
+        assert_eq!(
+            devs[2],
+            json!({"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 438, "uid": 1000})
+        );
+        let rules = c["linux"]["resources"]["devices"].as_array().unwrap();
+        assert_eq!(
+            rules,
+            &vec![
+                json!({"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rwm"}),
+                json!({"allow": true, "type": "c", "major": 10, "minor": 3, "access": "r"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn fill_from_host_reads_dev_null() {
+        let mut n = DeviceNode {
+            path: "/dev/null".into(),
+            ..Default::default()
+        };
+        fill_from_host(&mut n).unwrap();
+        assert_eq!(n.r#type.as_deref(), Some("c"));
+        assert_eq!((n.major, n.minor), (Some(1), Some(3)));
+        assert!(n.file_mode.is_some());
+        let mut wrong = DeviceNode {
+            path: "/dev/null".into(),
+            r#type: Some("b".into()),
+            ..Default::default()
+        };
+        let msg = fill_from_host(&mut wrong).unwrap_err().to_string();
+        assert!(msg.contains("type \"b\""), "{msg}");
+        let mut missing = DeviceNode {
+            path: "/dev/x".into(),
+            host_path: Some("/nonexistent/dev/x".into()),
+            ..Default::default()
+        };
+        let msg = fill_from_host(&mut missing).unwrap_err().to_string();
+        assert!(msg.contains("/nonexistent/dev/x"), "{msg}");
+        // Complete nodes never touch the host, so a bogus host path is fine.
+        let mut complete = node("/dev/z", 5, None);
+        complete.host_path = Some("/nonexistent".into());
+        fill_from_host(&mut complete).unwrap();
+        let mut file = DeviceNode {
+            path: "/etc/hostname".into(),
+            host_path: Some(env!("CARGO_MANIFEST_DIR").to_string() + "/Cargo.toml"),
+            ..Default::default()
+        };
+        assert!(matches!(
+            fill_from_host(&mut file),
+            Err(ApplyError::NotADevice { .. })
+        ));
+    }
+
+    #[test]
+    fn mounts_replaced_and_sorted() {
+        let mut c = json!({"mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts"},
+            {"destination": "/usr/lib/x", "source": "/old", "unknown": 1},
+        ]});
+        let e = ContainerEdits {
+            mounts: vec![
+                Mount {
+                    host_path: "/h/x".into(),
+                    container_path: "/usr/lib/x/".into(),
+                    options: vec!["ro".into(), "rbind".into()],
+                    r#type: None,
+                },
+                Mount {
+                    host_path: "/h/sys".into(),
+                    container_path: "/sys".into(),
+                    options: vec![],
+                    r#type: None,
+                },
+            ],
+            ..Default::default()
+        };
+        apply_edits(&mut c, &e).unwrap();
+        let dests: Vec<&str> = c["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["destination"].as_str().unwrap())
+            .collect();
+        assert_eq!(dests, ["/proc", "/sys", "/dev/pts", "/usr/lib/x/"]);
+        assert_eq!(
+            c["mounts"][3],
+            json!({"destination": "/usr/lib/x/", "type": "bind", "source": "/h/x", "options": ["ro", "rbind"]})
+        );
+        assert!(c["mounts"][1].get("type").is_none());
+    }
+
+    #[test]
+    fn hooks_gids_rdt_netdevs() {
+        let mut c = json!({"hooks": {"prestart": [{"path": "/usr/bin/docker", "args": ["libnetwork-setkey"]}]},
+            "process": {"user": {"uid": 0, "gid": 0, "additionalGids": [5]}}});
+        let e = ContainerEdits {
+            hooks: vec![
+                Hook {
+                    hook_name: "prestart".into(),
+                    path: "/bin/a".into(),
+                    timeout: Some(5),
+                    ..Default::default()
+                },
+                Hook {
+                    hook_name: "createContainer".into(),
+                    path: "/bin/b".into(),
+                    args: vec!["b".into()],
+                    env: vec!["X=1".into()],
+                    ..Default::default()
+                },
+            ],
+            additional_gids: vec![0, 5, 44, 44],
+            intel_rdt: Some(IntelRdt {
+                clos_id: Some("g".into()),
+                enable_cmt: Some(true),
+                ..Default::default()
+            }),
+            net_devices: vec![NetDevice {
+                host_interface_name: "eth1".into(),
+                name: "net1".into(),
+            }],
+            ..Default::default()
+        };
+        apply_edits(&mut c, &e).unwrap();
+        assert_eq!(c["hooks"]["prestart"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            c["hooks"]["prestart"][0]["args"],
+            json!(["libnetwork-setkey"])
+        );
+        assert_eq!(
+            c["hooks"]["prestart"][1],
+            json!({"path": "/bin/a", "timeout": 5})
+        );
+        assert_eq!(
+            c["hooks"]["createContainer"][0],
+            json!({"path": "/bin/b", "args": ["b"], "env": ["X=1"]})
+        );
+        assert_eq!(c["process"]["user"]["additionalGids"], json!([5, 44]));
+        assert_eq!(
+            c["linux"]["intelRdt"],
+            json!({"closID": "g", "enableMonitoring": true})
+        );
+        assert_eq!(c["linux"]["netDevices"], json!({"eth1": {"name": "net1"}}));
+    }
+
+    #[test]
+    fn errors_name_the_field_and_leave_config_alone() {
+        let mut c = json!({"process": {"env": "PATH=/bin"}, "x": 1});
+        let before = c.clone();
+        let e = ContainerEdits {
+            env: vec!["A=1".into()],
+            ..Default::default()
+        };
+        let msg = apply_edits(&mut c, &e).unwrap_err().to_string();
+        assert_eq!(msg, "config.json: process.env is not an array");
+        assert_eq!(c, before);
+        let mut c = json!({"linux": {"resources": []}});
+        let e = ContainerEdits {
+            device_nodes: vec![node("/dev/a", 1, Some(1))],
+            ..Default::default()
+        };
+        let msg = apply_edits(&mut c, &e).unwrap_err().to_string();
+        assert_eq!(msg, "config.json: linux.resources is not an object");
+        let mut c = json!([]);
+        assert!(apply_edits(&mut c, &e).is_err());
+        let bad_hook = ContainerEdits {
+            hooks: vec![Hook {
+                hook_name: "later".into(),
+                path: "/x".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut c = json!({});
+        assert!(matches!(
+            apply_edits(&mut c, &bad_hook),
+            Err(ApplyError::UnknownHook { .. })
+        ));
+        assert_eq!(c, json!({}));
+    }
+
+    #[test]
+    fn creates_missing_objects() {
+        let mut c = json!({"ociVersion": "1.0.2", "linux": null});
+        let e = ContainerEdits {
+            device_nodes: vec![node("/dev/a", 1, Some(1))],
+            ..Default::default()
+        };
+        apply_edits(&mut c, &e).unwrap();
+        assert_eq!(c["linux"]["resources"]["devices"][0]["major"], 1);
+        let keys: Vec<&String> = c.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["ociVersion", "linux"]);
+    }
+
+    #[test]
+    fn dev_split() {
+        // makedev(195, 255) and a large minor from the extended encoding.
+        assert_eq!(split_dev((195 << 8) | 255), (195, 255));
+        let dev = (511u64 << 8) | ((0x12345u64 & !0xff) << 12) | (0x12345 & 0xff);
+        assert_eq!(split_dev(dev), (511, 0x12345));
+    }
+}

@@ -1,0 +1,384 @@
+//! The registry of CDI specs found in spec directories, and resolution of requested device
+//! names to container edits.
+//!
+//! Rules (CDI `pkg/cdi/cache.go`): only `*.json`, `*.yaml` and `*.yml` files directly in each
+//! directory are read; a missing directory is fine; a later directory has higher priority, so a
+//! device in `/var/run/cdi` overrides the same name in `/etc/cdi`; the same qualified name in two
+//! specs of one directory is a conflict, and the device is dropped with an error on both files; a
+//! spec that does not parse or validate is skipped with an error, and the rest still load.
+//!
+//! Where we differ from the Go cache: it drops a conflicting device even when a higher-priority
+//! directory defines it too; here the higher-priority definition wins (the conflict is still
+//! reported), since overriding a broken lower directory is what the priority order is for.
+//! Files are read in name order so results never depend on directory order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::names::{self, QualifiedName};
+use crate::spec::{ContainerEdits, Format, Spec};
+
+/// The CDI spec directories, lowest priority first.
+pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
+
+/// The default spec directories as paths.
+pub fn default_spec_dirs() -> Vec<PathBuf> {
+    DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect()
+}
+
+/// One spec file the registry holds.
+#[derive(Debug, Clone)]
+pub struct LoadedSpec {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Index of its directory in the list given to [`Registry::load`]; higher wins.
+    pub priority: usize,
+    /// The parsed, valid spec.
+    pub spec: Spec,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct DeviceRef {
+    spec: usize,
+    device: usize,
+}
+
+/// CDI specs loaded from spec directories.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    dirs: Vec<PathBuf>,
+    specs: Vec<LoadedSpec>,
+    devices: BTreeMap<String, DeviceRef>,
+    errors: Vec<(PathBuf, String)>,
+}
+
+/// Edits for a set of requested devices, ready to apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// The qualified names resolved, in request order, without duplicates.
+    pub devices: Vec<String>,
+    /// Each used spec's top-level edits once (before its first device), then each device's edits,
+    /// in request order.
+    pub edits: ContainerEdits,
+    /// The spec files used, in first-use order.
+    pub spec_paths: Vec<PathBuf>,
+}
+
+/// A requested device name that could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unresolved {
+    /// The name as requested.
+    pub name: String,
+    /// Why it failed.
+    pub reason: String,
+}
+
+/// Some requested devices could not be resolved. Displays one `unresolvable CDI device …`
+/// clause per name, joined by `; `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ResolveError {
+    /// Every name that failed, in request order.
+    pub unresolved: Vec<Unresolved>,
+}
+
+impl fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, u) in self.unresolved.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "unresolvable CDI device {}: {}", u.name, u.reason)?;
+        }
+        Ok(())
+    }
+}
+
+fn spec_files(dir: &Path) -> Result<Vec<PathBuf>, std::io::Error> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if Format::from_path(&path).is_none() {
+            continue;
+        }
+        // Follow symlinks (spec files are often links into /usr/share), but skip directories.
+        match std::fs::metadata(&path) {
+            Ok(md) if md.is_file() => files.push(path),
+            _ => {}
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+impl Registry {
+    /// Load every spec in `dirs` (lowest priority first). Never fails: problems are recorded in
+    /// [`Registry::errors`].
+    pub fn load(dirs: &[PathBuf]) -> Registry {
+        let mut reg = Registry {
+            dirs: dirs.to_vec(),
+            ..Default::default()
+        };
+        for (priority, dir) in dirs.iter().enumerate() {
+            let files = match spec_files(dir) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    reg.errors
+                        .push((dir.clone(), format!("cannot read CDI spec directory: {e}")));
+                    continue;
+                }
+            };
+            for path in files {
+                match Spec::load_valid(&path) {
+                    Ok(spec) => reg.specs.push(LoadedSpec {
+                        path,
+                        priority,
+                        spec,
+                    }),
+                    Err(e) => {
+                        let msg = e.to_string();
+                        reg.errors.push((path, msg));
+                    }
+                }
+            }
+        }
+        reg.index_devices();
+        reg
+    }
+
+    /// Build a registry from specs already in memory (`path`, priority, spec), e.g. a spec
+    /// generated just in time. Specs are validated like files.
+    pub fn from_specs(specs: Vec<LoadedSpec>) -> Registry {
+        let mut reg = Registry::default();
+        for s in specs {
+            let issues = crate::validate::validate(&s.spec);
+            if issues.is_empty() {
+                reg.specs.push(s);
+            } else {
+                let e = crate::validate::ValidationError {
+                    file: s.path.clone(),
+                    issues,
+                };
+                reg.errors.push((s.path, e.to_string()));
+            }
+        }
+        reg.index_devices();
+        reg
+    }
+
+    fn index_devices(&mut self) {
+        // qualified name -> every (spec, device) defining it
+        let mut all: BTreeMap<String, Vec<DeviceRef>> = BTreeMap::new();
+        for (si, s) in self.specs.iter().enumerate() {
+            for (di, d) in s.spec.devices.iter().enumerate() {
+                let q = format!("{}={}", s.spec.kind, d.name);
+                all.entry(q).or_default().push(DeviceRef {
+                    spec: si,
+                    device: di,
+                });
+            }
+        }
+        for (name, refs) in all {
+            let mut by_prio: BTreeMap<usize, Vec<DeviceRef>> = BTreeMap::new();
+            for r in refs {
+                by_prio
+                    .entry(self.specs[r.spec].priority)
+                    .or_default()
+                    .push(r);
+            }
+            for group in by_prio.values().filter(|g| g.len() > 1) {
+                let paths: Vec<String> = group
+                    .iter()
+                    .map(|r| self.specs[r.spec].path.display().to_string())
+                    .collect();
+                for r in group {
+                    let others: Vec<&str> = paths
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|p| *p != self.specs[r.spec].path.display().to_string())
+                        .collect();
+                    self.errors.push((
+                        self.specs[r.spec].path.clone(),
+                        format!(
+                            "conflicting CDI device {name}: also defined in {}; the device is \
+                             ignored until only one spec of this directory defines it",
+                            others.join(", ")
+                        ),
+                    ));
+                }
+            }
+            if let Some((_, top)) = by_prio.iter().next_back() {
+                if top.len() == 1 {
+                    self.devices.insert(name, top[0]);
+                }
+            }
+        }
+    }
+
+    /// The directories searched, lowest priority first.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// The valid specs loaded, in load order.
+    pub fn specs(&self) -> &[LoadedSpec] {
+        &self.specs
+    }
+
+    /// Problems found while loading: (file or directory, message).
+    pub fn errors(&self) -> &[(PathBuf, String)] {
+        &self.errors
+    }
+
+    /// Every resolvable qualified device name, sorted.
+    pub fn device_names(&self) -> Vec<String> {
+        self.devices.keys().cloned().collect()
+    }
+
+    /// The spec loaded from `path`, if it loaded.
+    pub fn spec_for_path(&self, path: &Path) -> Option<&Spec> {
+        self.specs.iter().find(|s| s.path == path).map(|s| &s.spec)
+    }
+
+    /// The spec file and device a qualified name resolves to.
+    pub fn device(&self, qualified: &str) -> Option<(&Path, &crate::spec::Device)> {
+        let r = self.devices.get(qualified)?;
+        let s = &self.specs[r.spec];
+        Some((&s.path, &s.spec.devices[r.device]))
+    }
+
+    /// Resolvable device names (not qualified) of `kind`, in device-name order.
+    pub fn names_of_kind(&self, kind: &str) -> Vec<String> {
+        self.devices
+            .keys()
+            .filter_map(|q| {
+                q.split_once('=')
+                    .filter(|(k, _)| *k == kind)
+                    .map(|(_, n)| n.to_string())
+            })
+            .collect()
+    }
+
+    /// Resolve `requested` qualified names to the edits to apply. Fails, listing every bad
+    /// name, if any name is malformed or unknown.
+    pub fn resolve(&self, requested: &[&str]) -> Result<Resolved, ResolveError> {
+        let mut out = Resolved::default();
+        let mut unresolved = Vec::new();
+        let mut seen_dev = BTreeSet::new();
+        let mut seen_spec = BTreeSet::new();
+        for &name in requested {
+            let q = match names::parse_qualified_name(name) {
+                Ok(q) => q,
+                Err(e) => {
+                    unresolved.push(Unresolved {
+                        name: name.to_string(),
+                        reason: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            let key = q.to_string();
+            let Some(r) = self.devices.get(&key) else {
+                unresolved.push(Unresolved {
+                    name: name.to_string(),
+                    reason: self.why_unknown(&q),
+                });
+                continue;
+            };
+            if !seen_dev.insert(key.clone()) {
+                continue;
+            }
+            let s = &self.specs[r.spec];
+            if seen_spec.insert(r.spec) {
+                out.edits.append(&s.spec.container_edits);
+                out.spec_paths.push(s.path.clone());
+            }
+            out.edits.append(&s.spec.devices[r.device].container_edits);
+            out.devices.push(key);
+        }
+        if unresolved.is_empty() {
+            Ok(out)
+        } else {
+            Err(ResolveError { unresolved })
+        }
+    }
+
+    fn why_unknown(&self, q: &QualifiedName) -> String {
+        let kind = q.kind();
+        let have = self.names_of_kind(&kind);
+        let mut msg = if !have.is_empty() {
+            format!("{kind} has {}", have.join(", "))
+        } else {
+            let dirs: Vec<String> = self.dirs.iter().map(|d| d.display().to_string()).collect();
+            if dirs.is_empty() {
+                format!("no CDI spec defines kind {kind}")
+            } else {
+                format!(
+                    "no CDI spec in {} defines kind {kind} (generate one, e.g. with `cdi generate`)",
+                    dirs.join(", ")
+                )
+            }
+        };
+        if !self.errors.is_empty() {
+            let files: BTreeSet<String> = self
+                .errors
+                .iter()
+                .map(|(p, _)| p.display().to_string())
+                .collect();
+            msg.push_str(&format!(
+                " ({} had errors: {})",
+                if files.len() == 1 {
+                    "this file"
+                } else {
+                    "these files"
+                },
+                files.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        msg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(kind: &str, names: &[&str], env: &str) -> String {
+        let devs: Vec<String> = names
+            .iter()
+            .map(|n| {
+                format!(
+                    r#"{{"name":"{n}","containerEdits":{{"env":["DEV_{n}={env}"]}}}}"#,
+                    n = n
+                )
+            })
+            .collect();
+        format!(
+            r#"{{"cdiVersion":"0.5.0","kind":"{kind}","devices":[{}],"containerEdits":{{"env":["COMMON={env}"]}}}}"#,
+            devs.join(",")
+        )
+    }
+
+    #[test]
+    fn resolve_orders_edits_and_dedupes() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a.json"), spec("x.com/a", &["0", "1"], "a")).unwrap();
+        let r = Registry::load(&[d.path().to_path_buf()]);
+        assert!(r.errors().is_empty(), "{:?}", r.errors());
+        let res = r.resolve(&["x.com/a=1", "x.com/a=0", "x.com/a=1"]).unwrap();
+        assert_eq!(res.edits.env, ["COMMON=a", "DEV_1=a", "DEV_0=a"]);
+        assert_eq!(res.devices, ["x.com/a=1", "x.com/a=0"]);
+        assert_eq!(res.spec_paths, [d.path().join("a.json")]);
+        let e = r.resolve(&["x.com/a=9", "bogus", "y.com/b=0"]).unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.starts_with("unresolvable CDI device x.com/a=9: x.com/a has 0, 1; "),
+            "{m}"
+        );
+        assert!(m.contains("unresolvable CDI device bogus: "), "{m}");
+        assert!(m.contains("defines kind y.com/b"), "{m}");
+        assert_eq!(e.unresolved.len(), 3);
+    }
+}
