@@ -1,0 +1,562 @@
+//! Building a fake GPU host: device nodes, /proc files and a driver tree
+//! with real ELF libraries and a real ld.so.cache, described by a
+//! [`MockHost`] saved next to it as `mock-host.json`.
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::artifacts::{BINARIES, LIBRARIES};
+use crate::error::io_err;
+use crate::{ids, patch, procfs, sys, Error};
+
+/// Major number of the NVIDIA GPU and control device nodes.
+pub const NVIDIA_MAJOR: u32 = 195;
+/// Minor of `/dev/nvidiactl`.
+pub const NVIDIACTL_MINOR: u32 = 255;
+/// Minor of `/dev/nvidia-modeset`.
+pub const NVIDIA_MODESET_MINOR: u32 = 254;
+/// Most GPUs a mock host can have (bus ids must stay below 0x100).
+pub const MAX_GPUS: u32 = 64;
+/// Name of the metadata file written into the host directory.
+pub const HOST_JSON: &str = "mock-host.json";
+
+/// How the driver is installed on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// Distribution packages on a Debian/Ubuntu host: libraries in the
+    /// multiarch directory.
+    Debian,
+    /// RHEL-style host: libraries in /usr/lib64, which Debian's loader does
+    /// not search by default.
+    Rhel,
+    /// The GPU Operator's driver container: an Ubuntu-like driver tree at
+    /// /run/nvidia/driver while device nodes stay on the host.
+    DriverContainer,
+}
+
+impl Layout {
+    /// All layouts, for tests that cover each.
+    pub const ALL: [Layout; 3] = [Layout::Debian, Layout::Rhel, Layout::DriverContainer];
+
+    /// Library directory inside the driver root, container style.
+    pub fn lib_dir(self) -> &'static str {
+        match self {
+            Layout::Rhel => "/usr/lib64",
+            Layout::Debian | Layout::DriverContainer => {
+                if cfg!(target_arch = "aarch64") {
+                    "/usr/lib/aarch64-linux-gnu"
+                } else {
+                    "/usr/lib/x86_64-linux-gnu"
+                }
+            }
+        }
+    }
+
+    /// Driver root relative to the host root ("" is the host root itself).
+    pub fn driver_root_rel(self) -> &'static str {
+        match self {
+            Layout::DriverContainer => "run/nvidia/driver",
+            Layout::Debian | Layout::Rhel => "",
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Layout::Debian => "debian",
+            Layout::Rhel => "rhel",
+            Layout::DriverContainer => "driver-container",
+        })
+    }
+}
+
+impl FromStr for Layout {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "debian" => Ok(Layout::Debian),
+            "rhel" => Ok(Layout::Rhel),
+            "driver-container" => Ok(Layout::DriverContainer),
+            _ => Err(Error::UnknownLayout { value: s.into() }),
+        }
+    }
+}
+
+/// What to build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostConfig {
+    /// Number of GPUs, 1..=64.
+    pub gpus: u32,
+    /// Driver version such as `570.124.06`.
+    pub driver_version: String,
+    /// CUDA version the driver supports, e.g. (12, 8).
+    pub cuda_version: (u32, u32),
+    /// Installation layout.
+    pub layout: Layout,
+    /// GPU model name reported everywhere.
+    pub model: String,
+    /// Seed of the GPU UUIDs.
+    pub seed: String,
+    /// ldconfig to run: a bare name is looked up in $PATH, /sbin, /usr/sbin.
+    pub ldconfig: PathBuf,
+}
+
+impl HostConfig {
+    /// Two A100s, Debian layout, seed "gpuctk", ldconfig from $PATH.
+    pub fn new(driver_version: &str, cuda_version: (u32, u32)) -> Self {
+        HostConfig {
+            gpus: 2,
+            driver_version: driver_version.to_string(),
+            cuda_version,
+            layout: Layout::Debian,
+            model: "NVIDIA A100-SXM4-80GB".to_string(),
+            seed: "gpuctk".to_string(),
+            ldconfig: PathBuf::from("ldconfig"),
+        }
+    }
+
+    /// Reject values the fake driver could not represent.
+    pub fn validate(&self) -> Result<(), Error> {
+        let invalid = |field, value: String, reason: &str| Error::InvalidConfig {
+            field,
+            value,
+            reason: reason.to_string(),
+        };
+        if !valid_driver_version(&self.driver_version) {
+            return Err(invalid(
+                "driver version",
+                self.driver_version.clone(),
+                "expected digits in the form 570.124.06 or 550.54",
+            ));
+        }
+        if self.gpus == 0 || self.gpus > MAX_GPUS {
+            return Err(invalid(
+                "GPU count",
+                self.gpus.to_string(),
+                "must be between 1 and 64",
+            ));
+        }
+        let (major, minor) = self.cuda_version;
+        if !(1..=999).contains(&major) || minor > 99 {
+            return Err(invalid(
+                "CUDA version",
+                format!("{major}.{minor}"),
+                "major must be 1..=999 and minor 0..=99",
+            ));
+        }
+        for (field, value) in [("model", &self.model), ("seed", &self.seed)] {
+            if value.is_empty() || value.contains([';', '\n', '\0']) {
+                return Err(invalid(
+                    field,
+                    value.clone(),
+                    "must be non-empty and contain no ';', newline or NUL",
+                ));
+            }
+        }
+        let config = self.config_string();
+        if config.len() > patch::CONFIG_MAX_LEN {
+            return Err(invalid(
+                "model/seed",
+                config,
+                &format!(
+                    "the combined config must fit in {} bytes",
+                    patch::CONFIG_MAX_LEN
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// CUDA version as cuDriverGetVersion reports it: 12.8 -> 12080.
+    pub fn cuda_version_int(&self) -> u32 {
+        self.cuda_version.0 * 1000 + self.cuda_version.1 * 10
+    }
+
+    fn config_string(&self) -> String {
+        patch::config_string(
+            &self.driver_version,
+            self.cuda_version_int(),
+            &self.model,
+            &self.seed,
+        )
+    }
+}
+
+/// `^\d+\.\d+(\.\d+)?$`
+fn valid_driver_version(v: &str) -> bool {
+    let parts: Vec<&str> = v.split('.').collect();
+    (2..=3).contains(&parts.len())
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A built mock host, as saved in `mock-host.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MockHost {
+    /// The host directory (canonical).
+    pub root: PathBuf,
+    /// Installation layout.
+    pub layout: Layout,
+    /// Driver version, e.g. `570.124.06`.
+    pub driver_version: String,
+    /// CUDA version, e.g. `12.8`.
+    pub cuda_version: String,
+    /// GPU model.
+    pub model: String,
+    /// Where the driver files live (root, or root/run/nvidia/driver).
+    pub driver_root: PathBuf,
+    /// Directory holding `dev/` (the host root).
+    pub dev_root: PathBuf,
+    /// The fake /proc.
+    pub proc_root: PathBuf,
+    /// Library directory inside the driver root, e.g. `/usr/lib64`.
+    pub lib_dir: String,
+    /// Major number given to nvidia-uvm.
+    pub uvm_major: u32,
+    /// The GPUs.
+    pub gpus: Vec<MockGpu>,
+}
+
+/// One GPU of a mock host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MockGpu {
+    /// Index as NVML enumerates it on the host.
+    pub index: u32,
+    /// Minor of `/dev/nvidia<minor>`.
+    pub minor: u32,
+    /// `GPU-...` UUID.
+    pub uuid: String,
+    /// PCI bus id, `0000:17:00.0`.
+    pub bus_id: String,
+    /// Model name.
+    pub model: String,
+}
+
+impl MockHost {
+    /// Host path of the driver library directory.
+    pub fn lib_path(&self) -> PathBuf {
+        self.driver_root.join(self.lib_dir.trim_start_matches('/'))
+    }
+
+    /// Host paths of the versioned driver libraries (`libcuda.so.<ver>`, ...).
+    pub fn library_paths(&self) -> Vec<PathBuf> {
+        LIBRARIES
+            .iter()
+            .map(|l| self.lib_path().join(l.file_name(&self.driver_version)))
+            .collect()
+    }
+
+    /// Host paths of the driver executables (`usr/bin/nvidia-smi`, ...).
+    pub fn binary_paths(&self) -> Vec<PathBuf> {
+        BINARIES
+            .iter()
+            .map(|b| self.driver_root.join("usr/bin").join(b.name))
+            .collect()
+    }
+
+    /// Host path of `/dev/nvidia<minor>`.
+    pub fn gpu_node(&self, minor: u32) -> PathBuf {
+        self.dev_root.join(format!("dev/nvidia{minor}"))
+    }
+}
+
+/// Build a mock host in `dir`, which must be absent or empty.
+pub fn create_host(dir: &Path, cfg: &HostConfig) -> Result<MockHost, Error> {
+    cfg.validate()?;
+    // Pick the major before touching anything so a refusal leaves no debris.
+    let real_devices = Path::new("/proc/devices");
+    let uvm_major = procfs::pick_uvm_major(&fs::read_to_string(real_devices).unwrap_or_default())
+        .ok_or_else(|| Error::NoFreeMajor {
+        path: real_devices.into(),
+    })?;
+    let root = sys::prepare_empty_dir(dir)?;
+    let driver_root = match cfg.layout.driver_root_rel() {
+        "" => root.clone(),
+        rel => root.join(rel),
+    };
+    let host = MockHost {
+        root: root.clone(),
+        layout: cfg.layout,
+        driver_version: cfg.driver_version.clone(),
+        cuda_version: format!("{}.{}", cfg.cuda_version.0, cfg.cuda_version.1),
+        model: cfg.model.clone(),
+        driver_root,
+        dev_root: root.clone(),
+        proc_root: root.join("proc"),
+        lib_dir: cfg.layout.lib_dir().to_string(),
+        uvm_major,
+        gpus: (0..cfg.gpus)
+            .map(|i| MockGpu {
+                index: i,
+                minor: i,
+                uuid: ids::gpu_uuid(&cfg.seed, i),
+                bus_id: ids::gpu_bus_id(i),
+                model: cfg.model.clone(),
+            })
+            .collect(),
+    };
+    write_device_nodes(&host)?;
+    write_proc(&host)?;
+    write_os_release(&host)?;
+    write_driver_tree(&host, &cfg.config_string())?;
+    write_loader_config(&host)?;
+    refresh_ld_cache(&host, &cfg.ldconfig)?;
+    let json = serde_json::to_vec_pretty(&host).map_err(|source| Error::Json {
+        op: "serialize",
+        path: root.join(HOST_JSON),
+        source,
+    })?;
+    sys::write_file(&root.join(HOST_JSON), &json, 0o644)?;
+    Ok(host)
+}
+
+/// Read the [`MockHost`] a previous [`create_host`] saved in `dir`.
+pub fn load_host(dir: &Path) -> Result<MockHost, Error> {
+    let path = dir.join(HOST_JSON);
+    let text = fs::read(&path).map_err(io_err(
+        "read",
+        &path,
+        "is this a directory made by create_host?",
+    ))?;
+    serde_json::from_slice(&text).map_err(|source| Error::Json {
+        op: "parse",
+        path,
+        source,
+    })
+}
+
+fn write_device_nodes(host: &MockHost) -> Result<(), Error> {
+    let dev = host.dev_root.join("dev");
+    sys::make_dir(&dev, 0o755)?;
+    for gpu in &host.gpus {
+        sys::make_char_device(&host.gpu_node(gpu.minor), NVIDIA_MAJOR, gpu.minor, 0o666)?;
+    }
+    sys::make_char_device(&dev.join("nvidiactl"), NVIDIA_MAJOR, NVIDIACTL_MINOR, 0o666)?;
+    sys::make_char_device(
+        &dev.join("nvidia-modeset"),
+        NVIDIA_MAJOR,
+        NVIDIA_MODESET_MINOR,
+        0o666,
+    )?;
+    sys::make_char_device(&dev.join("nvidia-uvm"), host.uvm_major, 0, 0o666)?;
+    sys::make_char_device(&dev.join("nvidia-uvm-tools"), host.uvm_major, 1, 0o666)?;
+    Ok(())
+}
+
+fn write_proc(host: &MockHost) -> Result<(), Error> {
+    let nv = host.proc_root.join("driver/nvidia");
+    sys::write_file(
+        &nv.join("version"),
+        procfs::version_file(&host.driver_version).as_bytes(),
+        0o444,
+    )?;
+    sys::write_file(&nv.join("params"), procfs::params_file().as_bytes(), 0o444)?;
+    for gpu in &host.gpus {
+        sys::write_file(
+            &nv.join("gpus").join(&gpu.bus_id).join("information"),
+            procfs::gpu_information(gpu, &host.driver_version).as_bytes(),
+            0o444,
+        )?;
+    }
+    sys::write_file(
+        &host.proc_root.join("devices"),
+        procfs::devices_file(host.uvm_major).as_bytes(),
+        0o444,
+    )
+}
+
+fn write_os_release(host: &MockHost) -> Result<(), Error> {
+    let (host_os, driver_os) = match host.layout {
+        Layout::Debian => (DEBIAN_OS_RELEASE, None),
+        Layout::Rhel => (RHEL_OS_RELEASE, None),
+        Layout::DriverContainer => (DEBIAN_OS_RELEASE, Some(UBUNTU_OS_RELEASE)),
+    };
+    sys::write_file(&host.root.join("etc/os-release"), host_os.as_bytes(), 0o644)?;
+    if let Some(text) = driver_os {
+        sys::write_file(
+            &host.driver_root.join("etc/os-release"),
+            text.as_bytes(),
+            0o644,
+        )?;
+    }
+    Ok(())
+}
+
+const DEBIAN_OS_RELEASE: &str = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\nVERSION=\"12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n";
+const RHEL_OS_RELEASE: &str = "NAME=\"Red Hat Enterprise Linux\"\nVERSION=\"9.4 (Plow)\"\nID=\"rhel\"\nID_LIKE=\"fedora\"\nVERSION_ID=\"9.4\"\nPRETTY_NAME=\"Red Hat Enterprise Linux 9.4 (Plow)\"\n";
+const UBUNTU_OS_RELEASE: &str = "PRETTY_NAME=\"Ubuntu 22.04.5 LTS\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"22.04\"\nVERSION=\"22.04.5 LTS (Jammy Jellyfish)\"\nVERSION_CODENAME=jammy\nID=ubuntu\nID_LIKE=debian\n";
+
+fn write_driver_tree(host: &MockHost, config: &str) -> Result<(), Error> {
+    let ver = &host.driver_version;
+    let lib = host.lib_path();
+    sys::make_dir(&lib, 0o755)?;
+    for l in LIBRARIES {
+        sys::write_file(&lib.join(l.file_name(ver)), &l.render(config, ver)?, 0o755)?;
+        if l.dev_link {
+            // What the installer ships; the soname link itself is ldconfig's job.
+            sys::make_symlink(
+                Path::new(&l.soname(ver)),
+                &lib.join(format!("{}.so", l.stem)),
+            )?;
+        }
+    }
+    let bin = host.driver_root.join("usr/bin");
+    sys::make_dir(&bin, 0o755)?;
+    for b in BINARIES {
+        sys::write_file(&bin.join(b.name), &b.render(config)?, 0o755)?;
+    }
+    let firmware = host.driver_root.join("lib/firmware/nvidia").join(ver);
+    for name in ["gsp_ga10x.bin", "gsp_tu10x.bin"] {
+        let contents = format!("gpuctk mock GSP firmware {name} {ver}\n");
+        sys::write_file(&firmware.join(name), contents.as_bytes(), 0o644)?;
+    }
+    sys::make_socket(&host.driver_root.join("run/nvidia-persistenced/socket"))
+}
+
+/// File name of the ld.so.conf.d snippet naming the library directory.
+fn ld_conf_name(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Rhel => "nvidia-lib64.conf",
+        Layout::Debian | Layout::DriverContainer => {
+            if cfg!(target_arch = "aarch64") {
+                "aarch64-linux-gnu.conf"
+            } else {
+                "x86_64-linux-gnu.conf"
+            }
+        }
+    }
+}
+
+fn write_loader_config(host: &MockHost) -> Result<(), Error> {
+    let etc = host.driver_root.join("etc");
+    sys::write_file(
+        &etc.join("ld.so.conf"),
+        b"include /etc/ld.so.conf.d/*.conf\n",
+        0o644,
+    )?;
+    let snippet = format!("# gpuctk mock driver libraries\n{}\n", host.lib_dir);
+    sys::write_file(
+        &etc.join("ld.so.conf.d").join(ld_conf_name(host.layout)),
+        snippet.as_bytes(),
+        0o644,
+    )
+}
+
+fn refresh_ld_cache(host: &MockHost, ldconfig: &Path) -> Result<(), Error> {
+    // ldconfig keeps an aux cache here; without the directory it complains.
+    sys::make_dir(&host.driver_root.join("var/cache/ldconfig"), 0o700)?;
+    let program = sys::run_ldconfig(ldconfig, &host.driver_root)?;
+    let incomplete = |what: String| Error::LdconfigIncomplete {
+        ldconfig: program.clone(),
+        root: host.driver_root.clone(),
+        what,
+    };
+    let cache = host.driver_root.join("etc/ld.so.cache");
+    if !cache.is_file() {
+        return Err(incomplete(format!("{} was not created", cache.display())));
+    }
+    let lib = host.lib_path();
+    for l in LIBRARIES {
+        let soname = l.soname(&host.driver_version);
+        let file = l.file_name(&host.driver_version);
+        if soname == file {
+            continue;
+        }
+        let link = lib.join(&soname);
+        match fs::read_link(&link) {
+            Ok(target) if target == Path::new(&file) => {}
+            Ok(target) => {
+                return Err(incomplete(format!(
+                    "{} points to {}, expected {file}",
+                    link.display(),
+                    target.display()
+                )))
+            }
+            Err(_) => {
+                return Err(incomplete(format!(
+                    "soname link {} was not created",
+                    link.display()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_version_pattern() {
+        for ok in ["570.124.06", "550.54", "1.0", "535.183.01"] {
+            assert!(valid_driver_version(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "570",
+            "570.",
+            ".1",
+            "570.124.06.1",
+            "570.a.1",
+            "v570.1",
+            "570..1",
+            " 570.1",
+        ] {
+            assert!(!valid_driver_version(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn layout_round_trip() {
+        for l in Layout::ALL {
+            assert_eq!(l.to_string().parse::<Layout>().unwrap(), l);
+            let json = serde_json::to_string(&l).unwrap();
+            assert_eq!(json, format!("\"{l}\""));
+        }
+        let err = "ubuntu".parse::<Layout>().unwrap_err().to_string();
+        assert!(err.contains("debian, rhel, driver-container"), "{err}");
+    }
+
+    #[test]
+    fn validation() {
+        let good = HostConfig::new("570.124.06", (12, 8));
+        assert!(good.validate().is_ok());
+        assert_eq!(good.cuda_version_int(), 12080);
+        for (gpus, ok) in [(0, false), (1, true), (64, true), (65, false)] {
+            let c = HostConfig {
+                gpus,
+                ..good.clone()
+            };
+            assert_eq!(c.validate().is_ok(), ok, "{gpus}");
+        }
+        let c = HostConfig {
+            model: "a;b".into(),
+            ..good.clone()
+        };
+        assert!(c.validate().is_err());
+        let c = HostConfig {
+            model: String::new(),
+            ..good.clone()
+        };
+        assert!(c.validate().is_err());
+        let c = HostConfig {
+            model: "x".repeat(600),
+            ..good.clone()
+        };
+        assert!(c.validate().is_err());
+        let c = HostConfig {
+            driver_version: "570".into(),
+            ..good
+        };
+        let msg = c.validate().unwrap_err().to_string();
+        assert!(msg.contains("driver version \"570\""), "{msg}");
+    }
+}
