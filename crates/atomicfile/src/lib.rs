@@ -77,7 +77,10 @@ mod tests {
         fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
         write(&p, b"new", None).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"new");
-        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         // No temp file left behind.
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
     }

@@ -16,7 +16,11 @@ pub struct CapabilityError(pub String);
 impl CapabilitySet {
     /// What a container gets when it names none: `utility,compute`, as NVIDIA's default.
     pub fn default_set() -> Self {
-        CapabilitySet([Capability::Utility, Capability::Compute].into_iter().collect())
+        CapabilitySet(
+            [Capability::Utility, Capability::Compute]
+                .into_iter()
+                .collect(),
+        )
     }
 
     /// Every capability (`all`).
@@ -60,7 +64,10 @@ mod tests {
 
     #[test]
     fn parses() {
-        assert_eq!(CapabilitySet::parse("").unwrap(), CapabilitySet::default_set());
+        assert_eq!(
+            CapabilitySet::parse("").unwrap(),
+            CapabilitySet::default_set()
+        );
         assert_eq!(CapabilitySet::parse("all").unwrap(), CapabilitySet::all());
         let s = CapabilitySet::parse("utility, video").unwrap();
         assert!(s.contains(Capability::Video) && !s.contains(Capability::Compute));

@@ -126,9 +126,10 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
         .collect();
 
     if let Some(cuda) = libs.iter().find(|l| l.name == "libcuda.so") {
-        common
-            .env
-            .push(format!("NVIDIA_CTK_LIBCUDA_DIR={}", dir_and_file(&cuda.path).0));
+        common.env.push(format!(
+            "NVIDIA_CTK_LIBCUDA_DIR={}",
+            dir_and_file(&cuda.path).0
+        ));
     }
     // The devices were injected here; a nested runtime must not inject them again.
     common.env.push("NVIDIA_VISIBLE_DEVICES=void".to_string());

@@ -137,14 +137,38 @@ pub struct BinarySpec {
 
 /// Driver binaries mounted into `/usr/bin`.
 pub const BINARIES: &[BinarySpec] = &[
-    BinarySpec { name: "nvidia-smi", capability: Capability::Utility },
-    BinarySpec { name: "nvidia-debugdump", capability: Capability::Utility },
-    BinarySpec { name: "nvidia-persistenced", capability: Capability::Utility },
-    BinarySpec { name: "nv-fabricmanager", capability: Capability::Utility },
-    BinarySpec { name: "nvidia-cuda-mps-control", capability: Capability::Compute },
-    BinarySpec { name: "nvidia-cuda-mps-server", capability: Capability::Compute },
-    BinarySpec { name: "nvidia-imex", capability: Capability::Compute },
-    BinarySpec { name: "nvidia-imex-ctl", capability: Capability::Compute },
+    BinarySpec {
+        name: "nvidia-smi",
+        capability: Capability::Utility,
+    },
+    BinarySpec {
+        name: "nvidia-debugdump",
+        capability: Capability::Utility,
+    },
+    BinarySpec {
+        name: "nvidia-persistenced",
+        capability: Capability::Utility,
+    },
+    BinarySpec {
+        name: "nv-fabricmanager",
+        capability: Capability::Utility,
+    },
+    BinarySpec {
+        name: "nvidia-cuda-mps-control",
+        capability: Capability::Compute,
+    },
+    BinarySpec {
+        name: "nvidia-cuda-mps-server",
+        capability: Capability::Compute,
+    },
+    BinarySpec {
+        name: "nvidia-imex",
+        capability: Capability::Compute,
+    },
+    BinarySpec {
+        name: "nvidia-imex-ctl",
+        capability: Capability::Compute,
+    },
 ];
 
 /// Directories searched for binaries under the driver root, in order.

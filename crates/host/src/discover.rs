@@ -27,7 +27,9 @@ pub enum DiscoverError {
     #[error("{0} not found: no NVIDIA kernel module is loaded (load it with modprobe nvidia, or point --proc-root at the right procfs)")]
     NoDriver(PathBuf),
     /// A proc file has unexpected content.
-    #[error("{file}: {source}; this does not look like a file written by the NVIDIA kernel module")]
+    #[error(
+        "{file}: {source}; this does not look like a file written by the NVIDIA kernel module"
+    )]
     BadProcFile {
         /// The file.
         file: PathBuf,
@@ -118,7 +120,10 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
         .find(|(_, n)| n == "nvidia" || n == "nvidia-frontend")
         .map(|(m, _)| *m)
         .unwrap_or(195);
-    let uvm_major = majors.iter().find(|(_, n)| n == "nvidia-uvm").map(|(m, _)| *m);
+    let uvm_major = majors
+        .iter()
+        .find(|(_, n)| n == "nvidia-uvm")
+        .map(|(m, _)| *m);
 
     let gpus = discover_gpus(roots, nvidia_major, &mut warnings)?;
     let control_nodes = discover_control_nodes(roots, nvidia_major, uvm_major, &mut warnings);
@@ -178,7 +183,10 @@ fn discover_gpus(
     let entries = match fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            warnings.push(format!("{} not found: the driver reports no GPUs", dir.display()));
+            warnings.push(format!(
+                "{} not found: the driver reports no GPUs",
+                dir.display()
+            ));
             return Ok(Vec::new());
         }
         Err(e) => return Err(io_err(&dir)(e)),
@@ -210,7 +218,10 @@ fn discover_gpus(
                 None
             }
             Err(e) => {
-                warnings.push(format!("GPU {index} ({}) has no device node: {e}", info.uuid));
+                warnings.push(format!(
+                    "GPU {index} ({}) has no device node: {e}",
+                    info.uuid
+                ));
                 None
             }
         };
@@ -285,13 +296,15 @@ fn discover_libraries(
     let root = &roots.driver_root;
     let cache_file = root.join("etc/ld.so.cache");
     let cache = match fs::read(&cache_file) {
-        Ok(bytes) => Some(gpuctk_ldcache::parse(&bytes).map_err(|source| {
-            DiscoverError::BadLdCache {
-                file: cache_file.clone(),
-                root: root.display().to_string(),
-                source,
-            }
-        })?),
+        Ok(bytes) => {
+            Some(
+                gpuctk_ldcache::parse(&bytes).map_err(|source| DiscoverError::BadLdCache {
+                    file: cache_file.clone(),
+                    root: root.display().to_string(),
+                    source,
+                })?,
+            )
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_err(&cache_file)(e)),
     };
@@ -315,7 +328,10 @@ fn discover_libraries(
             let mut found = None;
             if let Some(cache) = &cache {
                 for e in &cache.entries {
-                    if e.flags & 0xff00 != arch || e.flags & 1 == 0 || !name_matches(&e.key, spec.name) {
+                    if e.flags & 0xff00 != arch
+                        || e.flags & 1 == 0
+                        || !name_matches(&e.key, spec.name)
+                    {
                         continue;
                     }
                     if let Ok(p) = resolve_in_root(root, Path::new(&e.value)) {
@@ -371,8 +387,13 @@ fn discover_libraries(
             let dev_link = hp.with_file_name(spec.name);
             out.push(Library {
                 name: spec.name.to_string(),
-                capability: if is_32bit { Capability::Compat32 } else { spec.capability },
-                has_dev_link: fs::symlink_metadata(&dev_link).is_ok_and(|m| m.file_type().is_symlink()),
+                capability: if is_32bit {
+                    Capability::Compat32
+                } else {
+                    spec.capability
+                },
+                has_dev_link: fs::symlink_metadata(&dev_link)
+                    .is_ok_and(|m| m.file_type().is_symlink()),
                 host_path: hp,
                 path,
                 soname: info.soname,
@@ -447,12 +468,18 @@ fn discover_ipc(root: &Path) -> Vec<HostFile> {
         (
             "nvidia-persistenced",
             Capability::Utility,
-            &["/run/nvidia-persistenced/socket", "/var/run/nvidia-persistenced/socket"],
+            &[
+                "/run/nvidia-persistenced/socket",
+                "/var/run/nvidia-persistenced/socket",
+            ],
         ),
         (
             "nvidia-fabricmanager",
             Capability::Utility,
-            &["/run/nvidia-fabricmanager/socket", "/var/run/nvidia-fabricmanager/socket"],
+            &[
+                "/run/nvidia-fabricmanager/socket",
+                "/var/run/nvidia-fabricmanager/socket",
+            ],
         ),
         ("nvidia-mps", Capability::Compute, &["/tmp/nvidia-mps"]),
     ];
@@ -485,7 +512,9 @@ mod tests {
 
     #[test]
     fn dev_numbers_round_trip() {
-        let mk = |ma: u64, mi: u64| ((ma & 0xfff) << 8) | ((ma & !0xfff) << 32) | (mi & 0xff) | ((mi & !0xff) << 12);
+        let mk = |ma: u64, mi: u64| {
+            ((ma & 0xfff) << 8) | ((ma & !0xfff) << 32) | (mi & 0xff) | ((mi & !0xff) << 12)
+        };
         for (ma, mi) in [(195, 0), (195, 255), (508, 1), (4095, 1 << 19)] {
             let d = mk(ma, mi);
             assert_eq!((dev_major(d), dev_minor(d)), (ma as u32, mi as u32));
@@ -507,10 +536,17 @@ mod tests {
             dev_root: d.path().to_path_buf(),
             proc_root: d.path().join("proc"),
         };
-        let e = discover(&roots, &DiscoverOptions::default()).unwrap_err().to_string();
+        let e = discover(&roots, &DiscoverOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("nope") && e.contains("does not exist"), "{e}");
-        let roots = Roots { driver_root: d.path().to_path_buf(), ..roots };
-        let e = discover(&roots, &DiscoverOptions::default()).unwrap_err().to_string();
+        let roots = Roots {
+            driver_root: d.path().to_path_buf(),
+            ..roots
+        };
+        let e = discover(&roots, &DiscoverOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("driver/nvidia/version not found"), "{e}");
     }
 }

@@ -60,7 +60,9 @@ impl ReadAt for &[u8] {
     }
     fn read_exact_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
         let start = usize::try_from(off).map_err(|_| io::ErrorKind::UnexpectedEof)?;
-        let end = start.checked_add(buf.len()).ok_or(io::ErrorKind::UnexpectedEof)?;
+        let end = start
+            .checked_add(buf.len())
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
         let src = self.get(start..end).ok_or(io::ErrorKind::UnexpectedEof)?;
         buf.copy_from_slice(src);
         Ok(())
@@ -172,7 +174,10 @@ fn parse_from<R: ReadAt>(r: &R) -> Result<ElfInfo, ElfError> {
         return Err(ElfError::Corrupt("program header entry size"));
     }
     let ph_len = usize::from(phnum) * want_phent;
-    if phoff.checked_add(ph_len as u64).is_none_or(|end| end > file_len) {
+    if phoff
+        .checked_add(ph_len as u64)
+        .is_none_or(|end| end > file_len)
+    {
         return Err(ElfError::Truncated("the program header table"));
     }
     let ph = read(r, phoff, ph_len, "the program header table")?;
@@ -191,7 +196,11 @@ fn parse_from<R: ReadAt>(r: &R) -> Result<ElfInfo, ElfError> {
             )
         };
         match p_type {
-            1 => loads.push(Load { vaddr, offset, filesz }),
+            1 => loads.push(Load {
+                vaddr,
+                offset,
+                filesz,
+            }),
             2 => dynamic = Some((offset, filesz)),
             _ => {}
         }
@@ -215,7 +224,12 @@ fn parse_from<R: ReadAt>(r: &R) -> Result<ElfInfo, ElfError> {
     {
         return Err(ElfError::Truncated("the dynamic section"));
     }
-    let dynb = read(r, dyn_off, (count * entsize) as usize, "the dynamic section")?;
+    let dynb = read(
+        r,
+        dyn_off,
+        (count * entsize) as usize,
+        "the dynamic section",
+    )?;
     let (mut strtab, mut strsz, mut soname_off, mut needed_offs) = (None, None, None, Vec::new());
     let half = entsize as usize / 2;
     for i in 0..count as usize {
@@ -240,7 +254,9 @@ fn parse_from<R: ReadAt>(r: &R) -> Result<ElfInfo, ElfError> {
         .iter()
         .find(|l| strtab >= l.vaddr && strtab - l.vaddr < l.filesz)
         .map(|l| l.offset + (strtab - l.vaddr))
-        .ok_or(ElfError::Corrupt("DT_STRTAB is outside every loaded segment"))?;
+        .ok_or(ElfError::Corrupt(
+            "DT_STRTAB is outside every loaded segment",
+        ))?;
     let strsz = strsz.min(1 << 20);
     if str_off.checked_add(strsz).is_none_or(|end| end > file_len) {
         return Err(ElfError::Truncated("the dynamic string table"));
@@ -255,7 +271,8 @@ fn parse_from<R: ReadAt>(r: &R) -> Result<ElfInfo, ElfError> {
             .iter()
             .position(|&b| b == 0)
             .ok_or(ElfError::Corrupt("unterminated string"))?;
-        String::from_utf8(tail[..end].to_vec()).map_err(|_| ElfError::Corrupt("string is not UTF-8"))
+        String::from_utf8(tail[..end].to_vec())
+            .map_err(|_| ElfError::Corrupt("string is not UTF-8"))
     };
     if let Some(o) = soname_off {
         info.soname = Some(get(o)?);
@@ -275,12 +292,18 @@ mod tests {
         // The test binary links libc; its DT_NEEDED must be readable.
         let exe = std::env::current_exe().unwrap();
         let info = read_file(&exe).unwrap();
-        assert!(info.needed.iter().any(|n| n.starts_with("libc.so")), "{info:?}");
+        assert!(
+            info.needed.iter().any(|n| n.starts_with("libc.so")),
+            "{info:?}"
+        );
     }
 
     #[test]
     fn rejects_non_elf_and_truncations() {
-        assert!(matches!(parse(b"hello world, not an elf"), Err(ElfError::BadMagic)));
+        assert!(matches!(
+            parse(b"hello world, not an elf"),
+            Err(ElfError::BadMagic)
+        ));
         assert!(matches!(parse(b"\x7fEL"), Err(ElfError::Truncated(_))));
         let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         for cut in [17, 40, 63, 64, 100, 500] {

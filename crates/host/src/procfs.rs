@@ -165,7 +165,8 @@ pub fn is_gpu_uuid(s: &str) -> bool {
 
 /// `dddd:bb:dd.f` (16-bit domain) or `dddddddd:bb:dd.f` (32-bit domain), hex.
 pub fn is_bus_id(s: &str) -> bool {
-    let hex = |p: &str, n: &[usize]| n.contains(&p.len()) && p.bytes().all(|b| b.is_ascii_hexdigit());
+    let hex =
+        |p: &str, n: &[usize]| n.contains(&p.len()) && p.bytes().all(|b| b.is_ascii_hexdigit());
     let Some((head, func)) = s.rsplit_once('.') else {
         return false;
     };
@@ -220,7 +221,13 @@ mod tests {
 
     #[test]
     fn garbage_version_is_rejected() {
-        for bad in ["", "hello\n", "NVRM version: NVIDIA UNIX\n", "GCC version: 12.2.0\n", "NVRM version: x 1.2.3.4.5\n"] {
+        for bad in [
+            "",
+            "hello\n",
+            "NVRM version: NVIDIA UNIX\n",
+            "GCC version: 12.2.0\n",
+            "NVRM version: x 1.2.3.4.5\n",
+        ] {
             assert_eq!(parse_version(bad), Err(ProcError::NoVersion), "{bad:?}");
         }
     }
@@ -237,11 +244,26 @@ mod tests {
     #[test]
     fn truncated_information_names_the_missing_line() {
         let cut = &INFO[..INFO.find("Bus Location").unwrap()];
-        assert_eq!(parse_information(cut), Err(ProcError::MissingField("Bus Location")));
+        assert_eq!(
+            parse_information(cut),
+            Err(ProcError::MissingField("Bus Location"))
+        );
         let bad = INFO.replace("Device Minor: \t 3", "Device Minor: \t three");
-        assert!(matches!(parse_information(&bad), Err(ProcError::BadField { field: "Device Minor", .. })));
+        assert!(matches!(
+            parse_information(&bad),
+            Err(ProcError::BadField {
+                field: "Device Minor",
+                ..
+            })
+        ));
         let bad = INFO.replace("GPU-c4f1a5ff", "GPU-zzzz");
-        assert!(matches!(parse_information(&bad), Err(ProcError::BadField { field: "GPU UUID", .. })));
+        assert!(matches!(
+            parse_information(&bad),
+            Err(ProcError::BadField {
+                field: "GPU UUID",
+                ..
+            })
+        ));
     }
 
     #[test]

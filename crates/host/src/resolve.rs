@@ -69,7 +69,11 @@ fn join(root: &Path, parts: &[OsString]) -> PathBuf {
 /// paths of already-resolved files).
 pub fn host_path(root: &Path, inner: &Path) -> PathBuf {
     let mut p = root.to_path_buf();
-    p.extend(inner.components().filter(|c| matches!(c, Component::Normal(_))));
+    p.extend(
+        inner
+            .components()
+            .filter(|c| matches!(c, Component::Normal(_))),
+    );
     p
 }
 
@@ -85,9 +89,21 @@ mod tests {
         std::fs::create_dir_all(r.join("usr/lib/nvidia/current")).unwrap();
         std::fs::create_dir_all(r.join("etc/alternatives")).unwrap();
         std::fs::write(r.join("usr/lib/nvidia/current/libcuda.so.535.1"), b"x").unwrap();
-        symlink("libcuda.so.535.1", r.join("usr/lib/nvidia/current/libcuda.so.1")).unwrap();
-        symlink("/usr/lib/nvidia/current/libcuda.so.1", r.join("etc/alternatives/libcuda.so.1")).unwrap();
-        symlink("/etc/alternatives/libcuda.so.1", r.join("usr/lib/libcuda.so.1")).unwrap();
+        symlink(
+            "libcuda.so.535.1",
+            r.join("usr/lib/nvidia/current/libcuda.so.1"),
+        )
+        .unwrap();
+        symlink(
+            "/usr/lib/nvidia/current/libcuda.so.1",
+            r.join("etc/alternatives/libcuda.so.1"),
+        )
+        .unwrap();
+        symlink(
+            "/etc/alternatives/libcuda.so.1",
+            r.join("usr/lib/libcuda.so.1"),
+        )
+        .unwrap();
         assert_eq!(
             resolve_in_root(r, Path::new("/usr/lib/libcuda.so.1")).unwrap(),
             Path::new("/usr/lib/nvidia/current/libcuda.so.535.1")
@@ -96,7 +112,10 @@ mod tests {
         symlink("../../../../../../etc/passwd", r.join("usr/lib/evil")).unwrap();
         assert!(resolve_in_root(r, Path::new("/usr/lib/evil")).is_err());
         std::fs::write(r.join("etc/passwd"), b"inside").unwrap();
-        assert_eq!(resolve_in_root(r, Path::new("/usr/lib/evil")).unwrap(), Path::new("/etc/passwd"));
+        assert_eq!(
+            resolve_in_root(r, Path::new("/usr/lib/evil")).unwrap(),
+            Path::new("/etc/passwd")
+        );
     }
 
     #[test]

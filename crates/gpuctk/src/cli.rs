@@ -1,0 +1,250 @@
+//! The command line, as clap definitions only. Flag names follow `nvidia-ctk` so scripts written
+//! for it keep working; our additions are marked in `docs/cli.md`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tracing::Level;
+
+/// GPU container toolkit: makes the host's NVIDIA GPUs usable in containers.
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpuctk",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags accepted before or after any command.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// More log output on stderr (repeat for more)
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Debug logging (nvidia-ctk's flag)
+    #[arg(short = 'd', long, global = true, env = "NVIDIA_CTK_DEBUG", value_parser = clap::builder::FalseyValueParser::new())]
+    pub debug: bool,
+    /// Only errors on stderr
+    #[arg(long, global = true, env = "NVIDIA_CTK_QUIET", value_parser = clap::builder::FalseyValueParser::new())]
+    pub quiet: bool,
+}
+
+impl GlobalArgs {
+    /// The log level these flags ask for.
+    pub fn level(&self) -> Level {
+        if self.quiet {
+            Level::ERROR
+        } else if self.debug || self.verbose >= 2 {
+            Level::DEBUG
+        } else if self.verbose == 1 {
+            Level::INFO
+        } else {
+            Level::WARN
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Generate, list and validate CDI specs
+    #[command(subcommand)]
+    Cdi(CdiCommand),
+    /// Show what the host has: driver, GPUs, device nodes, driver files
+    Info(InfoArgs),
+    /// Build a fake GPU host or a container rootfs for tests and demos
+    #[command(subcommand, name = "mock-host")]
+    MockHost(MockHostCommand),
+    /// Show the whole chain, host to container, on this machine (or a mock GPU host)
+    Demo(DemoArgs),
+}
+
+/// The three roots discovery reads.
+#[derive(Debug, Args, Clone)]
+pub struct RootArgs {
+    /// Root of the driver installation (/run/nvidia/driver with the GPU Operator)
+    #[arg(
+        long,
+        env = "NVIDIA_CTK_DRIVER_ROOT",
+        default_value = "/",
+        value_name = "DIR"
+    )]
+    pub driver_root: PathBuf,
+    /// Root under which /dev/nvidia* live [default: the driver root]
+    #[arg(long, env = "NVIDIA_CTK_DEV_ROOT", value_name = "DIR")]
+    pub dev_root: Option<PathBuf>,
+    /// Where procfs is mounted (gpuctk's flag)
+    #[arg(
+        long,
+        env = "GPUCTK_PROC_ROOT",
+        default_value = "/proc",
+        value_name = "DIR"
+    )]
+    pub proc_root: PathBuf,
+    /// Extra library directory inside the driver root, searched before the defaults (repeatable)
+    #[arg(
+        long = "library-search-path",
+        env = "NVIDIA_CTK_CDI_LIBRARY_SEARCH_PATHS",
+        value_delimiter = ',',
+        value_name = "DIR"
+    )]
+    pub library_search_paths: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CdiCommand {
+    /// Write a CDI spec for the GPUs of this host
+    Generate(Box<GenerateArgs>),
+    /// List the CDI device names found in the spec dirs
+    List(ListArgs),
+    /// Check CDI spec files: schema and meaning; each error names file, device and field
+    Validate(ValidateArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SpecFormat {
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Strategy {
+    Index,
+    Uuid,
+    TypeIndex,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub roots: RootArgs,
+    /// Write the spec here (atomically); stdout when absent or "-"
+    #[arg(
+        long,
+        short = 'o',
+        env = "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH",
+        value_name = "FILE"
+    )]
+    pub output: Option<PathBuf>,
+    /// Output format [default: from the file extension, else yaml]
+    #[arg(long, env = "NVIDIA_CTK_CDI_OUTPUT_FORMAT", value_enum)]
+    pub format: Option<SpecFormat>,
+    /// How to name devices (repeatable)
+    #[arg(long = "device-name-strategy", env = "NVIDIA_CTK_CDI_DEVICE_NAME_STRATEGIES", value_enum, value_delimiter = ',', default_values = ["index", "uuid"])]
+    pub strategies: Vec<Strategy>,
+    /// Do not add the "all" device
+    #[arg(long)]
+    pub no_all_device: bool,
+    /// Only these GPUs: all, none, an index or a UUID (repeatable)
+    #[arg(
+        long = "device-id",
+        alias = "device-ids",
+        alias = "device",
+        value_delimiter = ',',
+        value_name = "ID"
+    )]
+    pub device_ids: Vec<String>,
+    /// CDI vendor
+    #[arg(long, alias = "cdi-vendor", default_value = "nvidia.com")]
+    pub vendor: String,
+    /// CDI class
+    #[arg(long, alias = "cdi-class", default_value = "gpu")]
+    pub class: String,
+    /// The hook binary written into the spec's hooks [default: this binary]
+    #[arg(
+        long = "nvidia-cdi-hook-path",
+        alias = "nvidia-ctk-path",
+        env = "NVIDIA_CTK_CDI_HOOK_PATH",
+        value_name = "PATH"
+    )]
+    pub hook_path: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// A CDI spec directory (repeatable; later ones take priority)
+    #[arg(long = "spec-dir", env = "NVIDIA_CTK_CDI_SPEC_DIRS", value_delimiter = ',', default_values = ["/etc/cdi", "/var/run/cdi"], value_name = "DIR")]
+    pub spec_dirs: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Spec files (.yaml, .yml or .json)
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub roots: RootArgs,
+    /// Machine-readable output
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LayoutArg {
+    Debian,
+    Rhel,
+    DriverContainer,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MockHostCommand {
+    /// Build a fake GPU host in DIR: device nodes, procfs files, driver libraries, ld.so.cache
+    Create(MockCreateArgs),
+    /// Build a small Debian-like container rootfs in DIR with a GPU probe
+    Rootfs(MockRootfsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MockCreateArgs {
+    /// Directory to create (absent or empty)
+    pub dir: PathBuf,
+    /// Number of GPUs (1-64)
+    #[arg(long, default_value_t = 2)]
+    pub gpus: u32,
+    /// Driver version, e.g. 570.124.06
+    #[arg(long, default_value = "570.124.06")]
+    pub driver_version: String,
+    /// Where the driver files go
+    #[arg(long, value_enum, default_value = "debian")]
+    pub layout: LayoutArg,
+    /// GPU model name
+    #[arg(long, default_value = "NVIDIA A100-SXM4-80GB")]
+    pub model: String,
+    /// The ldconfig used to build the host's ld.so.cache
+    #[arg(long, default_value = "ldconfig")]
+    pub ldconfig: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct MockRootfsArgs {
+    /// Directory to create
+    pub dir: PathBuf,
+    /// A static busybox to copy in
+    #[arg(long, default_value = "/bin/busybox")]
+    pub busybox: PathBuf,
+    /// The ldconfig used to build the image's ld.so.cache
+    #[arg(long, default_value = "ldconfig")]
+    pub ldconfig: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// GPUs of the mock host (when there is no real driver)
+    #[arg(long, default_value_t = 2)]
+    pub gpus: u32,
+    /// Keep the mock host in this directory instead of a temp dir
+    #[arg(long, value_name = "DIR")]
+    pub keep: Option<PathBuf>,
+    /// Use the mock host even when a real driver is present
+    #[arg(long)]
+    pub mock: bool,
+}

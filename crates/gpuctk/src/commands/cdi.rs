@@ -1,0 +1,170 @@
+//! `gpuctk cdi generate | list | validate`.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use gpuctk_cdi::registry::Registry;
+use gpuctk_cdi::spec::{write_spec, Format, Spec};
+use gpuctk_core::{build_spec, plan, CapabilitySet, NameStrategy, PlanOptions, SpecOptions};
+
+use crate::cli::{GenerateArgs, ListArgs, SpecFormat, Strategy, ValidateArgs};
+
+/// The spec a `cdi generate` with these arguments writes.
+pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
+    let inv = a.roots.discover()?;
+    let plan = plan(
+        &inv,
+        &PlanOptions {
+            hook_path: a.hook_path.clone().unwrap_or_else(super::self_path),
+            capabilities: CapabilitySet::all(),
+        },
+    );
+    let strategies = a
+        .strategies
+        .iter()
+        .map(|s| match s {
+            Strategy::Index => NameStrategy::Index,
+            Strategy::Uuid => NameStrategy::Uuid,
+            Strategy::TypeIndex => NameStrategy::TypeIndex,
+        })
+        .collect();
+    let spec = build_spec(
+        &inv,
+        &plan,
+        &SpecOptions {
+            vendor: a.vendor.clone(),
+            class: a.class.clone(),
+            strategies,
+            all_device: !a.no_all_device && !a.device_ids.iter().any(|d| d == "none"),
+            device_ids: a.device_ids.clone(),
+        },
+    )?;
+    // What we write must pass our own validator; anything else is our bug, not the user's.
+    let issues = gpuctk_cdi::validate::validate(&spec);
+    if !issues.is_empty() {
+        bail!(
+            "internal error: the generated spec is invalid: {}",
+            issues
+                .iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    Ok(spec)
+}
+
+pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
+    let output = a.output.clone().filter(|p| p.as_os_str() != "-");
+    let format = match (a.format, output.as_deref().and_then(Format::from_path)) {
+        (Some(SpecFormat::Json), _) => Format::Json,
+        (Some(SpecFormat::Yaml), _) => Format::Yaml,
+        (None, Some(f)) => f,
+        (None, None) => Format::Yaml,
+    };
+    if let Some(out) = &output {
+        check_output_dir(out)?;
+    }
+    let spec = generated_spec(&a)?;
+    match output {
+        None => {
+            std::io::stdout().write_all(spec.to_format(format).as_bytes())?;
+        }
+        Some(path) => {
+            write_spec(&path, &spec, format)?;
+            tracing::info!(
+                "wrote {} ({} devices, cdiVersion {})",
+                path.display(),
+                spec.devices.len(),
+                spec.cdi_version
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fail before discovery, with a message that names the flag, when the output can't be written.
+fn check_output_dir(out: &Path) -> anyhow::Result<()> {
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "--output {}: directory {} does not exist (create it first)",
+            out.display(),
+            dir.display()
+        );
+    }
+    if out.is_dir() {
+        bail!(
+            "--output {}: is a directory; give a file name such as {}/nvidia.yaml",
+            out.display(),
+            out.display()
+        );
+    }
+    // access(2) answers for the real uid, which is what will write the file.
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .context("--output: path contains NUL")?;
+    // SAFETY: c is a valid NUL-terminated string for the duration of the call.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        bail!(
+            "--output {}: directory {} is not writable ({})",
+            out.display(),
+            dir.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+pub fn list(a: ListArgs) -> anyhow::Result<ExitCode> {
+    let reg = Registry::load(&a.spec_dirs);
+    for (path, err) in reg.errors() {
+        tracing::warn!("{}: {err}", path.display());
+    }
+    let mut out = std::io::stdout().lock();
+    for name in reg.device_names() {
+        writeln!(out, "{name}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn validate(a: ValidateArgs) -> anyhow::Result<ExitCode> {
+    let mut failed = 0usize;
+    let mut out = std::io::stdout().lock();
+    for file in &a.files {
+        let spec = match Spec::load(file) {
+            Ok(s) => s,
+            Err(e) => {
+                failed += 1;
+                eprintln!("{e}");
+                continue;
+            }
+        };
+        let issues = gpuctk_cdi::validate::validate(&spec);
+        if issues.is_empty() {
+            writeln!(
+                out,
+                "{}: valid (cdiVersion {}, kind {}, {} devices)",
+                file.display(),
+                spec.cdi_version,
+                spec.kind,
+                spec.devices.len()
+            )?;
+        } else {
+            failed += 1;
+            let err = gpuctk_cdi::validate::ValidationError {
+                file: file.clone(),
+                issues,
+            };
+            eprintln!("{err}");
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} of {} spec files are invalid", a.files.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}

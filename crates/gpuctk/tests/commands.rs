@@ -1,0 +1,205 @@
+use std::fs;
+
+use crate::util::*;
+
+#[test]
+fn cdi_list_reads_spec_dirs_with_priority() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 2, "570.124.06", "debian");
+    let etc = t.join("etc-cdi");
+    let run = t.join("run-cdi");
+    fs::create_dir_all(&etc).unwrap();
+    fs::create_dir_all(&run).unwrap();
+    ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--output",
+            etc.join("nvidia.yaml").to_str().unwrap(),
+        ],
+        &h.roots(),
+    ));
+    fs::write(run.join("broken.json"), "{ not json").unwrap();
+    let r = ok(&[
+        "cdi",
+        "list",
+        "--spec-dir",
+        etc.to_str().unwrap(),
+        "--spec-dir",
+        run.to_str().unwrap(),
+    ]);
+    let names: Vec<&str> = r.stdout.lines().collect();
+    let mut want = vec![
+        "nvidia.com/gpu=0".to_string(),
+        "nvidia.com/gpu=1".to_string(),
+        "nvidia.com/gpu=all".to_string(),
+    ];
+    want.extend(h.uuids().iter().map(|u| format!("nvidia.com/gpu={u}")));
+    want.sort();
+    assert_eq!(names, want);
+    assert!(
+        r.stderr.contains("broken.json"),
+        "a broken spec is reported: {}",
+        r.stderr
+    );
+    let r = ok(&[
+        "cdi",
+        "list",
+        "--spec-dir",
+        t.join("missing").to_str().unwrap(),
+    ]);
+    assert_eq!(r.stdout, "");
+}
+
+#[test]
+fn cdi_validate_names_file_device_and_field() {
+    let t = TestDir::new();
+    let bad = t.join("bad.yaml");
+    fs::write(
+        &bad,
+        "cdiVersion: 0.3.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits:\n    deviceNodes:\n    - path: dev/nvidia0\n",
+    )
+    .unwrap();
+    let r = fails(
+        &["cdi", "validate", bad.to_str().unwrap()],
+        &["bad.yaml", "device \"0\"", "deviceNodes[0].path", "0.5.0"],
+    );
+    assert!(r.stderr.contains("absolute"), "{}", r.stderr);
+    let unknown = t.join("unknown.json");
+    fs::write(&unknown, r#"{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"a","containerEdits":{"env":["A=1"]}}],"extra":1}"#).unwrap();
+    fails(
+        &["cdi", "validate", unknown.to_str().unwrap()],
+        &["unknown.json", "extra"],
+    );
+    let badver = t.join("v.yaml");
+    fs::write(&badver, "cdiVersion: 9.9.9\nkind: nvidia.com/gpu\ndevices:\n- name: a\n  containerEdits:\n    env: [A=1]\n").unwrap();
+    fails(
+        &["cdi", "validate", badver.to_str().unwrap()],
+        &["v.yaml", "9.9.9"],
+    );
+}
+
+#[test]
+fn info_human_and_json() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 3, "550.54.15", "rhel");
+    let r = ok(&with(&["info"], &h.roots()));
+    assert!(
+        r.stdout
+            .contains("NVIDIA driver 550.54.15 (supports up to CUDA 12.4)"),
+        "{}",
+        r.stdout
+    );
+    for u in h.uuids() {
+        assert!(r.stdout.contains(&u), "{}", r.stdout);
+    }
+    assert!(
+        r.stdout
+            .contains("/usr/lib64/libcuda.so.550.54.15 (libcuda.so.1)"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("missing: "),
+        "libraries the mock does not ship are listed as missing"
+    );
+    let r = ok(&with(&["info", "--json"], &h.roots()));
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["driver_version"], "550.54.15");
+    assert_eq!(v["cuda_version"]["major"], 12);
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 3);
+    assert_eq!(v["gpus"][2]["node"]["path"], "/dev/nvidia2");
+    let libcuda = v["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "libcuda.so")
+        .unwrap();
+    assert_eq!(libcuda["soname"], "libcuda.so.1");
+    assert_eq!(libcuda["capability"], "compute");
+    assert!(v["library_source"]
+        .as_str()
+        .unwrap()
+        .ends_with("etc/ld.so.cache"));
+}
+
+#[test]
+fn missing_device_node_is_a_warning_and_the_gpu_is_left_out() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 2, "570.124.06", "debian");
+    fs::remove_file(format!("{}/dev/nvidia1", h.dev_root())).unwrap();
+    let r = ok(&with(&["cdi", "generate"], &h.roots()));
+    assert!(
+        r.stderr.contains("GPU 1") && r.stderr.contains("no device node"),
+        "{}",
+        r.stderr
+    );
+    let spec = yaml(&r.stdout);
+    let names: Vec<&str> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 3, "GPU 0 twice plus all: {names:?}");
+}
+
+#[test]
+fn demo_runs_the_chain_on_a_mock_host() {
+    let r = ok(&["demo", "--mock", "--gpus", "2"]);
+    assert!(r.stdout.contains("built a mock GPU host"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("/dev/nvidia0 (195:0)") && r.stdout.contains("/dev/nvidia1 (195:1)"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("update-ldcache"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("the chain holds: 2 GPU(s)"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn nvidia_ctk_personality() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 1, "570.124.06", "debian");
+    let link = t.join("nvidia-ctk");
+    std::os::unix::fs::symlink(GPUCTK, &link).unwrap();
+    let out = std::process::Command::new(&link)
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Usage: nvidia-ctk"), "{help}");
+    let mut cmd = std::process::Command::new(&link);
+    cmd.args(["cdi", "generate", "--format", "json"])
+        .args(h.roots());
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["devices"][0]["name"], "0");
+    let r = ok(&["--version"]);
+    assert!(r.stdout.starts_with("gpuctk "), "{}", r.stdout);
+}
+
+#[test]
+fn mock_rootfs_has_probe_and_busybox() {
+    let t = TestDir::new();
+    let dir = t.join("rootfs");
+    ok(&["mock-host", "rootfs", dir.to_str().unwrap()]);
+    for f in [
+        "bin/busybox",
+        "bin/sh",
+        "usr/bin/gpuctk-probe",
+        "etc/debian_version",
+        "etc/ld.so.cache",
+    ] {
+        assert!(fs::symlink_metadata(dir.join(f)).is_ok(), "{f} missing");
+    }
+}

@@ -1,0 +1,340 @@
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+fn major(rdev: u64) -> u64 {
+    ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff)
+}
+fn minor(rdev: u64) -> u64 {
+    (rdev & 0xff) | ((rdev >> 12) & !0xff)
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// A spec node must be exactly the node on the host.
+fn assert_node_matches_host(n: &Value) {
+    let host = n["hostPath"].as_str().or(n["path"].as_str()).unwrap();
+    let md = std::fs::metadata(host).unwrap_or_else(|e| panic!("{host}: {e}"));
+    assert_eq!(n["major"].as_u64().unwrap(), major(md.rdev()), "{n}");
+    assert_eq!(n["minor"].as_u64().unwrap(), minor(md.rdev()), "{n}");
+    assert_eq!(
+        n["fileMode"].as_u64().unwrap(),
+        u64::from(md.mode() & 0o777),
+        "{n}"
+    );
+    assert_eq!(n["permissions"], "rwm");
+    assert_eq!(n["type"], "c");
+}
+
+fn hook_args(spec: &Value, name: &str) -> Vec<String> {
+    spec["containerEdits"]["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| strs(&h["args"]))
+        .find(|a| a.get(1).map(String::as_str) == Some(name))
+        .unwrap_or_else(|| panic!("no {name} hook"))
+}
+
+/// Everything a generated spec must say about the host it was made from.
+fn check_spec(h: &Host, spec: &Value, gpus: usize, version: &str) {
+    assert_cdi_schema(spec);
+    assert_eq!(spec["kind"], "nvidia.com/gpu");
+    assert_eq!(
+        spec["cdiVersion"], "0.6.0",
+        "annotations need 0.6.0, nothing needs more"
+    );
+    assert_eq!(spec["annotations"]["gpuctk/driver-version"], version);
+    let lib_dir = h.manifest["lib_dir"].as_str().unwrap();
+    let driver_root = h.driver_root();
+
+    let devices = spec["devices"].as_array().unwrap();
+    assert_eq!(
+        devices.len(),
+        2 * gpus + 1,
+        "index + uuid per GPU, plus all"
+    );
+    let uuids = h.uuids();
+    assert_eq!(uuids.len(), gpus);
+    for (i, uuid) in uuids.iter().enumerate() {
+        for name in [i.to_string(), uuid.clone()] {
+            let d = devices
+                .iter()
+                .find(|d| d["name"] == name.as_str())
+                .unwrap_or_else(|| panic!("no device {name}"));
+            let nodes = d["containerEdits"]["deviceNodes"].as_array().unwrap();
+            assert_eq!(nodes.len(), 1);
+            assert_eq!(nodes[0]["path"], format!("/dev/nvidia{i}").as_str());
+            assert_eq!(
+                nodes[0]["hostPath"],
+                format!("{}/dev/nvidia{i}", h.dev_root()).as_str()
+            );
+            assert_node_matches_host(&nodes[0]);
+        }
+    }
+    let all = devices.last().unwrap();
+    assert_eq!(all["name"], "all");
+    assert_eq!(
+        all["containerEdits"]["deviceNodes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        gpus
+    );
+
+    let common = &spec["containerEdits"];
+    let nodes: Vec<&str> = common["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            "/dev/nvidia-modeset",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvidiactl"
+        ]
+    );
+    for n in common["deviceNodes"].as_array().unwrap() {
+        assert_node_matches_host(n);
+    }
+    let env = strs(&common["env"]);
+    assert!(
+        env.contains(&format!("NVIDIA_CTK_LIBCUDA_DIR={lib_dir}")),
+        "{env:?}"
+    );
+    assert!(env.contains(&"NVIDIA_VISIBLE_DEVICES=void".to_string()));
+
+    let mounts = common["mounts"].as_array().unwrap();
+    let mut container_paths = Vec::new();
+    for m in mounts {
+        let hp = m["hostPath"].as_str().unwrap();
+        let cp = m["containerPath"].as_str().unwrap();
+        assert!(Path::new(hp).exists(), "{hp} missing");
+        assert!(hp.starts_with(&driver_root), "{hp} outside the driver root");
+        if cp.starts_with("/usr/lib") || cp.starts_with("/lib") {
+            assert_eq!(
+                &hp[driver_root.len()..],
+                cp,
+                "container path = host path minus the driver root"
+            );
+        }
+        let opts = strs(&m["options"]);
+        if cp.ends_with("/socket") {
+            assert!(
+                !opts.contains(&"ro".to_string()) && opts.contains(&"noexec".to_string()),
+                "{opts:?}"
+            );
+        } else {
+            assert_eq!(opts, ["ro", "nosuid", "nodev", "rbind", "rprivate"]);
+        }
+        container_paths.push(cp.to_string());
+    }
+    for want in [
+        format!("{lib_dir}/libcuda.so.{version}"),
+        format!("{lib_dir}/libnvidia-ml.so.{version}"),
+        format!("{lib_dir}/libnvidia-ptxjitcompiler.so.{version}"),
+        format!("{lib_dir}/libnvidia-nvvm.so.{version}"),
+        format!("{lib_dir}/libcudadebugger.so.{version}"),
+        format!("{lib_dir}/libnvidia-allocator.so.{version}"),
+        format!("{lib_dir}/libnvidia-cfg.so.{version}"),
+        format!("{lib_dir}/libnvidia-opencl.so.{version}"),
+        "/usr/bin/nvidia-smi".to_string(),
+        "/usr/bin/nvidia-debugdump".to_string(),
+        "/usr/bin/nvidia-persistenced".to_string(),
+        "/usr/bin/nvidia-cuda-mps-control".to_string(),
+        "/usr/bin/nvidia-cuda-mps-server".to_string(),
+        format!("/lib/firmware/nvidia/{version}/gsp_ga10x.bin"),
+        "/run/nvidia-persistenced/socket".to_string(),
+    ] {
+        assert!(
+            container_paths.contains(&want),
+            "no mount for {want}: {container_paths:?}"
+        );
+    }
+
+    let links = hook_args(spec, "create-symlinks");
+    assert_eq!(links[0], "nvidia-cdi-hook");
+    for want in [
+        format!("libcuda.so.{version}::{lib_dir}/libcuda.so.1"),
+        format!("libcuda.so.1::{lib_dir}/libcuda.so"),
+        format!("libnvidia-ml.so.{version}::{lib_dir}/libnvidia-ml.so.1"),
+        format!("libnvidia-ml.so.1::{lib_dir}/libnvidia-ml.so"),
+        format!("libnvidia-nvvm.so.{version}::{lib_dir}/libnvidia-nvvm.so.4"),
+    ] {
+        assert!(links.contains(&want), "no link {want}: {links:?}");
+    }
+    assert_eq!(
+        hook_args(spec, "enable-cuda-compat")[2],
+        format!("--host-driver-version={version}")
+    );
+    assert_eq!(
+        hook_args(spec, "update-ldcache")[2..],
+        ["--folder".to_string(), lib_dir.to_string()]
+    );
+    for hook in common["hooks"].as_array().unwrap() {
+        assert_eq!(hook["hookName"], "createContainer");
+        assert_eq!(hook["path"], "/usr/bin/nvidia-cdi-hook");
+        assert_eq!(strs(&hook["env"]), ["NVIDIA_CTK_DEBUG=false"]);
+    }
+}
+
+fn generate_and_check(layout: &str, gpus: u32, version: &str) {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", gpus, version, layout);
+    let out = t.join("nvidia.yaml");
+    let roots = h.roots();
+    let out_s = out.to_str().unwrap();
+    ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--output",
+            out_s,
+            "--nvidia-cdi-hook-path",
+            "/usr/bin/nvidia-cdi-hook",
+        ],
+        &roots,
+    ));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.starts_with("---\n"), "YAML by default");
+    check_spec(&h, &yaml(&text), gpus as usize, version);
+    let v = ok(&["cdi", "validate", out_s]);
+    assert!(v.stdout.contains("valid"), "{}", v.stdout);
+    let mode = std::fs::metadata(&out).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o644);
+}
+
+#[test]
+fn debian_1_gpu_570() {
+    generate_and_check("debian", 1, "570.124.06");
+}
+
+#[test]
+fn debian_8_gpus_550() {
+    generate_and_check("debian", 8, "550.54.15");
+}
+
+#[test]
+fn debian_64_gpus_580() {
+    generate_and_check("debian", 64, "580.65.06");
+}
+
+#[test]
+fn rhel_2_gpus_535() {
+    generate_and_check("rhel", 2, "535.261.03");
+}
+
+#[test]
+fn rhel_8_gpus_570() {
+    generate_and_check("rhel", 8, "570.124.06");
+}
+
+#[test]
+fn driver_container_8_gpus_570() {
+    generate_and_check("driver-container", 8, "570.124.06");
+}
+
+#[test]
+fn json_by_extension_and_by_flag() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 2, "570.124.06", "debian");
+    let out = t.join("nvidia.json");
+    ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--output",
+            out.to_str().unwrap(),
+            "--nvidia-cdi-hook-path=/usr/bin/nvidia-cdi-hook",
+        ],
+        &h.roots(),
+    ));
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    check_spec(&h, &v, 2, "570.124.06");
+    let r = ok(&with(&["cdi", "generate", "--format", "json"], &h.roots()));
+    let v2: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["devices"], v2["devices"]);
+    // The default hook path is this very binary.
+    let hooks = v2["containerEdits"]["hooks"].as_array().unwrap();
+    assert_eq!(hooks[0]["path"], GPUCTK);
+}
+
+#[test]
+fn naming_and_selection() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 4, "570.124.06", "debian");
+    let uuids = h.uuids();
+    let r = ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--device-name-strategy",
+            "type-index",
+            "--device-id",
+            "1",
+            "--device-id",
+            &uuids[3],
+            "--no-all-device",
+        ],
+        &h.roots(),
+    ));
+    let spec = yaml(&r.stdout);
+    let names: Vec<&str> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["gpu1", "gpu3"]);
+    let r = ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--device-name-strategy",
+            "uuid,index",
+            "--device-id",
+            "2",
+        ],
+        &h.roots(),
+    ));
+    let spec = yaml(&r.stdout);
+    let names: Vec<&str> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["2", uuids[2].as_str(), "all"]);
+}
+
+#[test]
+fn dev_root_defaults_to_driver_root_and_hostpath_is_dropped_at_slash() {
+    // With the dev root at the host dir the node paths carry hostPath; only "/" drops it, which
+    // we cannot use here, so check the default-to-driver-root rule instead.
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 1, "570.124.06", "debian");
+    let r = ok(&[
+        "cdi",
+        "generate",
+        "--driver-root",
+        &h.driver_root(),
+        "--proc-root",
+        &h.proc_root(),
+    ]);
+    let spec = yaml(&r.stdout);
+    assert_eq!(
+        spec["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"],
+        format!("{}/dev/nvidia0", h.driver_root()).as_str()
+    );
+}

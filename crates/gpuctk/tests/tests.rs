@@ -1,0 +1,17 @@
+//! gpuctk's integration tests: one binary, one module per area. Every test gets its own temp
+//! dir (`util::TestDir`) and runs the real `gpuctk` binary against mock GPU hosts built by
+//! `gpuctk mock-host create` (real device nodes, real ELF files, real `ldconfig` output).
+//! They run as root, since mock hosts need mknod.
+
+mod util;
+
+/// Malformed input of every kind: one clear line, a non-zero exit, nothing half-written.
+mod bad_input;
+/// `cdi list`, `cdi validate`, `info`, `demo` and the `nvidia-ctk` personality.
+mod commands;
+/// `cdi generate` on every layout, GPU count and driver version; the spec matches the host.
+mod generate;
+/// Discovery on the real Debian 535 driver packages, unpacked with dpkg-deb.
+mod real_driver;
+/// One test per fixed bug.
+mod regression;

@@ -1,0 +1,185 @@
+//! Test helpers: a temp dir per test, a `gpuctk` command builder, mock hosts, schema checks.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub const GPUCTK: &str = env!("CARGO_BIN_EXE_gpuctk");
+
+/// A temp dir that lives as long as the test.
+pub struct TestDir {
+    dir: tempfile::TempDir,
+}
+
+impl TestDir {
+    pub fn new() -> TestDir {
+        TestDir {
+            dir: tempfile::Builder::new()
+                .prefix("gpuctk-test-")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+}
+
+/// `gpuctk ARGS` with an environment that holds none of the NVIDIA_* variables the flags read.
+pub fn gpuctk(args: &[&str]) -> Command {
+    let mut c = Command::new(GPUCTK);
+    c.args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NVIDIA_") || k.starts_with("GPUCTK_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+pub fn run(args: &[&str]) -> Run {
+    gpuctk(args).output().expect("run gpuctk").into()
+}
+
+/// Run and require success.
+pub fn ok(args: &[&str]) -> Run {
+    let r = run(args);
+    assert_eq!(
+        r.code, 0,
+        "gpuctk {args:?} failed:\nstdout: {}\nstderr: {}",
+        r.stdout, r.stderr
+    );
+    r
+}
+
+/// Run and require failure with a one-line error containing each of `needles`.
+pub fn fails(args: &[&str], needles: &[&str]) -> Run {
+    let r = run(args);
+    assert_ne!(
+        r.code, 0,
+        "gpuctk {args:?} should fail:\nstdout: {}\nstderr: {}",
+        r.stdout, r.stderr
+    );
+    for n in needles {
+        assert!(
+            r.stderr.contains(n),
+            "stderr of {args:?} lacks {n:?}:\n{}",
+            r.stderr
+        );
+    }
+    assert!(!r.stderr.contains("panicked"), "panic: {}", r.stderr);
+    r
+}
+
+/// A mock host built through the CLI, with its manifest.
+pub struct Host {
+    pub manifest: serde_json::Value,
+}
+
+impl Host {
+    pub fn driver_root(&self) -> String {
+        self.manifest["driver_root"].as_str().unwrap().to_string()
+    }
+    pub fn dev_root(&self) -> String {
+        self.manifest["dev_root"].as_str().unwrap().to_string()
+    }
+    pub fn proc_root(&self) -> String {
+        self.manifest["proc_root"].as_str().unwrap().to_string()
+    }
+    /// The root flags for this host.
+    pub fn roots(&self) -> Vec<String> {
+        vec![
+            "--driver-root".into(),
+            self.driver_root(),
+            "--dev-root".into(),
+            self.dev_root(),
+            "--proc-root".into(),
+            self.proc_root(),
+        ]
+    }
+    pub fn uuids(&self) -> Vec<String> {
+        self.manifest["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["uuid"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+pub fn mock_host(t: &TestDir, name: &str, gpus: u32, version: &str, layout: &str) -> Host {
+    let dir = t.join(name);
+    let d = dir.to_str().unwrap().to_string();
+    let g = gpus.to_string();
+    ok(&[
+        "mock-host",
+        "create",
+        &d,
+        "--gpus",
+        &g,
+        "--driver-version",
+        version,
+        "--layout",
+        layout,
+    ]);
+    let manifest =
+        serde_json::from_slice(&std::fs::read(dir.join("mock-host.json")).unwrap()).unwrap();
+    Host { manifest }
+}
+
+/// `args` followed by `extra`, as &str.
+pub fn with<'a>(args: &'a [&'a str], extra: &'a [String]) -> Vec<&'a str> {
+    let mut v: Vec<&str> = args.to_vec();
+    v.extend(extra.iter().map(String::as_str));
+    v
+}
+
+fn cdi_schema() -> &'static (boon::Schemas, boon::SchemaIndex) {
+    static S: OnceLock<(boon::Schemas, boon::SchemaIndex)> = OnceLock::new();
+    S.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cdi/tests/schema");
+        let load = |f: &str| -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap()
+        };
+        let mut schemas = boon::Schemas::new();
+        let mut c = boon::Compiler::new();
+        c.add_resource("file:///cdi/defs.json", load("defs.json"))
+            .unwrap();
+        c.add_resource("file:///cdi/schema.json", load("schema.json"))
+            .unwrap();
+        let idx = c.compile("file:///cdi/schema.json", &mut schemas).unwrap();
+        (schemas, idx)
+    })
+}
+
+/// Check a spec (as JSON value) against the published CDI schema.
+pub fn assert_cdi_schema(spec: &serde_json::Value) {
+    let (schemas, idx) = cdi_schema();
+    if let Err(e) = schemas.validate(spec, *idx) {
+        panic!("spec violates the CDI schema: {e:#}");
+    }
+}
+
+/// Parse YAML into a JSON value.
+pub fn yaml(text: &str) -> serde_json::Value {
+    serde_yaml::from_str(text).expect("valid yaml")
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs what gpuctk needs to build, demo and test on Debian 12 / Ubuntu, as root.
+# Idempotent: safe to run again. Also fetches the real (non-free) Debian NVIDIA 535 driver
+# packages that one test unpacks with dpkg-deb; they are never installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+    echo "setup.sh: run as root (it installs packages and the tests create device nodes)" >&2
+    exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+PKGS="gcc libc6-dev binutils busybox-static runc crun ca-certificates curl"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "setup.sh: installing the Rust toolchain with rustup" >&2
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c clippy,rustfmt
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+# The real driver packages, from Debian's non-free component, through a private apt
+# configuration so the machine's own sources stay untouched.
+DEBS=target/nvidia-debs
+if ! ls "$DEBS"/libcuda1_*.deb "$DEBS"/libnvidia-ml1_*.deb "$DEBS"/nvidia-smi_*.deb >/dev/null 2>&1; then
+    apt_dir=$(mktemp -d)
+    trap 'rm -rf "$apt_dir"' EXIT
+    mkdir -p "$apt_dir/sources" "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$DEBS"
+    suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+    case "$(. /etc/os-release && echo "$ID")" in
+        debian) uri=http://deb.debian.org/debian comp=non-free ;;
+        *) suite=bookworm uri=http://deb.debian.org/debian comp=non-free ;;
+    esac
+    cat >"$apt_dir/sources/nonfree.sources" <<SRC
+Types: deb
+URIs: $uri
+Suites: $suite
+Components: $comp
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$apt_dir/sources"
+          -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
+          -o "APT::Sandbox::User=root")
+    apt-get "${opts[@]}" update -qq 2>/dev/null
+    (cd "$DEBS" && apt-get "${opts[@]}" download libcuda1 libnvidia-ml1 nvidia-smi -qq) \
+        || echo "setup.sh: warning: could not download the Debian NVIDIA packages; the real-driver test will fail" >&2
+fi
+echo "setup.sh: ready"
