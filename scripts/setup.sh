@@ -57,4 +57,11 @@ SRC
     (cd "$DEBS" && apt-get "${opts[@]}" download libcuda1 libnvidia-ml1 nvidia-smi -qq) \
         || echo "setup.sh: warning: could not download the Debian NVIDIA packages; the real-driver test will fail" >&2
 fi
+# crun refuses a hybrid cgroup setup while hugetlb sits on the cgroup2 hierarchy ("cgroups in
+# hybrid mode not supported"); giving hugetlb its own v1 hierarchy moves it off cgroup2.
+if grep -qw hugetlb /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null; then
+    mkdir -p /sys/fs/cgroup/hugetlb
+    mountpoint -q /sys/fs/cgroup/hugetlb || mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb
+fi
+
 echo "setup.sh: ready"
