@@ -1,11 +1,15 @@
-//! The policy core: from what the host has (`Inventory`) and what is asked for, to CDI container
-//! edits. Pure: no IO, no clock, no environment.
+//! The policy core: from what the host has (`Inventory`) and what the container asks for
+//! (`Request`), to CDI container edits. Pure: no IO, no clock, no environment.
 #![deny(missing_docs)]
 
 pub mod capabilities;
 pub mod plan;
+pub mod request;
+pub mod select;
 pub mod spec;
 
 pub use capabilities::CapabilitySet;
 pub use plan::{plan, GpuEdits, Plan, PlanOptions};
-pub use spec::{build_spec, NameStrategy, SpecError, SpecOptions};
+pub use request::{parse_request, DeviceId, Devices, Policy, Request, RequestError};
+pub use select::{cdi_name_to_device, jit_edits, select_gpus, SelectError};
+pub use spec::{build_spec, NameStrategy, SpecError, SpecOptions, DRIVER_VERSION_ANNOTATION};
