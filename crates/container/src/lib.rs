@@ -1,1 +1,27 @@
-//! placeholder, replaced by the crate implementation
+//! gpuctk-container: the work done inside a container's root filesystem by
+//! the OCI `createContainer` hooks our CDI specs declare
+//! (`nvidia-cdi-hook update-ldcache | create-symlinks | chmod |
+//! enable-cuda-compat`).
+//!
+//! * [`state`]: the OCI state on a hook's stdin and where the root is;
+//! * [`root`]: [`Root`], file access resolved inside the root with
+//!   `openat2(RESOLVE_IN_ROOT)`, so that no symlink in the image reaches
+//!   the host;
+//! * [`elf`]: a bounded ELF reader (soname, ABI, note sections);
+//! * [`hooks`]: the hooks themselves.
+//!
+//! Nothing here executes anything from the image or reads the environment.
+
+#![deny(missing_docs)]
+
+pub mod elf;
+pub mod hooks;
+pub mod root;
+pub mod state;
+
+pub use hooks::{
+    chmod, create_symlinks, enable_cuda_compat, update_ldcache, CompatOutcome, HookError,
+    LdcacheReport, Link,
+};
+pub use root::{FileKind, LinkOutcome, Metadata, Root, RootError};
+pub use state::{container_root, State, StateError};

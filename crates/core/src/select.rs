@@ -59,9 +59,7 @@ pub enum SelectError {
         name: String,
     },
     /// The selected GPU has no device node on this host.
-    #[error(
-        "{var}: GPU {index} has no device node under the dev root; create /dev/nvidia{minor}"
-    )]
+    #[error("{var}: GPU {index} has no device node under the dev root; create /dev/nvidia{minor}")]
     NoNode {
         /// The variable or annotation.
         var: String,

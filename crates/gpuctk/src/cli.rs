@@ -62,6 +62,28 @@ pub enum Command {
     MockHost(MockHostCommand),
     /// Show the whole chain, host to container, on this machine (or a mock GPU host)
     Demo(DemoArgs),
+    /// The runtime shim (what nvidia-container-runtime runs)
+    #[command(subcommand)]
+    Runtime(RuntimeCommand),
+    /// The OCI hooks of our CDI specs (what nvidia-cdi-hook runs): gpuctk hook NAME --help
+    Hook(PassArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RuntimeCommand {
+    /// Run as the runtime shim: gpuctk runtime exec -- RUNC-ARGS...
+    Exec(PassArgs),
+}
+
+/// Arguments handed on untouched.
+#[derive(Debug, Args)]
+pub struct PassArgs {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 /// The three roots discovery reads.

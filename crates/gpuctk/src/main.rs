@@ -1,10 +1,13 @@
-//! `gpuctk`: one binary, many names. It dispatches on the basename of `argv[0]` so it can be
-//! installed as `nvidia-ctk` (same commands as `gpuctk`) and, as later personalities land, as the
-//! other NVIDIA Container Toolkit executables.
+//! `gpuctk`: one binary, many names. It dispatches on the basename of `argv[0]`:
+//! `nvidia-container-runtime` is the runtime shim, `nvidia-cdi-hook` the OCI hooks, and every
+//! other name (`gpuctk`, `nvidia-ctk`) the full command line.
 
 mod cli;
 mod commands;
+mod config;
+mod hook;
 mod logging;
+mod runtime;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -67,7 +70,12 @@ fn main() -> ExitCode {
         .first()
         .cloned()
         .unwrap_or_else(|| OsString::from("gpuctk"));
-    let result = run_ctk(&basename(&argv0), &args);
+    let name = basename(&argv0);
+    let result = match name.as_str() {
+        "nvidia-container-runtime" => return runtime::main(&args[1..]),
+        "nvidia-cdi-hook" => return hook::main(&args),
+        _ => run_ctk(&name, &args),
+    };
     match result {
         Ok(code) => code,
         Err(e) => {

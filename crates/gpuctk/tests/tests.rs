@@ -15,3 +15,5 @@ mod generate;
 mod real_driver;
 /// One test per fixed bug.
 mod regression;
+/// The runtime shim and the hooks under real runc and crun.
+mod runtime;

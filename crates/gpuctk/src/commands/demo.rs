@@ -132,15 +132,137 @@ pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let edits = resolved.edits;
     print_edits(&edits);
+
+    step(4, "the engine's bundle: rootfs (a small Debian-like image) + config.json asking NVIDIA_VISIBLE_DEVICES=all");
+    let bundle = work.path.join("bundle");
+    let runc = crate::runtime::find_runtime(
+        &["runc".to_string(), "crun".to_string()],
+        std::env::var_os("PATH").as_deref(),
+    )
+    .context("the demo runs a real container: install runc (./scripts/setup.sh)")?;
+    make_bundle(&bundle, &runc)?;
     println!(
-        "\nthe chain holds: {} GPU(s) on the host, {} device node(s) for the container",
+        "    {} (rootfs with busybox, glibc and /usr/bin/gpuctk-probe)",
+        bundle.display()
+    );
+
+    step(
+        5,
+        &format!(
+            "nvidia-container-runtime run: edit config.json, then exec {}",
+            runc.display()
+        ),
+    );
+    let config = work.path.join("config.toml");
+    let roots_toml = format!(
+        "[nvidia-container-cli]\nroot = \"{}\"\n\n[nvidia-container-runtime]\nruntimes = [\"{}\"]\n\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [\"{}\"]\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nhook-path = \"{}\"\n",
+        roots.driver_root.display(),
+        runc.display(),
+        spec_dir.display(),
+        roots.dev_root.display(),
+        roots.proc_root.display(),
+        super::self_path()
+    );
+    gpuctk_atomicfile::write(&config, roots_toml.as_bytes(), Some(0o644))?;
+    let bin = work.path.join("bin");
+    std::fs::create_dir_all(&bin)?;
+    let shim = bin.join("nvidia-container-runtime");
+    let _ = std::fs::remove_file(&shim);
+    std::os::unix::fs::symlink(super::self_path(), &shim)?;
+    let id = format!("gpuctk-demo-{}", std::process::id());
+    let out = std::process::Command::new(&shim)
+        .env("GPUCTK_CONFIG", &config)
+        .arg("--root")
+        .arg(work.path.join("runc-state"))
+        .args(["run", "--bundle"])
+        .arg(&bundle)
+        .arg(&id)
+        .output()
+        .context("running nvidia-container-runtime")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let injected =
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(bundle.join("config.json"))?)?;
+    println!(
+        "    config.json now has {} devices, {} mounts, {} createContainer hooks",
+        injected
+            .pointer("/linux/devices")
+            .and_then(|v| v.as_array())
+            .map_or(0, |a| a.len()),
+        injected
+            .pointer("/mounts")
+            .and_then(|v| v.as_array())
+            .map_or(0, |a| a.len()),
+        injected
+            .pointer("/hooks/createContainer")
+            .and_then(|v| v.as_array())
+            .map_or(0, |a| a.len()),
+    );
+
+    step(6, "inside the container: nvidia-smi -L (the injected driver) and the probe (open /dev/nvidia*, dlopen libcuda.so.1)");
+    for line in stdout.lines() {
+        println!("    | {line}");
+    }
+    if !out.status.success() {
+        for line in stderr.lines() {
+            println!("    ! {line}");
+        }
+        anyhow::bail!("the container failed ({})", out.status);
+    }
+    let probe = gpuctk_mockhost::ProbeReport::parse(&stdout);
+    let seen = probe
+        .devices
+        .iter()
+        .filter(|(p, r)| {
+            p.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok()
+                && (r == "ENXIO" || r == "ok")
+        })
+        .count();
+    let libcuda = matches!(
+        probe.libcuda,
+        Some(gpuctk_mockhost::LibraryLoad::Loaded { .. })
+    );
+    println!(
+        "\nthe chain holds: {} GPU(s) on the host, {seen} usable in the container, libcuda.so.1 {}",
         inv.gpus.len(),
-        edits.device_nodes.len()
+        if libcuda { "loaded" } else { "NOT loaded" }
     );
     if work.keep {
         println!("kept: {}", work.path.display());
     }
+    if seen == 0 || seen != inv.gpus.len() || !libcuda {
+        anyhow::bail!("the container did not see the host's GPUs");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A bundle as an engine would lay it out: the mock image as rootfs and `runc spec`'s config
+/// with the GPU request in the env.
+fn make_bundle(bundle: &Path, runc: &Path) -> anyhow::Result<()> {
+    gpuctk_mockhost::create_rootfs(
+        &bundle.join("rootfs"),
+        &gpuctk_mockhost::RootfsConfig::default(),
+    )
+    .context("building the container rootfs")?;
+    let st = std::process::Command::new(runc)
+        .arg("spec")
+        .arg("--bundle")
+        .arg(bundle)
+        .status()
+        .with_context(|| format!("{} spec", runc.display()))?;
+    if !st.success() {
+        anyhow::bail!("{} spec failed", runc.display());
+    }
+    let path = bundle.join("config.json");
+    let mut spec: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+    spec["process"]["terminal"] = serde_json::json!(false);
+    spec["process"]["args"] =
+        serde_json::json!(["/bin/sh", "-c", "nvidia-smi -L; /usr/bin/gpuctk-probe"]);
+    if let Some(env) = spec["process"]["env"].as_array_mut() {
+        env.push(serde_json::json!("NVIDIA_VISIBLE_DEVICES=all"));
+    }
+    gpuctk_atomicfile::write(&path, &serde_json::to_vec_pretty(&spec)?, Some(0o644))?;
+    Ok(())
 }
 
 fn print_edits(e: &ContainerEdits) {

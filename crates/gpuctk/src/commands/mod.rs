@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use gpuctk_host::{DiscoverOptions, Inventory, Roots};
 
-use crate::cli::{CdiCommand, Cli, Command, MockHostCommand, RootArgs};
+use crate::cli::{CdiCommand, Cli, Command, MockHostCommand, RootArgs, RuntimeCommand};
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -23,6 +23,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::MockHost(MockHostCommand::Create(a)) => mock::create(a),
         Command::MockHost(MockHostCommand::Rootfs(a)) => mock::rootfs(a),
         Command::Demo(a) => demo::run(a),
+        Command::Runtime(RuntimeCommand::Exec(a)) => Ok(crate::runtime::main(&a.args)),
+        Command::Hook(a) => {
+            let mut args = vec![std::ffi::OsString::from("nvidia-cdi-hook")];
+            args.extend(a.args);
+            Ok(crate::hook::main(&args))
+        }
     }
 }
 

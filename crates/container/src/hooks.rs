@@ -1,0 +1,879 @@
+//! The `createContainer` hooks our CDI specs declare (`nvidia-cdi-hook
+//! update-ldcache | create-symlinks | chmod | enable-cuda-compat`), done
+//! natively on a [`Root`].
+//!
+//! Every file access goes through [`Root`], so it stays inside the
+//! container root whatever the image's symlinks say. Nothing from the image
+//! is executed: the loader cache is written with `gpuctk-ldcache`, not by
+//! an `ldconfig`. Nothing reads the environment.
+//!
+//! When things are unclear these functions decide as follows:
+//! * `update_ldcache` merges into the image's cache (it does not rebuild it
+//!   from the image's configuration as ldconfig would); per soname and ABI,
+//!   a compat directory beats the given folders, an earlier folder beats a
+//!   later one, and all of them beat the image's entries.
+//! * Missing folders are skipped with a note; a damaged image cache is an
+//!   error (we would otherwise drop every library of the image).
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+
+use gpuctk_ldcache::{Cache, Entry};
+
+use crate::elf::{self, ElfError};
+use crate::root::{FileKind, LinkOutcome, Root, RootError};
+
+/// The container's loader cache.
+pub const LD_SO_CACHE: &str = "/etc/ld.so.cache";
+/// The container's loader configuration.
+pub const LD_SO_CONF: &str = "/etc/ld.so.conf";
+/// Its drop-in directory.
+pub const LD_SO_CONF_D: &str = "/etc/ld.so.conf.d";
+/// The drop-in listing the folders [`update_ldcache`] added.
+pub const GPUCTK_CONF: &str = "/etc/ld.so.conf.d/00-gpuctk.conf";
+/// Name prefix of the drop-ins [`enable_cuda_compat`] writes.
+pub const COMPAT_CONF_PREFIX: &str = "00-compat-";
+/// NVIDIA's default `--cuda-compat-container-root`.
+pub const DEFAULT_COMPAT_ROOT: &str = "/usr/local/cuda/compat";
+/// The ELF section holding the compat library's forward-compat metadata.
+pub const CUDA_FWD_COMPAT_SECTION: &str = ".note.cuda.fwd_compatibility";
+/// The owner of that note.
+pub const CUDA_NOTE_OWNER: &str = "NVIDIA Corporation";
+/// The generator string written into a cache that had none.
+pub const GENERATOR: &str = concat!("gpuctk ", env!("CARGO_PKG_VERSION"));
+
+/// Largest image cache we read.
+const MAX_CACHE: u64 = 256 << 20;
+/// Largest loader configuration file we read.
+const MAX_CONF: u64 = 1 << 20;
+/// Always searched by glibc's loader, never worth listing.
+const TRUSTED_DIRS: &[&str] = &["/lib", "/usr/lib"];
+
+/// Why a hook failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// A file operation inside the root failed (the error names the path).
+    #[error(transparent)]
+    Root(#[from] RootError),
+    /// The image's `/etc/ld.so.cache` cannot be parsed.
+    #[error(
+        "/etc/ld.so.cache in the container (root {}): the image's loader cache is damaged: \
+         {source}; rebuild it in the image (ldconfig) or remove it",
+        root.display()
+    )]
+    CorruptCache {
+        /// The container root.
+        root: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: gpuctk_ldcache::Error,
+    },
+    /// A `--link` value is not `TARGET::LINK`.
+    #[error("--link {value:?}: {reason}; expected TARGET::LINK, e.g. libcuda.so.1::/usr/lib64/libcuda.so")]
+    BadLink {
+        /// The value given.
+        value: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A folder or path is not container-absolute.
+    #[error("{what} {path:?}: must be an absolute path inside the container")]
+    NotAbsolute {
+        /// Which argument.
+        what: &'static str,
+        /// The value.
+        path: String,
+    },
+    /// A path to chmod does not exist.
+    #[error("chmod: {path} does not exist in the container (root {})", root.display())]
+    ChmodMissing {
+        /// The container root.
+        root: PathBuf,
+        /// The container path.
+        path: String,
+    },
+    /// A chmod mode has bits beyond `0o7777`.
+    #[error("chmod: mode {mode:o} is not a permission mode (at most 7777 octal)")]
+    BadMode {
+        /// The mode.
+        mode: u32,
+    },
+}
+
+// ---------------------------------------------------------------- update-ldcache
+
+/// What [`update_ldcache`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LdcacheReport {
+    /// Entries written from the scanned directories, in priority order
+    /// (compat directories first, then the folders as given).
+    pub entries: Vec<Entry>,
+    /// How many of the image's entries they replaced.
+    pub replaced: usize,
+    /// Soname links created or fixed: `(link, target)`.
+    pub links: Vec<(String, String)>,
+    /// Compat directories taken from `/etc/ld.so.conf.d/00-compat-*.conf`.
+    pub compat_dirs: Vec<String>,
+    /// Human-readable notes: skipped folders and files.
+    pub notes: Vec<String>,
+    /// The drop-in written, if any ([`GPUCTK_CONF`]).
+    pub conf_file: Option<String>,
+    /// Whether `/etc/ld.so.conf` had to be created.
+    pub created_ld_so_conf: bool,
+    /// Number of entries in the cache written.
+    pub total_entries: usize,
+}
+
+/// Updates the container's `/etc/ld.so.cache` for the libraries in
+/// `folders` (container paths), as `ldconfig` would, without running one.
+///
+/// For each directory (the compat ones listed in
+/// `/etc/ld.so.conf.d/00-compat-*.conf` first, then `folders` in order;
+/// missing ones skipped with a note) every regular file whose name contains
+/// `.so`, or symlink resolving in-root to one, that is an ELF shared object
+/// with a `DT_SONAME` gets its soname link created when missing and an
+/// entry `soname → <dir>/<soname>`. Per soname and ABI the first directory
+/// wins and replaces the image's entries. The cache is written atomically
+/// (0644); `/etc/ld.so.conf` is created if missing and the folders that the
+/// image's configuration does not already list go to [`GPUCTK_CONF`], so a
+/// later `ldconfig` in the container keeps them.
+pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, HookError> {
+    let mut report = LdcacheReport::default();
+    let folders: Vec<String> = folders
+        .iter()
+        .map(|f| normalize_dir(f, "--folder"))
+        .collect::<Result<_, _>>()?;
+
+    let mut cache = match root.read_to_vec(LD_SO_CACHE, MAX_CACHE) {
+        Ok(bytes) => gpuctk_ldcache::parse(&bytes).map_err(|source| HookError::CorruptCache {
+            root: root.host_path().to_path_buf(),
+            source,
+        })?,
+        Err(e) if e.is_not_found() => {
+            report
+                .notes
+                .push(format!("{LD_SO_CACHE}: none in the image; starting empty"));
+            Cache::new()
+        }
+        Err(e) => return Err(e.into()),
+    };
+
+    let conf_d = read_conf_d(root)?;
+    for (name, dirs) in &conf_d {
+        if name.starts_with(COMPAT_CONF_PREFIX) {
+            for d in dirs {
+                match normalize_dir(d, "compat directory") {
+                    Ok(d) if !report.compat_dirs.contains(&d) => report.compat_dirs.push(d),
+                    Ok(_) => {}
+                    Err(_) => report.notes.push(format!(
+                        "{LD_SO_CONF_D}/{name}: ignoring relative directory {d:?}"
+                    )),
+                }
+            }
+        }
+    }
+
+    let mut seen = BTreeSet::new();
+    let mut present_folders = Vec::new();
+    let dirs: Vec<(String, bool)> = report
+        .compat_dirs
+        .iter()
+        .map(|d| (d.clone(), true))
+        .chain(folders.iter().map(|f| (f.clone(), false)))
+        .collect();
+    for (dir, is_compat) in dirs {
+        let Some(found) = scan_dir(root, &dir, &mut report)? else {
+            continue;
+        };
+        if !is_compat {
+            present_folders.push(dir.clone());
+        }
+        for e in found {
+            if seen.insert((e.key.clone(), e.flags)) {
+                report.entries.push(e);
+            }
+        }
+    }
+
+    for e in &report.entries {
+        report.replaced += cache
+            .entries
+            .iter()
+            .filter(|o| o.key == e.key && o.flags == e.flags && o.hwcap == e.hwcap)
+            .count();
+        cache.add(e.clone());
+    }
+    if cache.generator.is_none() {
+        cache.generator = Some(GENERATOR.to_string());
+    }
+    report.total_entries = cache.entries.len();
+    root.mkdir_all("/etc", 0o755)?;
+    root.write_file_atomic(LD_SO_CACHE, &cache.to_bytes(), 0o644)?;
+
+    if root.try_symlink_metadata(LD_SO_CONF)?.is_none() {
+        root.write_file_atomic(LD_SO_CONF, b"include /etc/ld.so.conf.d/*.conf\n", 0o644)?;
+        report.created_ld_so_conf = true;
+    }
+    let gpuctk_name = GPUCTK_CONF.rsplit('/').next().unwrap_or_default();
+    let known: BTreeSet<&str> = conf_d
+        .iter()
+        .filter(|(name, _)| name != gpuctk_name)
+        .flat_map(|(_, dirs)| dirs.iter().map(|d| d.trim_end_matches('/')))
+        .chain(TRUSTED_DIRS.iter().copied())
+        .collect();
+    let listed: Vec<&String> = present_folders
+        .iter()
+        .filter(|f| !known.contains(f.as_str()))
+        .collect();
+    if !listed.is_empty() {
+        let mut text = String::from("# Written by gpuctk update-ldcache\n");
+        for f in listed {
+            text.push_str(f);
+            text.push('\n');
+        }
+        root.mkdir_all(LD_SO_CONF_D, 0o755)?;
+        root.write_file_atomic(GPUCTK_CONF, text.as_bytes(), 0o644)?;
+        report.conf_file = Some(GPUCTK_CONF.to_string());
+    }
+    Ok(report)
+}
+
+/// `/dir` without trailing slashes; relative paths refused.
+fn normalize_dir(dir: &str, what: &'static str) -> Result<String, HookError> {
+    if !dir.starts_with('/') || dir.contains('\0') {
+        return Err(HookError::NotAbsolute {
+            what,
+            path: dir.to_string(),
+        });
+    }
+    let t = dir.trim_end_matches('/');
+    Ok(if t.is_empty() { "/".into() } else { t.into() })
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// The `*.conf` files of `/etc/ld.so.conf.d` (sorted by name) with the
+/// directories they list (comments, blank and `include` lines dropped).
+fn read_conf_d(root: &Root) -> Result<Vec<(String, Vec<String>)>, HookError> {
+    let names = match root.read_dir_names(LD_SO_CONF_D) {
+        Ok(n) => n,
+        Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = Vec::new();
+    for name in names.into_iter().filter(|n| n.ends_with(".conf")) {
+        let path = join(LD_SO_CONF_D, &name);
+        let bytes = match root.read_to_vec(&path, MAX_CONF) {
+            Ok(b) => b,
+            // Dangling links, directories named *.conf: ldconfig skips them too.
+            Err(RootError::NotRegular { .. }) => continue,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let dirs = text
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            .filter(|l| !l.is_empty() && !l.starts_with("include") && !l.starts_with("hwcap"))
+            .map(str::to_string)
+            .collect();
+        out.push((name, dirs));
+    }
+    Ok(out)
+}
+
+struct Candidate {
+    name: String,
+    soname: String,
+    flags: i32,
+    is_link: bool,
+}
+
+/// A plain file name, usable as a soname link in the same directory.
+fn is_plain_name(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
+}
+
+/// ldconfig's work on one directory: soname links and cache entries.
+/// `None` if the directory does not exist in the container.
+fn scan_dir(
+    root: &Root,
+    dir: &str,
+    report: &mut LdcacheReport,
+) -> Result<Option<Vec<Entry>>, HookError> {
+    let names = match root.read_dir_names(dir) {
+        Ok(n) => n,
+        Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => {
+            report.notes.push(format!(
+                "{dir}: no such directory in the container; skipped"
+            ));
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut candidates = Vec::new();
+    for name in names.into_iter().filter(|n| n.contains(".so")) {
+        let path = join(dir, &name);
+        let Some(lmeta) = root.try_symlink_metadata(&path)? else {
+            continue;
+        };
+        let is_link = match lmeta.kind {
+            FileKind::File => false,
+            FileKind::Symlink => true,
+            _ => continue,
+        };
+        let file = match root.open_read(&path) {
+            Ok(f) => f,
+            // Dangling links and links to non-files are not libraries.
+            Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let info = match elf::library_info(&file) {
+            Ok(i) => i,
+            Err(ElfError::NotElf) => continue, // linker scripts such as libc.so
+            Err(e) => {
+                report.notes.push(format!("{path}: skipped: {e}"));
+                continue;
+            }
+        };
+        let Some(soname) = info.soname.clone().filter(|_| info.is_shared_library()) else {
+            continue;
+        };
+        if !is_plain_name(&soname) {
+            report.notes.push(format!(
+                "{path}: skipped: soname {soname:?} is not a file name"
+            ));
+            continue;
+        }
+        let Some(flags) = info.cache_flags() else {
+            report.notes.push(format!(
+                "{path}: skipped: ELF machine {} is not supported",
+                info.header.machine
+            ));
+            continue;
+        };
+        candidates.push(Candidate {
+            name,
+            soname,
+            flags,
+            is_link,
+        });
+    }
+
+    let mut groups: BTreeMap<(String, i32), Vec<&Candidate>> = BTreeMap::new();
+    for c in &candidates {
+        groups
+            .entry((c.soname.clone(), c.flags))
+            .or_default()
+            .push(c);
+    }
+    let mut entries = Vec::new();
+    for ((soname, flags), group) in groups {
+        let link_path = join(dir, &soname);
+        if !group.iter().any(|c| c.name == soname) {
+            // Prefer real files, then the highest version, as ldconfig does.
+            let best = group
+                .iter()
+                .max_by(|a, b| {
+                    (!a.is_link)
+                        .cmp(&!b.is_link)
+                        .then_with(|| gpuctk_ldcache::libcmp(&a.name, &b.name))
+                })
+                .expect("groups are never empty");
+            match root.try_symlink_metadata(&link_path)? {
+                None => {}
+                Some(m) if m.kind == FileKind::Symlink => {}
+                Some(m) => {
+                    report.notes.push(format!(
+                        "{link_path}: a {} that is not a library with soname {soname}; left alone, no entry",
+                        m.kind
+                    ));
+                    continue;
+                }
+            }
+            if root.symlink_force(&best.name, &link_path)? != LinkOutcome::Unchanged {
+                report.links.push((link_path.clone(), best.name.clone()));
+            }
+        }
+        entries.push(Entry::new(soname, link_path, flags));
+    }
+    Ok(Some(entries))
+}
+
+// ---------------------------------------------------------------- create-symlinks
+
+/// One `--link TARGET::LINK`: create `link` (a container path) pointing at
+/// `target` (stored verbatim).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// What the link points at, e.g. `libcuda.so.1` or `/usr/lib64/x`.
+    pub target: String,
+    /// The container path of the link.
+    pub link: String,
+}
+
+impl Link {
+    /// Parses NVIDIA's `TARGET::LINK` syntax.
+    pub fn parse(value: &str) -> Result<Link, HookError> {
+        let bad = |reason| HookError::BadLink {
+            value: value.to_string(),
+            reason,
+        };
+        let (target, link) = value.split_once("::").ok_or_else(|| bad("no `::`"))?;
+        if target.is_empty() {
+            return Err(bad("the target is empty"));
+        }
+        if link.is_empty() {
+            return Err(bad("the link is empty"));
+        }
+        if !link.starts_with('/') {
+            return Err(bad("the link must be an absolute container path"));
+        }
+        if value.contains('\0') {
+            return Err(bad("contains a NUL byte"));
+        }
+        Ok(Link {
+            target: target.to_string(),
+            link: link.to_string(),
+        })
+    }
+}
+
+impl std::str::FromStr for Link {
+    type Err = HookError;
+    fn from_str(s: &str) -> Result<Link, HookError> {
+        Link::parse(s)
+    }
+}
+
+/// `ln -sf` for each link inside the root: parents created (0755), links
+/// already pointing at their target left alone, files and other links
+/// replaced, directories refused.
+pub fn create_symlinks(root: &Root, links: &[Link]) -> Result<(), HookError> {
+    for l in links {
+        let (parent, _) = crate::root::split_parent(&l.link)?;
+        root.mkdir_all(&parent, 0o755)?;
+        root.symlink_force(&l.target, &l.link)?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- chmod
+
+/// `chmod mode` each path inside the root (symlinks followed in-root). A
+/// missing path is an error; EPERM is ignored, as NVIDIA's hook does (a
+/// read-only bind mount or a user namespace may forbid it).
+pub fn chmod(root: &Root, mode: u32, paths: &[String]) -> Result<(), HookError> {
+    if mode & !0o7777 != 0 {
+        return Err(HookError::BadMode { mode });
+    }
+    for p in paths {
+        match root.chmod(p, mode) {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {
+                return Err(HookError::ChmodMissing {
+                    root: root.host_path().to_path_buf(),
+                    path: p.clone(),
+                })
+            }
+            Err(e) if e.errno() == Some(libc::EPERM) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- enable-cuda-compat
+
+/// What [`enable_cuda_compat`] decided, and why (for debug logs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompatOutcome {
+    /// Neither a host driver nor a host CUDA version was given.
+    NoVersionGiven,
+    /// The compat root does not exist (or is not a directory).
+    NoCompatDir {
+        /// The compat root looked at.
+        compat_root: String,
+    },
+    /// Not exactly one `libcuda.so.*.*` in the compat root.
+    NoSingleLibrary {
+        /// The compat root.
+        compat_root: String,
+        /// The matches found (zero or several).
+        found: Vec<String>,
+    },
+    /// A compat library was found but is not to be used.
+    NotUsed {
+        /// Its container path.
+        library: String,
+        /// Its version (the file suffix).
+        compat_version: String,
+        /// Why not.
+        reason: String,
+    },
+    /// The compat library is to be used; the drop-in was written.
+    Enabled {
+        /// Its container path.
+        library: String,
+        /// Its version.
+        compat_version: String,
+        /// The compat root resolved inside the container (the drop-in's content).
+        compat_dir: String,
+        /// The drop-in written.
+        conf_file: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl CompatOutcome {
+    /// Whether the compat libraries were enabled.
+    pub fn enabled(&self) -> bool {
+        matches!(self, CompatOutcome::Enabled { .. })
+    }
+}
+
+impl fmt::Display for CompatOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CompatOutcome::NoVersionGiven => {
+                f.write_str("CUDA compat: no host driver or CUDA version given; nothing to do")
+            }
+            CompatOutcome::NoCompatDir { compat_root } => {
+                write!(f, "CUDA compat: {compat_root} does not exist in the container; nothing to do")
+            }
+            CompatOutcome::NoSingleLibrary { compat_root, found } => write!(
+                f,
+                "CUDA compat: expected exactly one libcuda.so.*.* in {compat_root}, found {} ({}); not used",
+                found.len(),
+                found.join(", ")
+            ),
+            CompatOutcome::NotUsed {
+                library, reason, ..
+            } => write!(f, "CUDA compat: {library} not used: {reason}"),
+            CompatOutcome::Enabled {
+                library,
+                compat_dir,
+                conf_file,
+                reason,
+                ..
+            } => write!(
+                f,
+                "CUDA compat: using {library}: {reason}; wrote {compat_dir} to {conf_file}"
+            ),
+        }
+    }
+}
+
+/// A dotted version as numbers (`575.57.08` → `[575, 57, 8]`).
+fn parse_version(s: &str) -> Option<Vec<u64>> {
+    let parts: Option<Vec<u64>> = s
+        .trim()
+        .split('.')
+        .map(|p| {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                None
+            } else {
+                p.parse().ok()
+            }
+        })
+        .collect();
+    parts.filter(|p| !p.is_empty())
+}
+
+/// Component-wise numeric comparison, missing components counting as 0.
+fn cmp_versions(a: &[u64], b: &[u64]) -> Ordering {
+    let n = a.len().max(b.len());
+    (0..n)
+        .map(|i| {
+            a.get(i)
+                .copied()
+                .unwrap_or(0)
+                .cmp(&b.get(i).copied().unwrap_or(0))
+        })
+        .find(|o| o.is_ne())
+        .unwrap_or(Ordering::Equal)
+}
+
+/// The decision of NVIDIA's `enable-cuda-compat` (facts §5.1 step 4), pure.
+/// `note` is the JSON payload of the forward-compat note, when present.
+fn decide(
+    host_driver: Option<&str>,
+    host_cuda: Option<&str>,
+    compat_version: &str,
+    note: Option<&serde_json::Value>,
+) -> Result<String, String> {
+    let compat = parse_version(compat_version);
+    let driver = host_driver.and_then(parse_version);
+    match note {
+        Some(note) => {
+            if let (Some(driver), Some(compat)) = (&driver, &compat) {
+                let host_major = driver[0];
+                let branches: Vec<u64> = note
+                    .get("Driver")
+                    .and_then(|d| d.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| {
+                                v.as_u64()
+                                    .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if !branches.contains(&host_major) {
+                    return Err(format!(
+                        "host driver branch {host_major} is not among the branches the compat library supports ({branches:?})"
+                    ));
+                }
+                return match cmp_versions(compat, driver) {
+                    Ordering::Greater => Ok(format!(
+                        "compat {compat_version} is newer than host driver {} and supports branch {host_major}",
+                        host_driver.unwrap_or_default()
+                    )),
+                    _ => Err(format!(
+                        "compat {compat_version} is not newer than host driver {}",
+                        host_driver.unwrap_or_default()
+                    )),
+                };
+            }
+            if let Some(host_cuda) = host_cuda {
+                let note_cuda = note.get("CUDA Version").and_then(|v| v.as_str());
+                let (Some(note_v), Some(host_v)) =
+                    (note_cuda.and_then(parse_version), parse_version(host_cuda))
+                else {
+                    return Err(format!(
+                        "cannot compare CUDA versions (compat note {note_cuda:?}, host {host_cuda:?})"
+                    ));
+                };
+                return if cmp_versions(&note_v, &host_v).is_gt() {
+                    Ok(format!(
+                        "compat CUDA {} is newer than host CUDA {host_cuda}",
+                        note_cuda.unwrap_or_default()
+                    ))
+                } else {
+                    Err(format!(
+                        "compat CUDA {} is not newer than host CUDA {host_cuda}",
+                        note_cuda.unwrap_or_default()
+                    ))
+                };
+            }
+            Err(format!(
+                "cannot compare: host driver version {host_driver:?} or compat version {compat_version:?} does not parse"
+            ))
+        }
+        None => {
+            if host_cuda.is_some() {
+                return Err(
+                    "the compat library has no forward-compat note and a host CUDA version was given"
+                        .into(),
+                );
+            }
+            let (Some(driver), Some(compat)) = (driver, compat) else {
+                return Err(format!(
+                    "cannot compare: host driver version {host_driver:?} or compat version {compat_version:?} does not parse"
+                ));
+            };
+            if driver[0] < compat[0] {
+                Ok(format!(
+                    "no forward-compat note; host driver major {} is older than compat major {}",
+                    driver[0], compat[0]
+                ))
+            } else {
+                Err(format!(
+                    "no forward-compat note; host driver major {} is not older than compat major {}",
+                    driver[0], compat[0]
+                ))
+            }
+        }
+    }
+}
+
+/// 64-bit FNV-1a, for a stable drop-in name per compat directory.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Decides, as NVIDIA's `enable-cuda-compat` does, whether the container's
+/// CUDA forward-compat libraries in `compat_root` (default
+/// [`DEFAULT_COMPAT_ROOT`]) should be used on this host, and if so writes
+/// `/etc/ld.so.conf.d/00-compat-<hash of the directory>.conf` (0644)
+/// holding the compat directory resolved inside the container, for
+/// [`update_ldcache`] to pick up.
+pub fn enable_cuda_compat(
+    root: &Root,
+    host_driver_version: Option<&str>,
+    host_cuda_version: Option<&str>,
+    compat_root: &str,
+) -> Result<CompatOutcome, HookError> {
+    let host_driver_version = host_driver_version.filter(|v| !v.is_empty());
+    let host_cuda_version = host_cuda_version.filter(|v| !v.is_empty());
+    if host_driver_version.is_none() && host_cuda_version.is_none() {
+        return Ok(CompatOutcome::NoVersionGiven);
+    }
+    let compat_root = normalize_dir(compat_root, "--cuda-compat-container-root")?;
+    let no_dir = || CompatOutcome::NoCompatDir {
+        compat_root: compat_root.clone(),
+    };
+    let names = match root.read_dir_names(&compat_root) {
+        Ok(n) => n,
+        Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => return Ok(no_dir()),
+        Err(e) => return Err(e.into()),
+    };
+    let found: Vec<String> = names
+        .into_iter()
+        .filter(|n| {
+            n.strip_prefix("libcuda.so.")
+                .is_some_and(|rest| rest.contains('.'))
+        })
+        .collect();
+    if found.len() != 1 {
+        return Ok(CompatOutcome::NoSingleLibrary { compat_root, found });
+    }
+    let name = &found[0];
+    let compat_version = name["libcuda.so.".len()..].to_string();
+    let library = join(&compat_root, name);
+    let not_used = |reason: String| CompatOutcome::NotUsed {
+        library: library.clone(),
+        compat_version: compat_version.clone(),
+        reason,
+    };
+
+    let file = match root.open_read(&library) {
+        Ok(f) => f,
+        Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => {
+            return Ok(not_used(format!("cannot open it: {e}")))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let notes = match elf::note_section(&file, CUDA_FWD_COMPAT_SECTION) {
+        Ok(n) => n,
+        Err(e) => return Ok(not_used(format!("not a readable ELF file: {e}"))),
+    };
+    let note = notes
+        .unwrap_or_default()
+        .into_iter()
+        .find(|n| n.owner == CUDA_NOTE_OWNER);
+    let payload = match note {
+        None => None,
+        Some(n) => {
+            let end = n.desc.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+            match serde_json::from_slice::<serde_json::Value>(&n.desc[..end]) {
+                Ok(v) if v.is_object() => Some(v),
+                Ok(_) | Err(_) => {
+                    return Ok(not_used(format!(
+                        "its {CUDA_FWD_COMPAT_SECTION} note is not a JSON object"
+                    )))
+                }
+            }
+        }
+    };
+    let reason = match decide(
+        host_driver_version,
+        host_cuda_version,
+        &compat_version,
+        payload.as_ref(),
+    ) {
+        Ok(reason) => reason,
+        Err(reason) => return Ok(not_used(reason)),
+    };
+
+    let compat_dir = root.canonicalize(&compat_root)?;
+    let conf_file = format!(
+        "{LD_SO_CONF_D}/{COMPAT_CONF_PREFIX}{:016x}.conf",
+        fnv1a64(compat_dir.as_bytes())
+    );
+    root.mkdir_all(LD_SO_CONF_D, 0o755)?;
+    root.write_file_atomic(&conf_file, format!("{compat_dir}\n").as_bytes(), 0o644)?;
+    Ok(CompatOutcome::Enabled {
+        library,
+        compat_version,
+        compat_dir,
+        conf_file,
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn versions_compare_numerically() {
+        let v = |s| parse_version(s).unwrap();
+        assert_eq!(v("575.57.08"), vec![575, 57, 8]);
+        assert!(cmp_versions(&v("575.57.08"), &v("570.124.06")).is_gt());
+        assert!(cmp_versions(&v("570.9"), &v("570.10")).is_lt());
+        assert!(cmp_versions(&v("12.10"), &v("12.9")).is_gt());
+        assert!(cmp_versions(&v("570.124"), &v("570.124.0")).is_eq());
+        assert_eq!(parse_version("570.x"), None);
+        assert_eq!(parse_version(""), None);
+        assert_eq!(parse_version("1..2"), None);
+    }
+
+    #[test]
+    fn decision_with_note() {
+        let note = json!({"Format":1,"CUDA Version":"12.9","Driver":[535,550,570],"Device":[]});
+        assert!(decide(Some("570.124.06"), None, "575.57.08", Some(&note)).is_ok());
+        // Branch not listed.
+        assert!(decide(Some("560.35.03"), None, "575.57.08", Some(&note)).is_err());
+        // Compat older than host.
+        let new_host = json!({"Driver":[580]});
+        assert!(decide(Some("580.65.06"), None, "575.57.08", Some(&new_host)).is_err());
+        // Same version is not newer.
+        let same = json!({"Driver":[575]});
+        assert!(decide(Some("575.57.08"), None, "575.57.08", Some(&same)).is_err());
+        // String branches accepted.
+        let strs = json!({"Driver":["570"]});
+        assert!(decide(Some("570.1"), None, "575.57.08", Some(&strs)).is_ok());
+        // Tegra path: CUDA versions.
+        assert!(decide(None, Some("12.6"), "575.57.08", Some(&note)).is_ok());
+        assert!(decide(None, Some("12.9"), "575.57.08", Some(&note)).is_err());
+        assert!(decide(None, Some("13.0"), "575.57.08", Some(&note)).is_err());
+    }
+
+    #[test]
+    fn decision_without_note() {
+        assert!(decide(Some("560.35.03"), None, "575.57.08", None).is_ok());
+        assert!(decide(Some("575.10"), None, "575.57.08", None).is_err());
+        assert!(decide(Some("580.1"), None, "575.57.08", None).is_err());
+        assert!(decide(Some("560.35.03"), Some("12.6"), "575.57.08", None).is_err());
+        assert!(decide(Some("bogus"), None, "575.57.08", None).is_err());
+        assert!(decide(Some("560.1"), None, "x.y", None).is_err());
+    }
+
+    #[test]
+    fn link_parse() {
+        let l = Link::parse("libcuda.so.1::/usr/lib64/libcuda.so").unwrap();
+        assert_eq!(l.target, "libcuda.so.1");
+        assert_eq!(l.link, "/usr/lib64/libcuda.so");
+        let l: Link = "../lib/x.so::/a/b::c".parse().unwrap();
+        assert_eq!(
+            (l.target.as_str(), l.link.as_str()),
+            ("../lib/x.so", "/a/b::c")
+        );
+        for bad in ["", "abc", "::/x", "a::", "a::rel/path", "a:/x"] {
+            let e = Link::parse(bad).unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains(&format!("{bad:?}")), "{msg}");
+            assert!(msg.contains("TARGET::LINK"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn stable_conf_name() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_ne!(fnv1a64(b"/a"), fnv1a64(b"/b"));
+    }
+}

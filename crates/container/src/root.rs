@@ -1,0 +1,997 @@
+//! File access inside a container's root filesystem that no symlink in the
+//! image can steer outside that root.
+//!
+//! A [`Root`] holds an `O_PATH` descriptor of the root directory. Every
+//! container path (`/etc/ld.so.cache`) is resolved by the kernel with
+//! `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)` relative to that
+//! descriptor, so `..` and absolute symlinks stop at the root exactly as
+//! they would for a process chrooted there, and `/proc/self/fd`-style magic
+//! links are refused. Files are then created, replaced and linked with the
+//! `*at` calls relative to a parent directory descriptor obtained the same
+//! way, using only single, symlink-free names (`O_CREAT|O_EXCL|O_NOFOLLOW`,
+//! `renameat`, `symlinkat`, `mkdirat`). No host path is ever built by
+//! joining strings.
+//!
+//! Where a container path must be *named* (the resolved compat directory in
+//! a loader configuration file), [`Root::canonicalize`] walks the path one
+//! component at a time (`fstatat(AT_SYMLINK_NOFOLLOW)` + `readlinkat`, each
+//! parent opened with `RESOLVE_NO_SYMLINKS`), and then checks that the name
+//! it computed opens, without following any symlink, the very inode the
+//! kernel's own in-root resolution gives. `/proc/self/fd` is never read.
+
+use std::collections::VecDeque;
+use std::ffi::{CStr, CString, OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why an operation inside the container root failed. Every variant names
+/// the container path (and the root where that helps).
+#[derive(Debug, thiserror::Error)]
+pub enum RootError {
+    /// The root directory itself could not be opened.
+    #[error("opening the container root {}: {source}", path.display())]
+    OpenRoot {
+        /// The host path of the root.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A system call on a path inside the root failed.
+    #[error("{path} (in container root {}): {op}: {source}", root.display())]
+    Io {
+        /// The root, as a host path.
+        root: PathBuf,
+        /// The container path.
+        path: String,
+        /// What was being done, e.g. `open`, `rename`.
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The path cannot name something inside the container.
+    #[error("{path:?}: not a usable container path: {reason}")]
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A file was larger than the caller allows.
+    #[error("{path} (in container root {}): {size} bytes, more than the {cap} allowed", root.display())]
+    TooLarge {
+        /// The root, as a host path.
+        root: PathBuf,
+        /// The container path.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        cap: u64,
+    },
+    /// A file was expected but something else is there.
+    #[error("{path} (in container root {}): expected a regular file, found a {kind}", root.display())]
+    NotRegular {
+        /// The root, as a host path.
+        root: PathBuf,
+        /// The container path.
+        path: String,
+        /// What is there.
+        kind: FileKind,
+    },
+    /// Something would have replaced a directory.
+    #[error("{path} (in container root {}): is a directory; refusing to replace it", root.display())]
+    IsDirectory {
+        /// The root, as a host path.
+        root: PathBuf,
+        /// The container path.
+        path: String,
+    },
+    /// More than 40 symlinks were followed while resolving a path.
+    #[error("{path} (in container root {}): too many levels of symbolic links", root.display())]
+    Loop {
+        /// The root, as a host path.
+        root: PathBuf,
+        /// The container path.
+        path: String,
+    },
+    /// The file system changed while a path was being resolved.
+    #[error("{path} (in container root {}): changed while it was being resolved (last seen as {resolved}); try again", root.display())]
+    Raced {
+        /// The root, as a host path.
+        root: PathBuf,
+        /// The container path.
+        path: String,
+        /// What the walk computed.
+        resolved: String,
+    },
+}
+
+impl RootError {
+    /// True when the path (or one of its parents) does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.errno() == Some(libc::ENOENT)
+    }
+
+    /// The OS error number, for [`RootError::Io`].
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            RootError::Io { source, .. } | RootError::OpenRoot { source, .. } => {
+                source.raw_os_error()
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The type of a file, from `st_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link.
+    Symlink,
+    /// Character device.
+    CharDevice,
+    /// Block device.
+    BlockDevice,
+    /// Named pipe.
+    Fifo,
+    /// Unix socket.
+    Socket,
+}
+
+impl FileKind {
+    fn from_mode(mode: u32) -> FileKind {
+        match mode & libc::S_IFMT {
+            libc::S_IFDIR => FileKind::Dir,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            _ => FileKind::File,
+        }
+    }
+}
+
+impl std::fmt::Display for FileKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FileKind::File => "regular file",
+            FileKind::Dir => "directory",
+            FileKind::Symlink => "symbolic link",
+            FileKind::CharDevice => "character device",
+            FileKind::BlockDevice => "block device",
+            FileKind::Fifo => "named pipe",
+            FileKind::Socket => "socket",
+        })
+    }
+}
+
+/// What [`Root::metadata`] and [`Root::symlink_metadata`] report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metadata {
+    /// File type.
+    pub kind: FileKind,
+    /// Permission bits, including setuid/setgid/sticky (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device of the file system holding it.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+}
+
+impl Metadata {
+    fn from_stat(st: &libc::stat) -> Metadata {
+        Metadata {
+            kind: FileKind::from_mode(st.st_mode),
+            mode: st.st_mode & 0o7777,
+            size: st.st_size as u64,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            dev: st.st_dev,
+            ino: st.st_ino,
+        }
+    }
+
+    fn same_inode(&self, other: &Metadata) -> bool {
+        self.dev == other.dev && self.ino == other.ino
+    }
+}
+
+/// What [`Root::symlink_force`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkOutcome {
+    /// Nothing was there; the link was created.
+    Created,
+    /// A file or a link with another target was replaced.
+    Replaced,
+    /// The link already pointed at the target.
+    Unchanged,
+}
+
+/// Most symlinks followed in one resolution, as the kernel's limit.
+const MAX_SYMLINKS: usize = 40;
+
+/// Resolution flags used for every lookup from the root.
+const IN_ROOT: u64 = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+
+/// Resolution flags for names already known to be symlink-free.
+const IN_ROOT_NO_SYMLINKS: u64 = IN_ROOT | libc::RESOLVE_NO_SYMLINKS;
+
+/// Serial number for temporary names within this process.
+static TMP_SERIAL: AtomicU64 = AtomicU64::new(0);
+
+/// An open container root filesystem.
+#[derive(Debug)]
+pub struct Root {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Root {
+    /// Opens the directory `path` (a host path, e.g. `<bundle>/rootfs`) as
+    /// the root that all later container paths are resolved in.
+    pub fn open(path: impl AsRef<Path>) -> Result<Root, RootError> {
+        let path = path.as_ref().to_path_buf();
+        let err = |source| RootError::OpenRoot {
+            path: path.clone(),
+            source,
+        };
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| err(io::Error::from_raw_os_error(libc::EINVAL)))?;
+        // SAFETY: `c` is a valid NUL-terminated string.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(err(io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just returned by open and is owned by no one else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Root { fd, path })
+    }
+
+    /// The host path the root was opened from (for messages only; it is
+    /// never used to reach files).
+    pub fn host_path(&self) -> &Path {
+        &self.path
+    }
+
+    fn io_err(&self, path: &str, op: &'static str, source: io::Error) -> RootError {
+        RootError::Io {
+            root: self.path.clone(),
+            path: path.to_string(),
+            op,
+            source,
+        }
+    }
+
+    /// `openat2` from the root with in-root resolution.
+    fn open_in_root(
+        &self,
+        path: &str,
+        flags: i32,
+        resolve: u64,
+        op: &'static str,
+    ) -> Result<OwnedFd, RootError> {
+        let rel = relative_cstring(path)?;
+        openat2(self.fd.as_raw_fd(), &rel, flags, 0, resolve).map_err(|e| self.io_err(path, op, e))
+    }
+
+    /// Opens `path` for reading, following symlinks inside the root. Only
+    /// regular files are opened (a FIFO or a device planted in the image
+    /// could otherwise block or have side effects on open).
+    pub fn open_read(&self, path: &str) -> Result<File, RootError> {
+        let probe = self.open_in_root(path, libc::O_PATH, IN_ROOT, "open")?;
+        let before = fstat(probe.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
+        if before.kind != FileKind::File {
+            return Err(RootError::NotRegular {
+                root: self.path.clone(),
+                path: path.to_string(),
+                kind: before.kind,
+            });
+        }
+        let fd = self.open_in_root(
+            path,
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+            IN_ROOT,
+            "open",
+        )?;
+        let after = fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
+        if !after.same_inode(&before) {
+            return Err(RootError::Raced {
+                root: self.path.clone(),
+                path: path.to_string(),
+                resolved: path.to_string(),
+            });
+        }
+        Ok(File::from(fd))
+    }
+
+    /// Reads a whole regular file, refusing files larger than `cap` bytes.
+    pub fn read_to_vec(&self, path: &str, cap: u64) -> Result<Vec<u8>, RootError> {
+        let file = self.open_read(path)?;
+        let size = file
+            .metadata()
+            .map_err(|e| self.io_err(path, "stat", e))?
+            .len();
+        let too_large = |size| RootError::TooLarge {
+            root: self.path.clone(),
+            path: path.to_string(),
+            size,
+            cap,
+        };
+        if size > cap {
+            return Err(too_large(size));
+        }
+        let mut buf = Vec::with_capacity(size as usize);
+        file.take(cap + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| self.io_err(path, "read", e))?;
+        if buf.len() as u64 > cap {
+            return Err(too_large(buf.len() as u64));
+        }
+        Ok(buf)
+    }
+
+    /// The entry names of directory `path` (symlinks followed inside the
+    /// root), sorted, without `.` and `..`. Names that are not UTF-8 are
+    /// left out: nothing we look for has one.
+    pub fn read_dir_names(&self, path: &str) -> Result<Vec<String>, RootError> {
+        let fd = self.open_in_root(
+            path,
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            IN_ROOT,
+            "open directory",
+        )?;
+        let raw = fd.into_raw_fd();
+        // SAFETY: `raw` is an open directory descriptor we own; on success
+        // the DIR stream owns it and closedir closes it.
+        let dir = unsafe { libc::fdopendir(raw) };
+        if dir.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so we still own `raw`.
+            unsafe { libc::close(raw) };
+            return Err(self.io_err(path, "read directory", e));
+        }
+        let mut names = Vec::new();
+        let result = loop {
+            // SAFETY: errno is thread-local; reset so a NULL from readdir
+            // can be told apart as end-of-directory or error.
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: `dir` is a valid DIR stream until closedir below.
+            let ent = unsafe { libc::readdir(dir) };
+            if ent.is_null() {
+                let e = io::Error::last_os_error();
+                break if e.raw_os_error().unwrap_or(0) == 0 {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+            // SAFETY: readdir returned a valid dirent whose d_name is
+            // NUL-terminated.
+            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
+            let bytes = name.to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            if let Ok(s) = std::str::from_utf8(bytes) {
+                names.push(s.to_string());
+            }
+        };
+        // SAFETY: `dir` is valid and closed exactly once.
+        unsafe { libc::closedir(dir) };
+        result.map_err(|e| self.io_err(path, "read directory", e))?;
+        names.sort();
+        Ok(names)
+    }
+
+    /// `stat` of `path`, following symlinks inside the root.
+    pub fn metadata(&self, path: &str) -> Result<Metadata, RootError> {
+        let fd = self.open_in_root(path, libc::O_PATH, IN_ROOT, "stat")?;
+        fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))
+    }
+
+    /// `lstat` of `path`: the parent is resolved inside the root, the last
+    /// component is not followed.
+    pub fn symlink_metadata(&self, path: &str) -> Result<Metadata, RootError> {
+        let (parent, name) = split_parent(path)?;
+        let dir = self.open_in_root(
+            &parent,
+            libc::O_PATH | libc::O_DIRECTORY,
+            IN_ROOT,
+            "open parent",
+        )?;
+        fstatat_nofollow(dir.as_raw_fd(), &name).map_err(|e| self.io_err(path, "lstat", e))
+    }
+
+    /// Like [`Root::symlink_metadata`], with "does not exist" as `None`.
+    pub fn try_symlink_metadata(&self, path: &str) -> Result<Option<Metadata>, RootError> {
+        match self.symlink_metadata(path) {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The target of symlink `path` (parent resolved in-root, the link
+    /// itself not followed).
+    pub fn read_link(&self, path: &str) -> Result<OsString, RootError> {
+        let (parent, name) = split_parent(path)?;
+        let dir = self.open_in_root(
+            &parent,
+            libc::O_PATH | libc::O_DIRECTORY,
+            IN_ROOT,
+            "open parent",
+        )?;
+        readlinkat(dir.as_raw_fd(), &name).map_err(|e| self.io_err(path, "readlink", e))
+    }
+
+    /// Opens the canonical (symlink-free) component list as a directory,
+    /// refusing any symlink on the way.
+    fn open_canonical_dir(&self, comps: &[OsString], shown: &str) -> Result<OwnedFd, RootError> {
+        let joined = join_components(comps);
+        self.open_in_root(
+            &joined,
+            libc::O_PATH | libc::O_DIRECTORY,
+            IN_ROOT_NO_SYMLINKS,
+            "open directory",
+        )
+        .map_err(|e| match e {
+            RootError::Io { source, op, .. } => self.io_err(shown, op, source),
+            other => other,
+        })
+    }
+
+    /// Walks `path` component by component as the kernel would inside the
+    /// root. Returns the existing, symlink-free components and (when
+    /// `allow_missing`) the components that do not exist yet.
+    fn walk(&self, path: &str, allow_missing: bool) -> Result<Walk, RootError> {
+        check_path(path)?;
+        let mut todo: VecDeque<OsString> = components(path.as_bytes()).collect();
+        let mut existing: Vec<OsString> = Vec::new();
+        let mut missing: Vec<OsString> = Vec::new();
+        let mut links = 0;
+        while let Some(c) = todo.pop_front() {
+            if !missing.is_empty() {
+                if c == ".." {
+                    return Err(RootError::InvalidPath {
+                        path: path.to_string(),
+                        reason: "`..` after a component that does not exist",
+                    });
+                }
+                missing.push(c);
+                continue;
+            }
+            if c == ".." {
+                existing.pop();
+                continue;
+            }
+            let dir = self.open_canonical_dir(&existing, path)?;
+            let meta = match fstatat_nofollow(dir.as_raw_fd(), &c) {
+                Ok(m) => m,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && allow_missing => {
+                    missing.push(c);
+                    continue;
+                }
+                Err(e) => return Err(self.io_err(path, "lstat", e)),
+            };
+            match meta.kind {
+                FileKind::Symlink => {
+                    links += 1;
+                    if links > MAX_SYMLINKS {
+                        return Err(RootError::Loop {
+                            root: self.path.clone(),
+                            path: path.to_string(),
+                        });
+                    }
+                    let target = readlinkat(dir.as_raw_fd(), &c)
+                        .map_err(|e| self.io_err(path, "readlink", e))?;
+                    let bytes = target.as_bytes();
+                    if bytes.starts_with(b"/") {
+                        existing.clear();
+                    }
+                    for t in components(bytes).collect::<Vec<_>>().into_iter().rev() {
+                        todo.push_front(t);
+                    }
+                }
+                FileKind::Dir => existing.push(c),
+                _ if todo.is_empty() => existing.push(c),
+                _ => {
+                    return Err(self.io_err(
+                        path,
+                        "resolve",
+                        io::Error::from_raw_os_error(libc::ENOTDIR),
+                    ))
+                }
+            }
+        }
+        Ok(Walk { existing, missing })
+    }
+
+    /// The path `path` resolves to inside the root, symlinks followed, as a
+    /// container-absolute path (`/usr/local/cuda/compat` →
+    /// `/usr/local/cuda-12.9/compat`). The path must exist.
+    ///
+    /// Computed by walking components (`fstatat` + `readlinkat`), then
+    /// verified: the result, opened with no symlink allowed, must be the
+    /// same inode as `path` opened with the kernel's in-root resolution.
+    pub fn canonicalize(&self, path: &str) -> Result<String, RootError> {
+        let walk = self.walk(path, false)?;
+        let canonical = format!("/{}", join_components(&walk.existing));
+        let by_kernel = self.metadata(path)?;
+        let by_name = self
+            .open_in_root(&canonical, libc::O_PATH, IN_ROOT_NO_SYMLINKS, "stat")
+            .and_then(|fd| fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e)));
+        match by_name {
+            Ok(m) if m.same_inode(&by_kernel) => Ok(canonical),
+            _ => Err(RootError::Raced {
+                root: self.path.clone(),
+                path: path.to_string(),
+                resolved: canonical,
+            }),
+        }
+    }
+
+    /// `mkdir -p` inside the root: follows existing symlinks in-root
+    /// (including dangling ones, whose targets are created inside the
+    /// root), creates each missing component with `mkdirat` relative to
+    /// its symlink-free parent. `mode` is subject to the umask, as mkdir's.
+    pub fn mkdir_all(&self, path: &str, mode: u32) -> Result<(), RootError> {
+        let walk = self.walk(path, true)?;
+        let mut comps = walk.existing;
+        let mut dir = self.open_canonical_dir(&comps, path)?;
+        for c in walk.missing {
+            let cname = name_cstring(&c, path)?;
+            // SAFETY: valid descriptor and NUL-terminated single name.
+            let rc = unsafe { libc::mkdirat(dir.as_raw_fd(), cname.as_ptr(), mode) };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(self.io_err(path, "mkdir", e));
+                }
+            }
+            comps.push(c);
+            // Reopen without following anything: if something raced a
+            // symlink into place, this fails instead of escaping.
+            dir = self.open_canonical_dir(&comps, path)?;
+        }
+        Ok(())
+    }
+
+    /// Opens the parent directory of `path` (in-root) for `*at` calls and
+    /// returns it with the final name.
+    fn parent_dir(&self, path: &str) -> Result<(OwnedFd, OsString), RootError> {
+        let (parent, name) = split_parent(path)?;
+        let dir = self.open_in_root(
+            &parent,
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            IN_ROOT,
+            "open parent directory",
+        )?;
+        Ok((dir, name))
+    }
+
+    /// Replaces (or creates) regular file `path` atomically: the bytes go to
+    /// a new temporary file (`O_CREAT|O_EXCL|O_NOFOLLOW`) in the same in-root
+    /// directory, which is fsynced, given `mode` and renamed over `path`. A
+    /// symlink at `path` is replaced, never followed; a directory there is
+    /// an error. A failure leaves the old file in place. The parent
+    /// directory must exist.
+    pub fn write_file_atomic(&self, path: &str, bytes: &[u8], mode: u32) -> Result<(), RootError> {
+        let (dir, name) = self.parent_dir(path)?;
+        let dfd = dir.as_raw_fd();
+        self.refuse_directory(dfd, &name, path)?;
+        let tmp = temp_name(&name);
+        let ctmp = name_cstring(&tmp, path)?;
+        // SAFETY: valid descriptor and NUL-terminated single name.
+        let fd = unsafe {
+            libc::openat(
+                dfd,
+                ctmp.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(self.io_err(path, "create temporary file", io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just returned by openat and is owned by no one else.
+        let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let written = (|| -> Result<(), (&'static str, io::Error)> {
+            file.write_all(bytes).map_err(|e| ("write", e))?;
+            // SAFETY: valid descriptor.
+            if unsafe { libc::fchmod(file.as_raw_fd(), mode) } != 0 {
+                return Err(("chmod", io::Error::last_os_error()));
+            }
+            file.sync_all().map_err(|e| ("fsync", e))?;
+            rename_at(dfd, &tmp, &name).map_err(|e| ("rename", e))
+        })();
+        if let Err((op, e)) = written {
+            // SAFETY: valid descriptor and name; failure is harmless.
+            unsafe { libc::unlinkat(dfd, ctmp.as_ptr(), 0) };
+            return Err(self.io_err(path, op, e));
+        }
+        // SAFETY: valid directory descriptor.
+        if unsafe { libc::fsync(dfd) } != 0 {
+            return Err(self.io_err(path, "fsync directory", io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    fn refuse_directory(&self, dfd: RawFd, name: &OsStr, path: &str) -> Result<(), RootError> {
+        match fstatat_nofollow(dfd, name) {
+            Ok(m) if m.kind == FileKind::Dir => Err(RootError::IsDirectory {
+                root: self.path.clone(),
+                path: path.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// `ln -sf target link` inside the root: the parent of `link` is
+    /// resolved in-root and must exist; an existing link with the same
+    /// target is left alone, a file or another link is replaced atomically
+    /// (new link under a temporary name, then `renameat`), a directory is
+    /// refused. `target` is stored verbatim: it is resolved later, by the
+    /// container, inside its own root.
+    pub fn symlink_force(&self, target: &str, link: &str) -> Result<LinkOutcome, RootError> {
+        if target.is_empty() || target.contains('\0') {
+            return Err(RootError::InvalidPath {
+                path: target.to_string(),
+                reason: "a symlink target must be non-empty and contain no NUL",
+            });
+        }
+        let (dir, name) = self.parent_dir(link)?;
+        let dfd = dir.as_raw_fd();
+        let ctarget = CString::new(target).expect("checked for NUL");
+        let existing = match fstatat_nofollow(dfd, &name) {
+            Ok(m) => Some(m),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
+            Err(e) => return Err(self.io_err(link, "lstat", e)),
+        };
+        match existing {
+            None => {
+                let cname = name_cstring(&name, link)?;
+                // SAFETY: valid descriptor and NUL-terminated strings.
+                if unsafe { libc::symlinkat(ctarget.as_ptr(), dfd, cname.as_ptr()) } == 0 {
+                    return Ok(LinkOutcome::Created);
+                }
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(self.io_err(link, "symlink", e));
+                }
+                // Something appeared meanwhile: fall through and replace it.
+                self.refuse_directory(dfd, &name, link)?;
+            }
+            Some(m) if m.kind == FileKind::Dir => {
+                return Err(RootError::IsDirectory {
+                    root: self.path.clone(),
+                    path: link.to_string(),
+                })
+            }
+            Some(m) if m.kind == FileKind::Symlink => {
+                let current =
+                    readlinkat(dfd, &name).map_err(|e| self.io_err(link, "readlink", e))?;
+                if current.as_bytes() == target.as_bytes() {
+                    return Ok(LinkOutcome::Unchanged);
+                }
+            }
+            Some(_) => {}
+        }
+        let tmp = temp_name(&name);
+        let ctmp = name_cstring(&tmp, link)?;
+        // SAFETY: valid descriptor and NUL-terminated strings.
+        if unsafe { libc::symlinkat(ctarget.as_ptr(), dfd, ctmp.as_ptr()) } != 0 {
+            return Err(self.io_err(link, "symlink", io::Error::last_os_error()));
+        }
+        if let Err(e) = rename_at(dfd, &tmp, &name) {
+            // SAFETY: valid descriptor and name; failure is harmless.
+            unsafe { libc::unlinkat(dfd, ctmp.as_ptr(), 0) };
+            return Err(self.io_err(link, "rename", e));
+        }
+        Ok(LinkOutcome::Replaced)
+    }
+
+    /// `chmod mode path` inside the root, symlinks followed in-root.
+    ///
+    /// The file is opened with `O_PATH` through in-root resolution and its
+    /// mode changed through that descriptor with `fchmodat2(fd, "",
+    /// AT_EMPTY_PATH)` (Linux ≥ 6.6), so exactly the inode found inside the
+    /// root changes. On older kernels the path is first made symlink-free
+    /// with [`Root::canonicalize`]; directories and regular files are then
+    /// opened by that name (`O_NOFOLLOW`, `RESOLVE_NO_SYMLINKS`), checked to
+    /// be the same inode and `fchmod`ed; other types (device nodes, which
+    /// must not be opened) are checked with `fstatat(AT_SYMLINK_NOFOLLOW)`
+    /// in their symlink-free parent and changed by `fchmodat` on that
+    /// single name (a swap to a symlink between the check and the call is
+    /// the one window left, on old kernels only).
+    pub fn chmod(&self, path: &str, mode: u32) -> Result<(), RootError> {
+        self.chmod_impl(path, mode, true)
+    }
+
+    fn chmod_impl(&self, path: &str, mode: u32, try_fchmodat2: bool) -> Result<(), RootError> {
+        let fd = self.open_in_root(path, libc::O_PATH, IN_ROOT, "open")?;
+        if try_fchmodat2 {
+            match fchmodat2_empty(fd.as_raw_fd(), mode) {
+                Ok(()) => return Ok(()),
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOSYS) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
+                    ) => {}
+                Err(e) => return Err(self.io_err(path, "chmod", e)),
+            }
+        }
+        let before = fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
+        let flags = match before.kind {
+            FileKind::Dir => Some(libc::O_RDONLY | libc::O_DIRECTORY),
+            FileKind::File => Some(libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY),
+            _ => None,
+        };
+        let canonical = self.canonicalize(path)?;
+        if let Some(flags) = flags {
+            let fd = self.open_in_root(
+                &canonical,
+                flags | libc::O_NOFOLLOW,
+                IN_ROOT_NO_SYMLINKS,
+                "open",
+            )?;
+            let now = fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
+            if !now.same_inode(&before) {
+                return Err(RootError::Raced {
+                    root: self.path.clone(),
+                    path: path.to_string(),
+                    resolved: path.to_string(),
+                });
+            }
+            // SAFETY: valid descriptor.
+            if unsafe { libc::fchmod(fd.as_raw_fd(), mode) } != 0 {
+                return Err(self.io_err(path, "chmod", io::Error::last_os_error()));
+            }
+            return Ok(());
+        }
+        let (parent, name) = split_parent(&canonical)?;
+        let dir = self.open_in_root(
+            &parent,
+            libc::O_PATH | libc::O_DIRECTORY,
+            IN_ROOT_NO_SYMLINKS,
+            "open parent",
+        )?;
+        let now =
+            fstatat_nofollow(dir.as_raw_fd(), &name).map_err(|e| self.io_err(path, "lstat", e))?;
+        if now.kind == FileKind::Symlink || !now.same_inode(&before) {
+            return Err(RootError::Raced {
+                root: self.path.clone(),
+                path: path.to_string(),
+                resolved: canonical,
+            });
+        }
+        let cname = name_cstring(&name, path)?;
+        // SAFETY: valid descriptor and NUL-terminated single name.
+        if unsafe { libc::fchmodat(dir.as_raw_fd(), cname.as_ptr(), mode, 0) } != 0 {
+            return Err(self.io_err(path, "chmod", io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+}
+
+struct Walk {
+    existing: Vec<OsString>,
+    missing: Vec<OsString>,
+}
+
+/// Path components without empty ones and `.`; `..` kept.
+fn components(bytes: &[u8]) -> impl Iterator<Item = OsString> + '_ {
+    bytes
+        .split(|&b| b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .map(|c| OsString::from_vec(c.to_vec()))
+}
+
+fn join_components(comps: &[OsString]) -> String {
+    comps
+        .iter()
+        .map(|c| c.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn check_path(path: &str) -> Result<(), RootError> {
+    if path.contains('\0') {
+        return Err(RootError::InvalidPath {
+            path: path.to_string(),
+            reason: "contains a NUL byte",
+        });
+    }
+    Ok(())
+}
+
+/// The path relative to the root for openat2 (`.` for the root itself).
+fn relative_cstring(path: &str) -> Result<CString, RootError> {
+    check_path(path)?;
+    let rel = path.trim_start_matches('/');
+    let rel = if rel.is_empty() { "." } else { rel };
+    Ok(CString::new(rel).expect("checked for NUL"))
+}
+
+fn name_cstring(name: &OsStr, path: &str) -> Result<CString, RootError> {
+    CString::new(name.as_bytes()).map_err(|_| RootError::InvalidPath {
+        path: path.to_string(),
+        reason: "contains a NUL byte",
+    })
+}
+
+/// Splits a container path into its parent (as a path) and final name,
+/// which must be a plain name (not `.`, `..` or empty).
+pub(crate) fn split_parent(path: &str) -> Result<(String, OsString), RootError> {
+    check_path(path)?;
+    let trimmed = path.trim_end_matches('/');
+    let (parent, name) = match trimmed.rfind('/') {
+        Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+        None => ("", trimmed),
+    };
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(RootError::InvalidPath {
+            path: path.to_string(),
+            reason: "the last component must be a file name (not empty, `.` or `..`)",
+        });
+    }
+    let parent = if parent.is_empty() { "/" } else { parent };
+    Ok((parent.to_string(), OsString::from(name)))
+}
+
+fn temp_name(name: &OsStr) -> OsString {
+    let n = TMP_SERIAL.fetch_add(1, Ordering::Relaxed);
+    let mut t = OsString::from(".");
+    // Keep the name short enough for NAME_MAX even for long final names.
+    let bytes = name.as_bytes();
+    t.push(OsStr::from_bytes(&bytes[..bytes.len().min(200)]));
+    t.push(format!(".gpuctk-{}-{n}", std::process::id()));
+    t
+}
+
+fn openat2(dirfd: RawFd, path: &CStr, flags: i32, mode: u64, resolve: u64) -> io::Result<OwnedFd> {
+    // SAFETY: open_how is plain old data; zero is a valid value for every field.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.mode = mode;
+    how.resolve = resolve;
+    // openat2 returns EAGAIN for RESOLVE_IN_ROOT when a concurrent rename
+    // could have let `..` escape; retrying is the documented answer.
+    for _ in 0..64 {
+        // SAFETY: valid pointers to a NUL-terminated path and an open_how of
+        // the size passed.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dirfd,
+                path.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if rc >= 0 {
+            // SAFETY: the kernel returned a new descriptor that we own.
+            return Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) });
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => continue,
+            _ => return Err(e),
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::EAGAIN))
+}
+
+fn fstat(fd: RawFd) -> io::Result<Metadata> {
+    // SAFETY: stat is plain old data.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor and pointer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Metadata::from_stat(&st))
+}
+
+fn fstatat_nofollow(dirfd: RawFd, name: &OsStr) -> io::Result<Metadata> {
+    let c =
+        CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: stat is plain old data.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor, NUL-terminated name and pointer.
+    if unsafe { libc::fstatat(dirfd, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Metadata::from_stat(&st))
+}
+
+fn readlinkat(dirfd: RawFd, name: &OsStr) -> io::Result<OsString> {
+    let c =
+        CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: valid descriptor, name and buffer of the given length.
+    let n = unsafe {
+        libc::readlinkat(
+            dirfd,
+            c.as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    if n >= buf.len() {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    buf.truncate(n);
+    Ok(OsString::from_vec(buf))
+}
+
+fn rename_at(dirfd: RawFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
+    let f =
+        CString::new(from.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let t = CString::new(to.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: valid descriptor and NUL-terminated single names.
+    if unsafe { libc::renameat(dirfd, f.as_ptr(), dirfd, t.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The syscall number of fchmodat2 (Linux 6.6), the same in the unified
+/// table of these architectures; not every libc version names it.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+const SYS_FCHMODAT2: libc::c_long = 452;
+
+/// `fchmodat2(fd, "", mode, AT_EMPTY_PATH)`: chmod of the inode an `O_PATH`
+/// descriptor refers to.
+fn fchmodat2_empty(fd: RawFd, mode: u32) -> io::Result<()> {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        let empty = c"";
+        // SAFETY: valid descriptor and NUL-terminated empty path.
+        let rc = unsafe {
+            libc::syscall(
+                SYS_FCHMODAT2,
+                fd,
+                empty.as_ptr(),
+                mode as libc::c_uint,
+                libc::AT_EMPTY_PATH,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let _ = (fd, mode);
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+}
+
+#[cfg(test)]
+mod tests;

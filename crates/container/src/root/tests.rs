@@ -1,0 +1,425 @@
+//! Unit tests of [`Root`] on temp trees, most with a malicious image: each
+//! asserts the in-root result and that a host directory outside the root
+//! is byte for byte unchanged.
+
+use super::*;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// A temp dir holding `root/` (the container) and `host/` (a sentinel host
+/// directory outside it, with a file `secret` mode 0600).
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    host: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let host = tmp.path().join("host");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("secret"), b"host secret\n").unwrap();
+    std::fs::set_permissions(host.join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir(host.join("sub")).unwrap();
+    Fixture {
+        _tmp: tmp,
+        root,
+        host,
+    }
+}
+
+/// Everything about a host tree that an escape could change.
+pub(crate) fn snapshot(dir: &Path) -> Vec<(PathBuf, u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let m = std::fs::symlink_metadata(&d).unwrap();
+        let content = if m.file_type().is_symlink() {
+            std::fs::read_link(&d).unwrap().into_os_string().into_vec()
+        } else if m.is_file() {
+            std::fs::read(&d).unwrap()
+        } else {
+            let mut names: Vec<_> = std::fs::read_dir(&d)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            names.sort();
+            todo.extend(names);
+            Vec::new()
+        };
+        out.push((d, m.mode(), content));
+    }
+    out.sort();
+    out
+}
+
+/// `host` as a path under `root` (where in-root resolution of the absolute
+/// host path lands).
+fn rerooted(root: &Path, host: &Path) -> PathBuf {
+    root.join(host.strip_prefix("/").unwrap())
+}
+
+#[test]
+fn reads_files_with_a_cap() {
+    let f = fixture();
+    std::fs::write(f.root.join("etc/a"), b"hello").unwrap();
+    let r = Root::open(&f.root).unwrap();
+    assert_eq!(r.read_to_vec("/etc/a", 5).unwrap(), b"hello");
+    assert!(matches!(
+        r.read_to_vec("/etc/a", 4),
+        Err(RootError::TooLarge {
+            size: 5,
+            cap: 4,
+            ..
+        })
+    ));
+    assert!(r
+        .read_to_vec("/etc/missing", 10)
+        .unwrap_err()
+        .is_not_found());
+    let m = r.metadata("/etc/a").unwrap();
+    assert_eq!((m.kind, m.size), (FileKind::File, 5));
+    assert_eq!(r.metadata("/etc").unwrap().kind, FileKind::Dir);
+    assert_eq!(r.read_dir_names("/etc").unwrap(), vec!["a".to_string()]);
+    assert_eq!(r.read_dir_names("/").unwrap(), vec!["etc".to_string()]);
+}
+
+#[test]
+fn open_read_refuses_a_fifo_without_blocking() {
+    let f = fixture();
+    let p = CString::new(f.root.join("etc/fifo").as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid path.
+    assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), 0o644) }, 0);
+    let r = Root::open(&f.root).unwrap();
+    assert!(matches!(
+        r.open_read("/etc/fifo"),
+        Err(RootError::NotRegular {
+            kind: FileKind::Fifo,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn reads_through_absolute_symlink_stay_in_root() {
+    let f = fixture();
+    let before = snapshot(&f.host);
+    symlink(f.host.join("secret"), f.root.join("etc/passwd")).unwrap();
+    symlink(&f.host, f.root.join("hostdir")).unwrap();
+    let r = Root::open(&f.root).unwrap();
+    // The host file is not reachable: the link resolves to <root>/<host>/secret.
+    assert!(r
+        .read_to_vec("/etc/passwd", 100)
+        .unwrap_err()
+        .is_not_found());
+    assert!(r.read_dir_names("/hostdir").unwrap_err().is_not_found());
+    // With an in-root copy at the re-rooted place, that copy is read.
+    let inroot = rerooted(&f.root, &f.host);
+    std::fs::create_dir_all(&inroot).unwrap();
+    std::fs::write(inroot.join("secret"), b"container file").unwrap();
+    assert_eq!(
+        r.read_to_vec("/etc/passwd", 100).unwrap(),
+        b"container file"
+    );
+    assert_eq!(r.read_dir_names("/hostdir").unwrap(), vec!["secret"]);
+    assert_eq!(snapshot(&f.host), before);
+}
+
+#[test]
+fn dotdot_escapes_are_clamped() {
+    let f = fixture();
+    std::fs::write(f.root.join("etc/x"), b"in root").unwrap();
+    let r = Root::open(&f.root).unwrap();
+    assert_eq!(
+        r.read_to_vec("/../../../../etc/x", 100).unwrap(),
+        b"in root"
+    );
+    symlink("../../../../../../../../etc", f.root.join("etc2")).unwrap();
+    assert_eq!(r.read_to_vec("/etc2/x", 100).unwrap(), b"in root");
+    assert_eq!(r.canonicalize("/etc2/x").unwrap(), "/etc/x");
+    assert_eq!(r.canonicalize("/../etc2/../etc/x").unwrap(), "/etc/x");
+}
+
+#[test]
+fn write_through_absolute_symlinked_parent_never_reaches_host() {
+    let f = fixture();
+    let before = snapshot(&f.host);
+    std::fs::remove_dir(f.root.join("etc")).unwrap();
+    symlink(&f.host, f.root.join("etc")).unwrap();
+    let r = Root::open(&f.root).unwrap();
+
+    // The parent does not exist inside the root: refused, nothing written.
+    let e = r
+        .write_file_atomic("/etc/ld.so.cache", b"x", 0o644)
+        .unwrap_err();
+    assert!(e.is_not_found(), "{e}");
+    let e = r.symlink_force("x", "/etc/link").unwrap_err();
+    assert!(e.is_not_found(), "{e}");
+    assert!(r.chmod("/etc/secret", 0o777).unwrap_err().is_not_found());
+    assert_eq!(snapshot(&f.host), before);
+
+    // mkdir -p follows the dangling link inside the root.
+    r.mkdir_all("/etc/ld.so.conf.d", 0o755).unwrap();
+    let inroot = rerooted(&f.root, &f.host);
+    assert!(inroot.join("ld.so.conf.d").is_dir());
+    r.write_file_atomic("/etc/ld.so.conf.d/a.conf", b"/x\n", 0o644)
+        .unwrap();
+    assert_eq!(
+        std::fs::read(inroot.join("ld.so.conf.d/a.conf")).unwrap(),
+        b"/x\n"
+    );
+    assert_eq!(snapshot(&f.host), before);
+}
+
+#[test]
+fn write_through_relative_escaping_parent_stays_in_root() {
+    let f = fixture();
+    let before = snapshot(&f.host);
+    // ../../../../<host> from /etc climbs to the root, then into <root>/<host>.
+    let rel = format!("../../../../../../..{}", f.host.display());
+    std::fs::remove_dir(f.root.join("etc")).unwrap();
+    symlink(&rel, f.root.join("etc")).unwrap();
+    let inroot = rerooted(&f.root, &f.host);
+    std::fs::create_dir_all(&inroot).unwrap();
+    let r = Root::open(&f.root).unwrap();
+    r.write_file_atomic("/etc/secret", b"replaced in root", 0o640)
+        .unwrap();
+    assert_eq!(
+        std::fs::read(inroot.join("secret")).unwrap(),
+        b"replaced in root"
+    );
+    assert_eq!(
+        std::fs::metadata(inroot.join("secret")).unwrap().mode() & 0o7777,
+        0o640
+    );
+    assert_eq!(snapshot(&f.host), before);
+}
+
+#[test]
+fn a_symlinked_target_file_is_replaced_not_followed() {
+    let f = fixture();
+    let before = snapshot(&f.host);
+    symlink(f.host.join("secret"), f.root.join("etc/ld.so.cache")).unwrap();
+    let r = Root::open(&f.root).unwrap();
+    r.write_file_atomic("/etc/ld.so.cache", b"new cache", 0o644)
+        .unwrap();
+    let m = std::fs::symlink_metadata(f.root.join("etc/ld.so.cache")).unwrap();
+    assert!(m.is_file());
+    assert_eq!(m.mode() & 0o7777, 0o644);
+    assert_eq!(
+        std::fs::read(f.root.join("etc/ld.so.cache")).unwrap(),
+        b"new cache"
+    );
+    assert_eq!(snapshot(&f.host), before);
+    // No temporary files left behind.
+    assert_eq!(r.read_dir_names("/etc").unwrap(), vec!["ld.so.cache"]);
+}
+
+#[test]
+fn write_refuses_to_replace_a_directory_and_keeps_old_file_on_error() {
+    let f = fixture();
+    std::fs::create_dir(f.root.join("etc/d")).unwrap();
+    let r = Root::open(&f.root).unwrap();
+    assert!(matches!(
+        r.write_file_atomic("/etc/d", b"x", 0o644),
+        Err(RootError::IsDirectory { .. })
+    ));
+    assert!(f.root.join("etc/d").is_dir());
+    assert!(matches!(
+        r.write_file_atomic("/", b"x", 0o644),
+        Err(RootError::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        r.write_file_atomic("/etc/..", b"x", 0o644),
+        Err(RootError::InvalidPath { .. })
+    ));
+}
+
+#[test]
+fn symlink_force_has_ln_sf_semantics() {
+    let f = fixture();
+    let r = Root::open(&f.root).unwrap();
+    assert_eq!(
+        r.symlink_force("a", "/etc/l").unwrap(),
+        LinkOutcome::Created
+    );
+    assert_eq!(
+        r.symlink_force("a", "/etc/l").unwrap(),
+        LinkOutcome::Unchanged
+    );
+    assert_eq!(
+        r.symlink_force("b", "/etc/l").unwrap(),
+        LinkOutcome::Replaced
+    );
+    assert_eq!(
+        std::fs::read_link(f.root.join("etc/l")).unwrap(),
+        PathBuf::from("b")
+    );
+    std::fs::write(f.root.join("etc/file"), b"x").unwrap();
+    assert_eq!(
+        r.symlink_force("b", "/etc/file").unwrap(),
+        LinkOutcome::Replaced
+    );
+    assert!(std::fs::symlink_metadata(f.root.join("etc/file"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    std::fs::create_dir(f.root.join("etc/dir")).unwrap();
+    assert!(matches!(
+        r.symlink_force("b", "/etc/dir"),
+        Err(RootError::IsDirectory { .. })
+    ));
+    assert!(f.root.join("etc/dir").is_dir());
+    assert_eq!(r.read_link("/etc/l").unwrap(), OsString::from("b"));
+    let names = r.read_dir_names("/etc").unwrap();
+    assert_eq!(names, vec!["dir", "file", "l"]);
+}
+
+#[test]
+fn symlink_force_through_host_symlink_stays_in_root() {
+    let f = fixture();
+    let before = snapshot(&f.host);
+    symlink(&f.host, f.root.join("lib")).unwrap();
+    let inroot = rerooted(&f.root, &f.host);
+    std::fs::create_dir_all(&inroot).unwrap();
+    let r = Root::open(&f.root).unwrap();
+    // /lib/secret resolves to <root>/<host>/secret, which does not exist.
+    assert_eq!(
+        r.symlink_force("/etc/shadow", "/lib/secret").unwrap(),
+        LinkOutcome::Created
+    );
+    assert_eq!(
+        std::fs::read_link(inroot.join("secret")).unwrap(),
+        PathBuf::from("/etc/shadow")
+    );
+    assert_eq!(snapshot(&f.host), before);
+}
+
+#[test]
+fn chmod_follows_links_only_inside_root() {
+    let f = fixture();
+    let before = snapshot(&f.host);
+    std::fs::write(f.root.join("etc/file"), b"x").unwrap();
+    symlink(f.host.join("secret"), f.root.join("etc/evil")).unwrap();
+    symlink("file", f.root.join("etc/good")).unwrap();
+    let r = Root::open(&f.root).unwrap();
+    for try2 in [true, false] {
+        assert!(r
+            .chmod_impl("/etc/evil", 0o666, try2)
+            .unwrap_err()
+            .is_not_found());
+        r.chmod_impl("/etc/good", 0o600, try2).unwrap();
+        assert_eq!(r.metadata("/etc/file").unwrap().mode, 0o600);
+        r.chmod_impl("/etc/file", 0o751, try2).unwrap();
+        assert_eq!(r.metadata("/etc/file").unwrap().mode, 0o751);
+        r.chmod_impl("/etc", 0o711, try2).unwrap();
+        assert_eq!(r.metadata("/etc").unwrap().mode, 0o711);
+        r.chmod_impl("/etc", 0o755, try2).unwrap();
+        // The link itself is untouched.
+        assert_eq!(
+            r.symlink_metadata("/etc/good").unwrap().kind,
+            FileKind::Symlink
+        );
+    }
+    // With an in-root file at the re-rooted place, that file changes.
+    let inroot = rerooted(&f.root, &f.host);
+    std::fs::create_dir_all(&inroot).unwrap();
+    std::fs::write(inroot.join("secret"), b"c").unwrap();
+    r.chmod("/etc/evil", 0o604).unwrap();
+    assert_eq!(
+        std::fs::metadata(inroot.join("secret")).unwrap().mode() & 0o7777,
+        0o604
+    );
+    assert_eq!(snapshot(&f.host), before);
+}
+
+#[test]
+fn chmod_of_device_nodes_without_opening_them() {
+    let f = fixture();
+    std::fs::create_dir(f.root.join("dev")).unwrap();
+    let p = CString::new(f.root.join("dev/nvidia0").as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid path. 195:0 has no driver here: opening it would fail.
+    let rc = unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(195, 0)) };
+    assert_eq!(rc, 0, "mknod: {}", io::Error::last_os_error());
+    symlink("/dev/nvidia0", f.root.join("dev/link0")).unwrap();
+    let r = Root::open(&f.root).unwrap();
+    for (try2, mode) in [(true, 0o666), (false, 0o660)] {
+        r.chmod_impl("/dev/link0", mode, try2).unwrap();
+        let m = r.metadata("/dev/nvidia0").unwrap();
+        assert_eq!((m.kind, m.mode), (FileKind::CharDevice, mode));
+    }
+}
+
+#[test]
+fn canonicalize_resolves_in_root() {
+    let f = fixture();
+    std::fs::create_dir_all(f.root.join("usr/local/cuda-12.9/compat")).unwrap();
+    symlink("cuda-12.9", f.root.join("usr/local/cuda")).unwrap();
+    symlink("/usr/local", f.root.join("opt")).unwrap();
+    symlink(&f.host, f.root.join("evil")).unwrap();
+    let r = Root::open(&f.root).unwrap();
+    assert_eq!(
+        r.canonicalize("/usr/local/cuda/compat").unwrap(),
+        "/usr/local/cuda-12.9/compat"
+    );
+    assert_eq!(
+        r.canonicalize("/opt/cuda/compat/").unwrap(),
+        "/usr/local/cuda-12.9/compat"
+    );
+    assert_eq!(r.canonicalize("/").unwrap(), "/");
+    assert_eq!(
+        r.canonicalize("/usr/local/cuda").unwrap(),
+        "/usr/local/cuda-12.9"
+    );
+    assert!(r.canonicalize("/evil").unwrap_err().is_not_found());
+    assert!(r.canonicalize("/usr/nope").unwrap_err().is_not_found());
+    symlink("loop2", f.root.join("loop1")).unwrap();
+    symlink("loop1", f.root.join("loop2")).unwrap();
+    assert!(matches!(
+        r.canonicalize("/loop1"),
+        Err(RootError::Loop { .. })
+    ));
+    std::fs::write(f.root.join("etc/file"), b"").unwrap();
+    assert_eq!(
+        r.canonicalize("/etc/file/x").unwrap_err().errno(),
+        Some(libc::ENOTDIR)
+    );
+}
+
+#[test]
+fn mkdir_all_creates_components_and_refuses_files() {
+    let f = fixture();
+    let r = Root::open(&f.root).unwrap();
+    r.mkdir_all("/a/b/c", 0o755).unwrap();
+    assert!(f.root.join("a/b/c").is_dir());
+    r.mkdir_all("/a/b/c", 0o755).unwrap();
+    std::fs::write(f.root.join("a/file"), b"").unwrap();
+    assert_eq!(
+        r.mkdir_all("/a/file/x", 0o755).unwrap_err().errno(),
+        Some(libc::ENOTDIR)
+    );
+    assert!(matches!(
+        r.mkdir_all("/a/new/../x", 0o755),
+        Err(RootError::InvalidPath { .. })
+    ));
+    symlink("a/b", f.root.join("ab")).unwrap();
+    r.mkdir_all("/ab/d", 0o755).unwrap();
+    assert!(f.root.join("a/b/d").is_dir());
+}
+
+#[test]
+fn paths_with_nul_are_rejected() {
+    let f = fixture();
+    let r = Root::open(&f.root).unwrap();
+    assert!(matches!(
+        r.metadata("/etc\0/x"),
+        Err(RootError::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        r.symlink_force("a\0b", "/etc/x"),
+        Err(RootError::InvalidPath { .. })
+    ));
+    assert!(Root::open(f.root.join("nonexistent")).is_err());
+}

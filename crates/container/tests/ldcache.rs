@@ -1,0 +1,329 @@
+//! update_ldcache end to end with the real dynamic loader (a Debian-like
+//! rootfs, RHEL-layout driver libraries in /usr/lib64, chroot), and against
+//! malicious images. Needs root (mknod, chroot).
+
+mod common;
+
+use std::os::unix::fs::{symlink, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use common::*;
+use gpuctk_container::{update_ldcache, HookError, Root};
+use gpuctk_mockhost::{
+    create_host, create_rootfs, HostConfig, Layout, LibraryLoad, MockHost, ProbeReport,
+    RootfsConfig, PROBE_PATH,
+};
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    host: MockHost,
+    rootfs: PathBuf,
+}
+
+fn setup() -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = HostConfig::new("570.124.06", (12, 8));
+    cfg.layout = Layout::Rhel;
+    cfg.ldconfig = ldconfig().into();
+    let host = create_host(&tmp.path().join("host"), &cfg).unwrap();
+    let rootfs = tmp.path().join("rootfs");
+    let rcfg = RootfsConfig {
+        ldconfig: ldconfig().into(),
+        ..RootfsConfig::default()
+    };
+    create_rootfs(&rootfs, &rcfg).unwrap();
+    Env {
+        _tmp: tmp,
+        host,
+        rootfs,
+    }
+}
+
+/// What the runtime's bind mounts would give the container: the driver
+/// files in /usr/lib64 (no soname links), nvidia-smi, two device nodes.
+fn inject(env: &Env) {
+    let lib = env.rootfs.join("usr/lib64");
+    std::fs::create_dir_all(&lib).unwrap();
+    for path in env.host.library_paths() {
+        std::fs::copy(&path, lib.join(path.file_name().unwrap())).unwrap();
+    }
+    for path in env.host.binary_paths() {
+        if path.file_name().unwrap() == "nvidia-smi" {
+            std::fs::copy(&path, env.rootfs.join("usr/bin/nvidia-smi")).unwrap();
+        }
+    }
+    mknod(&env.rootfs.join("dev/nvidiactl"), 195, 255, 0o666);
+    mknod(&env.rootfs.join("dev/nvidia0"), 195, 0, 0o666);
+}
+
+fn probe(rootfs: &Path) -> (ProbeReport, String) {
+    let out = chroot(rootfs, &[PROBE_PATH]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "probe failed: {out:?}");
+    (ProbeReport::parse(&text), text)
+}
+
+#[test]
+fn rhel_driver_in_debian_image_loads_after_update() {
+    let env = setup();
+    inject(&env);
+
+    // Without our update Debian's loader does not search /usr/lib64.
+    let (before, text) = probe(&env.rootfs);
+    assert!(
+        matches!(before.libcuda, Some(LibraryLoad::Failed(_))),
+        "libcuda loaded without the cache update:\n{text}"
+    );
+
+    let old = ldconfig_p(&env.rootfs.join("etc/ld.so.cache"));
+    let root = Root::open(&env.rootfs).unwrap();
+    let report = update_ldcache(&root, &["/usr/lib64".into()]).unwrap();
+    eprintln!("{report:#?}");
+    assert!(report.links.contains(&(
+        "/usr/lib64/libcuda.so.1".into(),
+        "libcuda.so.570.124.06".into()
+    )));
+
+    let (after, text) = probe(&env.rootfs);
+    eprintln!("{text}");
+    match &after.libcuda {
+        Some(LibraryLoad::Loaded { path, realpath }) => {
+            assert_eq!(path, "/usr/lib64/libcuda.so.1");
+            assert_eq!(realpath, "/usr/lib64/libcuda.so.570.124.06");
+        }
+        other => panic!("libcuda not loaded: {other:?}\n{text}"),
+    }
+    assert_eq!(after.cu_driver_version, Some((0, 12080)), "{text}");
+    assert_eq!(after.cu_device_count, Some((0, 1)), "{text}");
+
+    let smi = chroot(&env.rootfs, &["/usr/bin/nvidia-smi", "-L"]);
+    assert!(smi.status.success(), "nvidia-smi -L: {smi:?}");
+    let lines: Vec<String> = String::from_utf8_lossy(&smi.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-"),
+        "{lines:?}"
+    );
+    assert!(lines[0].contains(&env.host.gpus[0].uuid), "{lines:?}");
+
+    // glibc's own reader sees the new entries and all the image's old ones.
+    let new = ldconfig_p(&env.rootfs.join("etc/ld.so.cache"));
+    let has = |name: &str, path: &str| new.iter().any(|(n, _, p)| n == name && p == path);
+    assert!(has("libcuda.so.1", "/usr/lib64/libcuda.so.1"), "{new:#?}");
+    assert!(
+        has("libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1"),
+        "{new:#?}"
+    );
+    // Old entries stay unless a library of the folder took their soname
+    // (the loader symlink /usr/lib64/ld-linux-x86-64.so.2 does).
+    let ours: Vec<&str> = report.entries.iter().map(|e| e.key.as_str()).collect();
+    for (name, arch, path) in old.iter().filter(|(n, _, _)| !ours.contains(&n.as_str())) {
+        assert!(
+            new.iter()
+                .any(|(n, a, p)| n == name && a == arch && p == path),
+            "old entry {name} => {path} lost"
+        );
+    }
+    assert!(new.iter().any(|(n, _, _)| n == "libc.so.6"));
+    let x8664 = new
+        .iter()
+        .find(|(n, _, _)| n == "libcuda.so.1")
+        .map(|(_, a, _)| a.clone())
+        .unwrap();
+    assert!(
+        x8664.contains("x86-64") || !cfg!(target_arch = "x86_64"),
+        "{x8664}"
+    );
+
+    let m = std::fs::metadata(env.rootfs.join("etc/ld.so.cache")).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o644);
+    let conf = std::fs::read_to_string(env.rootfs.join("etc/ld.so.conf.d/00-gpuctk.conf")).unwrap();
+    assert!(conf.lines().any(|l| l == "/usr/lib64"), "{conf}");
+
+    // A later ldconfig inside the container keeps the folder.
+    run_ok(ldconfig(), &["-r", env.rootfs.to_str().unwrap()]);
+    let (again, text) = probe(&env.rootfs);
+    assert!(
+        matches!(again.libcuda, Some(LibraryLoad::Loaded { .. })),
+        "{text}"
+    );
+
+    // Idempotent: a second run changes nothing it reports as created.
+    let second = update_ldcache(&root, &["/usr/lib64".into()]).unwrap();
+    assert!(second.links.is_empty(), "{second:#?}");
+}
+
+fn small_root() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let host = tmp.path().join("host");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("shadow"), b"root:secret\n").unwrap();
+    build_lib(&host.join("libhost.so.1.0"), "libhost.so.1", "host_fn");
+    (tmp, root, host)
+}
+
+#[test]
+fn corrupt_image_cache_is_an_error_naming_it() {
+    let (_tmp, root, _host) = small_root();
+    std::fs::write(root.join("etc/ld.so.cache"), b"garbage, not a cache").unwrap();
+    let e = update_ldcache(&Root::open(&root).unwrap(), &[]).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, HookError::CorruptCache { .. }), "{msg}");
+    assert!(msg.contains("/etc/ld.so.cache"), "{msg}");
+    assert!(msg.contains("damaged"), "{msg}");
+    // The old file is left as it was.
+    assert_eq!(
+        std::fs::read(root.join("etc/ld.so.cache")).unwrap(),
+        b"garbage, not a cache"
+    );
+}
+
+#[test]
+fn cache_symlinked_to_a_host_file_is_replaced_in_root() {
+    let (_tmp, root, host) = small_root();
+    let before = snapshot(&host);
+    build_lib(&root.join("usr/lib64/libfoo.so.1.2"), "libfoo.so.1", "foo");
+    symlink(host.join("shadow"), root.join("etc/ld.so.cache")).unwrap();
+    update_ldcache(&Root::open(&root).unwrap(), &["/usr/lib64".into()]).unwrap();
+    assert_eq!(snapshot(&host), before);
+    let m = std::fs::symlink_metadata(root.join("etc/ld.so.cache")).unwrap();
+    assert!(m.is_file());
+    let entries = ldconfig_p(&root.join("etc/ld.so.cache"));
+    assert!(entries
+        .iter()
+        .any(|(n, _, p)| n == "libfoo.so.1" && p == "/usr/lib64/libfoo.so.1"));
+}
+
+#[test]
+fn etc_symlinked_to_host_dir_is_written_in_root() {
+    for relative in [false, true] {
+        let (_tmp, root, host) = small_root();
+        let before = snapshot(&host);
+        std::fs::remove_dir(root.join("etc")).unwrap();
+        let target = if relative {
+            PathBuf::from(format!("../../../../../../../..{}", host.display()))
+        } else {
+            host.clone()
+        };
+        symlink(&target, root.join("etc")).unwrap();
+        build_lib(&root.join("usr/lib64/libfoo.so.1.2"), "libfoo.so.1", "foo");
+        let report = update_ldcache(&Root::open(&root).unwrap(), &["/usr/lib64".into()]).unwrap();
+        assert_eq!(snapshot(&host), before, "relative={relative}");
+        // The container sees /etc/ld.so.cache through its own /etc link.
+        let inroot = rerooted(&root, &host);
+        let entries = ldconfig_p(&inroot.join("ld.so.cache"));
+        assert!(entries.iter().any(|(n, _, _)| n == "libfoo.so.1"));
+        assert!(inroot.join("ld.so.conf").is_file());
+        assert!(inroot.join("ld.so.conf.d/00-gpuctk.conf").is_file());
+        assert!(report.created_ld_so_conf);
+    }
+}
+
+#[test]
+fn symlinked_folder_to_host_library_dir_does_not_touch_host() {
+    for relative in [false, true] {
+        let (_tmp, root, host) = small_root();
+        let before = snapshot(&host);
+        std::fs::create_dir_all(root.join("usr")).unwrap();
+        let target = if relative {
+            PathBuf::from(format!("../../../../../../../..{}", host.display()))
+        } else {
+            host.clone()
+        };
+        symlink(&target, root.join("usr/lib64")).unwrap();
+        let r = Root::open(&root).unwrap();
+        let report = update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
+        // A string-joining implementation would create <host>/libhost.so.1.
+        assert_eq!(snapshot(&host), before, "relative={relative}");
+        assert!(report.entries.is_empty(), "{report:#?}");
+        assert!(report
+            .notes
+            .iter()
+            .any(|n| n.contains("/usr/lib64") && n.contains("skipped")));
+
+        // With the link's target present inside the root, that copy is used.
+        let inroot = rerooted(&root, &host);
+        build_lib(&inroot.join("libin.so.3.1"), "libin.so.3", "inroot");
+        let report = update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
+        assert_eq!(snapshot(&host), before);
+        assert!(std::fs::symlink_metadata(inroot.join("libin.so.3")).is_ok());
+        assert_eq!(report.entries.len(), 1, "{report:#?}");
+        assert_eq!(report.entries[0].value, "/usr/lib64/libin.so.3");
+    }
+}
+
+#[test]
+fn library_symlinks_to_host_are_not_read() {
+    let (_tmp, root, host) = small_root();
+    let before = snapshot(&host);
+    std::fs::create_dir_all(root.join("usr/lib64")).unwrap();
+    symlink(
+        host.join("libhost.so.1.0"),
+        root.join("usr/lib64/libhost.so.1"),
+    )
+    .unwrap();
+    let report = update_ldcache(&Root::open(&root).unwrap(), &["/usr/lib64".into()]).unwrap();
+    assert!(report.entries.is_empty(), "{report:#?}");
+    assert_eq!(snapshot(&host), before);
+}
+
+#[test]
+fn soname_link_slot_taken_by_a_directory_or_bad_soname() {
+    let (_tmp, root, _host) = small_root();
+    let lib = root.join("usr/lib64");
+    build_lib(&lib.join("libfoo.so.1.2"), "libfoo.so.1", "foo");
+    std::fs::create_dir_all(lib.join("libfoo.so.1/keep")).unwrap();
+    build_lib(&lib.join("libevil.so.1.0"), "../../../etc/evil.so", "evil");
+    build_lib(&lib.join("libok.so.2.0"), "libok.so.2", "ok");
+    // A stale link is fixed, as ldconfig does.
+    symlink("libgone.so.2.0", lib.join("libok.so.2")).unwrap();
+    let report = update_ldcache(&Root::open(&root).unwrap(), &["/usr/lib64/".into()]).unwrap();
+    assert!(lib.join("libfoo.so.1/keep").is_dir());
+    assert!(!root.join("etc/evil.so").exists());
+    assert!(!lib.join("../../../etc/evil.so").exists());
+    let keys: Vec<&str> = report.entries.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, vec!["libok.so.2"], "{report:#?}");
+    assert_eq!(
+        std::fs::read_link(lib.join("libok.so.2")).unwrap(),
+        PathBuf::from("libok.so.2.0")
+    );
+    assert!(report
+        .notes
+        .iter()
+        .any(|n| n.contains("libfoo.so.1") && n.contains("directory")));
+    assert!(report.notes.iter().any(|n| n.contains("not a file name")));
+}
+
+#[test]
+fn earlier_folder_wins_and_missing_folders_are_noted() {
+    let (_tmp, root, _host) = small_root();
+    build_lib(&root.join("opt/a/libx.so.1.0"), "libx.so.1", "a");
+    build_lib(&root.join("opt/b/libx.so.1.1"), "libx.so.1", "b");
+    let report = update_ldcache(
+        &Root::open(&root).unwrap(),
+        &["/opt/missing".into(), "/opt/a".into(), "/opt/b".into()],
+    )
+    .unwrap();
+    let e: Vec<_> = report.entries.iter().map(|e| e.value.as_str()).collect();
+    assert_eq!(e, vec!["/opt/a/libx.so.1"]);
+    assert!(report.notes.iter().any(|n| n.starts_with("/opt/missing")));
+    let entries = ldconfig_p(&root.join("etc/ld.so.cache"));
+    let x: Vec<_> = entries
+        .iter()
+        .filter(|(n, _, _)| n == "libx.so.1")
+        .collect();
+    assert_eq!(x.len(), 1, "{entries:?}");
+    assert_eq!(x[0].2, "/opt/a/libx.so.1");
+    let conf = std::fs::read_to_string(root.join("etc/ld.so.conf.d/00-gpuctk.conf")).unwrap();
+    assert!(conf.contains("/opt/a\n/opt/b\n"), "{conf}");
+    assert!(!conf.contains("missing"));
+    assert!(matches!(
+        update_ldcache(&Root::open(&root).unwrap(), &["relative/dir".into()]),
+        Err(HookError::NotAbsolute { .. })
+    ));
+}

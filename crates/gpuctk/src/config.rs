@@ -1,0 +1,497 @@
+//! `config.toml`: NVIDIA's `/etc/nvidia-container-runtime/config.toml` with its keys, plus ours
+//! under `[gpuctk]`. A missing file means defaults; an unknown key is a warning; a syntax error
+//! or a key of the wrong type is one line naming the file and line.
+
+use std::path::{Path, PathBuf};
+
+use gpuctk_core::Policy;
+use toml_edit::{DocumentMut, Item, Table};
+
+/// Where the config is looked for when no variable names it.
+pub const DEFAULT_CONFIG: &str = "/etc/nvidia-container-runtime/config.toml";
+
+/// How the runtime finds devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// CDI names through the registry, everything else just in time.
+    Auto,
+    /// Everything through the CDI registry.
+    Cdi,
+    /// Just-in-time edits only (NVIDIA's `jit-cdi`).
+    JitCdi,
+    /// The legacy prestart hook.
+    Legacy,
+}
+
+/// The settings gpuctk uses.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file read, if any.
+    pub path: Option<PathBuf>,
+    /// Request policy.
+    pub policy: Policy,
+    /// `[nvidia-container-runtime] mode`.
+    pub mode: Mode,
+    /// `[nvidia-container-runtime] runtimes`.
+    pub runtimes: Vec<String>,
+    /// `[nvidia-container-runtime] log-level`.
+    pub log_level: String,
+    /// `[nvidia-container-runtime] debug`: the runtime's log file.
+    pub debug_log: Option<PathBuf>,
+    /// `[nvidia-container-runtime.modes.cdi] spec-dirs`.
+    pub spec_dirs: Vec<PathBuf>,
+    /// `[nvidia-container-runtime.modes.cdi] default-kind`.
+    pub default_kind: String,
+    /// `[nvidia-container-cli] root`.
+    pub driver_root: PathBuf,
+    /// `[gpuctk] dev-root` (default: the driver root).
+    pub dev_root: Option<PathBuf>,
+    /// `[gpuctk] proc-root`.
+    pub proc_root: PathBuf,
+    /// `[gpuctk] hook-path`: the hook binary written into just-in-time hooks (default: this binary).
+    pub hook_path: Option<String>,
+    /// Keys we do not know, as `table.key` with their line, for a warning.
+    pub unknown_keys: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            path: None,
+            policy: Policy::default(),
+            mode: Mode::Auto,
+            runtimes: vec!["runc".into(), "crun".into()],
+            log_level: "info".into(),
+            debug_log: None,
+            spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
+            default_kind: "nvidia.com/gpu".into(),
+            driver_root: PathBuf::from("/"),
+            dev_root: None,
+            proc_root: PathBuf::from("/proc"),
+            hook_path: None,
+            unknown_keys: Vec::new(),
+        }
+    }
+}
+
+/// A config file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but cannot be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// TOML syntax error.
+    #[error(
+        "{path}:{line}: {message}; fix the TOML syntax (gpuctk reads NVIDIA's config.toml keys)"
+    )]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// A known key with a value of the wrong type or an unknown value.
+    #[error("{path}:{line}: {key}: {message}")]
+    Value {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// `table.key`.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The config path: `GPUCTK_CONFIG`, else `NVIDIA_CTK_CONFIG_FILE_PATH`, else
+/// `$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml`, else the default. The flag given
+/// says whether the file must exist (a path named by a variable must).
+pub fn config_path(env: &dyn Fn(&str) -> Option<String>) -> (PathBuf, bool) {
+    if let Some(p) = env("GPUCTK_CONFIG").filter(|p| !p.is_empty()) {
+        return (PathBuf::from(p), true);
+    }
+    if let Some(p) = env("NVIDIA_CTK_CONFIG_FILE_PATH").filter(|p| !p.is_empty()) {
+        return (PathBuf::from(p), true);
+    }
+    if let Some(x) = env("XDG_CONFIG_HOME").filter(|p| !p.is_empty()) {
+        let p = Path::new(&x).join("nvidia-container-runtime/config.toml");
+        if p.exists() {
+            return (p, false);
+        }
+    }
+    (PathBuf::from(DEFAULT_CONFIG), false)
+}
+
+/// Load the config the environment points at.
+pub fn load_from_env() -> Result<Config, ConfigError> {
+    let (path, required) = config_path(&|k| std::env::var(k).ok());
+    load(&path, required)
+}
+
+/// Load `path`; a missing file gives the defaults unless `required`.
+pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+            return Ok(Config::default())
+        }
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    parse(&text, path)
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+struct Reader<'a> {
+    text: &'a str,
+    path: &'a Path,
+}
+
+impl Reader<'_> {
+    fn err(&self, item: &Item, key: &str, message: &str) -> ConfigError {
+        let line = item
+            .span()
+            .map(|s| line_of(self.text, s.start))
+            .unwrap_or(0);
+        ConfigError::Value {
+            path: self.path.to_path_buf(),
+            line,
+            key: key.to_string(),
+            message: message.to_string(),
+        }
+    }
+    fn bool(&self, t: &Table, table: &str, key: &str) -> Result<Option<bool>, ConfigError> {
+        match t.get(key) {
+            None => Ok(None),
+            Some(i) => i
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| self.err(i, &format!("{table}{key}"), "expected true or false")),
+        }
+    }
+    fn string(&self, t: &Table, table: &str, key: &str) -> Result<Option<String>, ConfigError> {
+        match t.get(key) {
+            None => Ok(None),
+            Some(i) => i
+                .as_str()
+                .map(|s| Some(s.to_string()))
+                .ok_or_else(|| self.err(i, &format!("{table}{key}"), "expected a quoted string")),
+        }
+    }
+    fn strings(
+        &self,
+        t: &Table,
+        table: &str,
+        key: &str,
+    ) -> Result<Option<Vec<String>>, ConfigError> {
+        let Some(i) = t.get(key) else { return Ok(None) };
+        let bad = || {
+            self.err(
+                i,
+                &format!("{table}{key}"),
+                "expected a list of strings, like [\"a\", \"b\"]",
+            )
+        };
+        let arr = i.as_array().ok_or_else(bad)?;
+        arr.iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or_else(bad))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+}
+
+const KNOWN: &[(&str, &[&str])] = &[
+    (
+        "",
+        &[
+            "disable-require",
+            "swarm-resource",
+            "accept-nvidia-visible-devices-envvar-when-unprivileged",
+            "accept-nvidia-visible-devices-as-volume-mounts",
+            "supported-driver-capabilities",
+            "nvidia-container-cli",
+            "nvidia-container-runtime",
+            "nvidia-container-runtime-hook",
+            "nvidia-ctk",
+            "features",
+            "gpuctk",
+        ],
+    ),
+    (
+        "nvidia-container-cli.",
+        &[
+            "root",
+            "path",
+            "environment",
+            "debug",
+            "ldcache",
+            "load-kmods",
+            "no-pivot",
+            "no-cgroups",
+            "user",
+            "ldconfig",
+        ],
+    ),
+    (
+        "nvidia-container-runtime.",
+        &["debug", "log-level", "runtimes", "mode", "modes"],
+    ),
+    (
+        "nvidia-container-runtime.modes.",
+        &["csv", "cdi", "jit-cdi", "legacy"],
+    ),
+    (
+        "nvidia-container-runtime.modes.cdi.",
+        &["spec-dirs", "default-kind", "annotation-prefixes"],
+    ),
+    (
+        "nvidia-container-runtime-hook.",
+        &["path", "skip-mode-detection"],
+    ),
+    ("nvidia-ctk.", &["path"]),
+    ("gpuctk.", &["dev-root", "proc-root", "hook-path"]),
+];
+
+fn collect_unknown(t: &Table, prefix: &str, text: &str, out: &mut Vec<String>) {
+    let known = KNOWN.iter().find(|(p, _)| *p == prefix).map(|(_, k)| *k);
+    for (k, item) in t.iter() {
+        let full = format!("{prefix}{k}");
+        match known {
+            Some(keys) if !keys.contains(&k) => {
+                let line = item.span().map(|s| line_of(text, s.start)).unwrap_or(0);
+                out.push(format!("{full} (line {line})"));
+            }
+            _ => {}
+        }
+        if let Some(sub) = item.as_table() {
+            let p = format!("{full}.");
+            if KNOWN.iter().any(|(kp, _)| *kp == p) {
+                collect_unknown(sub, &p, text, out);
+            }
+        }
+    }
+}
+
+/// Parse config text; `path` is only for messages.
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let doc: DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            line: e.span().map(|s| line_of(text, s.start)).unwrap_or(0),
+            message: e.message().trim().to_string(),
+        })?;
+    let r = Reader { text, path };
+    let mut c = Config {
+        path: Some(path.to_path_buf()),
+        ..Config::default()
+    };
+    let root = doc.as_table();
+    if let Some(v) = r.bool(root, "", "disable-require")? {
+        c.policy.disable_require = v;
+    }
+    if let Some(v) = r.string(root, "", "swarm-resource")? {
+        c.policy.swarm_resource = v
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+    }
+    if let Some(v) = r.bool(
+        root,
+        "",
+        "accept-nvidia-visible-devices-envvar-when-unprivileged",
+    )? {
+        c.policy.accept_envvar_unprivileged = v;
+    }
+    if let Some(v) = r.bool(root, "", "accept-nvidia-visible-devices-as-volume-mounts")? {
+        c.policy.accept_volume_mounts = v;
+    }
+    let table = |name: &str| root.get(name).and_then(Item::as_table);
+    if let Some(t) = table("nvidia-container-cli") {
+        if let Some(v) = r.string(t, "nvidia-container-cli.", "root")? {
+            if !v.is_empty() {
+                c.driver_root = PathBuf::from(v);
+            }
+        }
+    }
+    if let Some(t) = table("nvidia-container-runtime") {
+        let p = "nvidia-container-runtime.";
+        if let Some(v) = r.string(t, p, "mode")? {
+            c.mode = match v.as_str() {
+                "auto" => Mode::Auto,
+                "cdi" => Mode::Cdi,
+                "jit-cdi" => Mode::JitCdi,
+                "legacy" => Mode::Legacy,
+                other => {
+                    return Err(r.err(
+                        t.get("mode").unwrap(),
+                        "nvidia-container-runtime.mode",
+                        &format!("unknown mode {other:?} (use auto, cdi, jit-cdi or legacy)"),
+                    ))
+                }
+            };
+        }
+        if let Some(v) = r.strings(t, p, "runtimes")? {
+            c.runtimes = v;
+        }
+        if let Some(v) = r.string(t, p, "log-level")? {
+            c.log_level = v;
+        }
+        if let Some(v) = r.string(t, p, "debug")? {
+            if !v.is_empty() && v != "/dev/null" {
+                c.debug_log = Some(PathBuf::from(v));
+            }
+        }
+        if let Some(cdi) = t
+            .get("modes")
+            .and_then(Item::as_table)
+            .and_then(|m| m.get("cdi"))
+            .and_then(Item::as_table)
+        {
+            let p = "nvidia-container-runtime.modes.cdi.";
+            if let Some(v) = r.strings(cdi, p, "spec-dirs")? {
+                c.spec_dirs = v.into_iter().map(PathBuf::from).collect();
+            }
+            if let Some(v) = r.string(cdi, p, "default-kind")? {
+                c.default_kind = v;
+            }
+            if let Some(v) = r.strings(cdi, p, "annotation-prefixes")? {
+                c.policy.annotation_prefixes = v;
+            }
+        }
+    }
+    if let Some(t) = table("gpuctk") {
+        if let Some(v) = r.string(t, "gpuctk.", "dev-root")? {
+            c.dev_root = Some(PathBuf::from(v));
+        }
+        if let Some(v) = r.string(t, "gpuctk.", "proc-root")? {
+            c.proc_root = PathBuf::from(v);
+        }
+        if let Some(v) = r.string(t, "gpuctk.", "hook-path")? {
+            c.hook_path = Some(v);
+        }
+    }
+    collect_unknown(root, "", text, &mut c.unknown_keys);
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvidia_keys() {
+        let c = parse(
+            r#"
+accept-nvidia-visible-devices-envvar-when-unprivileged = false
+accept-nvidia-visible-devices-as-volume-mounts = true
+made-up-key = 1
+
+[nvidia-container-cli]
+root = "/run/nvidia/driver"
+ldconfig = "@/sbin/ldconfig"
+
+[nvidia-container-runtime]
+mode = "cdi"
+runtimes = ["crun", "runc"]
+log-level = "debug"
+
+[nvidia-container-runtime.modes.cdi]
+spec-dirs = ["/etc/cdi"]
+default-kind = "example.com/gpu"
+annotation-prefixes = ["cdi.k8s.io/", "nvidia.cdi.k8s.io/"]
+typo = true
+
+[gpuctk]
+dev-root = "/host"
+"#,
+            Path::new("/x/config.toml"),
+        )
+        .unwrap();
+        assert!(!c.policy.accept_envvar_unprivileged);
+        assert!(c.policy.accept_volume_mounts);
+        assert_eq!(c.driver_root, Path::new("/run/nvidia/driver"));
+        assert_eq!(c.mode, Mode::Cdi);
+        assert_eq!(c.runtimes, ["crun", "runc"]);
+        assert_eq!(c.default_kind, "example.com/gpu");
+        assert_eq!(c.policy.annotation_prefixes.len(), 2);
+        assert_eq!(c.dev_root.as_deref(), Some(Path::new("/host")));
+        assert_eq!(
+            c.unknown_keys,
+            [
+                "made-up-key (line 4)",
+                "nvidia-container-runtime.modes.cdi.typo (line 19)"
+            ]
+        );
+    }
+
+    #[test]
+    fn syntax_and_type_errors_name_the_line() {
+        let e = parse(
+            "[nvidia-container-runtime]\nmode = \"auto\nx=1\n",
+            Path::new("/c.toml"),
+        )
+        .unwrap_err();
+        let m = e.to_string();
+        assert!(m.starts_with("/c.toml:2: "), "{m}");
+        assert!(!m.contains('\n'), "one line: {m}");
+        let e = parse(
+            "[nvidia-container-runtime]\n\nruntimes = \"runc\"\n",
+            Path::new("/c.toml"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/c.toml:3: nvidia-container-runtime.runtimes: expected a list of strings, like [\"a\", \"b\"]"
+        );
+        let e = parse(
+            "[nvidia-container-runtime]\nmode = \"fast\"\n",
+            Path::new("/c.toml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("unknown mode \"fast\""));
+    }
+
+    #[test]
+    fn path_precedence() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            config_path(&env(&[])),
+            (PathBuf::from(DEFAULT_CONFIG), false)
+        );
+        assert_eq!(
+            config_path(&env(&[
+                ("NVIDIA_CTK_CONFIG_FILE_PATH", "/a"),
+                ("GPUCTK_CONFIG", "/b")
+            ])),
+            (PathBuf::from("/b"), true)
+        );
+        assert_eq!(
+            config_path(&env(&[("NVIDIA_CTK_CONFIG_FILE_PATH", "/a")])),
+            (PathBuf::from("/a"), true)
+        );
+    }
+}

@@ -1,0 +1,489 @@
+//! The runtime shim, `nvidia-container-runtime`: invoked exactly like runc, it passes every
+//! command through untouched and acts only on `create` and `run`, where it merges the GPU edits
+//! into the bundle's `config.json` (atomically) before handing over to the low-level runtime.
+//!
+//! The hot path does no NVML, spawns nothing and lists no directory: a CDI request reads the
+//! spec dirs, anything else runs discovery (procfs, stat, ld.so.cache, ELF headers).
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use gpuctk_cdi::registry::Registry;
+use gpuctk_cdi::spec::ContainerEdits;
+use gpuctk_core::request::Devices;
+use gpuctk_core::{
+    cdi_name_to_device, jit_edits, parse_request, DeviceId, Request, DRIVER_VERSION_ANNOTATION,
+};
+use gpuctk_host::{DiscoverOptions, Roots};
+
+use crate::config::{self, Config, Mode};
+
+/// runc's global flags that take a value; the command is the first word that is not one of
+/// these or their value.
+const VALUE_FLAGS: &[&str] = &["--log", "--log-format", "--root", "--criu", "--rootless"];
+
+/// What we need to know of a runc command line.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct RuncArgs {
+    /// The subcommand (`create`, `start`, ...).
+    pub command: Option<String>,
+    /// `--bundle`/`-b` of create/run.
+    pub bundle: Option<PathBuf>,
+    /// The global `--log FILE`.
+    pub log: Option<PathBuf>,
+    /// `--log-format json`.
+    pub log_json: bool,
+    /// `--version`/`-v` anywhere before the command.
+    pub version: bool,
+}
+
+fn flag_value<'a>(
+    args: &'a [OsString],
+    i: usize,
+    name: &str,
+) -> Option<(Option<&'a OsStr>, usize)> {
+    let a = args[i].to_str()?;
+    let names = [name.to_string(), name.trim_start_matches('-').to_string()];
+    for n in &names {
+        let dashed = [
+            format!("--{}", n.trim_start_matches('-')),
+            format!("-{}", n.trim_start_matches('-')),
+        ];
+        for d in &dashed {
+            if a == d {
+                return Some((args.get(i + 1).map(OsString::as_os_str), 2));
+            }
+            if let Some(v) = a.strip_prefix(&format!("{d}=")) {
+                return Some((Some(OsStr::new(v)), 1));
+            }
+        }
+    }
+    None
+}
+
+/// Parse runc's argv (without argv[0]).
+pub fn parse_runc_args(args: &[OsString]) -> RuncArgs {
+    let mut out = RuncArgs::default();
+    let mut i = 0;
+    while i < args.len() {
+        let Some(a) = args[i].to_str() else {
+            i += 1;
+            continue;
+        };
+        if out.command.is_none() {
+            if a == "--version" || a == "-v" || a == "-version" {
+                out.version = true;
+                i += 1;
+                continue;
+            }
+            if let Some(flag) = VALUE_FLAGS
+                .iter()
+                .find(|f| flag_value(args, i, f).is_some())
+            {
+                let (v, step) = flag_value(args, i, flag).unwrap();
+                match *flag {
+                    "--log" => out.log = v.map(PathBuf::from),
+                    "--log-format" => out.log_json = v.is_some_and(|v| v == "json"),
+                    _ => {}
+                }
+                i += step;
+                continue;
+            }
+            if a.starts_with('-') {
+                i += 1;
+                continue;
+            }
+            out.command = Some(a.to_string());
+            i += 1;
+            continue;
+        }
+        if let Some((v, step)) =
+            flag_value(args, i, "--bundle").or_else(|| flag_value(args, i, "-b"))
+        {
+            out.bundle = v.map(PathBuf::from);
+            i += step;
+            continue;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The low-level runtime: the first of `names` that resolves to an executable that is not us.
+pub fn find_runtime(names: &[String], path_env: Option<&OsStr>) -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.canonicalize().ok());
+    let mut dirs: Vec<PathBuf> = path_env
+        .map(|p| std::env::split_paths(p).collect())
+        .unwrap_or_default();
+    for d in [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ] {
+        dirs.push(PathBuf::from(d));
+    }
+    for name in names {
+        let candidates: Vec<PathBuf> = if name.contains('/') {
+            vec![PathBuf::from(name)]
+        } else {
+            dirs.iter().map(|d| d.join(name)).collect()
+        };
+        for c in candidates {
+            let Ok(md) = std::fs::metadata(&c) else {
+                continue;
+            };
+            use std::os::unix::fs::PermissionsExt;
+            if !md.is_file() || md.permissions().mode() & 0o111 == 0 {
+                continue;
+            }
+            if me.is_some() && c.canonicalize().ok() == me {
+                continue;
+            }
+            return Ok(c);
+        }
+    }
+    bail!(
+        "no low-level runtime found: none of {:?} ([nvidia-container-runtime] runtimes) is an executable in PATH; install runc or crun",
+        names
+    )
+}
+
+fn rfc3339_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86400, secs % 86400);
+    // Civil-from-days (Howard Hinnant's algorithm), UTC.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Tell the engine why: on stderr, and in runc's `--log` file, which containerd and docker read
+/// to show a failed runtime's message.
+fn report(args: &RuncArgs, msg: &str) {
+    let _ = writeln!(std::io::stderr(), "nvidia-container-runtime: error: {msg}");
+    if let Some(log) = &args.log {
+        let line = if args.log_json {
+            serde_json::json!({"level": "error", "msg": format!("nvidia-container-runtime: {msg}"), "time": rfc3339_now()}).to_string()
+        } else {
+            format!(
+                "time=\"{}\" level=error msg=\"nvidia-container-runtime: {}\"",
+                rfc3339_now(),
+                msg.replace('"', "'")
+            )
+        };
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+/// `nvidia-container-runtime ARGS...` (`args` without argv[0]).
+pub fn main(args: &[OsString]) -> ExitCode {
+    let parsed = parse_runc_args(args);
+    let cfg = match config::load_from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            report(&parsed, &e.to_string());
+            return ExitCode::FAILURE;
+        }
+    };
+    crate::logging::init_runtime(&cfg);
+    for k in &cfg.unknown_keys {
+        tracing::warn!(
+            "{}: unknown key {k} ignored",
+            cfg.path.as_deref().unwrap_or(Path::new("config")).display()
+        );
+    }
+    let runtime = match find_runtime(&cfg.runtimes, std::env::var_os("PATH").as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            report(&parsed, &e.to_string());
+            return ExitCode::FAILURE;
+        }
+    };
+    if parsed.version {
+        println!(
+            "gpuctk nvidia-container-runtime version {}",
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    if matches!(parsed.command.as_deref(), Some("create" | "run")) {
+        let bundle = match &parsed.bundle {
+            Some(b) => b.clone(),
+            None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+        };
+        if let Err(e) = modify_bundle(&bundle, &cfg) {
+            let mut msg = format!("{e}");
+            for c in e.chain().skip(1) {
+                let c = c.to_string();
+                if !msg.contains(&c) {
+                    msg.push_str(": ");
+                    msg.push_str(&c);
+                }
+            }
+            report(&parsed, &msg);
+            return ExitCode::FAILURE;
+        }
+    }
+    let err = std::process::Command::new(&runtime)
+        .arg0(&runtime)
+        .args(args)
+        .exec();
+    report(&parsed, &format!("exec {}: {err}", runtime.display()));
+    ExitCode::FAILURE
+}
+
+/// Edit `<bundle>/config.json` for the container's GPU request; leave it untouched when the
+/// container asks for nothing.
+pub fn modify_bundle(bundle: &Path, cfg: &Config) -> anyhow::Result<()> {
+    let path = bundle.join("config.json");
+    let bytes = std::fs::read(&path)
+        .with_context(|| format!("{}: cannot read the OCI spec", path.display()))?;
+    let mut spec: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        anyhow!(
+            "{}: invalid JSON at line {} column {}: {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        )
+    })?;
+    if !spec.is_object() {
+        bail!("{}: not a JSON object", path.display());
+    }
+    let request = parse_request(&spec, &cfg.policy).map_err(|e| anyhow!("{e}"))?;
+    for w in &request.ignored {
+        tracing::warn!("{w}");
+    }
+    let Some(edits) = edits_for(&request, cfg)? else {
+        tracing::debug!("{}: no GPU requested; spec left as is", path.display());
+        return Ok(());
+    };
+    gpuctk_cdi::apply::apply_edits(&mut spec, &edits)
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let out = serde_json::to_vec(&spec)?;
+    gpuctk_atomicfile::write(&path, &out, None)
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    tracing::info!(
+        "{}: injected {} device nodes, {} mounts, {} hooks",
+        path.display(),
+        edits.device_nodes.len(),
+        edits.mounts.len(),
+        edits.hooks.len()
+    );
+    Ok(())
+}
+
+fn roots(cfg: &Config) -> Roots {
+    Roots {
+        driver_root: cfg.driver_root.clone(),
+        dev_root: cfg
+            .dev_root
+            .clone()
+            .unwrap_or_else(|| cfg.driver_root.clone()),
+        proc_root: cfg.proc_root.clone(),
+    }
+}
+
+fn hook_path(cfg: &Config) -> String {
+    cfg.hook_path
+        .clone()
+        .unwrap_or_else(crate::commands::self_path)
+}
+
+/// The edits the request gets under the configured mode; `None` when it asks for nothing.
+pub fn edits_for(request: &Request, cfg: &Config) -> anyhow::Result<Option<ContainerEdits>> {
+    let ids: Vec<DeviceId> = match &request.devices {
+        Devices::Unrequested => return Ok(None),
+        Devices::NoGpus => Vec::new(),
+        Devices::Ids(ids) => ids.clone(),
+    };
+    let source = request.source.to_string();
+    let cdi_names: Vec<String> = match cfg.mode {
+        Mode::Cdi => ids
+            .iter()
+            .map(|d| match d {
+                DeviceId::Cdi(n) => n.clone(),
+                other => format!("{}={other}", cfg.default_kind),
+            })
+            .collect(),
+        Mode::Auto if request.all_cdi() => ids.iter().map(|d| d.to_string()).collect(),
+        Mode::Auto | Mode::JitCdi => {
+            if ids.iter().any(|d| matches!(d, DeviceId::Cdi(_))) {
+                // Only our own kind can be planned just in time.
+                let mapped: Option<Vec<DeviceId>> = ids
+                    .iter()
+                    .map(|d| match d {
+                        DeviceId::Cdi(n) => cdi_name_to_device(n, &cfg.default_kind),
+                        other => Some(other.clone()),
+                    })
+                    .collect();
+                let Some(mapped) = mapped else {
+                    bail!("{source}: mixes CDI names with GPU ids; use one form");
+                };
+                return jit(request, &mapped, cfg).map(Some);
+            }
+            return jit(request, &ids, cfg).map(Some);
+        }
+        Mode::Legacy => bail!(
+            "mode = \"legacy\" in {} needs the nvidia-container-runtime-hook personality, which this gpuctk does not have yet; use mode = \"auto\"",
+            cfg.path.as_deref().unwrap_or(Path::new(config::DEFAULT_CONFIG)).display()
+        ),
+    };
+    if cdi_names.is_empty() {
+        // `none` in cdi mode: nothing to resolve, but the driver is still wanted.
+        return jit(request, &[], cfg).map(Some);
+    }
+    let reg = Registry::load(&cfg.spec_dirs);
+    for (p, e) in reg.errors() {
+        tracing::warn!("{}: {e}", p.display());
+    }
+    let refs: Vec<&str> = cdi_names.iter().map(String::as_str).collect();
+    let resolved = reg.resolve(&refs).map_err(|e| anyhow!("{source}: {e}"))?;
+    match stale_reason(&reg, &resolved.spec_paths, &resolved.edits, cfg) {
+        None => Ok(Some(resolved.edits)),
+        Some(why) if cfg.mode == Mode::Auto => {
+            tracing::warn!(
+                "{why}; using just-in-time edits instead (refresh it with `gpuctk cdi generate`)"
+            );
+            let mapped: Option<Vec<DeviceId>> = cdi_names
+                .iter()
+                .map(|n| cdi_name_to_device(n, &cfg.default_kind))
+                .collect();
+            let mapped = mapped.ok_or_else(|| anyhow!("{why}, and {source} names devices gpuctk cannot plan itself; run `gpuctk cdi generate`"))?;
+            jit(request, &mapped, cfg).map(Some)
+        }
+        Some(why) => bail!("{why}; run `gpuctk cdi generate` to refresh it"),
+    }
+}
+
+fn jit(request: &Request, ids: &[DeviceId], cfg: &Config) -> anyhow::Result<ContainerEdits> {
+    let inv = gpuctk_host::discover(&roots(cfg), &DiscoverOptions::default())?;
+    for w in &inv.warnings {
+        tracing::warn!("{w}");
+    }
+    let edits = jit_edits(&inv, request, ids, &hook_path(cfg)).map_err(|e| anyhow!("{e}"))?;
+    Ok(edits.unwrap_or_default())
+}
+
+/// Why a static spec no longer fits this host: made for another driver, or naming host files
+/// that are gone (a driver upgrade does both).
+fn stale_reason(
+    reg: &Registry,
+    specs: &[PathBuf],
+    edits: &ContainerEdits,
+    cfg: &Config,
+) -> Option<String> {
+    let version_file = cfg.proc_root.join("driver/nvidia/version");
+    let running = std::fs::read_to_string(&version_file)
+        .ok()
+        .and_then(|t| gpuctk_host::procfs::parse_version(&t).ok());
+    for p in specs {
+        let Some(spec) = reg.spec_for_path(p) else {
+            continue;
+        };
+        if let (Some(made_for), Some(running)) =
+            (spec.annotations.get(DRIVER_VERSION_ANNOTATION), &running)
+        {
+            if made_for != running.as_str() {
+                return Some(format!(
+                    "CDI spec {} was generated for driver {made_for}, but driver {running} is running",
+                    p.display()
+                ));
+            }
+        }
+    }
+    for m in &edits.mounts {
+        if m.host_path.starts_with('/') && std::fs::symlink_metadata(&m.host_path).is_err() {
+            return Some(format!(
+                "CDI spec mount source {} no longer exists",
+                m.host_path
+            ));
+        }
+    }
+    for n in &edits.device_nodes {
+        let host = n.host_path.as_deref().unwrap_or(&n.path);
+        if std::fs::symlink_metadata(host).is_err() {
+            return Some(format!("CDI spec device node {host} no longer exists"));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn finds_command_bundle_and_log() {
+        let a = parse_runc_args(&os(&[
+            "--root",
+            "/run/x",
+            "--log",
+            "/l.json",
+            "--log-format",
+            "json",
+            "--systemd-cgroup",
+            "create",
+            "--bundle",
+            "/b",
+            "id",
+        ]));
+        assert_eq!(a.command.as_deref(), Some("create"));
+        assert_eq!(a.bundle.as_deref(), Some(Path::new("/b")));
+        assert_eq!(a.log.as_deref(), Some(Path::new("/l.json")));
+        assert!(a.log_json);
+        let a = parse_runc_args(&os(&["--root=/r", "run", "-b=/c", "id"]));
+        assert_eq!(a.command.as_deref(), Some("run"));
+        assert_eq!(a.bundle.as_deref(), Some(Path::new("/c")));
+        // `--bundle create` is a bundle named create, not the command.
+        let a = parse_runc_args(&os(&["start", "--bundle", "create"]));
+        assert_eq!(a.command.as_deref(), Some("start"));
+        let a = parse_runc_args(&os(&["--version"]));
+        assert!(a.version && a.command.is_none());
+        let a = parse_runc_args(&os(&["--log", "create", "state", "x"]));
+        assert_eq!(
+            a.command.as_deref(),
+            Some("state"),
+            "a flag's value is not the command"
+        );
+    }
+
+    #[test]
+    fn time_format() {
+        let t = rfc3339_now();
+        assert_eq!(t.len(), 20, "{t}");
+        assert!(t.starts_with("20") && t.ends_with('Z'));
+    }
+}

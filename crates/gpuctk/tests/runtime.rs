@@ -1,0 +1,782 @@
+//! The runtime shim and the hooks under real runc and real crun: a mock GPU host, the mock
+//! rootfs, a bundle from `runc spec`, our `nvidia-container-runtime`, and what the container
+//! itself sees (device nodes open with ENXIO, libcuda loads, nvidia-smi lists the GPUs).
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::PathBuf;
+use std::process::Command;
+
+use gpuctk_mockhost::{LibraryLoad, ProbeReport};
+use serde_json::{json, Value};
+
+use crate::util::*;
+
+/// A host, a rootfs, a bundle and a shim configured for them.
+pub struct Bed {
+    pub t: TestDir,
+    pub host: Host,
+    pub bundle: PathBuf,
+    pub runtime: String,
+    pub state_root: PathBuf,
+    pub shim: PathBuf,
+    pub config: PathBuf,
+}
+
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub probe: ProbeReport,
+    pub smi: String,
+}
+
+impl Bed {
+    pub fn new(runtime: &str, layout: &str, gpus: u32) -> Bed {
+        let t = TestDir::new();
+        let host = mock_host(&t, "host", gpus, "570.124.06", layout);
+        let bundle = t.join("bundle");
+        fs::create_dir_all(&bundle).unwrap();
+        ok(&[
+            "mock-host",
+            "rootfs",
+            bundle.join("rootfs").to_str().unwrap(),
+        ]);
+        let st = Command::new(runtime)
+            .arg("spec")
+            .arg("--bundle")
+            .arg(&bundle)
+            .status()
+            .unwrap_or_else(|e| panic!("{runtime} spec: {e} (install {runtime})"));
+        assert!(st.success());
+        let mut spec: Value =
+            serde_json::from_slice(&fs::read(bundle.join("config.json")).unwrap()).unwrap();
+        spec["process"]["terminal"] = json!(false);
+        spec["process"]["args"] = json!([
+            "/bin/sh",
+            "-c",
+            "/usr/bin/gpuctk-probe; echo ---smi---; nvidia-smi -L 2>&1 || echo nvidia-smi exit $?"
+        ]);
+        spec["root"]["readonly"] = json!(false);
+        fs::write(
+            bundle.join("config.json"),
+            serde_json::to_vec_pretty(&spec).unwrap(),
+        )
+        .unwrap();
+        fs::copy(bundle.join("config.json"), t.join("pristine.json")).unwrap();
+        let bin = t.join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        let shim = bin.join("nvidia-container-runtime");
+        symlink(GPUCTK, &shim).unwrap();
+        let cdi = t.join("cdi");
+        fs::create_dir_all(&cdi).unwrap();
+        let config = t.join("config.toml");
+        let bed = Bed {
+            state_root: t.join("state"),
+            t,
+            host,
+            bundle,
+            runtime: runtime.to_string(),
+            shim,
+            config,
+        };
+        bed.write_config("");
+        bed
+    }
+
+    pub fn cdi_dir(&self) -> PathBuf {
+        self.t.join("cdi")
+    }
+
+    /// Our config.toml pointing at the mock host, plus `extra` top-level keys.
+    pub fn write_config(&self, extra: &str) {
+        fs::write(
+            &self.config,
+            format!(
+                "{extra}\n[nvidia-container-cli]\nroot = \"{}\"\n\n[nvidia-container-runtime]\nruntimes = [\"{}\"]\n\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [\"{}\"]\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nhook-path = \"{GPUCTK}\"\n",
+                self.host.driver_root(),
+                self.runtime,
+                self.cdi_dir().display(),
+                self.host.dev_root(),
+                self.host.proc_root()
+            ),
+        )
+        .unwrap();
+    }
+
+    /// Start again from `runc spec`'s config (a run rewrites it), with `env` added.
+    pub fn set_env(&self, env: &[&str]) {
+        fs::copy(
+            self.t.join("pristine.json"),
+            self.bundle.join("config.json"),
+        )
+        .unwrap();
+        self.edit(|s| {
+            let e = s["process"]["env"].as_array_mut().unwrap();
+            e.retain(|v| {
+                !v.as_str().unwrap().starts_with("NVIDIA_")
+                    && !v.as_str().unwrap().starts_with("CUDA_VERSION")
+            });
+            for x in env {
+                e.push(json!(x));
+            }
+        });
+    }
+
+    pub fn edit(&self, f: impl FnOnce(&mut Value)) {
+        let p = self.bundle.join("config.json");
+        let mut spec: Value = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+        f(&mut spec);
+        fs::write(&p, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    }
+
+    pub fn spec(&self) -> Value {
+        serde_json::from_slice(&fs::read(self.bundle.join("config.json")).unwrap()).unwrap()
+    }
+
+    pub fn shim_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.shim);
+        c.env("GPUCTK_CONFIG", &self.config)
+            .arg("--root")
+            .arg(&self.state_root)
+            .args(args);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("NVIDIA_") {
+                c.env_remove(k);
+            }
+        }
+        c
+    }
+
+    /// `nvidia-container-runtime run` the bundle and collect what the container printed.
+    pub fn run(&self, id: &str) -> Ran {
+        // A fresh image for every container, as an engine's overlay gives: the runtime leaves
+        // mount points and our hooks leave links behind in the rootfs.
+        let rootfs = self.bundle.join("rootfs");
+        fs::remove_dir_all(&rootfs).unwrap();
+        gpuctk_mockhost::create_rootfs(&rootfs, &gpuctk_mockhost::RootfsConfig::default()).unwrap();
+        let out = self
+            .shim_cmd(&["run", "--bundle", self.bundle.to_str().unwrap(), id])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (probe, smi) = stdout.split_once("---smi---\n").unwrap_or((&stdout, ""));
+        Ran {
+            code: out.status.code().unwrap_or(-1),
+            probe: ProbeReport::parse(probe),
+            smi: smi.to_string(),
+            stdout: stdout.clone(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Containers the low-level runtime still knows.
+    pub fn listed(&self) -> String {
+        let out = Command::new(&self.runtime)
+            .arg("--root")
+            .arg(&self.state_root)
+            .arg("list")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Ran {
+    pub fn ok(&self) -> &Ran {
+        assert_eq!(
+            self.code, 0,
+            "container failed:\nstdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+    /// The /dev/nvidiaN the container has, each of which must open with ENXIO.
+    pub fn gpus(&self) -> Vec<u32> {
+        let mut v = Vec::new();
+        for (path, result) in &self.probe.devices {
+            if let Some(n) = path
+                .strip_prefix("/dev/nvidia")
+                .and_then(|n| n.parse::<u32>().ok())
+            {
+                assert_eq!(
+                    result, "ENXIO",
+                    "{path} is present but not allowed: {}",
+                    self.stdout
+                );
+                v.push(n);
+            }
+        }
+        v.sort();
+        v
+    }
+    pub fn has_node(&self, path: &str) -> bool {
+        self.probe.device(path).is_some()
+    }
+    pub fn libcuda(&self) -> Option<(String, String)> {
+        match &self.probe.libcuda {
+            Some(LibraryLoad::Loaded { path, realpath }) => Some((path.clone(), realpath.clone())),
+            _ => None,
+        }
+    }
+    pub fn smi_uuids(&self) -> Vec<String> {
+        self.smi
+            .lines()
+            .filter_map(|l| l.split("(UUID: ").nth(1))
+            .map(|u| u.trim_end_matches(')').to_string())
+            .collect()
+    }
+}
+
+fn check_selected(bed: &Bed, r: &Ran, want: &[u32]) {
+    r.ok();
+    assert_eq!(r.gpus(), want, "GPU nodes: {}", r.stdout);
+    assert!(r.has_node("/dev/nvidiactl"), "{}", r.stdout);
+    let uuids = bed.host.uuids();
+    let want_uuids: Vec<String> = want.iter().map(|i| uuids[*i as usize].clone()).collect();
+    assert_eq!(r.smi_uuids(), want_uuids, "nvidia-smi -L: {}", r.smi);
+    let (path, real) = r
+        .libcuda()
+        .unwrap_or_else(|| panic!("libcuda did not load: {}", r.stdout));
+    let lib_dir = bed.host.manifest["lib_dir"].as_str().unwrap();
+    assert!(
+        path.starts_with(lib_dir),
+        "libcuda from {path}, want {lib_dir}"
+    );
+    assert_eq!(real, format!("{lib_dir}/libcuda.so.570.124.06"));
+    assert_eq!(r.probe.cu_driver_version, Some((0, 12080)), "{}", r.stdout);
+    assert_eq!(
+        r.probe.cu_device_count,
+        Some((0, want.len() as i32)),
+        "{}",
+        r.stdout
+    );
+}
+
+fn selections(runtime: &str, layout: &str) {
+    let bed = Bed::new(runtime, layout, 8);
+    let uuids = bed.host.uuids();
+    let cases: Vec<(String, Vec<u32>)> = vec![
+        ("all".into(), (0..8).collect()),
+        ("0".into(), vec![0]),
+        ("1,3".into(), vec![1, 3]),
+        (uuids[2].clone(), vec![2]),
+        (uuids[5][..12].to_string(), vec![5]),
+    ];
+    for (i, (value, want)) in cases.iter().enumerate() {
+        bed.set_env(&[&format!("NVIDIA_VISIBLE_DEVICES={value}")]);
+        let r = bed.run(&format!("sel{i}"));
+        check_selected(&bed, &r, want);
+    }
+    assert_eq!(
+        bed.listed().lines().count(),
+        1,
+        "only the header: {}",
+        bed.listed()
+    );
+}
+
+#[test]
+fn runc_debian_selections() {
+    selections("runc", "debian");
+}
+
+#[test]
+fn runc_rhel_selections() {
+    // A RHEL host puts libcuda in /usr/lib64, which the Debian image's glibc never searches:
+    // it loads only because update-ldcache wrote the container's ld.so.cache.
+    selections("runc", "rhel");
+}
+
+#[test]
+fn crun_debian_selections() {
+    selections("crun", "debian");
+}
+
+#[test]
+fn crun_rhel_selections() {
+    selections("crun", "rhel");
+}
+
+fn cdi_name_from_static_spec(runtime: &str) {
+    let bed = Bed::new(runtime, "rhel", 8);
+    let spec = bed.cdi_dir().join("nvidia.yaml");
+    ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--output",
+            spec.to_str().unwrap(),
+            "--nvidia-cdi-hook-path",
+            GPUCTK,
+        ],
+        &bed.host.roots(),
+    ));
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"]);
+    check_selected(&bed, &bed.run("cdi1"), &[1]);
+    // The same through the Kubernetes annotation, with the env saying nothing.
+    bed.set_env(&[]);
+    bed.edit(|s| {
+        s["annotations"] = json!({"cdi.k8s.io/gpu": "nvidia.com/gpu=6,nvidia.com/gpu=7"});
+    });
+    check_selected(&bed, &bed.run("cdi2"), &[6, 7]);
+}
+
+#[test]
+fn runc_cdi_name() {
+    cdi_name_from_static_spec("runc");
+}
+
+#[test]
+fn crun_cdi_name() {
+    cdi_name_from_static_spec("crun");
+}
+
+fn nothing_and_none(runtime: &str) {
+    let bed = Bed::new(runtime, "debian", 8);
+    for (i, env) in [
+        vec![],
+        vec!["NVIDIA_VISIBLE_DEVICES=void"],
+        vec!["NVIDIA_VISIBLE_DEVICES="],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        bed.set_env(&env);
+        let before = fs::read(bed.bundle.join("config.json")).unwrap();
+        let r = bed.run(&format!("void{i}"));
+        r.ok();
+        assert_eq!(
+            fs::read(bed.bundle.join("config.json")).unwrap(),
+            before,
+            "spec not rewritten for a container that asks for nothing"
+        );
+        assert!(r.probe.devices.is_empty(), "no /dev/nvidia*: {}", r.stdout);
+        assert!(r.libcuda().is_none());
+        assert!(r.smi.contains("not found"), "no nvidia-smi: {}", r.smi);
+    }
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=none"]);
+    let r = bed.run("none");
+    r.ok();
+    assert_eq!(r.gpus(), Vec::<u32>::new());
+    assert!(r.has_node("/dev/nvidiactl"));
+    assert!(
+        r.libcuda().is_some(),
+        "none still gets the driver: {}",
+        r.stdout
+    );
+    assert_eq!(
+        r.probe.cu_init,
+        Some(100),
+        "CUDA_ERROR_NO_DEVICE without GPUs: {}",
+        r.stdout
+    );
+    assert!(r.smi.contains("No devices were found"), "{}", r.smi);
+}
+
+#[test]
+fn runc_void_unset_none() {
+    nothing_and_none("runc");
+}
+
+#[test]
+fn crun_void_unset_none() {
+    nothing_and_none("crun");
+}
+
+fn capabilities_and_legacy(runtime: &str) {
+    let bed = Bed::new(runtime, "debian", 4);
+    bed.set_env(&[
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_DRIVER_CAPABILITIES=utility",
+    ]);
+    let r = bed.run("util");
+    r.ok();
+    assert!(
+        r.libcuda().is_none(),
+        "utility only: no libcuda: {}",
+        r.stdout
+    );
+    assert_eq!(
+        r.smi_uuids(),
+        bed.host.uuids(),
+        "utility brings nvidia-smi and NVML"
+    );
+    bed.set_env(&[
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_DRIVER_CAPABILITIES=compute",
+    ]);
+    let r = bed.run("compute");
+    r.ok();
+    assert!(r.libcuda().is_some(), "{}", r.stdout);
+    assert!(
+        r.smi.contains("not found"),
+        "compute only: no nvidia-smi: {}",
+        r.stdout
+    );
+    // A CUDA image from before NVIDIA_REQUIRE_CUDA, saying nothing else, gets all GPUs.
+    bed.set_env(&["CUDA_VERSION=11.8.0"]);
+    check_selected(&bed, &bed.run("legacy"), &[0, 1, 2, 3]);
+}
+
+#[test]
+fn runc_capabilities_and_legacy_image() {
+    capabilities_and_legacy("runc");
+}
+
+#[test]
+fn crun_capabilities_and_legacy_image() {
+    capabilities_and_legacy("crun");
+}
+
+fn errors(runtime: &str) {
+    let bed = Bed::new(runtime, "debian", 8);
+    let uuids = bed.host.uuids();
+    for (i, (value, needles)) in [
+        (
+            "9",
+            vec!["NVIDIA_VISIBLE_DEVICES: no GPU with index 9 (this host has GPUs 0-7)"],
+        ),
+        (
+            "GPU-ffffffff-0000-0000-0000-000000000000",
+            vec!["no GPU with UUID GPU-ffffffff", uuids[0].as_str()],
+        ),
+        (
+            "0,banana",
+            vec!["NVIDIA_VISIBLE_DEVICES: bad device \"banana\""],
+        ),
+        ("nvidia.com/gpu=42", vec!["nvidia.com/gpu=42"]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        bed.set_env(&[&format!("NVIDIA_VISIBLE_DEVICES={value}")]);
+        let before = fs::read(bed.bundle.join("config.json")).unwrap();
+        let r = bed.run(&format!("err{i}"));
+        assert_ne!(r.code, 0, "{value} must fail: {}", r.stdout);
+        for n in needles {
+            assert!(
+                r.stderr.contains(n),
+                "{value}: stderr lacks {n:?}: {}",
+                r.stderr
+            );
+        }
+        assert_eq!(
+            fs::read(bed.bundle.join("config.json")).unwrap(),
+            before,
+            "config.json unchanged"
+        );
+        let _: Value = serde_json::from_slice(&before).unwrap();
+        assert_eq!(
+            bed.listed().lines().count(),
+            1,
+            "no container left: {}",
+            bed.listed()
+        );
+    }
+}
+
+#[test]
+fn runc_bad_requests() {
+    errors("runc");
+}
+
+#[test]
+fn crun_bad_requests() {
+    errors("crun");
+}
+
+fn unprivileged_policy(runtime: &str) {
+    let bed = Bed::new(runtime, "debian", 2);
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
+    // runc spec's default container is unprivileged (no CAP_SYS_ADMIN); the default policy
+    // accepts the env var anyway.
+    check_selected(&bed, &bed.run("p1"), &[0, 1]);
+    bed.write_config("accept-nvidia-visible-devices-envvar-when-unprivileged = false");
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
+    let r = bed.run("p2");
+    r.ok();
+    assert!(
+        r.probe.devices.is_empty(),
+        "ignored when unprivileged: {}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains("unprivileged"),
+        "the shim says why: {}",
+        r.stderr
+    );
+    // A privileged container is still served.
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
+    bed.edit(|s| {
+        for set in ["bounding", "effective", "permitted"] {
+            s["process"]["capabilities"][set]
+                .as_array_mut()
+                .unwrap()
+                .push(json!("CAP_SYS_ADMIN"));
+        }
+    });
+    check_selected(&bed, &bed.run("p3"), &[0, 1]);
+}
+
+#[test]
+fn runc_unprivileged_policy() {
+    unprivileged_policy("runc");
+}
+
+#[test]
+fn crun_unprivileged_policy() {
+    unprivileged_policy("crun");
+}
+
+#[test]
+fn unknown_fields_and_existing_hooks_survive() {
+    let bed = Bed::new("runc", "debian", 2);
+    let marker = bed.t.join("prestart-ran");
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0"]);
+    bed.edit(|s| {
+        s["annotations"] = json!({"org.example/keep": "yes"});
+        s["x-unknown-field"] = json!({"nested": [1, 2, 3]});
+        s["hooks"] = json!({"prestart": [{"path": "/bin/sh", "args": ["sh", "-c", format!("touch {}", marker.display())]}]});
+    });
+    let keys_before: Vec<String> = bed.spec().as_object().unwrap().keys().cloned().collect();
+    bed.run("keep").ok();
+    let after = bed.spec();
+    let keys_after: Vec<String> = after.as_object().unwrap().keys().cloned().collect();
+    assert_eq!(
+        &keys_after[..keys_before.len()],
+        &keys_before[..],
+        "key order kept"
+    );
+    assert_eq!(after["x-unknown-field"], json!({"nested": [1, 2, 3]}));
+    assert_eq!(after["annotations"]["org.example/keep"], "yes");
+    assert_eq!(
+        after["hooks"]["prestart"][0]["path"], "/bin/sh",
+        "existing hook first and kept"
+    );
+    assert!(marker.exists(), "the existing prestart hook ran");
+    let cc = after["hooks"]["createContainer"].as_array().unwrap();
+    assert!(cc.iter().any(|h| h["args"][1] == "update-ldcache"));
+    let env: Vec<&str> = after["process"]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        env.iter()
+            .filter(|e| e.starts_with("NVIDIA_VISIBLE_DEVICES="))
+            .count(),
+        1,
+        "replaced in place: {env:?}"
+    );
+    assert!(env.contains(&"NVIDIA_VISIBLE_DEVICES=void"));
+    let devices = after["linux"]["resources"]["devices"].as_array().unwrap();
+    assert_eq!(devices[0]["allow"], false, "runc's deny-all stays first");
+    assert!(devices
+        .iter()
+        .any(|d| d["major"] == 195 && d["minor"] == 0 && d["allow"] == true));
+}
+
+/// A stand-in runtime that records its argv, for pass-through checks.
+fn recording_runtime(bed: &Bed) -> PathBuf {
+    let rec = bed.t.join("fake-runc");
+    fs::write(
+        &rec,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\n",
+            bed.t.join("argv").display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&rec, fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = fs::read_to_string(&bed.config).unwrap().replace(
+        "runtimes = [\"runc\"]",
+        &format!("runtimes = [\"{}\"]", rec.display()),
+    );
+    fs::write(&bed.config, cfg).unwrap();
+    rec
+}
+
+#[test]
+fn commands_and_global_flags_pass_through() {
+    let bed = Bed::new("runc", "debian", 1);
+    recording_runtime(&bed);
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
+    let before = fs::read(bed.bundle.join("config.json")).unwrap();
+    for args in [
+        vec![
+            "--log",
+            "/tmp/x.log",
+            "--log-format",
+            "json",
+            "--systemd-cgroup",
+            "state",
+            "c1",
+        ],
+        vec!["kill", "c1", "KILL"],
+        vec!["delete", "--force", "c1"],
+        vec!["ps", "--format", "json", "c1"],
+        vec!["--debug", "start", "c1"],
+        vec!["--version"],
+    ] {
+        let out = Command::new(&bed.shim)
+            .env("GPUCTK_CONFIG", &bed.config)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let argv = fs::read_to_string(bed.t.join("argv")).unwrap();
+        assert_eq!(
+            argv.lines().collect::<Vec<_>>(),
+            args,
+            "argv passed through untouched"
+        );
+        assert_eq!(
+            fs::read(bed.bundle.join("config.json")).unwrap(),
+            before,
+            "{args:?} never touches the spec"
+        );
+    }
+    let out = Command::new(&bed.shim)
+        .env("GPUCTK_CONFIG", &bed.config)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("gpuctk nvidia-container-runtime version")
+    );
+    // create is modified, and its argv still passed through.
+    let args = [
+        "--root",
+        "/r",
+        "create",
+        "--bundle",
+        bed.bundle.to_str().unwrap(),
+        "--pid-file",
+        "/p",
+        "c2",
+    ];
+    let out = Command::new(&bed.shim)
+        .env("GPUCTK_CONFIG", &bed.config)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        fs::read_to_string(bed.t.join("argv"))
+            .unwrap()
+            .lines()
+            .collect::<Vec<_>>(),
+        args
+    );
+    assert!(bed.spec()["linux"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["path"] == "/dev/nvidia0"));
+}
+
+#[test]
+fn config_syntax_error_stops_the_container() {
+    let bed = Bed::new("runc", "debian", 1);
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
+    fs::write(
+        &bed.config,
+        "[nvidia-container-runtime]\nmode = \"auto\nruntimes = [\"runc\"]\n",
+    )
+    .unwrap();
+    let before = fs::read(bed.bundle.join("config.json")).unwrap();
+    let log = bed.t.join("runc-log.json");
+    let out = bed
+        .shim_cmd(&[
+            "--log",
+            log.to_str().unwrap(),
+            "--log-format",
+            "json",
+            "run",
+            "--bundle",
+            bed.bundle.to_str().unwrap(),
+            "bad",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}:2:", bed.config.display())),
+        "names file and line: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(fs::read(bed.bundle.join("config.json")).unwrap(), before);
+    assert_eq!(bed.listed().lines().count(), 1);
+    // The engine reads runc's log file for the reason; ours is there, as runc's own JSON.
+    let line: Value =
+        serde_json::from_str(fs::read_to_string(&log).unwrap().lines().last().unwrap()).unwrap();
+    assert_eq!(line["level"], "error");
+    assert!(line["msg"].as_str().unwrap().contains("config.toml:2"));
+    // Unknown keys are only a warning.
+    bed.write_config("no-such-key = true");
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
+    let r = bed.run("ok");
+    r.ok();
+    assert!(r.stderr.contains("unknown key no-such-key"), "{}", r.stderr);
+}
+
+#[test]
+fn stale_static_spec_falls_back_in_auto_and_fails_in_cdi_mode() {
+    let bed = Bed::new("runc", "debian", 2);
+    let spec = bed.cdi_dir().join("nvidia.yaml");
+    ok(&with(
+        &["cdi", "generate", "--output", spec.to_str().unwrap()],
+        &bed.host.roots(),
+    ));
+    let text = fs::read_to_string(&spec).unwrap().replace(
+        "gpuctk/driver-version: 570.124.06",
+        "gpuctk/driver-version: 550.54.15",
+    );
+    fs::write(&spec, text).unwrap();
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"]);
+    let r = bed.run("stale1");
+    check_selected(&bed, &r, &[1]);
+    assert!(
+        r.stderr.contains("generated for driver 550.54.15"),
+        "{}",
+        r.stderr
+    );
+    let cfg = fs::read_to_string(&bed.config).unwrap().replace(
+        "[nvidia-container-runtime]\n",
+        "[nvidia-container-runtime]\nmode = \"cdi\"\n",
+    );
+    fs::write(&bed.config, cfg).unwrap();
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"]);
+    let r = bed.run("stale2");
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("run `gpuctk cdi generate`"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn hooks_run_with_a_fixed_environment() {
+    // The image's LD_PRELOAD must never reach our hook on the host (CVE-2025-23266 class).
+    let bed = Bed::new("runc", "debian", 1);
+    let evil = bed.t.join("evil-ran");
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0", "LD_PRELOAD=/tmp/evil.so"]);
+    bed.run("env").ok();
+    for h in bed.spec()["hooks"]["createContainer"].as_array().unwrap() {
+        assert_eq!(h["env"], json!(["NVIDIA_CTK_DEBUG=false"]));
+    }
+    assert!(!evil.exists());
+}
