@@ -551,7 +551,7 @@ mod tests {
     #[test]
     fn garbage_headers_do_not_panic() {
         // A 64-bit header claiming huge tables at absurd offsets.
-        let mut b = vec![0u8; 64];
+        let mut b = [0u8; 64];
         b[..6].copy_from_slice(b"\x7fELF\x02\x01");
         b[16] = 3;
         b[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
