@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use gpuctk_core::Policy;
-use toml_edit::{DocumentMut, Item, Table};
+use toml_edit::{Document, Item, Table};
 
 /// Where the config is looked for when no variable names it.
 pub const DEFAULT_CONFIG: &str = "/etc/nvidia-container-runtime/config.toml";
@@ -289,13 +289,12 @@ fn collect_unknown(t: &Table, prefix: &str, text: &str, out: &mut Vec<String>) {
 
 /// Parse config text; `path` is only for messages.
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-    let doc: DocumentMut = text
-        .parse()
-        .map_err(|e: toml_edit::TomlError| ConfigError::Syntax {
-            path: path.to_path_buf(),
-            line: e.span().map(|s| line_of(text, s.start)).unwrap_or(0),
-            message: e.message().trim().to_string(),
-        })?;
+    // The immutable document keeps spans, so messages can give line numbers.
+    let doc = Document::parse(text).map_err(|e: toml_edit::TomlError| ConfigError::Syntax {
+        path: path.to_path_buf(),
+        line: e.span().map(|s| line_of(text, s.start)).unwrap_or(0),
+        message: e.message().trim().to_string(),
+    })?;
     let r = Reader { text, path };
     let mut c = Config {
         path: Some(path.to_path_buf()),
