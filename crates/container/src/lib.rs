@@ -16,6 +16,7 @@
 
 pub mod elf;
 pub mod hooks;
+pub mod legacy;
 pub mod root;
 pub mod state;
 

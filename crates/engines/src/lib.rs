@@ -1,1 +1,307 @@
-//! placeholder
+//! Register (and unregister) the gpuctk runtime in container-engine configuration files: the
+//! library behind `gpuctk runtime configure` / `unconfigure`, flag-compatible with
+//! `nvidia-ctk runtime configure`.
+//!
+//! The work is split in two so that `--dry-run` and tests never touch the filesystem:
+//! [`configure`] / [`unconfigure`] turn the current bytes of a config file into a list of
+//! [`Edit`]s (whole new file contents, plus a diff for display), and [`apply`] writes them
+//! atomically, keeping a `.bak` of what was there.
+//!
+//! Unlike NVIDIA, which decodes the whole file into a map and re-encodes it (dropping comments
+//! and reordering keys, pain point 11 in the facts), every edit here touches only the keys it
+//! owns: TOML goes through `toml_edit`, so everything else stays byte-for-byte; JSON keeps key
+//! order.
+#![deny(missing_docs)]
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+pub mod apply;
+pub mod containerd;
+pub mod crio;
+pub mod diff;
+pub mod docker;
+mod tomlutil;
+
+pub use apply::apply;
+pub use tomlutil::TomlError;
+
+/// A container engine whose configuration we know how to edit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// dockerd, configured through `daemon.json`.
+    Docker,
+    /// containerd's CRI plugin, configured through `config.toml` (versions 1, 2 and 3).
+    Containerd,
+    /// CRI-O, configured through a drop-in in `crio.conf.d`.
+    Crio,
+}
+
+impl Engine {
+    /// The name used on the command line (`--runtime`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Docker => "docker",
+            Engine::Containerd => "containerd",
+            Engine::Crio => "crio",
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Engine {
+    type Err = EngineError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "docker" => Ok(Engine::Docker),
+            "containerd" => Ok(Engine::Containerd),
+            "crio" => Ok(Engine::Crio),
+            other => Err(EngineError::UnknownEngine(other.to_string())),
+        }
+    }
+}
+
+/// What to register, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// The runtime's name in the engine (`--nvidia-runtime-name`), default `nvidia`.
+    pub runtime_name: String,
+    /// The runtime executable (`--nvidia-runtime-path`). The CLI makes it absolute for containerd
+    /// and CRI-O; docker accepts a bare name looked up in `PATH`, so it is written as given.
+    pub runtime_path: String,
+    /// Also make it the engine's default runtime (`--set-as-default`).
+    pub set_as_default: bool,
+    /// Turn on the engine's CDI support (`--cdi.enabled`): docker and containerd only.
+    pub enable_cdi: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            runtime_name: "nvidia".to_string(),
+            runtime_path: "/usr/bin/nvidia-container-runtime".to_string(),
+            set_as_default: false,
+            enable_cdi: false,
+        }
+    }
+}
+
+/// One file to write (a main config or a drop-in), or to delete.
+///
+/// `before` is what the file held when the edit was computed (`None`: it did not exist); `apply`
+/// refuses to write when the file has changed since, so a concurrent edit is never clobbered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edit {
+    /// The file to write.
+    pub path: PathBuf,
+    /// Its current bytes, `None` when it does not exist.
+    pub before: Option<Vec<u8>>,
+    /// Its new bytes (empty when `delete` is set).
+    pub after: Vec<u8>,
+    /// Remove the file instead of writing `after` (unconfigure of a drop-in we own).
+    pub delete: bool,
+    /// Where `apply` keeps the previous bytes: `<path>.bak`, except for a drop-in in a directory
+    /// the engine loads whole (CRI-O's `crio.conf.d`, or a containerd import glob that would
+    /// match the `.bak`), where a backup would itself be loaded; it then goes next to the
+    /// directory as `<dir>.<file>.bak`.
+    pub backup: PathBuf,
+}
+
+impl Edit {
+    /// An edit writing `after` to `path`, backed up to `<path>.bak`.
+    pub fn write(path: PathBuf, before: Option<Vec<u8>>, after: Vec<u8>) -> Edit {
+        let backup = default_backup_path(&path);
+        Edit {
+            path,
+            before,
+            after,
+            delete: false,
+            backup,
+        }
+    }
+
+    /// An edit removing `path`, backed up to `<path>.bak`.
+    pub fn remove(path: PathBuf, before: Option<Vec<u8>>) -> Edit {
+        let backup = default_backup_path(&path);
+        Edit {
+            path,
+            before,
+            after: Vec::new(),
+            delete: true,
+            backup,
+        }
+    }
+
+    /// True when applying it would change nothing on disk.
+    pub fn is_noop(&self) -> bool {
+        if self.delete {
+            self.before.is_none()
+        } else {
+            self.before.as_deref() == Some(self.after.as_slice())
+        }
+    }
+
+    /// A unified diff (`diff -u` format, 3 lines of context) from `before` to the new content;
+    /// empty when nothing changes. A missing side is `/dev/null`.
+    pub fn unified_diff(&self) -> String {
+        let rel = self.path.to_string_lossy();
+        let rel = rel.trim_start_matches('/');
+        let old_name = if self.before.is_some() {
+            format!("a/{rel}")
+        } else {
+            "/dev/null".to_string()
+        };
+        let new_name = if self.delete {
+            "/dev/null".to_string()
+        } else {
+            format!("b/{rel}")
+        };
+        let before = self.before.as_deref().unwrap_or(b"");
+        let after: &[u8] = if self.delete { b"" } else { &self.after };
+        diff::unified(before, after, &old_name, &new_name, 3)
+    }
+}
+
+/// `<path>.bak`.
+pub fn default_backup_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(".bak");
+    PathBuf::from(s)
+}
+
+/// Reads a file that an operation needs besides the main config (a drop-in): `Ok(None)` when it
+/// does not exist. [`configure`] uses the real filesystem; tests pass their own.
+pub type ReadFile<'a> = &'a dyn Fn(&Path) -> io::Result<Option<Vec<u8>>>;
+
+/// Reads `path` from the filesystem, `None` when it does not exist.
+pub fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Errors of this crate; the engine modules' errors name the file (and line) at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// `--runtime` named an engine we do not support.
+    #[error("unknown container engine {0:?} (expected docker, containerd or crio)")]
+    UnknownEngine(String),
+    /// Editing `daemon.json` failed.
+    #[error(transparent)]
+    Docker(#[from] docker::DockerError),
+    /// Editing containerd's config failed.
+    #[error(transparent)]
+    Containerd(#[from] containerd::ContainerdError),
+    /// Editing CRI-O's config failed.
+    #[error(transparent)]
+    Crio(#[from] crio::CrioError),
+    /// Writing the edits failed.
+    #[error(transparent)]
+    Apply(#[from] apply::ApplyError),
+    /// A drop-in's current content could not be read.
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// The config file each engine reads by default (`--config`).
+pub fn default_config_path(engine: Engine) -> PathBuf {
+    PathBuf::from(match engine {
+        Engine::Docker => "/etc/docker/daemon.json",
+        Engine::Containerd => "/etc/containerd/config.toml",
+        Engine::Crio => "/etc/crio/crio.conf",
+    })
+}
+
+/// Register the runtime: `current` is the content of `config_path` (`None`: the file is absent).
+///
+/// Pure apart from reading the current content of a drop-in it would replace (containerd with
+/// `imports`, CRI-O), which becomes that edit's `before`; see [`configure_with`].
+pub fn configure(
+    engine: Engine,
+    config_path: &Path,
+    current: Option<&[u8]>,
+    opts: &Options,
+) -> Result<Vec<Edit>, EngineError> {
+    configure_with(engine, config_path, current, opts, &read_optional)
+}
+
+/// [`configure`], reading drop-ins through `read`.
+pub fn configure_with(
+    engine: Engine,
+    config_path: &Path,
+    current: Option<&[u8]>,
+    opts: &Options,
+    read: ReadFile<'_>,
+) -> Result<Vec<Edit>, EngineError> {
+    match engine {
+        Engine::Docker => Ok(vec![docker::configure(config_path, current, opts)?]),
+        Engine::Containerd => containerd::configure(config_path, current, opts, read),
+        Engine::Crio => crio::configure(config_path, current, opts, read),
+    }
+}
+
+/// Remove what [`configure`] added. `opts.runtime_name` names the runtime to remove.
+pub fn unconfigure(
+    engine: Engine,
+    config_path: &Path,
+    current: Option<&[u8]>,
+    opts: &Options,
+) -> Result<Vec<Edit>, EngineError> {
+    unconfigure_with(engine, config_path, current, opts, &read_optional)
+}
+
+/// [`unconfigure`], reading drop-ins through `read`.
+pub fn unconfigure_with(
+    engine: Engine,
+    config_path: &Path,
+    current: Option<&[u8]>,
+    opts: &Options,
+    read: ReadFile<'_>,
+) -> Result<Vec<Edit>, EngineError> {
+    match engine {
+        Engine::Docker => Ok(docker::unconfigure(config_path, current, opts)?
+            .into_iter()
+            .collect()),
+        Engine::Containerd => containerd::unconfigure(config_path, current, opts, read),
+        Engine::Crio => crio::unconfigure(config_path, current, opts, read),
+    }
+}
+
+/// Read a drop-in through `read`, naming it on error.
+pub(crate) fn read_drop_in(
+    read: ReadFile<'_>,
+    path: &Path,
+) -> Result<Option<Vec<u8>>, EngineError> {
+    read(path).map_err(|source| EngineError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Where to back up a drop-in living in `dir`, a directory the engine may load whole: outside
+/// it, as `<dir>.<file>.bak`, so the backup is never loaded as configuration.
+pub(crate) fn backup_outside_dir(drop_in: &Path) -> PathBuf {
+    let (Some(dir), Some(file)) = (drop_in.parent(), drop_in.file_name()) else {
+        return default_backup_path(drop_in);
+    };
+    let mut s = dir.as_os_str().to_os_string();
+    s.push(".");
+    s.push(file);
+    s.push(".bak");
+    PathBuf::from(s)
+}

@@ -1,0 +1,654 @@
+//! cgroup v2 device policy: `BPF_PROG_TYPE_CGROUP_DEVICE` programs, by raw
+//! `bpf(2)` calls.
+//!
+//! [`allow_v2`] extends the policy a runtime attached to a container's
+//! cgroup, as libnvidia-container does: for every program attached there
+//! (`BPF_PROG_QUERY`), its instructions are fetched
+//! (`BPF_OBJ_GET_INFO_BY_FD`, `xlated_prog_insns`), our allow checks are
+//! put in front of them and the result is loaded and attached *in place of*
+//! the old one: with `BPF_F_ALLOW_MULTI | BPF_F_REPLACE` when the cgroup
+//! holds several programs, or with the cgroup's own flags, which replaces
+//! the single program, otherwise. Either way the swap is atomic: there is
+//! no moment with no policy (detach first) or with both (attach first).
+//! Since cgroup device programs are ANDed, extending each one is what makes
+//! the node reachable; everything the old program decided is decided the
+//! same way, because its instructions run unchanged for every other device.
+//!
+//! A program that calls helpers, references maps or was rewritten by
+//! constant blinding cannot be reloaded from its translated form; that is
+//! an error naming the cgroup, never a silent downgrade of the policy.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::cgroup::{DeviceRule, DeviceType, ACCESS_ALL};
+use super::LegacyError;
+
+// bpf(2) commands.
+const BPF_PROG_LOAD: i32 = 5;
+const BPF_PROG_ATTACH: i32 = 8;
+const BPF_PROG_DETACH: i32 = 9;
+const BPF_PROG_GET_FD_BY_ID: i32 = 13;
+const BPF_OBJ_GET_INFO_BY_FD: i32 = 15;
+const BPF_PROG_QUERY: i32 = 16;
+
+/// `BPF_PROG_TYPE_CGROUP_DEVICE`.
+pub const BPF_PROG_TYPE_CGROUP_DEVICE: u32 = 15;
+/// `BPF_CGROUP_DEVICE` attach type.
+pub const BPF_CGROUP_DEVICE: u32 = 6;
+/// `BPF_F_ALLOW_OVERRIDE`.
+pub const BPF_F_ALLOW_OVERRIDE: u32 = 1;
+/// `BPF_F_ALLOW_MULTI`.
+pub const BPF_F_ALLOW_MULTI: u32 = 2;
+/// `BPF_F_REPLACE`.
+pub const BPF_F_REPLACE: u32 = 4;
+
+// Device types and access bits in `struct bpf_cgroup_dev_ctx`.
+const BPF_DEVCG_DEV_BLOCK: i32 = 1;
+const BPF_DEVCG_DEV_CHAR: i32 = 2;
+
+// Instruction classes and operations.
+const BPF_LDX_MEM_W: u8 = 0x61;
+const BPF_ALU64_MOV_K: u8 = 0xb7;
+const BPF_ALU_MOV_X: u8 = 0xbc;
+const BPF_ALU_RSH_K: u8 = 0x74;
+const BPF_ALU_AND_K: u8 = 0x54;
+const BPF_JMP_JNE_K: u8 = 0x55;
+const BPF_JMP_JSET_K: u8 = 0x45;
+const BPF_JMP_EXIT: u8 = 0x95;
+const BPF_JMP_CALL: u8 = 0x85;
+const BPF_LD_IMM64: u8 = 0x18;
+
+/// One eBPF instruction (`struct bpf_insn`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Insn {
+    /// Opcode.
+    pub code: u8,
+    /// `dst_reg` (low nibble) and `src_reg` (high nibble).
+    pub regs: u8,
+    /// Jump offset or memory offset.
+    pub off: i16,
+    /// Immediate.
+    pub imm: i32,
+}
+
+impl Insn {
+    fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn {
+            code,
+            regs: (src << 4) | (dst & 0x0f),
+            off,
+            imm,
+        }
+    }
+
+    /// The destination register.
+    pub fn dst(&self) -> u8 {
+        self.regs & 0x0f
+    }
+
+    /// The source register.
+    pub fn src(&self) -> u8 {
+        self.regs >> 4
+    }
+}
+
+/// Loads the context into registers: r2 = type, r3 = access, r4 = major,
+/// r5 = minor. r1 (the context) is left alone, so the instructions that
+/// follow see the state a program starts in.
+fn header() -> Vec<Insn> {
+    vec![
+        Insn::new(BPF_LDX_MEM_W, 2, 1, 0, 0),
+        Insn::new(BPF_ALU_MOV_X, 3, 2, 0, 0),
+        Insn::new(BPF_ALU_RSH_K, 3, 0, 0, 16),
+        Insn::new(BPF_ALU_AND_K, 2, 0, 0, 0xffff),
+        Insn::new(BPF_LDX_MEM_W, 4, 1, 4, 0),
+        Insn::new(BPF_LDX_MEM_W, 5, 1, 8, 0),
+    ]
+}
+
+fn to_imm(n: u32) -> Result<i32, String> {
+    i32::try_from(n).map_err(|_| format!("device number {n} is out of range"))
+}
+
+/// The checks of one rule: when the device matches, return the rule's
+/// verdict; otherwise fall through to what follows.
+fn rule_block(rule: &DeviceRule) -> Result<Vec<Insn>, String> {
+    let mut checks: Vec<(u8, u8, i32)> = Vec::new();
+    match rule.kind {
+        DeviceType::Char => checks.push((BPF_JMP_JNE_K, 2, BPF_DEVCG_DEV_CHAR)),
+        DeviceType::Block => checks.push((BPF_JMP_JNE_K, 2, BPF_DEVCG_DEV_BLOCK)),
+        DeviceType::All => {}
+    }
+    if let Some(m) = rule.major {
+        checks.push((BPF_JMP_JNE_K, 4, to_imm(m)?));
+    }
+    if let Some(m) = rule.minor {
+        checks.push((BPF_JMP_JNE_K, 5, to_imm(m)?));
+    }
+    let missing = !rule.access & ACCESS_ALL;
+    if missing != 0 {
+        // Any requested bit outside the rule's access: not this rule.
+        checks.push((BPF_JMP_JSET_K, 3, i32::from(missing)));
+    }
+    let n = checks.len() + 2;
+    let mut out: Vec<Insn> = checks
+        .iter()
+        .enumerate()
+        .map(|(i, &(code, reg, imm))| Insn::new(code, reg, 0, (n - 1 - i) as i16, imm))
+        .collect();
+    out.push(Insn::new(BPF_ALU64_MOV_K, 0, 0, 0, i32::from(rule.allow)));
+    out.push(Insn::new(BPF_JMP_EXIT, 0, 0, 0, 0));
+    Ok(out)
+}
+
+/// A complete device program: `rules` in order, the first match decides,
+/// `default_allow` when none matches (what runc generates from
+/// `linux.resources.devices`). Rules after one that matches every device
+/// are dropped, as is the default then.
+pub fn device_program(rules: &[DeviceRule], default_allow: bool) -> Result<Vec<Insn>, String> {
+    let mut p = header();
+    for r in rules {
+        let block = rule_block(r)?;
+        let unconditional = block.len() == 2;
+        p.extend(block);
+        if unconditional {
+            // Matches every device: what follows would be unreachable,
+            // which the verifier refuses.
+            return Ok(p);
+        }
+    }
+    p.push(Insn::new(
+        BPF_ALU64_MOV_K,
+        0,
+        0,
+        0,
+        i32::from(default_allow),
+    ));
+    p.push(Insn::new(BPF_JMP_EXIT, 0, 0, 0, 0));
+    Ok(p)
+}
+
+/// `old` with the allow rules of `rules` checked first: a device they allow
+/// is allowed, every other device reaches `old` unchanged.
+pub fn extend_program(old: &[Insn], rules: &[DeviceRule]) -> Result<Vec<Insn>, String> {
+    check_reloadable(old)?;
+    let mut p = header();
+    for r in rules.iter().filter(|r| r.allow) {
+        p.extend(rule_block(r)?);
+    }
+    p.extend_from_slice(old);
+    if p.len() > 1_000_000 {
+        return Err("the extended program is too long".to_string());
+    }
+    Ok(p)
+}
+
+/// Whether translated instructions can be loaded again as they are.
+fn check_reloadable(insns: &[Insn]) -> Result<(), String> {
+    if insns.is_empty() {
+        return Err("the kernel returned no instructions for the attached program".to_string());
+    }
+    for (i, insn) in insns.iter().enumerate() {
+        if insn.dst() > 10 || insn.src() > 10 {
+            return Err(format!(
+                "instruction {i} uses a hidden register (constant blinding, \
+                 net.core.bpf_jit_harden?); the program cannot be extended"
+            ));
+        }
+        if insn.code == BPF_JMP_CALL {
+            return Err(format!(
+                "instruction {i} calls a helper or function; the program cannot be extended"
+            ));
+        }
+        if insn.code == BPF_LD_IMM64 && insn.src() != 0 {
+            return Err(format!(
+                "instruction {i} references a map; the program cannot be extended"
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- syscalls
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct AttachAttr {
+    target_fd: u32,
+    attach_bpf_fd: u32,
+    attach_type: u32,
+    attach_flags: u32,
+    replace_bpf_fd: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GetIdAttr {
+    prog_id: u32,
+    next_id: u32,
+    open_flags: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct InfoAttr {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct QueryAttr {
+    target_fd: u32,
+    attach_type: u32,
+    query_flags: u32,
+    attach_flags: u32,
+    prog_ids: u64,
+    prog_cnt: u32,
+    _pad: u32,
+}
+
+/// `union bpf_attr`, with room to spare: the kernel writes fields beyond
+/// those we set (`query.revision`), so the buffer is always larger than its
+/// own union and zero where we set nothing.
+#[repr(C)]
+union Attr {
+    load: ProgLoadAttr,
+    attach: AttachAttr,
+    get_id: GetIdAttr,
+    info: InfoAttr,
+    query: QueryAttr,
+    _space: [u64; 32],
+}
+
+impl Attr {
+    fn zeroed() -> Attr {
+        Attr { _space: [0; 32] }
+    }
+}
+
+/// The leading part of `struct bpf_prog_info` (the kernel copies at most
+/// the length we pass).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ProgInfo {
+    prog_type: u32,
+    id: u32,
+    tag: [u8; 8],
+    jited_prog_len: u32,
+    xlated_prog_len: u32,
+    jited_prog_insns: u64,
+    xlated_prog_insns: u64,
+    load_time: u64,
+    created_by_uid: u32,
+    nr_map_ids: u32,
+    map_ids: u64,
+    name: [u8; 16],
+    ifindex: u32,
+    gpl_compatible: u32,
+    netns_dev: u64,
+    netns_ino: u64,
+}
+
+fn bpf(cmd: i32, attr: &mut Attr) -> io::Result<i64> {
+    // SAFETY: `attr` is a valid, writable buffer of the size passed, larger
+    // than the kernel's `union bpf_attr`, zero beyond the fields set.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut Attr,
+            std::mem::size_of::<Attr>() as libc::c_uint,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn owned(fd: i64) -> OwnedFd {
+    // SAFETY: a descriptor the kernel just returned to us.
+    unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
+}
+
+/// The programs attached to `cgroup` for `BPF_CGROUP_DEVICE`, and the
+/// flags they were attached with.
+fn query(cgroup: RawFd) -> io::Result<(u32, Vec<u32>)> {
+    let mut ids = vec![0u32; 64];
+    loop {
+        let mut attr = Attr::zeroed();
+        attr.query = QueryAttr {
+            target_fd: cgroup as u32,
+            attach_type: BPF_CGROUP_DEVICE,
+            query_flags: 0,
+            attach_flags: 0,
+            prog_ids: ids.as_mut_ptr() as u64,
+            prog_cnt: ids.len() as u32,
+            _pad: 0,
+        };
+        match bpf(BPF_PROG_QUERY, &mut attr) {
+            Ok(_) => {
+                // SAFETY: the query variant was written above and by the kernel.
+                let q = unsafe { attr.query };
+                ids.truncate(q.prog_cnt as usize);
+                return Ok((q.attach_flags, ids));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                // SAFETY: as above; the kernel stored the real count.
+                let need = unsafe { attr.query.prog_cnt } as usize;
+                ids = vec![0; need.max(ids.len() * 2)];
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn prog_fd_by_id(id: u32) -> io::Result<OwnedFd> {
+    let mut attr = Attr::zeroed();
+    attr.get_id = GetIdAttr {
+        prog_id: id,
+        next_id: 0,
+        open_flags: 0,
+    };
+    bpf(BPF_PROG_GET_FD_BY_ID, &mut attr).map(owned)
+}
+
+fn prog_info(fd: RawFd, info: &mut ProgInfo) -> io::Result<()> {
+    let mut attr = Attr::zeroed();
+    attr.info = InfoAttr {
+        bpf_fd: fd as u32,
+        info_len: std::mem::size_of::<ProgInfo>() as u32,
+        info: info as *mut ProgInfo as u64,
+    };
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).map(|_| ())
+}
+
+/// The translated instructions of program `fd` and whether it is
+/// GPL-compatible.
+fn prog_insns(fd: RawFd) -> io::Result<(Vec<Insn>, bool)> {
+    let mut info = ProgInfo::default();
+    prog_info(fd, &mut info)?;
+    let len = info.xlated_prog_len as usize;
+    let n = len / std::mem::size_of::<Insn>();
+    if n == 0 {
+        return Ok((Vec::new(), info.gpl_compatible & 1 != 0));
+    }
+    let mut insns = vec![Insn::default(); n];
+    let mut info2 = ProgInfo {
+        xlated_prog_len: (n * std::mem::size_of::<Insn>()) as u32,
+        xlated_prog_insns: insns.as_mut_ptr() as u64,
+        ..ProgInfo::default()
+    };
+    prog_info(fd, &mut info2)?;
+    let got = info2.xlated_prog_len as usize / std::mem::size_of::<Insn>();
+    insns.truncate(got.min(n));
+    Ok((insns, info.gpl_compatible & 1 != 0))
+}
+
+/// Loads `insns` as a cgroup device program; on failure the verifier's
+/// log is in the error.
+pub fn load_device_program(insns: &[Insn], gpl: bool) -> io::Result<OwnedFd> {
+    let license: &[u8] = if gpl { b"GPL\0" } else { b"Apache\0" };
+    let mut name = [0u8; 16];
+    name[..10].copy_from_slice(b"gpuctk_dev");
+    let load = |log: &mut [u8]| {
+        let mut attr = Attr::zeroed();
+        attr.load = ProgLoadAttr {
+            prog_type: BPF_PROG_TYPE_CGROUP_DEVICE,
+            insn_cnt: insns.len() as u32,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level: u32::from(!log.is_empty()),
+            log_size: log.len() as u32,
+            log_buf: if log.is_empty() {
+                0
+            } else {
+                log.as_mut_ptr() as u64
+            },
+            kern_version: 0,
+            prog_flags: 0,
+            prog_name: name,
+            prog_ifindex: 0,
+            expected_attach_type: 0,
+        };
+        bpf(BPF_PROG_LOAD, &mut attr).map(owned)
+    };
+    match load(&mut []) {
+        Ok(fd) => Ok(fd),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            // Kernels before 5.11 charge programs to RLIMIT_MEMLOCK.
+            raise_memlock();
+            load(&mut []).map_err(|e2| {
+                io::Error::new(
+                    e2.kind(),
+                    format!("{e2} (RLIMIT_MEMLOCK raised; CAP_SYS_ADMIN or CAP_BPF needed)"),
+                )
+            })
+        }
+        Err(e) => {
+            let mut log = vec![0u8; 1 << 16];
+            let _ = load(&mut log);
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            let text = String::from_utf8_lossy(&log[..end]);
+            let last: Vec<&str> = text.lines().rev().take(3).collect();
+            Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "{e}; verifier: {}",
+                    last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                ),
+            ))
+        }
+    }
+}
+
+fn raise_memlock() {
+    let lim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: valid pointer to an rlimit; failure leaves the limit as it was.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+}
+
+fn attach(cgroup: RawFd, prog: RawFd, flags: u32, replace: Option<RawFd>) -> io::Result<()> {
+    let mut attr = Attr::zeroed();
+    attr.attach = AttachAttr {
+        target_fd: cgroup as u32,
+        attach_bpf_fd: prog as u32,
+        attach_type: BPF_CGROUP_DEVICE,
+        attach_flags: flags | if replace.is_some() { BPF_F_REPLACE } else { 0 },
+        replace_bpf_fd: replace.unwrap_or(0) as u32,
+    };
+    bpf(BPF_PROG_ATTACH, &mut attr).map(|_| ())
+}
+
+fn detach(cgroup: RawFd, prog: RawFd) -> io::Result<()> {
+    let mut attr = Attr::zeroed();
+    attr.attach = AttachAttr {
+        target_fd: cgroup as u32,
+        attach_bpf_fd: prog as u32,
+        attach_type: BPF_CGROUP_DEVICE,
+        attach_flags: 0,
+        replace_bpf_fd: 0,
+    };
+    bpf(BPF_PROG_DETACH, &mut attr).map(|_| ())
+}
+
+fn open_cgroup(dir: &Path) -> Result<File, LegacyError> {
+    let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| LegacyError::Cgroup {
+        path: dir.to_path_buf(),
+        reason: "path contains a NUL byte".to_string(),
+    })?;
+    // SAFETY: valid NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(LegacyError::CgroupIo {
+            path: dir.to_path_buf(),
+            op: "open",
+            source: io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: fresh descriptor we own.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+fn bpf_err(dir: &Path, op: &'static str) -> impl FnOnce(io::Error) -> LegacyError {
+    let cgroup = dir.to_path_buf();
+    move |source| LegacyError::Bpf { cgroup, op, source }
+}
+
+/// Attaches a new device program made of `insns` to the cgroup v2
+/// directory `dir` with `flags` (what a runtime does; used by tests and
+/// tools).
+pub fn attach_device_program(dir: &Path, insns: &[Insn], flags: u32) -> Result<(), LegacyError> {
+    let cg = open_cgroup(dir)?;
+    let prog = load_device_program(insns, false).map_err(bpf_err(dir, "BPF_PROG_LOAD"))?;
+    attach(cg.as_raw_fd(), prog.as_raw_fd(), flags, None).map_err(bpf_err(dir, "BPF_PROG_ATTACH"))
+}
+
+/// The ids of the device programs attached directly to `dir`, with the
+/// attach flags.
+pub fn attached_programs(dir: &Path) -> Result<(u32, Vec<u32>), LegacyError> {
+    let cg = open_cgroup(dir)?;
+    query(cg.as_raw_fd()).map_err(bpf_err(dir, "BPF_PROG_QUERY"))
+}
+
+/// What [`allow_v2`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct V2Outcome {
+    /// The cgroup directory.
+    pub cgroup: PathBuf,
+    /// `(old id, new id)` of each program replaced.
+    pub replaced: Vec<(u32, u32)>,
+}
+
+/// Extends every device program attached to the cgroup v2 directory `dir`
+/// with allow checks for `rules` (see the module documentation). No
+/// program attached means no device restriction: nothing is done.
+pub fn allow_v2(dir: &Path, rules: &[DeviceRule]) -> Result<V2Outcome, LegacyError> {
+    let cg = open_cgroup(dir)?;
+    let cgfd = cg.as_raw_fd();
+    let (flags, ids) = query(cgfd).map_err(bpf_err(dir, "BPF_PROG_QUERY"))?;
+    let mut out = V2Outcome {
+        cgroup: dir.to_path_buf(),
+        replaced: Vec::new(),
+    };
+    for id in ids {
+        let old = prog_fd_by_id(id).map_err(bpf_err(dir, "BPF_PROG_GET_FD_BY_ID"))?;
+        let (insns, gpl) =
+            prog_insns(old.as_raw_fd()).map_err(bpf_err(dir, "BPF_OBJ_GET_INFO_BY_FD"))?;
+        let new_insns = extend_program(&insns, rules).map_err(|reason| LegacyError::Cgroup {
+            path: dir.to_path_buf(),
+            reason: format!("device program {id}: {reason}"),
+        })?;
+        let new = load_device_program(&new_insns, gpl).map_err(bpf_err(dir, "BPF_PROG_LOAD"))?;
+        if flags & BPF_F_ALLOW_MULTI != 0 {
+            match attach(cgfd, new.as_raw_fd(), flags, Some(old.as_raw_fd())) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    // No BPF_F_REPLACE (Linux < 5.6): attach, then detach.
+                    attach(cgfd, new.as_raw_fd(), flags, None)
+                        .map_err(bpf_err(dir, "BPF_PROG_ATTACH"))?;
+                    detach(cgfd, old.as_raw_fd()).map_err(bpf_err(dir, "BPF_PROG_DETACH"))?;
+                }
+                Err(e) => return Err(bpf_err(dir, "BPF_PROG_ATTACH")(e)),
+            }
+        } else {
+            attach(cgfd, new.as_raw_fd(), flags, None).map_err(bpf_err(dir, "BPF_PROG_ATTACH"))?;
+        }
+        let mut info = ProgInfo::default();
+        let new_id = match prog_info(new.as_raw_fd(), &mut info) {
+            Ok(()) => info.id,
+            Err(_) => 0,
+        };
+        out.replaced.push((id, new_id));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insn_layout_is_the_kernels() {
+        assert_eq!(std::mem::size_of::<Insn>(), 8);
+        let i = Insn::new(BPF_LDX_MEM_W, 4, 1, 4, 0);
+        assert_eq!((i.dst(), i.src()), (4, 1));
+        assert_eq!(i.regs, 0x14);
+        assert_eq!(std::mem::size_of::<ProgLoadAttr>(), 72);
+        assert_eq!(std::mem::size_of::<QueryAttr>(), 32);
+        assert_eq!(std::mem::size_of::<ProgInfo>(), 104);
+    }
+
+    #[test]
+    fn rule_blocks_jump_past_themselves() {
+        let b = rule_block(&DeviceRule::allow_char(195, 3, 6)).unwrap();
+        // type, major, minor, access (m missing), mov, exit
+        assert_eq!(b.len(), 6);
+        for (i, insn) in b[..4].iter().enumerate() {
+            assert_eq!(
+                i as i16 + 1 + insn.off,
+                6,
+                "insn {i} lands at the block end"
+            );
+        }
+        assert_eq!(b[3].code, BPF_JMP_JSET_K);
+        assert_eq!(b[3].imm, 1);
+        assert_eq!(b[4].imm, 1);
+        let any = DeviceRule {
+            allow: false,
+            kind: DeviceType::All,
+            major: None,
+            minor: None,
+            access: ACCESS_ALL,
+        };
+        assert_eq!(rule_block(&any).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn extension_keeps_the_old_program_and_refuses_helpers() {
+        let old = device_program(&[], false).unwrap();
+        let new = extend_program(&old, &[DeviceRule::allow_char(195, 0, 6)]).unwrap();
+        assert_eq!(&new[new.len() - old.len()..], &old[..]);
+        let call = [Insn::new(BPF_JMP_CALL, 0, 0, 0, 1)];
+        assert!(extend_program(&call, &[]).unwrap_err().contains("helper"));
+        let blinded = [Insn::new(BPF_ALU64_MOV_K, 11, 0, 0, 1)];
+        assert!(extend_program(&blinded, &[])
+            .unwrap_err()
+            .contains("blinding"));
+        assert!(extend_program(&[], &[]).is_err());
+    }
+}

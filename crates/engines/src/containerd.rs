@@ -1,0 +1,522 @@
+//! containerd `config.toml`: register the runtime in the CRI plugin, for config versions 1
+//! (`plugins.cri`), 2 (`plugins."io.containerd.grpc.v1.cri"`) and 3
+//! (`plugins."io.containerd.cri.v1.runtime"`).
+//!
+//! The file is edited with `toml_edit`: only the keys we own change, and every other byte
+//! (comments, order, indentation, quote style) stays as it was. When the main config imports a
+//! directory glob that matches `99-nvidia.toml`, our settings go to that drop-in instead and the
+//! main file is left untouched.
+//!
+//! containerd 1.x merges an imported file per plugin section (a plugin's table in a later file
+//! replaces the earlier one whole), so a drop-in holding only our runtime would silently drop
+//! every other CRI setting of the main file (`SystemdCgroup`, `sandbox_image`, registry
+//! mirrors…). The drop-in therefore repeats the main file's CRI plugin table, as NVIDIA's does;
+//! with containerd 2.x's deeper merge the copy is redundant but harmless.
+
+use std::path::{Path, PathBuf};
+
+use toml_edit::{DocumentMut, Item, Key, Table, Value};
+
+use crate::tomlutil::{self, TomlError};
+use crate::{backup_outside_dir, read_drop_in, Edit, EngineError, Options, ReadFile};
+
+/// The drop-in we own in an imported directory.
+pub const DROP_IN_NAME: &str = "99-nvidia.toml";
+
+/// The shim containerd uses for runc-compatible runtimes.
+const RUNC_V2: &str = "io.containerd.runc.v2";
+
+/// Why containerd's config could not be edited.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerdError {
+    /// Invalid TOML, or a key holding a non-table where we need a table.
+    #[error(transparent)]
+    Toml(#[from] TomlError),
+    /// `version` is not 1, 2 or 3.
+    #[error("{}: unsupported containerd config version {version}", path.display())]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version as written.
+        version: String,
+    },
+}
+
+/// The CRI plugin's table name for a config version.
+fn cri_plugin(version: i64) -> &'static str {
+    match version {
+        1 => "cri",
+        2 => "io.containerd.grpc.v1.cri",
+        _ => "io.containerd.cri.v1.runtime",
+    }
+}
+
+/// The config version: `version = N` at the top, 1 when absent.
+fn config_version(path: &Path, doc: &DocumentMut) -> Result<i64, ContainerdError> {
+    match doc.get("version") {
+        None => Ok(1),
+        Some(it) => match it.as_integer() {
+            Some(v @ 1..=3) => Ok(v),
+            _ => Err(ContainerdError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                version: it.to_string().trim().to_string(),
+            }),
+        },
+    }
+}
+
+/// Parse the main config; `None` for an absent or blank file.
+fn parse_main(path: &Path, current: Option<&[u8]>) -> Result<Option<DocumentMut>, ContainerdError> {
+    match current {
+        None => Ok(None),
+        Some(b) if b.iter().all(u8::is_ascii_whitespace) => Ok(None),
+        Some(b) => Ok(Some(tomlutil::parse(path, b)?)),
+    }
+}
+
+/// A minimal glob matcher for the file-name part of an import (`*`, `?`, `[...]`), enough for
+/// the patterns containerd users write (`*.toml`).
+fn glob_match(pat: &[u8], name: &[u8]) -> bool {
+    match (pat.first(), name.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => {
+            glob_match(&pat[1..], name) || (!name.is_empty() && glob_match(pat, &name[1..]))
+        }
+        (Some(b'?'), Some(_)) => glob_match(&pat[1..], &name[1..]),
+        (Some(b'['), Some(&c)) => {
+            let Some(end) = pat.iter().skip(1).position(|&b| b == b']').map(|p| p + 1) else {
+                return c == b'[' && glob_match(&pat[1..], &name[1..]);
+            };
+            let class = &pat[1..end];
+            let (negate, class) = match class.first() {
+                Some(b'^') | Some(b'!') => (true, &class[1..]),
+                _ => (false, class),
+            };
+            let mut hit = false;
+            let mut i = 0;
+            while i < class.len() {
+                if i + 2 < class.len() && class[i + 1] == b'-' {
+                    hit |= class[i] <= c && c <= class[i + 2];
+                    i += 3;
+                } else {
+                    hit |= class[i] == c;
+                    i += 1;
+                }
+            }
+            hit != negate && glob_match(&pat[end + 1..], &name[1..])
+        }
+        (Some(&p), Some(&c)) => p == c && glob_match(&pat[1..], &name[1..]),
+        _ => false,
+    }
+}
+
+fn has_meta(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+/// The drop-in to write, when the main config imports a directory pattern matching
+/// [`DROP_IN_NAME`], and where to back it up (outside the directory when the pattern would also
+/// match the `.bak`). Relative imports are relative to the main config's directory, as in
+/// containerd.
+fn drop_in_target(config_path: &Path, doc: &DocumentMut) -> Option<(PathBuf, PathBuf)> {
+    let imports = doc.get("imports")?.as_array()?;
+    let base = config_path.parent().unwrap_or(Path::new("/"));
+    for imp in imports.iter().filter_map(Value::as_str) {
+        let full = if Path::new(imp).is_absolute() {
+            PathBuf::from(imp)
+        } else {
+            base.join(imp)
+        };
+        let (Some(dir), Some(pat)) = (full.parent(), full.file_name().and_then(|f| f.to_str()))
+        else {
+            continue;
+        };
+        if has_meta(&dir.to_string_lossy()) || !glob_match(pat.as_bytes(), DROP_IN_NAME.as_bytes())
+        {
+            continue;
+        }
+        let drop_in = dir.join(DROP_IN_NAME);
+        let backup = if glob_match(pat.as_bytes(), format!("{DROP_IN_NAME}.bak").as_bytes()) {
+            backup_outside_dir(&drop_in)
+        } else {
+            crate::default_backup_path(&drop_in)
+        };
+        return Some((drop_in, backup));
+    }
+    None
+}
+
+/// Register the runtime; see the module docs.
+pub fn configure(
+    config_path: &Path,
+    current: Option<&[u8]>,
+    opts: &Options,
+    read: ReadFile<'_>,
+) -> Result<Vec<Edit>, EngineError> {
+    let main = parse_main(config_path, current)?;
+    let Some(main) = main else {
+        // No config at all: write a minimal v2 one, which containerd 1.x and 2.x both read.
+        let mut doc = DocumentMut::new();
+        doc.insert("version", toml_edit::value(2));
+        add_runtime(config_path, &mut doc, 2, opts, false)?;
+        let after = tomlutil::render(&doc);
+        return Ok(vec![Edit::write(
+            config_path.to_path_buf(),
+            current.map(<[u8]>::to_vec),
+            after,
+        )]);
+    };
+    let version = config_version(config_path, &main)?;
+    let literal = tomlutil::prefers_literal_strings(&main);
+
+    if let Some((drop_in, backup)) = drop_in_target(config_path, &main) {
+        let mut doc = DocumentMut::new();
+        if version >= 2 {
+            doc.insert("version", toml_edit::value(version));
+        }
+        let plugin = cri_plugin(version);
+        if let Some(plugins) = main.get("plugins").and_then(Item::as_table) {
+            if let (Some(key), Some(Item::Table(cri))) = (plugins.key(plugin), plugins.get(plugin))
+            {
+                let dst = tomlutil::ensure_table(&drop_in, doc.as_table_mut(), &["plugins"])
+                    .map_err(ContainerdError::from)?;
+                dst.insert_formatted(key, Item::Table(cri.clone()));
+            }
+        }
+        add_runtime(&drop_in, &mut doc, version, opts, literal)?;
+        let mut after = format!(
+            "# Written by `gpuctk runtime configure`. containerd 1.x replaces a plugin's whole\n\
+             # section with the one in an imported file, so the CRI plugin settings of\n\
+             # {} are repeated here. Remove this file to undo.\n",
+            config_path.display()
+        )
+        .into_bytes();
+        after.extend(tomlutil::render(&doc));
+        let before = read_drop_in(read, &drop_in)?;
+        let mut edit = Edit::write(drop_in, before, after);
+        edit.backup = backup;
+        return Ok(vec![edit]);
+    }
+
+    let mut doc = main;
+    add_runtime(config_path, &mut doc, version, opts, literal)?;
+    let after = tomlutil::render(&doc);
+    Ok(vec![Edit::write(
+        config_path.to_path_buf(),
+        current.map(<[u8]>::to_vec),
+        after,
+    )])
+}
+
+/// Add (or update) `runtimes.<name>`, and the default-runtime and CDI switches, in `doc`.
+fn add_runtime(
+    file: &Path,
+    doc: &mut DocumentMut,
+    version: i64,
+    opts: &Options,
+    literal: bool,
+) -> Result<(), ContainerdError> {
+    let plugin = cri_plugin(version);
+    let name = opts.runtime_name.as_str();
+    let root = doc.as_table_mut();
+    let runtimes =
+        tomlutil::ensure_table(file, root, &["plugins", plugin, "containerd", "runtimes"])?;
+
+    if let Some(existing) = runtimes.get_mut(name) {
+        // Already there: update it in place rather than re-copying, so a second configure is a
+        // no-op and whatever the admin tuned in our table survives.
+        let found = existing.type_name();
+        let rt = existing
+            .as_table_mut()
+            .ok_or_else(|| TomlError::NotATable {
+                path: file.to_path_buf(),
+                key: format!("plugins.{plugin}.containerd.runtimes.{name}"),
+                found,
+            })?;
+        set_binary(file, rt, &opts.runtime_path, literal, plugin, name)?;
+    } else {
+        let rt = new_runtime_table(file, doc, version, opts, literal)?;
+        let runtimes = tomlutil::get_table_mut(
+            doc.as_table_mut(),
+            &["plugins", plugin, "containerd", "runtimes"],
+        )
+        .expect("created above");
+        runtimes.insert_formatted(&Key::new(name), Item::Table(rt));
+    }
+
+    let root = doc.as_table_mut();
+    if opts.set_as_default {
+        let containerd = tomlutil::ensure_table(file, root, &["plugins", plugin, "containerd"])?;
+        tomlutil::set_value(
+            containerd,
+            "default_runtime_name",
+            Value::from(name),
+            literal,
+        );
+    }
+    if opts.enable_cdi {
+        let cri = tomlutil::ensure_table(file, root, &["plugins", plugin])?;
+        tomlutil::set_value(cri, "enable_cdi", Value::from(true), literal);
+    }
+    Ok(())
+}
+
+/// Our runtime's table: a copy of the default runtime's (so `SystemdCgroup` and the like carry
+/// over), else of `runc` or `crun`, else a plain runc-v2 entry.
+fn new_runtime_table(
+    file: &Path,
+    doc: &DocumentMut,
+    version: i64,
+    opts: &Options,
+    literal: bool,
+) -> Result<Table, ContainerdError> {
+    let plugin = cri_plugin(version);
+    let root = doc.as_table();
+    let containerd = tomlutil::get_table(root, &["plugins", plugin, "containerd"]);
+    let runtimes = tomlutil::get_table(root, &["plugins", plugin, "containerd", "runtimes"]);
+    let default = containerd
+        .and_then(|c| c.get("default_runtime_name"))
+        .and_then(Item::as_str);
+    let source = [default, Some("runc"), Some("crun")]
+        .into_iter()
+        .flatten()
+        .filter(|n| !n.starts_with("nvidia") && *n != opts.runtime_name)
+        .find_map(|n| runtimes?.get(n)?.clone().into_table().ok());
+
+    let mut rt = match source {
+        Some(mut t) => {
+            tomlutil::sanitize_copy(&mut t);
+            // Our table always starts after a blank line, even where the one copied sits
+            // right under its parent's header.
+            let h = tomlutil::header_indent(&t);
+            t.decor_mut().set_prefix(format!("\n{h}"));
+            t
+        }
+        None => {
+            // Nothing to copy: take the layout (indentation) from any sibling runtime, else
+            // from the runtimes table itself.
+            let sibling = runtimes.and_then(|r| r.iter().find_map(|(_, it)| it.as_table()));
+            let (h, k) = match sibling {
+                Some(s) => (
+                    tomlutil::header_indent(s),
+                    tomlutil::key_indent(s).unwrap_or_default(),
+                ),
+                None => {
+                    let h = runtimes
+                        .filter(|r| !r.is_implicit())
+                        .map(|r| {
+                            let h = tomlutil::header_indent(r);
+                            if h.is_empty() {
+                                h
+                            } else {
+                                format!("{h}  ")
+                            }
+                        })
+                        .unwrap_or_default();
+                    let k = if h.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{h}  ")
+                    };
+                    (h, k)
+                }
+            };
+            let mut t = Table::new();
+            t.decor_mut().set_prefix(format!("\n{h}"));
+            let mut put = |key: &str, v: Value| {
+                let v = match &v {
+                    Value::String(s) => tomlutil::string_value(s.value(), literal),
+                    _ => v.decorated(" ", ""),
+                };
+                let k = Key::new(key).with_leaf_decor(toml_edit::Decor::new(k.clone(), " "));
+                t.insert_formatted(&k, Item::Value(v));
+            };
+            put("runtime_type", Value::from(RUNC_V2));
+            // containerd 2.x (config v3) dropped these two fields.
+            if version < 3 {
+                put("runtime_root", Value::from(""));
+                put("runtime_engine", Value::from(""));
+            }
+            put("privileged_without_host_devices", Value::from(false));
+            t
+        }
+    };
+    set_binary(
+        file,
+        &mut rt,
+        &opts.runtime_path,
+        literal,
+        plugin,
+        &opts.runtime_name,
+    )?;
+    Ok(rt)
+}
+
+/// `options.BinaryName = <path>`, and `runtime_type` when it is missing or empty.
+fn set_binary(
+    file: &Path,
+    rt: &mut Table,
+    binary: &str,
+    literal: bool,
+    plugin: &str,
+    name: &str,
+) -> Result<(), ContainerdError> {
+    if rt
+        .get("runtime_type")
+        .and_then(Item::as_str)
+        .unwrap_or("")
+        .is_empty()
+    {
+        tomlutil::set_value(rt, "runtime_type", Value::from(RUNC_V2), literal);
+    }
+    if !rt.contains_key("options") {
+        let mut o = Table::new();
+        let h = tomlutil::header_indent(rt);
+        let deeper = if h.is_empty() { h } else { format!("{h}  ") };
+        o.decor_mut().set_prefix(format!("\n{deeper}"));
+        rt.insert("options", Item::Table(o));
+    }
+    let key_indent = tomlutil::key_indent(rt);
+    match rt.get_mut("options") {
+        Some(Item::Table(o)) => {
+            if o.is_empty() {
+                // A table we just made: indent its keys like the parent's.
+                let k = Key::new("BinaryName")
+                    .with_leaf_decor(toml_edit::Decor::new(key_indent.unwrap_or_default(), " "));
+                o.insert_formatted(&k, Item::Value(tomlutil::string_value(binary, literal)));
+            } else {
+                tomlutil::set_value(o, "BinaryName", Value::from(binary), literal);
+            }
+            Ok(())
+        }
+        Some(Item::Value(Value::InlineTable(o))) => {
+            let v = tomlutil::string_value(binary, literal);
+            match o.get_mut("BinaryName") {
+                Some(old) => {
+                    let d = old.decor().clone();
+                    *old = v;
+                    *old.decor_mut() = d;
+                }
+                None => {
+                    o.insert("BinaryName", v);
+                }
+            }
+            Ok(())
+        }
+        Some(other) => Err(TomlError::NotATable {
+            path: file.to_path_buf(),
+            key: format!("plugins.{plugin}.containerd.runtimes.{name}.options"),
+            found: other.type_name(),
+        }
+        .into()),
+        None => unreachable!("inserted above"),
+    }
+}
+
+/// Remove our runtime (and make it no longer the default) from `doc`; true if anything changed.
+fn remove_runtime(doc: &mut DocumentMut, version: i64, name: &str) -> bool {
+    let plugin = cri_plugin(version);
+    let mut changed = false;
+    let root = doc.as_table_mut();
+    if let Some(runtimes) =
+        tomlutil::get_table_mut(root, &["plugins", plugin, "containerd", "runtimes"])
+    {
+        changed |= runtimes.remove(name).is_some();
+    }
+    if let Some(containerd) = tomlutil::get_table_mut(root, &["plugins", plugin, "containerd"]) {
+        if containerd
+            .get("default_runtime_name")
+            .and_then(Item::as_str)
+            == Some(name)
+        {
+            changed = true;
+            let values = containerd.iter().filter(|(_, it)| it.is_value()).count();
+            if values == 1 {
+                // A containerd table holding nothing but our default is the one configure
+                // wrote: drop the key, and its header with it.
+                containerd.remove("default_runtime_name");
+                containerd.set_implicit(true);
+            } else {
+                // containerd's own default; the value `config default` writes.
+                tomlutil::set_value(
+                    containerd,
+                    "default_runtime_name",
+                    Value::from("runc"),
+                    false,
+                );
+            }
+        }
+    }
+    changed
+}
+
+/// Remove what [`configure`] added: our runtime from the main file (and the default-runtime
+/// switch if it names us), and our drop-in when the main file imports one. `enable_cdi` is left
+/// as it is: we cannot tell whether configure or the admin turned it on, and CDI on is harmless.
+pub fn unconfigure(
+    config_path: &Path,
+    current: Option<&[u8]>,
+    opts: &Options,
+    read: ReadFile<'_>,
+) -> Result<Vec<Edit>, EngineError> {
+    let Some(mut doc) = parse_main(config_path, current)? else {
+        return Ok(Vec::new());
+    };
+    let version = config_version(config_path, &doc)?;
+    let drop_in = drop_in_target(config_path, &doc);
+    let changed = remove_runtime(&mut doc, version, &opts.runtime_name);
+    let before = current.map(<[u8]>::to_vec);
+    let main_edit = Edit::write(
+        config_path.to_path_buf(),
+        before.clone(),
+        if changed {
+            tomlutil::render(&doc)
+        } else {
+            before.clone().unwrap_or_default()
+        },
+    );
+    let mut edits = Vec::new();
+    if let Some((drop_in, backup)) = drop_in {
+        let before = read_drop_in(read, &drop_in)?;
+        let mut e = Edit::remove(drop_in, before);
+        e.backup = backup;
+        edits.push(e);
+        if changed {
+            edits.push(main_edit);
+        }
+    } else {
+        edits.push(main_edit);
+    }
+    Ok(edits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match(b"*.toml", b"99-nvidia.toml"));
+        assert!(!glob_match(b"*.toml", b"99-nvidia.toml.bak"));
+        assert!(glob_match(b"*", b"99-nvidia.toml.bak"));
+        assert!(glob_match(b"[0-9]*-*.toml", b"99-nvidia.toml"));
+        assert!(!glob_match(b"[!9]*.toml", b"99-nvidia.toml"));
+        assert!(glob_match(b"99-nvidia.toml", b"99-nvidia.toml"));
+        assert!(!glob_match(b"?.toml", b"99-nvidia.toml"));
+    }
+
+    #[test]
+    fn unsupported_version() {
+        let e = configure(
+            Path::new("/c.toml"),
+            Some(b"version = 4\n"),
+            &Options::default(),
+            &|_| Ok(None),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/c.toml: unsupported containerd config version 4"
+        );
+    }
+}

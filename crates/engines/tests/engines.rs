@@ -1,0 +1,898 @@
+//! Golden-file tests of configure / unconfigure per engine, idempotence, round trips, `apply`
+//! and the unified diff (checked against GNU `diff -u`).
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpuctk_engines::{apply, configure_with, unconfigure_with, Edit, Engine, EngineError, Options};
+
+const BIN: &str = "/usr/bin/nvidia-container-runtime";
+
+fn data(name: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn opts(set_as_default: bool, enable_cdi: bool) -> Options {
+    Options {
+        runtime_name: "nvidia".into(),
+        runtime_path: BIN.into(),
+        set_as_default,
+        enable_cdi,
+    }
+}
+
+fn no_files(_: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    Ok(None)
+}
+
+fn conf(engine: Engine, path: &str, cur: Option<&[u8]>, o: &Options) -> Vec<Edit> {
+    configure_with(engine, Path::new(path), cur, o, &no_files).unwrap()
+}
+
+fn unconf(engine: Engine, path: &str, cur: Option<&[u8]>, o: &Options) -> Vec<Edit> {
+    unconfigure_with(engine, Path::new(path), cur, o, &no_files).unwrap()
+}
+
+/// Compare bytes, showing a diff on mismatch.
+fn assert_bytes(what: &str, got: &[u8], want: &[u8]) {
+    if got != want {
+        let e = Edit::write(PathBuf::from(what), Some(want.to_vec()), got.to_vec());
+        panic!(
+            "{what}: output differs from expected (- expected, + got):\n{}",
+            e.unified_diff()
+        );
+    }
+}
+
+fn engine_path(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Docker => "/etc/docker/daemon.json",
+        Engine::Containerd => "/etc/containerd/config.toml",
+        Engine::Crio => "/etc/crio/crio.conf",
+    }
+}
+
+/// The main-file golden cases: (engine, fixture, expected, set_as_default, enable_cdi).
+const MAIN_CASES: &[(Engine, &str, &str, bool, bool)] = &[
+    (
+        Engine::Containerd,
+        "containerd-v1.toml",
+        "containerd-v1.toml.expected",
+        false,
+        false,
+    ),
+    (
+        Engine::Containerd,
+        "containerd-v1.toml",
+        "containerd-v1.toml.default.expected",
+        true,
+        false,
+    ),
+    (
+        Engine::Containerd,
+        "containerd-v1.toml",
+        "containerd-v1.toml.cdi.expected",
+        false,
+        true,
+    ),
+    (
+        Engine::Containerd,
+        "containerd-v2.toml",
+        "containerd-v2.toml.expected",
+        false,
+        false,
+    ),
+    (
+        Engine::Containerd,
+        "containerd-v2.toml",
+        "containerd-v2.toml.default.expected",
+        true,
+        false,
+    ),
+    (
+        Engine::Containerd,
+        "containerd-v2.toml",
+        "containerd-v2.toml.cdi.expected",
+        false,
+        true,
+    ),
+    (
+        Engine::Containerd,
+        "containerd-v3.toml",
+        "containerd-v3.toml.expected",
+        false,
+        false,
+    ),
+    (
+        Engine::Containerd,
+        "containerd-v3.toml",
+        "containerd-v3.toml.default.expected",
+        true,
+        false,
+    ),
+    (
+        Engine::Containerd,
+        "containerd-v3.toml",
+        "containerd-v3.toml.cdi.expected",
+        false,
+        true,
+    ),
+    (
+        Engine::Docker,
+        "daemon.json",
+        "daemon.json.expected",
+        false,
+        false,
+    ),
+    (
+        Engine::Docker,
+        "daemon.json",
+        "daemon.json.default.expected",
+        true,
+        false,
+    ),
+    (
+        Engine::Docker,
+        "daemon.json",
+        "daemon.json.cdi.expected",
+        false,
+        true,
+    ),
+];
+
+#[test]
+fn golden_main_files() {
+    for &(engine, input, expected, def, cdi) in MAIN_CASES {
+        let cur = data(input);
+        let edits = conf(engine, engine_path(engine), Some(&cur), &opts(def, cdi));
+        assert_eq!(edits.len(), 1, "{expected}");
+        let e = &edits[0];
+        assert_eq!(e.path, Path::new(engine_path(engine)));
+        assert_eq!(e.before.as_deref(), Some(cur.as_slice()));
+        assert!(!e.delete);
+        assert_eq!(
+            e.backup,
+            PathBuf::from(format!("{}.bak", engine_path(engine)))
+        );
+        assert_bytes(expected, &e.after, &data(expected));
+    }
+}
+
+#[test]
+fn configure_twice_is_a_noop() {
+    for &(engine, input, _, def, cdi) in MAIN_CASES {
+        let o = opts(def, cdi);
+        let once = conf(engine, engine_path(engine), Some(&data(input)), &o);
+        let twice = conf(engine, engine_path(engine), Some(&once[0].after), &o);
+        assert_eq!(twice.len(), 1);
+        assert!(twice[0].is_noop(), "{input} {def} {cdi}");
+        assert_eq!(twice[0].unified_diff(), "");
+    }
+}
+
+#[test]
+fn unconfigure_restores_the_original_bytes() {
+    // Plain configure, and --set-as-default where the original named runc, round-trip exactly.
+    let cases: &[(Engine, &str, bool)] = &[
+        (Engine::Containerd, "containerd-v1.toml", false),
+        (Engine::Containerd, "containerd-v2.toml", false),
+        (Engine::Containerd, "containerd-v2.toml", true),
+        (Engine::Containerd, "containerd-v3.toml", false),
+        (Engine::Containerd, "containerd-v3.toml", true),
+        (Engine::Docker, "daemon.json", false),
+        (Engine::Docker, "daemon.json", true),
+    ];
+    for &(engine, input, def) in cases {
+        let orig = data(input);
+        let o = opts(def, false);
+        let c = conf(engine, engine_path(engine), Some(&orig), &o);
+        let u = unconf(engine, engine_path(engine), Some(&c[0].after), &o);
+        assert_eq!(u.len(), 1);
+        assert_bytes(input, &u[0].after, &orig);
+        // And unconfigure of an unconfigured file changes nothing.
+        let again = unconf(engine, engine_path(engine), Some(&orig), &o);
+        assert!(again.iter().all(Edit::is_noop), "{input}");
+    }
+}
+
+#[test]
+fn set_as_default_on_a_file_without_the_key_reverts_to_runc() {
+    // v1 fixture: the containerd table has other keys but no default_runtime_name, so
+    // unconfigure cannot know the key was absent; it writes containerd's own default.
+    let orig = data("containerd-v1.toml");
+    let o = opts(true, false);
+    let c = conf(Engine::Containerd, "/c.toml", Some(&orig), &o);
+    let u = unconf(Engine::Containerd, "/c.toml", Some(&c[0].after), &o);
+    let want = String::from_utf8(orig).unwrap().replace(
+        "no_pivot = false\n",
+        "no_pivot = false\n      default_runtime_name = \"runc\"\n",
+    );
+    assert_bytes("v1 default", &u[0].after, want.as_bytes());
+}
+
+#[test]
+fn containerd_default_in_a_table_of_its_own_is_removed_whole() {
+    let orig =
+        b"[plugins.cri.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n";
+    let o = opts(true, false);
+    let c = conf(Engine::Containerd, "/c.toml", Some(orig), &o);
+    let after = String::from_utf8(c[0].after.clone()).unwrap();
+    assert!(
+        after.contains("default_runtime_name = \"nvidia\""),
+        "{after}"
+    );
+    let u = unconf(Engine::Containerd, "/c.toml", Some(&c[0].after), &o);
+    assert_bytes("own table", &u[0].after, orig);
+}
+
+#[test]
+fn cdi_is_left_on_by_unconfigure() {
+    let orig = data("containerd-v2.toml");
+    let o = opts(false, true);
+    let c = conf(Engine::Containerd, "/c.toml", Some(&orig), &o);
+    let u = unconf(Engine::Containerd, "/c.toml", Some(&c[0].after), &o);
+    let want = String::from_utf8(orig)
+        .unwrap()
+        .replace("enable_cdi = false", "enable_cdi = true");
+    assert_bytes("cdi", &u[0].after, want.as_bytes());
+}
+
+#[test]
+fn containerd_absent_file_gets_a_minimal_v2_config() {
+    let edits = conf(
+        Engine::Containerd,
+        "/etc/containerd/config.toml",
+        None,
+        &opts(true, false),
+    );
+    assert_eq!(edits.len(), 1);
+    assert_eq!(edits[0].before, None);
+    let want = "version = 2
+
+[plugins.\"io.containerd.grpc.v1.cri\".containerd]
+default_runtime_name = \"nvidia\"
+
+[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]
+runtime_type = \"io.containerd.runc.v2\"
+runtime_root = \"\"
+runtime_engine = \"\"
+privileged_without_host_devices = false
+
+[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]
+BinaryName = \"/usr/bin/nvidia-container-runtime\"
+";
+    assert_bytes("absent", &edits[0].after, want.as_bytes());
+    // It parses back, and configure on it is a no-op.
+    let again = conf(
+        Engine::Containerd,
+        "/c.toml",
+        Some(&edits[0].after),
+        &opts(true, false),
+    );
+    assert!(again[0].is_noop());
+}
+
+#[test]
+fn containerd_v3_fallback_has_no_removed_fields() {
+    let orig = b"version = 3\n";
+    let edits = conf(
+        Engine::Containerd,
+        "/c.toml",
+        Some(orig),
+        &opts(false, false),
+    );
+    let want = "version = 3
+
+[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]
+runtime_type = \"io.containerd.runc.v2\"
+privileged_without_host_devices = false
+
+[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]
+BinaryName = \"/usr/bin/nvidia-container-runtime\"
+";
+    assert_bytes("v3 fallback", &edits[0].after, want.as_bytes());
+    let u = unconf(
+        Engine::Containerd,
+        "/c.toml",
+        Some(&edits[0].after),
+        &opts(false, false),
+    );
+    assert_bytes("v3 fallback undo", &u[0].after, orig);
+}
+
+#[test]
+fn containerd_copies_the_named_default_runtime_not_runc() {
+    let orig = b"version = 2
+[plugins.\"io.containerd.grpc.v1.cri\".containerd]
+  default_runtime_name = \"crun\"
+[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]
+  runtime_type = \"io.containerd.runc.v2\"
+[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.crun]
+  runtime_type = \"io.containerd.runc.v2\"
+  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.crun.options]
+    BinaryName = \"/usr/bin/crun\"
+    SystemdCgroup = true
+";
+    let edits = conf(
+        Engine::Containerd,
+        "/c.toml",
+        Some(orig),
+        &opts(false, false),
+    );
+    let after = String::from_utf8(edits[0].after.clone()).unwrap();
+    let tail = "
+[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]
+  runtime_type = \"io.containerd.runc.v2\"
+  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]
+    BinaryName = \"/usr/bin/nvidia-container-runtime\"
+    SystemdCgroup = true
+";
+    assert!(after.ends_with(tail), "{after}");
+    assert!(after.starts_with(std::str::from_utf8(orig).unwrap()));
+}
+
+#[test]
+fn containerd_existing_entry_is_updated_in_place() {
+    let orig = b"version = 2
+[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]
+  runtime_type = \"io.containerd.runc.v2\"
+  privileged_without_host_devices = true # tuned by hand
+  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]
+    BinaryName = \"/usr/local/nvidia/toolkit/nvidia-container-runtime\"
+";
+    let edits = conf(
+        Engine::Containerd,
+        "/c.toml",
+        Some(orig),
+        &opts(false, false),
+    );
+    let want = String::from_utf8(orig.to_vec())
+        .unwrap()
+        .replace("/usr/local/nvidia/toolkit/nvidia-container-runtime", BIN);
+    assert_bytes("in place", &edits[0].after, want.as_bytes());
+}
+
+#[test]
+fn containerd_imports_write_a_drop_in_and_leave_the_main_file() {
+    let main = data("containerd-v2-imports.toml");
+    let path = "/etc/containerd/config.toml";
+    let drop_in = Path::new("/etc/containerd/conf.d/99-nvidia.toml");
+    let o = opts(false, false);
+    let edits = conf(Engine::Containerd, path, Some(&main), &o);
+    assert_eq!(edits.len(), 1, "only the drop-in is written");
+    let e = &edits[0];
+    assert_eq!(e.path, drop_in);
+    assert_eq!(e.before, None);
+    assert_eq!(
+        e.backup,
+        Path::new("/etc/containerd/conf.d/99-nvidia.toml.bak")
+    );
+    assert_bytes(
+        "drop-in",
+        &e.after,
+        &data("containerd-v2-imports.dropin.expected"),
+    );
+
+    // The drop-in is valid TOML that a second configure (seeing it) leaves alone.
+    let written = e.after.clone();
+    let reader = move |p: &Path| Ok((p == drop_in).then(|| written.clone()));
+    let again = configure_with(
+        Engine::Containerd,
+        Path::new(path),
+        Some(&main),
+        &o,
+        &reader,
+    )
+    .unwrap();
+    assert_eq!(again.len(), 1);
+    assert!(again[0].is_noop());
+
+    // unconfigure deletes it, and leaves the main file alone.
+    let u = unconfigure_with(
+        Engine::Containerd,
+        Path::new(path),
+        Some(&main),
+        &o,
+        &reader,
+    )
+    .unwrap();
+    assert_eq!(u.len(), 1);
+    assert!(u[0].delete);
+    assert_eq!(u[0].path, drop_in);
+    assert_eq!(u[0].before.as_deref(), Some(e.after.as_slice()));
+}
+
+#[test]
+fn containerd_drop_in_carries_default_and_cdi() {
+    let main = data("containerd-v2-imports.toml");
+    let edits = conf(
+        Engine::Containerd,
+        "/etc/containerd/config.toml",
+        Some(&main),
+        &opts(true, true),
+    );
+    let want = String::from_utf8(data("containerd-v2-imports.dropin.expected"))
+        .unwrap()
+        .replace(
+            "default_runtime_name = \"runc\"",
+            "default_runtime_name = \"nvidia\"",
+        )
+        .replace("# pinned\n", "# pinned\n  enable_cdi = true\n");
+    assert_bytes("drop-in default+cdi", &edits[0].after, want.as_bytes());
+}
+
+#[test]
+fn containerd_relative_and_catch_all_imports() {
+    // Relative to the config's directory; a `*` pattern would load a `.bak`, so the backup
+    // goes outside the directory.
+    let main = b"version = 2\nimports = [\"conf.d/*\"]\n";
+    let edits = conf(
+        Engine::Containerd,
+        "/opt/ctr/config.toml",
+        Some(main),
+        &opts(false, false),
+    );
+    assert_eq!(edits[0].path, Path::new("/opt/ctr/conf.d/99-nvidia.toml"));
+    assert_eq!(
+        edits[0].backup,
+        Path::new("/opt/ctr/conf.d.99-nvidia.toml.bak")
+    );
+    // An import of a single other file is not a drop-in directory: the main file is edited.
+    let main = b"version = 2\nimports = [\"/etc/containerd/runtimes.toml\"]\n";
+    let edits = conf(
+        Engine::Containerd,
+        "/etc/containerd/config.toml",
+        Some(main),
+        &opts(false, false),
+    );
+    assert_eq!(edits[0].path, Path::new("/etc/containerd/config.toml"));
+}
+
+#[test]
+fn crio_drop_in() {
+    let main = data("crio.conf");
+    for (def, expected) in [
+        (false, "crio.dropin.expected"),
+        (true, "crio.dropin.default.expected"),
+    ] {
+        let o = opts(def, false);
+        let edits = conf(Engine::Crio, "/etc/crio/crio.conf", Some(&main), &o);
+        assert_eq!(edits.len(), 1);
+        let e = &edits[0];
+        assert_eq!(e.path, Path::new("/etc/crio/crio.conf.d/99-nvidia.toml"));
+        assert_eq!(
+            e.backup,
+            Path::new("/etc/crio/crio.conf.d.99-nvidia.toml.bak")
+        );
+        assert_bytes(expected, &e.after, &data(expected));
+
+        let written = e.after.clone();
+        let reader = move |p: &Path| {
+            Ok((p == Path::new("/etc/crio/crio.conf.d/99-nvidia.toml")).then(|| written.clone()))
+        };
+        let again = configure_with(
+            Engine::Crio,
+            Path::new("/etc/crio/crio.conf"),
+            Some(&main),
+            &o,
+            &reader,
+        )
+        .unwrap();
+        assert!(again[0].is_noop());
+        let u = unconfigure_with(
+            Engine::Crio,
+            Path::new("/etc/crio/crio.conf"),
+            Some(&main),
+            &o,
+            &reader,
+        )
+        .unwrap();
+        assert_eq!(u.len(), 1);
+        assert!(u[0].delete && !u[0].is_noop());
+    }
+    // The drop-in dir follows --config.
+    let edits = conf(Engine::Crio, "/tmp/x/crio.conf", None, &opts(false, false));
+    assert_eq!(
+        edits[0].path,
+        Path::new("/tmp/x/crio.conf.d/99-nvidia.toml")
+    );
+    assert_bytes(
+        "crio no main",
+        &edits[0].after,
+        format!(
+            "[crio.runtime.runtimes.nvidia]\nruntime_path = \"{BIN}\"\nruntime_type = \"oci\"\n"
+        )
+        .as_bytes(),
+    );
+}
+
+#[test]
+fn crio_rejects_cdi() {
+    let e = configure_with(
+        Engine::Crio,
+        Path::new("/etc/crio/crio.conf"),
+        None,
+        &opts(false, true),
+        &no_files,
+    )
+    .unwrap_err();
+    assert!(matches!(e, EngineError::Crio(_)));
+    assert!(e.to_string().contains("not supported"), "{e}");
+}
+
+#[test]
+fn docker_absent_or_empty_is_an_empty_object() {
+    for cur in [None, Some(&b""[..]), Some(&b" \n"[..])] {
+        let edits = conf(
+            Engine::Docker,
+            "/etc/docker/daemon.json",
+            cur,
+            &opts(false, false),
+        );
+        let want = format!("{{\n    \"runtimes\": {{\n        \"nvidia\": {{\n            \"path\": \"{BIN}\",\n            \"args\": []\n        }}\n    }}\n}}\n");
+        assert_bytes("empty", &edits[0].after, want.as_bytes());
+        let u = unconf(
+            Engine::Docker,
+            "/etc/docker/daemon.json",
+            Some(&edits[0].after),
+            &opts(false, false),
+        );
+        assert_bytes("empty undo", &u[0].after, b"{}\n");
+    }
+    // unconfigure of an absent file: nothing to do, no file created.
+    assert!(unconf(
+        Engine::Docker,
+        "/etc/docker/daemon.json",
+        None,
+        &opts(false, false)
+    )
+    .is_empty());
+}
+
+#[test]
+fn docker_other_layouts() {
+    // A 2-space file: content and key order survive, the layout becomes 4-space.
+    let two = b"{\n  \"log-driver\": \"journald\",\n  \"default-runtime\": \"runc\"\n}\n";
+    let o = opts(true, false);
+    let c = conf(Engine::Docker, "/d.json", Some(two), &o);
+    let u = unconf(Engine::Docker, "/d.json", Some(&c[0].after), &o);
+    assert_bytes(
+        "2-space",
+        &u[0].after,
+        b"{\n    \"log-driver\": \"journald\"\n}\n",
+    );
+    // An already-configured file in any layout is left byte-for-byte alone.
+    let compact = format!("{{\"runtimes\":{{\"nvidia\":{{\"path\":\"{BIN}\",\"args\":[]}}}}}}");
+    let again = conf(
+        Engine::Docker,
+        "/d.json",
+        Some(compact.as_bytes()),
+        &opts(false, false),
+    );
+    assert!(again[0].is_noop());
+}
+
+#[test]
+fn invalid_json_names_file_line_and_column() {
+    let bad = b"{\n    \"log-driver\": \"json-file\",\n    \"runtimes\": {,\n}\n";
+    let e = configure_with(
+        Engine::Docker,
+        Path::new("/etc/docker/daemon.json"),
+        Some(bad),
+        &opts(false, false),
+        &no_files,
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("/etc/docker/daemon.json:3:18: invalid JSON: "),
+        "{msg}"
+    );
+    let e = configure_with(
+        Engine::Docker,
+        Path::new("/d.json"),
+        Some(b"[1]"),
+        &opts(false, false),
+        &no_files,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("not a JSON object"), "{e}");
+}
+
+#[test]
+fn invalid_toml_names_file_and_line() {
+    let bad = b"version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \n";
+    for engine in [Engine::Containerd, Engine::Crio] {
+        let e = configure_with(
+            engine,
+            Path::new("/etc/x/config.toml"),
+            Some(bad),
+            &opts(false, false),
+            &no_files,
+        )
+        .unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.starts_with("/etc/x/config.toml:4:"), "{msg}");
+        assert!(msg.contains("invalid TOML"), "{msg}");
+    }
+}
+
+#[test]
+fn engine_names() {
+    for e in [Engine::Docker, Engine::Containerd, Engine::Crio] {
+        assert_eq!(e.to_string().parse::<Engine>().unwrap(), e);
+    }
+    assert!("podman".parse::<Engine>().is_err());
+    assert_eq!(
+        gpuctk_engines::default_config_path(Engine::Crio),
+        Path::new("/etc/crio/crio.conf")
+    );
+}
+
+// ---- apply ----
+
+fn read_edits(engine: Engine, path: &Path, o: &Options) -> Vec<Edit> {
+    let cur = gpuctk_engines::read_optional(path).unwrap();
+    gpuctk_engines::configure(engine, path, cur.as_deref(), o).unwrap()
+}
+
+#[test]
+fn apply_writes_keeps_mode_and_backup() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("daemon.json");
+    let orig = data("daemon.json");
+    fs::write(&p, &orig).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    let o = opts(false, false);
+
+    let edits = read_edits(Engine::Docker, &p, &o);
+    apply(&edits).unwrap();
+    assert_eq!(fs::read(&p).unwrap(), data("daemon.json.expected"));
+    assert_eq!(
+        fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let bak = d.path().join("daemon.json.bak");
+    assert_eq!(fs::read(&bak).unwrap(), orig);
+    assert_eq!(
+        fs::metadata(&bak).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // Second round: nothing changes, no file (nor backup) is rewritten.
+    let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+    let (file_ino, bak_ino) = (ino(&p), ino(&bak));
+    let edits = read_edits(Engine::Docker, &p, &o);
+    assert!(edits.iter().all(Edit::is_noop));
+    apply(&edits).unwrap();
+    assert_eq!((ino(&p), ino(&bak)), (file_ino, bak_ino));
+
+    // A backup already holding the previous bytes is not rewritten either.
+    fs::write(&p, &orig).unwrap();
+    let edits = read_edits(Engine::Docker, &p, &o);
+    apply(&edits).unwrap();
+    assert_eq!(ino(&bak), bak_ino);
+    assert_eq!(fs::read(&bak).unwrap(), orig);
+}
+
+#[test]
+fn apply_new_file_and_drop_in_dir_and_delete() {
+    let d = tempfile::tempdir().unwrap();
+    let main = d.path().join("crio.conf");
+    let o = opts(false, false);
+    let edits = read_edits(Engine::Crio, &main, &o);
+    apply(&edits).unwrap();
+    let drop_in = d.path().join("crio.conf.d/99-nvidia.toml");
+    assert_eq!(fs::read(&drop_in).unwrap(), edits[0].after);
+    assert_eq!(
+        fs::metadata(&drop_in).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    assert!(!main.exists(), "the main crio.conf is never written");
+
+    let u = gpuctk_engines::unconfigure(Engine::Crio, &main, None, &o).unwrap();
+    apply(&u).unwrap();
+    assert!(!drop_in.exists());
+    let bak = d.path().join("crio.conf.d.99-nvidia.toml.bak");
+    assert_eq!(fs::read(&bak).unwrap(), edits[0].after);
+    assert_eq!(
+        fs::read_dir(d.path().join("crio.conf.d")).unwrap().count(),
+        0
+    );
+}
+
+#[test]
+fn apply_refuses_a_file_changed_since_read() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("config.toml");
+    fs::write(&p, data("containerd-v2.toml")).unwrap();
+    let edits = read_edits(Engine::Containerd, &p, &opts(false, false));
+    fs::write(&p, b"version = 2\n# edited meanwhile\n").unwrap();
+    let e = apply(&edits).unwrap_err();
+    assert!(e.to_string().contains(&p.display().to_string()), "{e}");
+    assert_eq!(fs::read(&p).unwrap(), b"version = 2\n# edited meanwhile\n");
+    assert!(!d.path().join("config.toml.bak").exists());
+}
+
+#[test]
+fn apply_failure_leaves_the_file_intact() {
+    // The backup cannot be written (its name is taken by a directory): apply fails naming it,
+    // before the file itself is touched. Works as root, unlike permission bits.
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("config.toml");
+    let orig = data("containerd-v3.toml");
+    fs::write(&p, &orig).unwrap();
+    fs::create_dir(d.path().join("config.toml.bak")).unwrap();
+    let edits = read_edits(Engine::Containerd, &p, &opts(false, false));
+    let e = apply(&edits).unwrap_err();
+    assert!(e.to_string().contains("config.toml.bak"), "{e}");
+    assert_eq!(fs::read(&p).unwrap(), orig);
+}
+
+#[test]
+fn apply_in_read_only_dir_fails_and_leaves_the_file_intact() {
+    // Root ignores permission bits, so make the directory a read-only tmpfs instead.
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("ro");
+    fs::create_dir(&dir).unwrap();
+    let mount = |args: &[&str]| {
+        let st = std::process::Command::new("mount")
+            .args(args)
+            .arg(&dir)
+            .status()
+            .expect("mount(8)");
+        assert!(st.success(), "mount {args:?} (needs root)");
+    };
+    mount(&["-t", "tmpfs", "tmpfs"]);
+    struct Umount(std::path::PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Umount(dir.clone());
+    let p = dir.join("daemon.json");
+    let orig = data("daemon.json");
+    fs::write(&p, &orig).unwrap();
+    let edits = read_edits(Engine::Docker, &p, &opts(true, false));
+    mount(&["-o", "remount,ro"]);
+    let e = apply(&edits).unwrap_err();
+    assert!(e.to_string().contains(&dir.display().to_string()), "{e}");
+    assert_eq!(fs::read(&p).unwrap(), orig);
+}
+
+// ---- unified diff against GNU diff ----
+
+/// `diff -u` of two byte strings, without its two header lines.
+fn gnu_diff(before: &[u8], after: &[u8]) -> String {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    fs::write(&a, before).unwrap();
+    fs::write(&b, after).unwrap();
+    let out = Command::new("diff")
+        .arg("-u")
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .expect("GNU diff");
+    let s = String::from_utf8(out.stdout).unwrap();
+    s.lines().skip(2).map(|l| format!("{l}\n")).collect()
+}
+
+fn our_diff(before: &[u8], after: &[u8]) -> String {
+    let e = Edit::write(
+        PathBuf::from("/etc/x"),
+        Some(before.to_vec()),
+        after.to_vec(),
+    );
+    let s = e.unified_diff();
+    let mut lines = s.lines();
+    assert_eq!(lines.next(), Some("--- a/etc/x"));
+    assert_eq!(lines.next(), Some("+++ b/etc/x"));
+    lines.map(|l| format!("{l}\n")).collect()
+}
+
+/// Apply `diff` to `before` with GNU patch.
+fn patched(before: &[u8], diff: &str) -> Vec<u8> {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("f");
+    fs::write(&f, before).unwrap();
+    let pf = d.path().join("p.diff");
+    fs::write(&pf, diff).unwrap();
+    let st = Command::new("patch")
+        .arg("-s")
+        .arg(&f)
+        .arg(&pf)
+        .status()
+        .expect("GNU patch");
+    assert!(st.success(), "patch failed on:\n{diff}");
+    fs::read(&f).unwrap()
+}
+
+/// The (removed, added) line counts of a diff body.
+fn churn(d: &str) -> (usize, usize) {
+    let n = |c| {
+        d.lines()
+            .filter(|l| l.starts_with(c) && !l.starts_with("@@"))
+            .count()
+    };
+    (n('-'), n('+'))
+}
+
+fn diff_pairs() -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for &(_, input, expected, _, _) in MAIN_CASES {
+        pairs.push((data(input), data(expected)));
+        pairs.push((data(expected), data(input)));
+    }
+    pairs.push((data("containerd-v2.toml"), data("containerd-v3.toml")));
+    pairs.push((b"a\nb\nc\n".to_vec(), b"a\nb\nc".to_vec()));
+    pairs.push((b"x\n".to_vec(), b"".to_vec()));
+    let long: String = (0..40).map(|i| format!("line {i}\n")).collect();
+    let edited = long
+        .replace("line 2\n", "line two\n")
+        .replace("line 9\n", "")
+        .replace("line 30\n", "line 30\nnew\n");
+    pairs.push((long.into_bytes(), edited.into_bytes()));
+    pairs
+}
+
+#[test]
+fn unified_diff_matches_gnu_diff() {
+    // Where the minimal alignment is unique (one block added or removed, the synthetic
+    // cases), the output is exactly GNU's.
+    let pairs = diff_pairs();
+    let unique: Vec<usize> = (0..MAIN_CASES.len())
+        .filter(|&k| !MAIN_CASES[k].3 && !MAIN_CASES[k].4)
+        .flat_map(|k| [2 * k, 2 * k + 1])
+        .chain(pairs.len() - 3..pairs.len())
+        .collect();
+    for k in unique {
+        let (before, after) = &pairs[k];
+        assert_eq!(our_diff(before, after), gnu_diff(before, after), "pair {k}");
+    }
+}
+
+#[test]
+fn unified_diff_is_minimal_and_applies() {
+    // Where several minimal alignments exist, GNU's Myers search may pick another one; ours
+    // must be no bigger than GNU's and turn `before` into `after` under GNU patch.
+    for (before, after) in diff_pairs() {
+        let ours = Edit::write(PathBuf::from("/etc/x"), Some(before.clone()), after.clone())
+            .unified_diff();
+        // GNU's heuristics (discarding "confusing" lines) can cost it a line or two on very
+        // different files; ours is an exact LCS, never bigger.
+        let (o, g) = (
+            churn(&our_diff(&before, &after)),
+            churn(&gnu_diff(&before, &after)),
+        );
+        assert!(
+            o.0 <= g.0 && o.1 <= g.1 && o.0 + g.1 == g.0 + o.1,
+            "{o:?} vs GNU {g:?}"
+        );
+        assert_eq!(patched(&before, &ours), after);
+    }
+}
+
+#[test]
+fn diff_headers_for_new_and_deleted_files() {
+    let new = Edit::write(
+        PathBuf::from("/etc/crio/crio.conf.d/99-nvidia.toml"),
+        None,
+        b"a\n".to_vec(),
+    );
+    assert_eq!(
+        new.unified_diff(),
+        "--- /dev/null\n+++ b/etc/crio/crio.conf.d/99-nvidia.toml\n@@ -0,0 +1 @@\n+a\n"
+    );
+    let gone = Edit::remove(PathBuf::from("/x"), Some(b"a\nb\n".to_vec()));
+    assert_eq!(
+        gone.unified_diff(),
+        "--- a/x\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-a\n-b\n"
+    );
+}
