@@ -6,6 +6,7 @@ mod cli;
 mod commands;
 mod config;
 mod hook;
+mod legacy;
 mod logging;
 mod runtime;
 
@@ -74,6 +75,10 @@ fn main() -> ExitCode {
     let result = match name.as_str() {
         "nvidia-container-runtime" => return runtime::main(&args[1..]),
         "nvidia-cdi-hook" => return hook::main(&args),
+        "nvidia-container-runtime-hook" | "nvidia-container-toolkit" => {
+            return legacy::hook_main(&args)
+        }
+        "nvidia-container-cli" => return legacy::cli_main(&args),
         _ => run_ctk(&name, &args),
     };
     match result {

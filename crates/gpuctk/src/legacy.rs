@@ -1,0 +1,425 @@
+//! The legacy entry points, for engines that call a prestart hook instead of a runtime:
+//! `nvidia-container-runtime-hook prestart` (what `docker run --gpus` runs) and
+//! `nvidia-container-cli configure` (what `ctr run --gpus` runs). runc has already read the spec
+//! by then, so the edits are realized in the live container (bind mounts, device nodes, device
+//! cgroup, ld.so.cache). The edits come from the same `Request` and `Plan` as the shim's.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use gpuctk_container::legacy::{inject, Target};
+use gpuctk_container::state::{container_root, State};
+use gpuctk_core::request::{parse_devices, Devices, Source};
+use gpuctk_core::{parse_request, CapabilitySet, Request};
+use gpuctk_host::Capability;
+
+use crate::config::{self, Config, Mode};
+
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for c in e.chain().skip(1) {
+        let c = c.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
+}
+
+/// `nvidia-container-runtime-hook [-debug] [-config FILE] prestart|poststart|poststop`.
+pub fn hook_main(args: &[OsString]) -> ExitCode {
+    let mut config_path: Option<PathBuf> = None;
+    let mut debug = false;
+    let mut command = None;
+    let mut i = 1;
+    while i < args.len() {
+        let a = args[i].to_string_lossy().into_owned();
+        match a.as_str() {
+            "-debug" | "--debug" => debug = true,
+            "-config" | "--config" => {
+                config_path = args.get(i + 1).map(PathBuf::from);
+                i += 1;
+            }
+            "-version" | "--version" => {
+                println!(
+                    "gpuctk nvidia-container-runtime-hook version {}",
+                    env!("CARGO_PKG_VERSION")
+                );
+                return ExitCode::SUCCESS;
+            }
+            s if s.starts_with("-config=") || s.starts_with("--config=") => {
+                config_path = s.split_once('=').map(|(_, v)| PathBuf::from(v));
+            }
+            s if command.is_none() && !s.starts_with('-') => command = Some(s.to_string()),
+            _ => {}
+        }
+        i += 1;
+    }
+    crate::logging::init(if debug {
+        tracing::Level::DEBUG
+    } else {
+        tracing::Level::WARN
+    });
+    match command.as_deref() {
+        Some("prestart") => {}
+        Some("poststart" | "poststop") => return ExitCode::SUCCESS,
+        other => {
+            eprintln!(
+                "nvidia-container-runtime-hook: unknown command {:?}; usage: nvidia-container-runtime-hook [-debug] [-config FILE] prestart|poststart|poststop",
+                other.unwrap_or("")
+            );
+            return ExitCode::from(2);
+        }
+    }
+    match prestart(config_path.as_deref()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "nvidia-container-runtime-hook: error: {}",
+                one_line(&e)
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
+    Ok(match explicit {
+        Some(p) => config::load(p, true)?,
+        None => config::load_from_env()?,
+    })
+}
+
+fn prestart(config_path: Option<&Path>) -> anyhow::Result<()> {
+    let cfg = load_config(config_path)?;
+    let state =
+        State::from_reader(std::io::stdin().lock()).context("reading the OCI state from stdin")?;
+    let pid = state
+        .pid
+        .filter(|p| *p > 0)
+        .ok_or_else(|| anyhow!("the OCI state on stdin has no container pid; nvidia-container-runtime-hook must run as a prestart hook"))?;
+    let spec_path = state.bundle.join("config.json");
+    let spec: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&spec_path)
+            .with_context(|| format!("{}: cannot read the OCI spec", spec_path.display()))?,
+    )
+    .map_err(|e| anyhow!("{}: invalid JSON: {e}", spec_path.display()))?;
+    let request = parse_request(&spec, &cfg.policy).map_err(|e| anyhow!("{e}"))?;
+    for w in &request.ignored {
+        tracing::warn!("{w}");
+    }
+    // Our shim already injected (it sets NVIDIA_VISIBLE_DEVICES=void): nothing left to do.
+    if !request.wants_gpus() {
+        return Ok(());
+    }
+    let rootfs = container_root(&state)?;
+    realize(&cfg, &request, pid, &rootfs, false)
+}
+
+fn realize(
+    cfg: &Config,
+    request: &Request,
+    pid: i32,
+    rootfs: &Path,
+    no_cgroups: bool,
+) -> anyhow::Result<()> {
+    let mut jit_cfg = cfg.clone();
+    // The hook runs after runc read the spec: static specs are fine, but always fall back.
+    if jit_cfg.mode == Mode::Legacy {
+        jit_cfg.mode = Mode::Auto;
+    }
+    let Some(edits) = crate::runtime::edits_for(request, &jit_cfg)? else {
+        return Ok(());
+    };
+    let mut target = Target::new(pid, rootfs);
+    target.no_cgroups = no_cgroups;
+    let report = inject(&target, &edits).map_err(|e| anyhow!("{e}"))?;
+    tracing::info!(
+        "injected {} mounts, {} device nodes into pid {pid} ({})",
+        report.mounts.len(),
+        report.device_nodes.len(),
+        report.cgroup
+    );
+    Ok(())
+}
+
+/// `nvidia-container-cli [GLOBAL] configure|info|list [OPTIONS] [ROOTFS]`, libnvidia-container's
+/// flags.
+pub fn cli_main(args: &[OsString]) -> ExitCode {
+    let args: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    match cli(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "nvidia-container-cli: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Split `--flag=value` / `--flag value` / `-f value`.
+fn take_value(args: &[String], i: &mut usize, long: &str, short: Option<&str>) -> Option<String> {
+    let a = &args[*i];
+    if let Some(v) = a.strip_prefix(&format!("{long}=")) {
+        return Some(v.to_string());
+    }
+    if a == long || short.is_some_and(|s| a == s) {
+        *i += 1;
+        return args.get(*i).cloned();
+    }
+    None
+}
+
+fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
+    let mut cfg = config::load_from_env()?;
+    let mut i = 0;
+    // Global options.
+    while i < args.len() && args[i].starts_with('-') {
+        if let Some(root) = take_value(args, &mut i, "--root", Some("-r")) {
+            cfg.driver_root = PathBuf::from(root);
+        } else if args[i] == "--version" || args[i] == "-V" {
+            println!("cli-version: {} (gpuctk)", env!("CARGO_PKG_VERSION"));
+            return Ok(ExitCode::SUCCESS);
+        } else if take_value(args, &mut i, "--debug", Some("-d")).is_some()
+            || take_value(args, &mut i, "--ldcache", Some("-l")).is_some()
+        {
+            // Accepted; we log through tracing and read the driver root's cache ourselves.
+        } else if args[i].starts_with("--user")
+            || args[i] == "-u"
+            || matches!(
+                args[i].as_str(),
+                "--load-kmods" | "-k" | "--no-pivot" | "-n" | "--no-create-imex-channels"
+            )
+        {
+            // Accepted for compatibility: nothing to load or pivot here.
+        } else {
+            bail!("unrecognized option '{}'", args[i]);
+        }
+        i += 1;
+    }
+    let Some(command) = args.get(i) else {
+        bail!(
+            "missing command; usage: nvidia-container-cli [OPTION...] info|list|configure [ARG...]"
+        );
+    };
+    let rest = &args[i + 1..];
+    match command.as_str() {
+        "configure" => configure(&cfg, rest),
+        "info" => info(&cfg, rest),
+        "list" => list(&cfg, rest),
+        other => bail!("unknown command {other:?}: use info, list or configure"),
+    }
+}
+
+fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
+    let mut devices = None;
+    let mut caps = Vec::new();
+    let mut pid = None;
+    let mut rootfs = None;
+    let mut no_cgroups = false;
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].clone();
+        if let Some(v) = take_value(args, &mut i, "--device", Some("-d")) {
+            devices = Some(v);
+        } else if let Some(v) = take_value(args, &mut i, "--pid", Some("-p")) {
+            pid = Some(
+                v.parse::<i32>()
+                    .map_err(|_| anyhow!("--pid {v:?}: expected a process id"))?,
+            );
+        } else if take_value(args, &mut i, "--require", Some("-r")).is_some()
+            || take_value(args, &mut i, "--ldconfig", Some("-l")).is_some()
+            || take_value(args, &mut i, "--cuda-compat-mode", None).is_some()
+        {
+            // Requirements are not evaluated yet; ldconfig is never run (the cache is written natively).
+        } else {
+            match a.as_str() {
+                "--compute" | "-c" => caps.push(Capability::Compute),
+                "--utility" | "-u" => caps.push(Capability::Utility),
+                "--video" | "-v" => caps.extend([Capability::Video, Capability::Compute]),
+                "--graphics" | "-g" => caps.push(Capability::Graphics),
+                "--display" | "-D" => caps.extend([Capability::Display, Capability::Graphics]),
+                "--compat32" => caps.push(Capability::Compat32),
+                "--ngx" | "-n" => caps.push(Capability::Ngx),
+                "--no-cgroups" => no_cgroups = true,
+                "--no-devbind" | "--no-persistenced" | "--no-fabricmanager"
+                | "--no-gsp-firmware" => {}
+                s if s.starts_with('-') => bail!("configure: unrecognized option '{s}'"),
+                s => rootfs = Some(PathBuf::from(s)),
+            }
+        }
+        i += 1;
+    }
+    let rootfs = rootfs.ok_or_else(|| anyhow!("configure: missing ROOTFS argument"))?;
+    if !rootfs.is_absolute() || rootfs == Path::new("/") {
+        bail!(
+            "configure: ROOTFS {} must be an absolute path other than /",
+            rootfs.display()
+        );
+    }
+    let pid = pid.ok_or_else(|| {
+        anyhow!("configure: --pid is required (standalone mode is not supported)")
+    })?;
+    let devices = match devices.as_deref() {
+        None | Some("") => Devices::NoGpus,
+        Some(v) => parse_devices(v, "--device").map_err(|e| anyhow!("{e}"))?,
+    };
+    let mut set =
+        CapabilitySet::parse(&caps.iter().map(|c| c.name()).collect::<Vec<_>>().join(","))?;
+    if caps.is_empty() {
+        // libnvidia-container's default is utility only.
+        set = CapabilitySet::parse("utility")?;
+    }
+    let request = Request {
+        devices,
+        source: Source::Env("--device".into()),
+        capabilities: set,
+        requirements: Vec::new(),
+        disable_require: true,
+        legacy_image: false,
+        privileged: true,
+        ignored: Vec::new(),
+    };
+    realize(cfg, &request, pid, &rootfs, no_cgroups)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn inventory(cfg: &Config) -> anyhow::Result<gpuctk_host::Inventory> {
+    let roots = gpuctk_host::Roots {
+        driver_root: cfg.driver_root.clone(),
+        dev_root: cfg
+            .dev_root
+            .clone()
+            .unwrap_or_else(|| cfg.driver_root.clone()),
+        proc_root: cfg.proc_root.clone(),
+    };
+    crate::commands::discover(&roots, &gpuctk_host::DiscoverOptions::default())
+}
+
+/// PCI bus id with the 32-bit domain, as NVML and libnvidia-container print it.
+fn bus32(bus: &str) -> String {
+    match bus.split_once(':') {
+        Some((dom, rest)) if dom.len() == 4 => format!("0000{dom}:{rest}").to_ascii_uppercase(),
+        _ => bus.to_ascii_uppercase(),
+    }
+}
+
+fn info(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
+    let csv = args.iter().any(|a| a == "--csv");
+    let inv = inventory(cfg)?;
+    let cuda = inv
+        .cuda_version
+        .map(|c| c.to_string())
+        .unwrap_or_else(|| "N/A".into());
+    let mut out = String::new();
+    if csv {
+        out.push_str(&format!("NVRM version,CUDA version\n{},{cuda}\n\nDevice Index,Device Minor,Model,GPU UUID,Bus Location\n", inv.driver_version));
+        for g in &inv.gpus {
+            out.push_str(&format!(
+                "{},{},{},{},{}\n",
+                g.index,
+                g.minor,
+                g.model,
+                g.uuid,
+                bus32(&g.bus_id)
+            ));
+        }
+    } else {
+        out.push_str(&format!(
+            "{:<15} {}\n{:<15} {cuda}\n",
+            "NVRM version:", inv.driver_version, "CUDA version:"
+        ));
+        for g in &inv.gpus {
+            out.push_str(&format!(
+                "\n{:<15} {}\n{:<15} {}\n{:<15} {}\n{:<15} {}\n{:<15} {}\n",
+                "Device Index:",
+                g.index,
+                "Device Minor:",
+                g.minor,
+                "Model:",
+                g.model,
+                "GPU UUID:",
+                g.uuid,
+                "Bus Location:",
+                bus32(&g.bus_id)
+            ));
+        }
+    }
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
+    let inv = inventory(cfg)?;
+    let mut device = "all".to_string();
+    let (mut libs, mut bins, mut ipcs, mut fw, mut compat32) = (false, false, false, false, false);
+    let mut i = 0;
+    while i < args.len() {
+        if let Some(v) = take_value(args, &mut i, "--device", Some("-d")) {
+            device = v;
+        } else {
+            match args[i].as_str() {
+                "--libraries" | "-l" => libs = true,
+                "--binaries" | "-b" => bins = true,
+                "--ipcs" | "-i" => ipcs = true,
+                "--firmwares" | "-f" => fw = true,
+                "--compat32" => compat32 = true,
+                "--no-persistenced" | "--no-fabricmanager" => {}
+                s => bail!("list: unrecognized option '{s}'"),
+            }
+        }
+        i += 1;
+    }
+    let sections = !(libs || bins || ipcs || fw);
+    let (libs, bins, ipcs, fw, compat32) = (
+        libs || sections,
+        bins || sections,
+        ipcs || sections,
+        fw || sections,
+        compat32 || sections,
+    );
+    let ids = match parse_devices(&device, "--device").map_err(|e| anyhow!("{e}"))? {
+        Devices::Ids(ids) => ids,
+        _ => Vec::new(),
+    };
+    let selected = gpuctk_core::select_gpus(&inv, &ids, "--device").map_err(|e| anyhow!("{e}"))?;
+    let mut out = String::new();
+    for n in &inv.control_nodes {
+        out.push_str(&format!("{}\n", n.host_path.display()));
+    }
+    for idx in selected {
+        if let Some(n) = &inv.gpus[idx as usize].node {
+            out.push_str(&format!("{}\n", n.host_path.display()));
+        }
+    }
+    if bins {
+        for b in &inv.binaries {
+            out.push_str(&format!("{}\n", b.host_path.display()));
+        }
+    }
+    if libs {
+        for l in inv.libraries.iter().filter(|l| !l.is_32bit || compat32) {
+            out.push_str(&format!("{}\n", l.host_path.display()));
+        }
+    }
+    if ipcs {
+        for f in &inv.ipc {
+            out.push_str(&format!("{}\n", f.host_path.display()));
+        }
+    }
+    if fw {
+        for f in &inv.firmware {
+            out.push_str(&format!("{}\n", f.host_path.display()));
+        }
+    }
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
