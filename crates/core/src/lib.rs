@@ -12,4 +12,7 @@ pub use capabilities::CapabilitySet;
 pub use plan::{plan, GpuEdits, Plan, PlanOptions};
 pub use request::{parse_request, DeviceId, Devices, Policy, Request, RequestError};
 pub use select::{cdi_name_to_device, jit_edits, select_gpus, SelectError};
-pub use spec::{build_spec, NameStrategy, SpecError, SpecOptions, DRIVER_VERSION_ANNOTATION};
+pub use spec::{
+    build_spec, spec_driver_version, NameStrategy, SpecError, SpecOptions,
+    DRIVER_VERSION_ANNOTATION,
+};

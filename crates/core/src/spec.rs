@@ -65,6 +65,10 @@ pub struct SpecOptions {
     pub all_device: bool,
     /// `--device-id` values: `all`, `none`, indices or UUIDs. Empty means all.
     pub device_ids: Vec<String>,
+    /// Record the driver version in the [`DRIVER_VERSION_ANNOTATION`] annotation. Off by
+    /// default: annotations need cdiVersion 0.6.0, which consumers vendoring an older CDI library
+    /// (Podman 4.3) reject; the version is in the `enable-cuda-compat` hook's arguments anyway.
+    pub annotate_driver_version: bool,
 }
 
 impl Default for SpecOptions {
@@ -75,6 +79,7 @@ impl Default for SpecOptions {
             strategies: vec![NameStrategy::Index, NameStrategy::Uuid],
             all_device: true,
             device_ids: Vec::new(),
+            annotate_driver_version: false,
         }
     }
 }
@@ -178,10 +183,12 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
     }
 
     let mut annotations = BTreeMap::new();
-    annotations.insert(
-        DRIVER_VERSION_ANNOTATION.to_string(),
-        inv.driver_version.to_string(),
-    );
+    if opts.annotate_driver_version {
+        annotations.insert(
+            DRIVER_VERSION_ANNOTATION.to_string(),
+            inv.driver_version.to_string(),
+        );
+    }
     let mut spec = Spec {
         cdi_version: String::new(),
         kind,
@@ -191,4 +198,18 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
     };
     spec.cdi_version = gpuctk_cdi::version::minimum_version(&spec).to_string();
     Ok(spec)
+}
+
+/// The driver version a spec was generated for: the annotation when present, else the
+/// `--host-driver-version` of its `enable-cuda-compat` hook (what NVIDIA's generator writes too).
+pub fn spec_driver_version(spec: &gpuctk_cdi::spec::Spec) -> Option<String> {
+    if let Some(v) = spec.annotations.get(DRIVER_VERSION_ANNOTATION) {
+        return Some(v.clone());
+    }
+    spec.container_edits
+        .hooks
+        .iter()
+        .filter(|h| h.args.get(1).is_some_and(|a| a == "enable-cuda-compat"))
+        .flat_map(|h| h.args.iter())
+        .find_map(|a| a.strip_prefix("--host-driver-version=").map(str::to_string))
 }

@@ -73,6 +73,59 @@ pub enum Command {
 pub enum RuntimeCommand {
     /// Run as the runtime shim: gpuctk runtime exec -- RUNC-ARGS...
     Exec(PassArgs),
+    /// Register the runtime with docker, containerd or CRI-O (nvidia-ctk runtime configure)
+    Configure(ConfigureArgs),
+    /// Remove exactly what configure added (gpuctk's)
+    Unconfigure(ConfigureArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    Docker,
+    Containerd,
+    Crio,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConfigSource {
+    File,
+    Command,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigureArgs {
+    /// The engine to configure
+    #[arg(long, value_enum, default_value = "docker")]
+    pub runtime: EngineArg,
+    /// Its config file [default: /etc/docker/daemon.json, /etc/containerd/config.toml, /etc/crio/crio.conf]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The runtime's name in the engine
+    #[arg(
+        long = "nvidia-runtime-name",
+        alias = "runtime-name",
+        default_value = "nvidia"
+    )]
+    pub runtime_name: String,
+    /// The nvidia-container-runtime to register [default: the one in PATH, else next to this binary]
+    #[arg(
+        long = "nvidia-runtime-path",
+        alias = "runtime-path",
+        value_name = "PATH"
+    )]
+    pub runtime_path: Option<String>,
+    /// Make it the engine's default runtime
+    #[arg(long = "set-as-default", alias = "nvidia-set-as-default")]
+    pub set_as_default: bool,
+    /// Turn on the engine's CDI support (docker, containerd)
+    #[arg(long = "cdi.enabled", alias = "enable-cdi")]
+    pub enable_cdi: bool,
+    /// Print a unified diff and write nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Read the current config from the file, or from the engine (`containerd config dump`, `crio status config`)
+    #[arg(long, value_enum, default_value = "file")]
+    pub config_source: ConfigSource,
 }
 
 /// Arguments handed on untouched.
@@ -177,6 +230,9 @@ pub struct GenerateArgs {
     /// CDI class
     #[arg(long, alias = "cdi-class", default_value = "gpu")]
     pub class: String,
+    /// Also record the driver version as the annotation gpuctk/driver-version (needs cdiVersion 0.6.0)
+    #[arg(long)]
+    pub driver_version_annotation: bool,
     /// The hook binary written into the spec's hooks [default: this binary]
     #[arg(
         long = "nvidia-cdi-hook-path",

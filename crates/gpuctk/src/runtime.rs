@@ -16,7 +16,7 @@ use gpuctk_cdi::registry::Registry;
 use gpuctk_cdi::spec::ContainerEdits;
 use gpuctk_core::request::Devices;
 use gpuctk_core::{
-    cdi_name_to_device, jit_edits, parse_request, DeviceId, Request, DRIVER_VERSION_ANNOTATION,
+    cdi_name_to_device, jit_edits, parse_request, spec_driver_version, DeviceId, Request,
 };
 use gpuctk_host::{DiscoverOptions, Roots};
 
@@ -409,9 +409,7 @@ fn stale_reason(
         let Some(spec) = reg.spec_for_path(p) else {
             continue;
         };
-        if let (Some(made_for), Some(running)) =
-            (spec.annotations.get(DRIVER_VERSION_ANNOTATION), &running)
-        {
+        if let (Some(made_for), Some(running)) = (spec_driver_version(spec), &running) {
             if made_for != running.as_str() {
                 return Some(format!(
                     "CDI spec {} was generated for driver {made_for}, but driver {running} is running",

@@ -48,10 +48,13 @@ fn check_spec(h: &Host, spec: &Value, gpus: usize, version: &str) {
     assert_cdi_schema(spec);
     assert_eq!(spec["kind"], "nvidia.com/gpu");
     assert_eq!(
-        spec["cdiVersion"], "0.6.0",
-        "annotations need 0.6.0, nothing needs more"
+        spec["cdiVersion"], "0.5.0",
+        "hostPath and digit names need 0.5.0, nothing more"
     );
-    assert_eq!(spec["annotations"]["gpuctk/driver-version"], version);
+    assert!(
+        spec.get("annotations").is_none(),
+        "no annotations by default: Podman 4.3 rejects them"
+    );
     let lib_dir = h.manifest["lib_dir"].as_str().unwrap();
     let driver_root = h.driver_root();
 
@@ -268,6 +271,20 @@ fn json_by_extension_and_by_flag() {
     // The default hook path is this very binary.
     let hooks = v2["containerEdits"]["hooks"].as_array().unwrap();
     assert_eq!(hooks[0]["path"], GPUCTK);
+}
+
+#[test]
+fn driver_version_annotation_on_request() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 1, "550.54.15", "debian");
+    let r = ok(&with(
+        &["cdi", "generate", "--driver-version-annotation"],
+        &h.roots(),
+    ));
+    let spec = yaml(&r.stdout);
+    assert_cdi_schema(&spec);
+    assert_eq!(spec["annotations"]["gpuctk/driver-version"], "550.54.15");
+    assert_eq!(spec["cdiVersion"], "0.6.0", "annotations need 0.6.0");
 }
 
 #[test]

@@ -741,8 +741,8 @@ fn stale_static_spec_falls_back_in_auto_and_fails_in_cdi_mode() {
         &bed.host.roots(),
     ));
     let text = fs::read_to_string(&spec).unwrap().replace(
-        "gpuctk/driver-version: 570.124.06",
-        "gpuctk/driver-version: 550.54.15",
+        "--host-driver-version=570.124.06",
+        "--host-driver-version=550.54.15",
     );
     fs::write(&spec, text).unwrap();
     bed.set_env(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"]);

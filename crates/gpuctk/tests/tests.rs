@@ -9,6 +9,8 @@ mod util;
 mod bad_input;
 /// `cdi list`, `cdi validate`, `info`, `demo` and the `nvidia-ctk` personality.
 mod commands;
+/// docker, podman, containerd and `runtime configure`.
+mod engines;
 /// `cdi generate` on every layout, GPU count and driver version; the spec matches the host.
 mod generate;
 /// Discovery on the real Debian 535 driver packages, unpacked with dpkg-deb.

@@ -39,6 +39,7 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
             strategies,
             all_device: !a.no_all_device && !a.device_ids.iter().any(|d| d == "none"),
             device_ids: a.device_ids.clone(),
+            annotate_driver_version: a.driver_version_annotation,
         },
     )?;
     // What we write must pass our own validator; anything else is our bug, not the user's.

@@ -3,6 +3,7 @@
 
 mod cdi;
 mod demo;
+mod engine;
 mod info;
 mod mock;
 
@@ -24,6 +25,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::MockHost(MockHostCommand::Rootfs(a)) => mock::rootfs(a),
         Command::Demo(a) => demo::run(a),
         Command::Runtime(RuntimeCommand::Exec(a)) => Ok(crate::runtime::main(&a.args)),
+        Command::Runtime(RuntimeCommand::Configure(a)) => engine::run(a, false),
+        Command::Runtime(RuntimeCommand::Unconfigure(a)) => engine::run(a, true),
         Command::Hook(a) => {
             let mut args = vec![std::ffi::OsString::from("nvidia-cdi-hook")];
             args.extend(a.args);

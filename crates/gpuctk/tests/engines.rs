@@ -1,0 +1,721 @@
+//! The real engines from Debian: dockerd 20.10 (`--gpus` through our prestart hook, `--runtime`
+//! through our shim), Podman 4.3 (CDI), containerd 1.6 (`ctr run --runc-binary`, `ctr run --gpus`
+//! through our nvidia-container-cli), and `gpuctk runtime configure` on their config files.
+//!
+//! Each daemon is started here with its own data dirs and socket, inside a private mount
+//! namespace where our config.toml is bind-mounted at /etc/nvidia-container-runtime (the hooks
+//! docker and containerd run get no environment to point them elsewhere), and stopped by pid.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+const IMAGE: &str = "gpuctk-test:latest";
+const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A mock host, an image, our binaries under their NVIDIA names, and the config they read.
+struct Bed {
+    t: TestDir,
+    host: Host,
+    bin: PathBuf,
+    etc: PathBuf,
+}
+
+impl Bed {
+    fn new(gpus: u32) -> Bed {
+        let t = TestDir::new();
+        let host = mock_host(&t, "host", gpus, "570.124.06", "debian");
+        ok(&["mock-host", "rootfs", t.join("rootfs").to_str().unwrap()]);
+        let bin = t.join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        for name in [
+            "nvidia-container-runtime",
+            "nvidia-container-runtime-hook",
+            "nvidia-container-cli",
+            "nvidia-ctk",
+        ] {
+            symlink(GPUCTK, bin.join(name)).unwrap();
+        }
+        let etc = t.join("etc-nvidia-container-runtime");
+        fs::create_dir_all(&etc).unwrap();
+        fs::write(
+            etc.join("config.toml"),
+            format!(
+                "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nhook-path = \"{GPUCTK}\"\n",
+                host.driver_root(),
+                host.dev_root(),
+                host.proc_root()
+            ),
+        )
+        .unwrap();
+        // The mount point for the bind mount in the daemons' private namespaces.
+        fs::create_dir_all("/etc/nvidia-container-runtime").unwrap();
+        Bed { t, host, bin, etc }
+    }
+
+    fn path_env(&self) -> String {
+        format!("{}:{SYSTEM_PATH}", self.bin.display())
+    }
+
+    /// `argv` in a private mount namespace that sees our config at the NVIDIA path.
+    fn in_ns(&self, argv: &[String]) -> Command {
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(r#"mount --bind "$0" /etc/nvidia-container-runtime && exec "$@""#)
+            .arg(&self.etc)
+            .args(argv)
+            .env("PATH", self.path_env());
+        c
+    }
+
+    fn rootfs_tar(&self) -> PathBuf {
+        let tar = self.t.join("rootfs.tar");
+        if !tar.exists() {
+            let st = Command::new("tar")
+                .arg("-C")
+                .arg(self.t.join("rootfs"))
+                .args(["-cf"])
+                .arg(&tar)
+                .arg(".")
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        tar
+    }
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < timeout,
+            "{what} did not come up in {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A daemon we started; stopped by its pid.
+struct Daemon {
+    child: Child,
+    pidfile: Option<PathBuf>,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let pid = self
+            .pidfile
+            .as_ref()
+            .and_then(|p| fs::read_to_string(p).ok())
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .unwrap_or(self.child.id() as i32);
+        // SAFETY: kill(2) on a pid we started.
+        unsafe {
+            libc_kill(pid, 15);
+        }
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        unsafe {
+            libc_kill(pid, 9);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn out(c: &mut Command) -> Out {
+    let o = c.stdin(Stdio::null()).output().unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn uuids_in(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.split("(UUID: ").nth(1))
+        .map(|u| u.trim_end_matches(')').to_string())
+        .collect()
+}
+
+fn pick(host: &Host, idx: &[usize]) -> Vec<String> {
+    let u = host.uuids();
+    idx.iter().map(|i| u[*i].clone()).collect()
+}
+
+// ------------------------------------------------------------------ docker
+
+struct Docker {
+    daemon: Daemon,
+    sock: PathBuf,
+}
+
+impl Docker {
+    fn start(bed: &Bed, name: &str, config: Option<&Path>) -> Docker {
+        let d = bed.t.join(name);
+        fs::create_dir_all(&d).unwrap();
+        let sock = d.join("docker.sock");
+        let mut argv: Vec<String> = [
+            "dockerd",
+            "--bridge",
+            "none",
+            "--iptables=false",
+            "--ip-masq=false",
+            "--storage-driver",
+            "vfs",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for (flag, sub) in [
+            ("--data-root", "data"),
+            ("--exec-root", "exec"),
+            ("--pidfile", "docker.pid"),
+        ] {
+            argv.push(flag.into());
+            argv.push(d.join(sub).to_string_lossy().into_owned());
+        }
+        argv.push("--host".into());
+        argv.push(format!("unix://{}", sock.display()));
+        if let Some(c) = config {
+            argv.push("--config-file".into());
+            argv.push(c.to_string_lossy().into_owned());
+        }
+        let log = d.join("dockerd.log");
+        let child = bed
+            .in_ns(&argv)
+            .stdout(fs::File::create(&log).unwrap())
+            .stderr(fs::File::create(d.join("dockerd.err")).unwrap())
+            .spawn()
+            .expect("dockerd (apt-get install docker.io)");
+        let docker = Docker {
+            daemon: Daemon {
+                child,
+                pidfile: Some(d.join("docker.pid")),
+                log: d.join("dockerd.err"),
+            },
+            sock,
+        };
+        wait_for("dockerd", Duration::from_secs(60), || {
+            docker.cli(&["version"]).code == 0
+        });
+        docker
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("/usr/bin/docker");
+        c.arg("-H")
+            .arg(format!("unix://{}", self.sock.display()))
+            .args(args);
+        c
+    }
+
+    fn cli(&self, args: &[&str]) -> Out {
+        out(&mut self.cmd(args))
+    }
+
+    fn import(&self, tar: &Path) {
+        let r = out(&mut self.cmd(&["import", tar.to_str().unwrap(), IMAGE]));
+        assert_eq!(r.code, 0, "docker import: {}", r.stderr);
+    }
+
+    /// `docker run --rm --network none ARGS IMAGE nvidia-smi -L`, the seed's own command.
+    fn smi(&self, args: &[&str]) -> Out {
+        let mut a = vec!["run", "--rm", "--network", "none"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&[
+            IMAGE,
+            "/bin/sh",
+            "-c",
+            "nvidia-smi -L; /usr/bin/gpuctk-probe",
+        ]);
+        self.cli(&a)
+    }
+}
+
+fn gpus_seen(r: &Out) -> Vec<String> {
+    assert_eq!(r.code, 0, "container failed:\n{}\n{}", r.stdout, r.stderr);
+    let probe = gpuctk_mockhost::ProbeReport::parse(&r.stdout);
+    let nodes = probe
+        .devices
+        .iter()
+        .filter(|(p, _)| p.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
+        .inspect(|(p, res)| assert_eq!(res, "ENXIO", "{p} present but not allowed: {}", r.stdout))
+        .count();
+    let uuids = uuids_in(&r.stdout);
+    assert_eq!(nodes, uuids.len(), "nodes vs nvidia-smi: {}", r.stdout);
+    if nodes > 0 {
+        assert!(
+            matches!(
+                probe.libcuda,
+                Some(gpuctk_mockhost::LibraryLoad::Loaded { .. })
+            ),
+            "libcuda: {}",
+            r.stdout
+        );
+    }
+    uuids
+}
+
+#[test]
+fn docker_gpus_flag_through_our_prestart_hook() {
+    let bed = Bed::new(4);
+    let docker = Docker::start(&bed, "docker", None);
+    docker.import(&bed.rootfs_tar());
+    let h = &bed.host;
+    assert_eq!(
+        gpus_seen(&docker.smi(&["--gpus", "all"])),
+        h.uuids(),
+        "{}",
+        docker.daemon.log()
+    );
+    assert_eq!(gpus_seen(&docker.smi(&["--gpus", "2"])), pick(h, &[0, 1]));
+    assert_eq!(
+        gpus_seen(&docker.smi(&["--gpus", "\"device=1,3\""])),
+        pick(h, &[1, 3])
+    );
+    let u2 = h.uuids()[2].clone();
+    assert_eq!(
+        gpus_seen(&docker.smi(&["--gpus", &format!("\"device={u2}\"")])),
+        vec![u2]
+    );
+    // No GPU asked: the container is untouched.
+    let r = docker.smi(&[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("nvidia-smi: not found") && !r.stdout.contains("dev /dev/nvidia"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    // A failing hook fails `docker run` with our message and leaves no container.
+    let r = docker.smi(&["--gpus", "\"device=9\""]);
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr
+            .contains("no GPU with index 9 (this host has GPUs 0-3)"),
+        "{}",
+        r.stderr
+    );
+    let ps = docker.cli(&["ps", "-aq"]);
+    assert_eq!(ps.stdout.trim(), "", "no container left behind");
+}
+
+#[test]
+fn docker_runtime_flag_after_runtime_configure() {
+    let bed = Bed::new(4);
+    let daemon_json = bed.t.join("daemon.json");
+    fs::write(&daemon_json, "{\n    \"log-level\": \"warn\"\n}\n").unwrap();
+    let shim = bed.bin.join("nvidia-container-runtime");
+    let cfg = daemon_json.to_str().unwrap();
+    let r = ok(&[
+        "runtime",
+        "configure",
+        "--runtime=docker",
+        "--config",
+        cfg,
+        "--nvidia-runtime-path",
+        shim.to_str().unwrap(),
+        "--dry-run",
+    ]);
+    assert!(r.stdout.contains("+    \"runtimes\""), "{}", r.stdout);
+    assert_eq!(
+        fs::read_to_string(&daemon_json).unwrap(),
+        "{\n    \"log-level\": \"warn\"\n}\n",
+        "--dry-run writes nothing"
+    );
+    ok(&[
+        "runtime",
+        "configure",
+        "--runtime=docker",
+        "--config",
+        cfg,
+        "--nvidia-runtime-path",
+        shim.to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&daemon_json).unwrap()).unwrap();
+    assert_eq!(v["runtimes"]["nvidia"]["path"], shim.to_str().unwrap());
+    assert_eq!(v["log-level"], "warn");
+    {
+        let docker = Docker::start(&bed, "docker1", Some(&daemon_json));
+        docker.import(&bed.rootfs_tar());
+        let h = &bed.host;
+        assert_eq!(
+            gpus_seen(&docker.smi(&["--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0,2"])),
+            pick(h, &[0, 2])
+        );
+        // Shim and hook together inject once: the shim marks the spec (NVIDIA_VISIBLE_DEVICES=void).
+        assert_eq!(
+            gpus_seen(&docker.smi(&["--runtime=nvidia", "--gpus", "all"])),
+            h.uuids()
+        );
+        // Plain runc still works next to it.
+        assert_eq!(
+            gpus_seen(&docker.smi(&["-e", "NVIDIA_VISIBLE_DEVICES=0,2"])),
+            Vec::<String>::new()
+        );
+    }
+    ok(&[
+        "runtime",
+        "configure",
+        "--runtime=docker",
+        "--config",
+        cfg,
+        "--nvidia-runtime-path",
+        shim.to_str().unwrap(),
+        "--set-as-default",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&daemon_json).unwrap()).unwrap();
+    assert_eq!(v["default-runtime"], "nvidia");
+    {
+        let docker = Docker::start(&bed, "docker2", Some(&daemon_json));
+        docker.import(&bed.rootfs_tar());
+        assert_eq!(
+            gpus_seen(&docker.smi(&["-e", "NVIDIA_VISIBLE_DEVICES=1"])),
+            pick(&bed.host, &[1])
+        );
+    }
+    ok(&[
+        "runtime",
+        "unconfigure",
+        "--runtime=docker",
+        "--config",
+        cfg,
+        "--nvidia-runtime-path",
+        shim.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        fs::read_to_string(&daemon_json).unwrap(),
+        "{\n    \"log-level\": \"warn\"\n}\n",
+        "unconfigure restores the original"
+    );
+}
+
+// ------------------------------------------------------------------ podman
+
+fn podman(bed: &Bed, extra: &[&str]) -> Command {
+    let root = bed.t.join("podman");
+    let mut argv: Vec<String> = vec![
+        "podman".into(),
+        "--root".into(),
+        root.join("storage").to_string_lossy().into_owned(),
+        "--runroot".into(),
+        root.join("run").to_string_lossy().into_owned(),
+        "--tmpdir".into(),
+        root.join("tmp").to_string_lossy().into_owned(),
+        "--storage-driver".into(),
+        "vfs".into(),
+        "--cgroup-manager".into(),
+        "cgroupfs".into(),
+        "--events-backend".into(),
+        "none".into(),
+    ];
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    bed.in_ns(&argv)
+}
+
+/// Podman reads CDI specs only from /etc/cdi and /var/run/cdi; this test owns its file there.
+struct SpecFile(PathBuf);
+impl Drop for SpecFile {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn podman_cdi_devices_and_our_shim() {
+    let bed = Bed::new(4);
+    fs::create_dir_all("/var/run/cdi").unwrap();
+    let spec = PathBuf::from(format!(
+        "/var/run/cdi/gpuctk-test-{}.yaml",
+        std::process::id()
+    ));
+    let _guard = SpecFile(spec.clone());
+    ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--output",
+            spec.to_str().unwrap(),
+            "--nvidia-cdi-hook-path",
+            GPUCTK,
+        ],
+        &bed.host.roots(),
+    ));
+    let r = out(&mut podman(
+        &bed,
+        &["import", bed.rootfs_tar().to_str().unwrap(), IMAGE],
+    ));
+    assert_eq!(r.code, 0, "podman import: {}", r.stderr);
+    let run = |args: &[&str]| {
+        let mut a = vec![
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--ulimit",
+            "nofile=20000:20000",
+            "--ulimit",
+            "nproc=32768:32768",
+        ];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&[
+            IMAGE,
+            "/bin/sh",
+            "-c",
+            "nvidia-smi -L; /usr/bin/gpuctk-probe",
+        ]);
+        out(&mut podman(&bed, &a))
+    };
+    let h = &bed.host;
+    assert_eq!(
+        gpus_seen(&run(&["--device", "nvidia.com/gpu=1"])),
+        pick(h, &[1])
+    );
+    assert_eq!(
+        gpus_seen(&run(&["--device", "nvidia.com/gpu=all"])),
+        h.uuids()
+    );
+    let shim = bed.bin.join("nvidia-container-runtime");
+    let shim = shim.to_str().unwrap();
+    assert_eq!(
+        gpus_seen(&run(&[
+            "--runtime",
+            shim,
+            "-e",
+            "NVIDIA_VISIBLE_DEVICES=0,3"
+        ])),
+        pick(h, &[0, 3])
+    );
+    assert_eq!(gpus_seen(&run(&[])), Vec::<String>::new());
+}
+
+// ------------------------------------------------------------------ containerd
+
+fn sha256(path: &Path) -> String {
+    let o = Command::new("sha256sum").arg(path).output().unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// An OCI image archive of the mock rootfs, for `ctr image import` (no registry).
+fn oci_archive(bed: &Bed) -> PathBuf {
+    let dir = bed.t.join("oci");
+    let blobs = dir.join("blobs/sha256");
+    fs::create_dir_all(&blobs).unwrap();
+    let layer = bed.rootfs_tar();
+    let layer_digest = sha256(&layer);
+    let layer_size = fs::metadata(&layer).unwrap().len();
+    fs::copy(&layer, blobs.join(&layer_digest)).unwrap();
+    let write_blob = |v: serde_json::Value| -> (String, u64) {
+        let bytes = serde_json::to_vec(&v).unwrap();
+        let tmp = dir.join("blob.tmp");
+        fs::write(&tmp, &bytes).unwrap();
+        let d = sha256(&tmp);
+        fs::rename(&tmp, blobs.join(&d)).unwrap();
+        (d, bytes.len() as u64)
+    };
+    let (cfg_d, cfg_s) = write_blob(serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]}
+    }));
+    let (man_d, man_s) = write_blob(serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": format!("sha256:{cfg_d}"), "size": cfg_s},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": format!("sha256:{layer_digest}"), "size": layer_size}]
+    }));
+    fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": format!("sha256:{man_d}"), "size": man_s,
+                "annotations": {"io.containerd.image.name": "docker.io/library/gpuctk-test:latest", "org.opencontainers.image.ref.name": "latest"}}]
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let tar = bed.t.join("image.oci.tar");
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&dir)
+        .arg("-cf")
+        .arg(&tar)
+        .args(["index.json", "oci-layout", "blobs"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    tar
+}
+
+#[test]
+fn containerd_runc_binary_and_gpus_flag() {
+    let bed = Bed::new(4);
+    let d = bed.t.join("containerd");
+    fs::create_dir_all(&d).unwrap();
+    let sock = d.join("containerd.sock");
+    let config = d.join("config.toml");
+    fs::write(
+        &config,
+        format!(
+            "version = 2\nroot = \"{}\"\nstate = \"{}\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\n[grpc]\n  address = \"{}\"\n\n[ttrpc]\n  address = \"{}\"\n",
+            d.join("root").display(),
+            d.join("state").display(),
+            sock.display(),
+            d.join("ttrpc.sock").display()
+        ),
+    )
+    .unwrap();
+    let log = d.join("containerd.log");
+    let child = bed
+        .in_ns(&[
+            "containerd".into(),
+            "--config".into(),
+            config.to_string_lossy().into_owned(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("containerd (apt-get install containerd)");
+    let daemon = Daemon {
+        child,
+        pidfile: None,
+        log,
+    };
+    let ctr = |args: &[&str]| {
+        let mut c = Command::new("ctr");
+        c.arg("--address")
+            .arg(&sock)
+            .args(args)
+            .env("PATH", bed.path_env());
+        out(&mut c)
+    };
+    wait_for("containerd", Duration::from_secs(30), || {
+        ctr(&["version"]).code == 0
+    });
+    let r = ctr(&["images", "import", oci_archive(&bed).to_str().unwrap()]);
+    assert_eq!(r.code, 0, "ctr import: {} {}", r.stderr, daemon.log());
+    let image = "docker.io/library/gpuctk-test:latest";
+    let shim = bed.bin.join("nvidia-container-runtime");
+    let h = &bed.host;
+    let run = |id: &str, extra: &[&str]| {
+        let mut a = vec!["run", "--rm", "--snapshotter", "native"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&[
+            image,
+            id,
+            "/bin/sh",
+            "-c",
+            "nvidia-smi -L; /usr/bin/gpuctk-probe",
+        ]);
+        ctr(&a)
+    };
+    let r = run(
+        "c1",
+        &[
+            "--runc-binary",
+            shim.to_str().unwrap(),
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=0,2",
+        ],
+    );
+    assert_eq!(gpus_seen(&r), pick(h, &[0, 2]), "{}", daemon.log());
+    // `ctr run --gpus` adds a prestart hook that runs our nvidia-container-cli configure.
+    assert_eq!(
+        gpus_seen(&run("c2", &["--gpus", "1"])),
+        pick(h, &[1]),
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(gpus_seen(&run("c3", &[])), Vec::<String>::new());
+}
+
+// ------------------------------------------------------------------ runtime configure
+
+#[test]
+fn runtime_configure_containerd_is_idempotent_and_reversible() {
+    let t = TestDir::new();
+    let cfg = t.join("config.toml");
+    let original = "# containerd config\nversion = 2\n\n[plugins]\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n      default_runtime_name = \"runc\" # keep me\n      [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n        runtime_type = \"io.containerd.runc.v2\"\n        [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n          SystemdCgroup = true\n";
+    fs::write(&cfg, original).unwrap();
+    let c = cfg.to_str().unwrap();
+    let args = [
+        "runtime",
+        "configure",
+        "--runtime=containerd",
+        "--config",
+        c,
+        "--nvidia-runtime-path",
+        "/usr/bin/nvidia-container-runtime",
+    ];
+    let r = ok(&with(&args, &["--dry-run".to_string()]));
+    assert!(
+        r.stdout
+            .contains("+          BinaryName = \"/usr/bin/nvidia-container-runtime\""),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), original);
+    ok(&args);
+    let once = fs::read_to_string(&cfg).unwrap();
+    assert!(
+        once.starts_with(original.trim_end()),
+        "the original bytes are kept: {once}"
+    );
+    assert!(
+        once.contains("SystemdCgroup = true"),
+        "runc's options copied"
+    );
+    let r = ok(&args);
+    assert!(r.stdout.contains("already configured"), "{}", r.stdout);
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), once);
+    assert_eq!(
+        fs::read_to_string(t.join("config.toml.bak")).unwrap(),
+        original
+    );
+    ok(&[
+        "runtime",
+        "unconfigure",
+        "--runtime=containerd",
+        "--config",
+        c,
+    ]);
+    assert_eq!(
+        fs::read_to_string(&cfg).unwrap(),
+        original,
+        "unconfigure restores the bytes"
+    );
+}
