@@ -354,7 +354,12 @@ fn discover_libraries(
                     .collect();
                 dirs.dedup();
                 dirs.extend(opts.library_search_paths.iter().cloned());
-                dirs.extend(fallback.iter().map(|s| s.to_string()));
+                // With a cache, a library it does not list is only looked for next to the
+                // driver's other libraries: trying every standard directory for each of the
+                // ~35 catalogue names costs hundreds of stats on the runtime's hot path.
+                if cache.is_none() || dirs.is_empty() {
+                    dirs.extend(fallback.iter().map(|s| s.to_string()));
+                }
                 for d in dirs {
                     let candidate = Path::new(&d).join(format!("{}.{version}", spec.name));
                     if fs::symlink_metadata(host_path(root, &candidate)).is_ok() {
