@@ -155,8 +155,14 @@ impl Bed {
         let rootfs = self.bundle.join("rootfs");
         fs::remove_dir_all(&rootfs).unwrap();
         gpuctk_mockhost::create_rootfs(&rootfs, &gpuctk_mockhost::RootfsConfig::default()).unwrap();
+        // runc and crun name the container's cgroup after its id: ids must be unique across
+        // tests running at the same time, or one container's cleanup kills another's.
+        let id = format!(
+            "{}-{id}",
+            self.t.path().file_name().unwrap().to_string_lossy()
+        );
         let out = self
-            .shim_cmd(&["run", "--bundle", self.bundle.to_str().unwrap(), id])
+            .shim_cmd(&["run", "--bundle", self.bundle.to_str().unwrap(), &id])
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
