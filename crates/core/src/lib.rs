@@ -10,7 +10,9 @@ pub mod spec;
 
 pub use capabilities::CapabilitySet;
 pub use plan::{plan, GpuEdits, Plan, PlanOptions};
-pub use request::{parse_request, DeviceId, Devices, Policy, Request, RequestError};
+pub use request::{
+    gate, parse_request, Delivery, DeviceId, Devices, Grant, Policy, Request, RequestError, Sources,
+};
 pub use select::{cdi_name_to_device, jit_edits, select_gpus, SelectError};
 pub use spec::{
     build_spec, spec_driver_version, NameStrategy, SpecError, SpecOptions,

@@ -3,6 +3,8 @@
 //!
 //! Pure: a JSON value in, a typed request or an error that names the variable out.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::Value;
 
 use crate::capabilities::{CapabilityError, CapabilitySet};
@@ -23,6 +25,10 @@ pub struct Policy {
     pub annotation_prefixes: Vec<String>,
     /// `disable-require`.
     pub disable_require: bool,
+    /// `[gpuctk] accept-cdi-annotations-when-unprivileged` (default false): honour CDI
+    /// annotations from unprivileged containers although env requests from them are refused,
+    /// for engines where only the device plugin can set annotations.
+    pub accept_annotations_unprivileged: bool,
 }
 
 impl Default for Policy {
@@ -33,12 +39,13 @@ impl Default for Policy {
             swarm_resource: Vec::new(),
             annotation_prefixes: vec!["cdi.k8s.io/".to_string()],
             disable_require: false,
+            accept_annotations_unprivileged: false,
         }
     }
 }
 
 /// One requested device.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum DeviceId {
     /// `all`.
     All,
@@ -156,12 +163,47 @@ pub enum RequestError {
     /// `NVIDIA_DRIVER_CAPABILITIES` is malformed.
     #[error(transparent)]
     Capabilities(#[from] CapabilityError),
+    /// A device list longer than we read.
+    #[error("{var}: {len} bytes, more than the {cap} allowed; name fewer devices (or `all`)")]
+    TooLong {
+        /// The variable or annotation.
+        var: String,
+        /// Its length.
+        len: usize,
+        /// The cap.
+        cap: usize,
+    },
+    /// A device list with more distinct items than we accept.
+    #[error("{var}: more than {cap} distinct devices; name fewer devices (or `all`)")]
+    TooMany {
+        /// The variable or annotation.
+        var: String,
+        /// The cap.
+        cap: usize,
+    },
     /// A field of config.json has the wrong type.
     #[error("config.json: {0}")]
     Spec(String),
 }
 
-/// The container's env as (name, value), later entries overriding earlier ones.
+/// Longest `NVIDIA_VISIBLE_DEVICES`-style value we read (a host has at most a few hundred GPUs
+/// and MIG devices; 64 KiB holds more than a thousand UUIDs).
+pub const MAX_DEVICE_VALUE: usize = 64 << 10;
+/// Most items in one device list.
+pub const MAX_DEVICE_ITEMS: usize = 4096;
+
+/// Which program delivers the request: it decides which request sources are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The runtime shim (`nvidia-container-runtime`): every source, CDI annotations included.
+    Shim,
+    /// The legacy prestart hook (`nvidia-container-runtime-hook`): like NVIDIA's hook, it never
+    /// reads annotations.
+    PrestartHook,
+}
+
+/// The container's env as (name, value), later entries overriding earlier ones in place of the
+/// first. Linear in the number of entries.
 fn env_of(config: &Value) -> Result<Vec<(String, String)>, RequestError> {
     let Some(env) = config.pointer("/process/env") else {
         return Ok(Vec::new());
@@ -169,14 +211,20 @@ fn env_of(config: &Value) -> Result<Vec<(String, String)>, RequestError> {
     let arr = env
         .as_array()
         .ok_or_else(|| RequestError::Spec("process.env is not an array".into()))?;
-    let mut out: Vec<(String, String)> = Vec::new();
+    let mut out: Vec<(String, String)> = Vec::with_capacity(arr.len());
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(arr.len());
     for e in arr {
         let s = e
             .as_str()
             .ok_or_else(|| RequestError::Spec("process.env holds a non-string".into()))?;
         let (k, v) = s.split_once('=').unwrap_or((s, ""));
-        out.retain(|(ek, _)| ek != k);
-        out.push((k.to_string(), v.to_string()));
+        match index.get(k) {
+            Some(&i) => out[i].1 = v.to_string(),
+            None => {
+                index.insert(k.to_string(), out.len());
+                out.push((k.to_string(), v.to_string()));
+            }
+        }
     }
     Ok(out)
 }
@@ -198,7 +246,7 @@ fn is_privileged(config: &Value) -> bool {
 pub fn parse_device_id(item: &str, source: &str) -> Result<DeviceId, RequestError> {
     let bad = || RequestError::BadDevice {
         var: source.to_string(),
-        item: item.to_string(),
+        item: item.chars().take(80).collect(),
     };
     if item == "all" {
         return Ok(DeviceId::All);
@@ -234,8 +282,41 @@ pub fn parse_device_id(item: &str, source: &str) -> Result<DeviceId, RequestErro
     Err(bad())
 }
 
-/// Parse a `NVIDIA_VISIBLE_DEVICES`-style value.
+/// Collects device ids in order without repeats, in linear time, refusing more than
+/// [`MAX_DEVICE_ITEMS`].
+#[derive(Default)]
+struct IdList {
+    ids: Vec<DeviceId>,
+    seen: HashSet<DeviceId>,
+}
+
+impl IdList {
+    fn push(&mut self, id: DeviceId, source: &str) -> Result<(), RequestError> {
+        if self.seen.contains(&id) {
+            return Ok(());
+        }
+        if self.ids.len() >= MAX_DEVICE_ITEMS {
+            return Err(RequestError::TooMany {
+                var: source.to_string(),
+                cap: MAX_DEVICE_ITEMS,
+            });
+        }
+        self.seen.insert(id.clone());
+        self.ids.push(id);
+        Ok(())
+    }
+}
+
+/// Parse a `NVIDIA_VISIBLE_DEVICES`-style value. Linear in its length, which is capped at
+/// [`MAX_DEVICE_VALUE`] bytes and [`MAX_DEVICE_ITEMS`] distinct items.
 pub fn parse_devices(value: &str, source: &str) -> Result<Devices, RequestError> {
+    if value.len() > MAX_DEVICE_VALUE {
+        return Err(RequestError::TooLong {
+            var: source.to_string(),
+            len: value.len(),
+            cap: MAX_DEVICE_VALUE,
+        });
+    }
     let items: Vec<&str> = value
         .split(',')
         .map(str::trim)
@@ -247,20 +328,18 @@ pub fn parse_devices(value: &str, source: &str) -> Result<Devices, RequestError>
     if items == ["none"] {
         return Ok(Devices::NoGpus);
     }
-    let mut ids = Vec::new();
+    let mut ids = IdList::default();
     for item in items.iter().filter(|i| **i != "none") {
-        let id = parse_device_id(item, source)?;
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
+        ids.push(parse_device_id(item, source)?, source)?;
     }
-    Ok(Devices::Ids(ids))
+    Ok(Devices::Ids(ids.ids))
 }
 
+/// Device requests in `cdi.k8s.io/*`-style annotations: the ids and the first key.
 fn from_annotations(
     config: &Value,
     policy: &Policy,
-) -> Result<Option<(Devices, Source)>, RequestError> {
+) -> Result<Option<(Vec<DeviceId>, String)>, RequestError> {
     let Some(ann) = config.get("annotations").and_then(Value::as_object) else {
         return Ok(None);
     };
@@ -274,37 +353,38 @@ fn from_annotations(
         })
         .collect();
     keys.sort();
-    let mut ids = Vec::new();
+    let mut ids = IdList::default();
     for k in &keys {
         let v = ann[k.as_str()].as_str().unwrap_or_default();
+        if v.len() > MAX_DEVICE_VALUE {
+            return Err(RequestError::TooLong {
+                var: format!("annotation {k}"),
+                len: v.len(),
+                cap: MAX_DEVICE_VALUE,
+            });
+        }
         for name in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             if gpuctk_cdi::names::parse_qualified_name(name).is_err() {
                 return Err(RequestError::BadAnnotation {
                     key: k.to_string(),
-                    value: v.to_string(),
+                    value: v.chars().take(200).collect(),
                 });
             }
-            let id = DeviceId::Cdi(name.to_string());
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
+            ids.push(DeviceId::Cdi(name.to_string()), k)?;
         }
     }
-    if ids.is_empty() {
+    if ids.ids.is_empty() {
         return Ok(None);
     }
-    Ok(Some((
-        Devices::Ids(ids),
-        Source::Annotation(keys[0].to_string()),
-    )))
+    Ok(Some((ids.ids, keys[0].to_string())))
 }
 
-fn from_mounts(config: &Value) -> Result<Option<Devices>, RequestError> {
+fn from_mounts(config: &Value) -> Result<Option<Vec<DeviceId>>, RequestError> {
     let Some(mounts) = config.get("mounts").and_then(Value::as_array) else {
         return Ok(None);
     };
     let prefix = format!("{DEVICE_MOUNT_DIR}/");
-    let mut ids = Vec::new();
+    let mut ids = IdList::default();
     for m in mounts {
         let (Some(dst), Some(src)) = (
             m.get("destination").and_then(Value::as_str),
@@ -333,59 +413,146 @@ fn from_mounts(config: &Value) -> Result<Option<Devices>, RequestError> {
         } else {
             parse_device_id(rest, "a device mount")?
         };
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
+        ids.push(id, "device mounts")?;
     }
-    Ok((!ids.is_empty()).then_some(Devices::Ids(ids)))
+    Ok((!ids.ids.is_empty()).then_some(ids.ids))
 }
 
-/// Read the request of the container whose `config.json` is `config`.
-pub fn parse_request(config: &Value, policy: &Policy) -> Result<Request, RequestError> {
+/// Every place a container can ask for devices, before the policy has looked at them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sources {
+    /// CDI annotations (ids, first key), as read by the shim only.
+    pub annotations: Option<(Vec<DeviceId>, String)>,
+    /// `/dev/null` mounts under [`DEVICE_MOUNT_DIR`].
+    pub mounts: Option<Vec<DeviceId>>,
+    /// The env var that asked (a `swarm-resource` name or `NVIDIA_VISIBLE_DEVICES`, or
+    /// `CUDA_VERSION` for a legacy image that asks for every GPU by default), its value and
+    /// what it asks.
+    pub env: Option<(String, String, Devices)>,
+}
+
+/// What the gate let through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The devices.
+    pub devices: Devices,
+    /// The source they came from.
+    pub source: Source,
+    /// Requests refused by the policy, as warnings to log.
+    pub refused: Vec<String>,
+}
+
+/// The privilege gate, the one place that decides which request source a container's devices
+/// come from (docs/security.md). In NVIDIA's order the first source that is present **and
+/// accepted** wins: CDI annotations, then device mounts, then the env. A source the policy
+/// refuses is dropped with a warning and never replaces, widens or adds to another's grant:
+/// - annotations: only through the shim; from an unprivileged container only while
+///   `accept-nvidia-visible-devices-envvar-when-unprivileged` is true (the default, NVIDIA's
+///   behaviour) or `[gpuctk] accept-cdi-annotations-when-unprivileged` is true (for engines
+///   that let only the device plugin set annotations);
+/// - device mounts: only with `accept-nvidia-visible-devices-as-volume-mounts`;
+/// - env (and a legacy CUDA image's implicit `all`): from privileged containers, or with
+///   `accept-nvidia-visible-devices-envvar-when-unprivileged`.
+pub fn gate(sources: Sources, policy: &Policy, privileged: bool, delivery: Delivery) -> Grant {
+    let mut refused = Vec::new();
+    if let Some((ids, key)) = sources.annotations {
+        if delivery != Delivery::Shim {
+            refused.push(format!(
+                "annotation {key} ignored: CDI annotations are read only by nvidia-container-runtime, not by this hook"
+            ));
+        } else if privileged
+            || policy.accept_envvar_unprivileged
+            || policy.accept_annotations_unprivileged
+        {
+            return Grant {
+                devices: Devices::Ids(ids),
+                source: Source::Annotation(key),
+                refused,
+            };
+        } else {
+            refused.push(format!(
+                "annotation {key} ignored: the container is unprivileged, accept-nvidia-visible-devices-envvar-when-unprivileged is false and [gpuctk] accept-cdi-annotations-when-unprivileged is not set"
+            ));
+        }
+    }
+    if let Some(ids) = sources.mounts {
+        if policy.accept_volume_mounts {
+            return Grant {
+                devices: Devices::Ids(ids),
+                source: Source::Mounts,
+                refused,
+            };
+        }
+        refused.push(format!(
+            "device requests as mounts under {DEVICE_MOUNT_DIR} ignored: accept-nvidia-visible-devices-as-volume-mounts is false"
+        ));
+    }
+    if let Some((name, value, devices)) = sources.env {
+        if devices == Devices::Unrequested {
+            // `void` or empty asks for nothing: nothing to refuse.
+        } else if privileged || policy.accept_envvar_unprivileged {
+            return Grant {
+                devices,
+                source: Source::Env(name),
+                refused,
+            };
+        } else {
+            let shown: String = value.chars().take(80).collect();
+            refused.push(format!(
+                "{name}={shown} ignored: the container is unprivileged and accept-nvidia-visible-devices-envvar-when-unprivileged is false"
+            ));
+        }
+    }
+    Grant {
+        devices: Devices::Unrequested,
+        source: Source::Nothing,
+        refused,
+    }
+}
+
+/// Read the request of the container whose `config.json` is `config`, as `delivery` sees it,
+/// through the [`gate`]. Linear in the size of `config`.
+pub fn parse_request(
+    config: &Value,
+    policy: &Policy,
+    delivery: Delivery,
+) -> Result<Request, RequestError> {
     let env = env_of(config)?;
     let privileged = is_privileged(config);
     let legacy_image =
         get(&env, "CUDA_VERSION").is_some() && get(&env, "NVIDIA_REQUIRE_CUDA").is_none();
-    let mut ignored = Vec::new();
 
-    let mut found = from_annotations(config, policy)?;
-    if found.is_none() {
-        match from_mounts(config)? {
-            Some(d) if policy.accept_volume_mounts => found = Some((d, Source::Mounts)),
-            Some(_) => ignored.push(format!(
-                "device requests as mounts under {DEVICE_MOUNT_DIR} ignored: accept-nvidia-visible-devices-as-volume-mounts is false"
-            )),
-            None => {}
-        }
-    }
-    if found.is_none() {
-        let names: Vec<&str> = policy
-            .swarm_resource
-            .iter()
-            .map(String::as_str)
-            .chain(std::iter::once("NVIDIA_VISIBLE_DEVICES"))
-            .collect();
-        let var = names.iter().find_map(|n| get(&env, n).map(|v| (*n, v)));
-        let (devices, source) = match var {
-            Some((name, value)) => (parse_devices(value, name)?, Source::Env(name.to_string())),
-            // A legacy CUDA image that says nothing gets every GPU, as NVIDIA's toolkit does.
-            None if legacy_image => (
-                Devices::Ids(vec![DeviceId::All]),
-                Source::Env("CUDA_VERSION".into()),
-            ),
-            None => (Devices::Unrequested, Source::Nothing),
-        };
-        if devices != Devices::Unrequested && !privileged && !policy.accept_envvar_unprivileged {
-            ignored.push(format!(
-                "{source}={} ignored: the container is unprivileged and accept-nvidia-visible-devices-envvar-when-unprivileged is false",
-                var.map(|(_, v)| v).unwrap_or("all")
-            ));
-            found = Some((Devices::Unrequested, Source::Nothing));
-        } else {
-            found = Some((devices, source));
-        }
-    }
-    let (devices, source) = found.unwrap_or((Devices::Unrequested, Source::Nothing));
+    let annotations = match delivery {
+        Delivery::Shim => from_annotations(config, policy)?,
+        // Only to say it was ignored: a malformed one is not the hook's business.
+        Delivery::PrestartHook => from_annotations(config, policy).ok().flatten(),
+    };
+    let names: Vec<&str> = policy
+        .swarm_resource
+        .iter()
+        .map(String::as_str)
+        .chain(std::iter::once("NVIDIA_VISIBLE_DEVICES"))
+        .collect();
+    let env_request = match names.iter().find_map(|n| get(&env, n).map(|v| (*n, v))) {
+        Some((name, value)) => Some((
+            name.to_string(),
+            value.to_string(),
+            parse_devices(value, name)?,
+        )),
+        // A legacy CUDA image that says nothing gets every GPU, as NVIDIA's toolkit does.
+        None if legacy_image => Some((
+            "CUDA_VERSION".to_string(),
+            "all".to_string(),
+            Devices::Ids(vec![DeviceId::All]),
+        )),
+        None => None,
+    };
+    let sources = Sources {
+        annotations,
+        mounts: from_mounts(config)?,
+        env: env_request,
+    };
+    let grant = gate(sources, policy, privileged, delivery);
 
     let capabilities = match get(&env, "NVIDIA_DRIVER_CAPABILITIES") {
         Some(v) => CapabilitySet::parse(v)?,
@@ -411,14 +578,14 @@ pub fn parse_request(config: &Value, policy: &Policy) -> Result<Request, Request
         || get(&env, "NVIDIA_DISABLE_REQUIRE")
             .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "t" | "true"));
     Ok(Request {
-        devices,
-        source,
+        devices: grant.devices,
+        source: grant.source,
         capabilities,
         requirements,
         disable_require,
         legacy_image,
         privileged,
-        ignored,
+        ignored: grant.refused,
     })
 }
 
@@ -427,12 +594,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn shim(config: &Value, policy: &Policy) -> Result<Request, RequestError> {
+        parse_request(config, policy, Delivery::Shim)
+    }
+
     fn cfg(env: &[&str]) -> Value {
         json!({"process": {"env": env, "capabilities": {"bounding": ["CAP_CHOWN"]}}})
     }
 
     fn req(env: &[&str]) -> Request {
-        parse_request(&cfg(env), &Policy::default()).unwrap()
+        shim(&cfg(env), &Policy::default()).unwrap()
     }
 
     #[test]
@@ -478,7 +649,7 @@ mod tests {
 
     #[test]
     fn garbage_names_the_variable_and_item() {
-        let e = parse_request(
+        let e = shim(
             &cfg(&["NVIDIA_VISIBLE_DEVICES=0,banana"]),
             &Policy::default(),
         )
@@ -488,13 +659,13 @@ mod tests {
             m.starts_with("NVIDIA_VISIBLE_DEVICES: bad device \"banana\""),
             "{m}"
         );
-        assert!(parse_request(
+        assert!(shim(
             &cfg(&["NVIDIA_VISIBLE_DEVICES=GPU-xyz"]),
             &Policy::default()
         )
         .is_err());
-        assert!(parse_request(&cfg(&["NVIDIA_VISIBLE_DEVICES=1:x"]), &Policy::default()).is_err());
-        let e = parse_request(
+        assert!(shim(&cfg(&["NVIDIA_VISIBLE_DEVICES=1:x"]), &Policy::default()).is_err());
+        let e = shim(
             &cfg(&["NVIDIA_DRIVER_CAPABILITIES=compute,warp"]),
             &Policy::default(),
         )
@@ -527,12 +698,12 @@ mod tests {
             accept_envvar_unprivileged: false,
             ..Policy::default()
         };
-        let r = parse_request(&cfg(&["NVIDIA_VISIBLE_DEVICES=all"]), &policy).unwrap();
+        let r = shim(&cfg(&["NVIDIA_VISIBLE_DEVICES=all"]), &policy).unwrap();
         assert_eq!(r.devices, Devices::Unrequested);
         assert_eq!(r.ignored.len(), 1);
         let mut c = cfg(&["NVIDIA_VISIBLE_DEVICES=all"]);
         c["process"]["capabilities"]["bounding"] = json!(["CAP_SYS_ADMIN"]);
-        let r = parse_request(&c, &policy).unwrap();
+        let r = shim(&c, &policy).unwrap();
         assert!(r.privileged);
         assert_eq!(r.devices, Devices::Ids(vec![DeviceId::All]));
     }
@@ -542,12 +713,12 @@ mod tests {
         let mut c = cfg(&["NVIDIA_VISIBLE_DEVICES=0"]);
         c["annotations"] =
             json!({"cdi.k8s.io/gpu": "nvidia.com/gpu=1,nvidia.com/gpu=GPU-x", "other": "x"});
-        let r = parse_request(&c, &Policy::default()).unwrap();
+        let r = shim(&c, &Policy::default()).unwrap();
         assert!(r.all_cdi());
         assert_eq!(r.source, Source::Annotation("cdi.k8s.io/gpu".into()));
         c["annotations"] = json!({"cdi.k8s.io/gpu": "notqualified"});
         assert!(matches!(
-            parse_request(&c, &Policy::default()),
+            shim(&c, &Policy::default()),
             Err(RequestError::BadAnnotation { .. })
         ));
 
@@ -557,7 +728,7 @@ mod tests {
             {"destination": "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/2", "source": "/dev/null"},
             {"destination": "/proc", "source": "proc"}
         ]);
-        let r = parse_request(&c, &Policy::default()).unwrap();
+        let r = shim(&c, &Policy::default()).unwrap();
         assert_eq!(
             r.devices,
             Devices::Ids(vec![DeviceId::All]),
@@ -568,7 +739,7 @@ mod tests {
             accept_volume_mounts: true,
             ..Policy::default()
         };
-        let r = parse_request(&c, &p).unwrap();
+        let r = shim(&c, &p).unwrap();
         assert_eq!(
             r.devices,
             Devices::Ids(vec![
@@ -588,5 +759,161 @@ mod tests {
         assert_eq!(r.capabilities, CapabilitySet::parse("utility").unwrap());
         assert!(r.disable_require);
         assert_eq!(req(&[]).capabilities, CapabilitySet::default_set());
+    }
+
+    fn restricted() -> Policy {
+        Policy {
+            accept_envvar_unprivileged: false,
+            accept_volume_mounts: true,
+            ..Policy::default()
+        }
+    }
+
+    fn gpu1_mount(c: &mut Value) {
+        c["mounts"] = json!([
+            {"destination": "/var/run/nvidia-container-devices/1", "source": "/dev/null"}
+        ]);
+    }
+
+    /// Regression (issue 8): a CDI annotation in an unprivileged container widened the device
+    /// plugin's volume-mount grant to every GPU.
+    #[test]
+    fn annotation_cannot_widen_a_mount_grant() {
+        let mut c = cfg(&[]);
+        c["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu=all"});
+        gpu1_mount(&mut c);
+        let r = shim(&c, &restricted()).unwrap();
+        assert_eq!(r.devices, Devices::Ids(vec![DeviceId::Index(1)]));
+        assert_eq!(r.source, Source::Mounts);
+        assert!(
+            r.ignored[0].contains("annotation cdi.k8s.io/x ignored"),
+            "{:?}",
+            r.ignored
+        );
+        // Without any mount, the annotation alone gets nothing either.
+        let mut c = cfg(&[]);
+        c["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu=all"});
+        assert_eq!(
+            shim(&c, &restricted()).unwrap().devices,
+            Devices::Unrequested
+        );
+        // An env request next to the grant does not widen it.
+        let mut c = cfg(&["NVIDIA_VISIBLE_DEVICES=all"]);
+        gpu1_mount(&mut c);
+        assert_eq!(
+            shim(&c, &restricted()).unwrap().devices,
+            Devices::Ids(vec![DeviceId::Index(1)])
+        );
+    }
+
+    #[test]
+    fn annotations_follow_privilege_and_opt_in() {
+        let mut c = cfg(&[]);
+        c["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu=0"});
+        c["process"]["capabilities"]["bounding"] = json!(["CAP_SYS_ADMIN"]);
+        let r = shim(&c, &restricted()).unwrap();
+        assert_eq!(
+            r.devices,
+            Devices::Ids(vec![DeviceId::Cdi("nvidia.com/gpu=0".into())])
+        );
+        let mut c = cfg(&[]);
+        c["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu=0"});
+        let p = Policy {
+            accept_annotations_unprivileged: true,
+            ..restricted()
+        };
+        assert!(shim(&c, &p).unwrap().all_cdi());
+        // The default policy accepts them, as NVIDIA's runtime does.
+        assert!(shim(&c, &Policy::default()).unwrap().all_cdi());
+    }
+
+    /// Regression (issue 8): the legacy hook honoured annotations and widened `--gpus device=0`.
+    #[test]
+    fn prestart_hook_never_reads_annotations() {
+        let mut c = cfg(&["NVIDIA_VISIBLE_DEVICES=0"]);
+        c["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu=all"});
+        let r = parse_request(&c, &Policy::default(), Delivery::PrestartHook).unwrap();
+        assert_eq!(r.devices, Devices::Ids(vec![DeviceId::Index(0)]));
+        assert_eq!(r.source, Source::Env("NVIDIA_VISIBLE_DEVICES".into()));
+        // A malformed annotation is not the hook's business either.
+        c["annotations"] = json!({"cdi.k8s.io/x": "garbage"});
+        assert!(parse_request(&c, &Policy::default(), Delivery::PrestartHook).is_ok());
+    }
+
+    /// Every combination of source and policy: the grant is always one the policy accepts
+    /// through the source it came from.
+    #[test]
+    fn no_source_widens_another() {
+        for envvar in [false, true] {
+            for mounts in [false, true] {
+                for ann_opt in [false, true] {
+                    for privileged in [false, true] {
+                        for delivery in [Delivery::Shim, Delivery::PrestartHook] {
+                            let p = Policy {
+                                accept_envvar_unprivileged: envvar,
+                                accept_volume_mounts: mounts,
+                                accept_annotations_unprivileged: ann_opt,
+                                ..Policy::default()
+                            };
+                            let mut c = cfg(&["NVIDIA_VISIBLE_DEVICES=2"]);
+                            if privileged {
+                                c["process"]["capabilities"]["bounding"] = json!(["CAP_SYS_ADMIN"]);
+                            }
+                            c["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu=all"});
+                            gpu1_mount(&mut c);
+                            let r = parse_request(&c, &p, delivery).unwrap();
+                            let ann_ok =
+                                delivery == Delivery::Shim && (privileged || envvar || ann_opt);
+                            let want = if ann_ok {
+                                Source::Annotation("cdi.k8s.io/x".into())
+                            } else if mounts {
+                                Source::Mounts
+                            } else if privileged || envvar {
+                                Source::Env("NVIDIA_VISIBLE_DEVICES".into())
+                            } else {
+                                Source::Nothing
+                            };
+                            assert_eq!(
+                                r.source, want,
+                                "{p:?} privileged={privileged} {delivery:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Regression (issue 8): 150,000 distinct indices took 10 to 18 s (quadratic de-duplication).
+    #[test]
+    fn long_device_lists_are_linear_and_capped() {
+        let many: Vec<String> = (0..150_000).map(|i| i.to_string()).collect();
+        let value = many.join(",");
+        let t = std::time::Instant::now();
+        let e = parse_devices(&value, "NVIDIA_VISIBLE_DEVICES").unwrap_err();
+        assert!(e.to_string().contains("bytes, more than"), "{e}");
+        let value = many[..MAX_DEVICE_ITEMS + 10].join(",");
+        let e = parse_devices(&value, "NVIDIA_VISIBLE_DEVICES").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("NVIDIA_VISIBLE_DEVICES: more than 4096"),
+            "{e}"
+        );
+        let value = many[..MAX_DEVICE_ITEMS].join(",");
+        assert!(parse_devices(&value, "NVIDIA_VISIBLE_DEVICES").is_ok());
+        // Repeats cost nothing and count once.
+        let value = vec!["0"; 10_000].join(",");
+        assert_eq!(
+            parse_devices(&value, "X").unwrap(),
+            Devices::Ids(vec![DeviceId::Index(0)])
+        );
+        // Generous bound: the whole thing is a few milliseconds.
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+        // 100,000 env entries with repeats are read in linear time.
+        let env: Vec<String> = (0..100_000).map(|i| format!("V{}=x", i % 50_000)).collect();
+        let c = json!({"process": {"env": env}});
+        let t = std::time::Instant::now();
+        shim(&c, &Policy::default()).unwrap();
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
     }
 }

@@ -264,7 +264,15 @@ const KNOWN: &[(&str, &[&str])] = &[
         &["path", "skip-mode-detection"],
     ),
     ("nvidia-ctk.", &["path"]),
-    ("gpuctk.", &["dev-root", "proc-root", "hook-path"]),
+    (
+        "gpuctk.",
+        &[
+            "dev-root",
+            "proc-root",
+            "hook-path",
+            "accept-cdi-annotations-when-unprivileged",
+        ],
+    ),
 ];
 
 fn collect_unknown(t: &Table, prefix: &str, text: &str, out: &mut Vec<String>) {
@@ -385,6 +393,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         }
         if let Some(v) = r.string(t, "gpuctk.", "hook-path")? {
             c.hook_path = Some(v);
+        }
+        if let Some(v) = r.bool(t, "gpuctk.", "accept-cdi-annotations-when-unprivileged")? {
+            c.policy.accept_annotations_unprivileged = v;
         }
     }
     collect_unknown(root, "", text, &mut c.unknown_keys);

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::{anyhow, bail, Context};
 use gpuctk_container::legacy::{inject, Target};
 use gpuctk_container::state::{container_root, State};
-use gpuctk_core::request::{parse_devices, Devices, Source};
+use gpuctk_core::request::{parse_devices, Delivery, Devices};
 use gpuctk_core::{parse_request, CapabilitySet, Request};
 use gpuctk_host::Capability;
 
@@ -104,12 +104,14 @@ fn prestart(config_path: Option<&Path>) -> anyhow::Result<()> {
         .filter(|p| *p > 0)
         .ok_or_else(|| anyhow!("the OCI state on stdin has no container pid; nvidia-container-runtime-hook must run as a prestart hook"))?;
     let spec_path = state.bundle.join("config.json");
-    let spec: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(&spec_path)
-            .with_context(|| format!("{}: cannot read the OCI spec", spec_path.display()))?,
-    )
+    let spec: serde_json::Value = serde_json::from_slice(&crate::commands::read_capped(
+        &spec_path,
+        crate::runtime::MAX_CONFIG_JSON,
+        "the OCI spec",
+    )?)
     .map_err(|e| anyhow!("{}: invalid JSON: {e}", spec_path.display()))?;
-    let request = parse_request(&spec, &cfg.policy).map_err(|e| anyhow!("{e}"))?;
+    let request =
+        parse_request(&spec, &cfg.policy, Delivery::PrestartHook).map_err(|e| anyhow!("{e}"))?;
     for w in &request.ignored {
         tracing::warn!("{w}");
     }
@@ -272,6 +274,17 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         None | Some("") => Devices::NoGpus,
         Some(v) => parse_devices(v, "--device").map_err(|e| anyhow!("{e}"))?,
     };
+    // `--device` is the engine's own argument (containerd, enroot), not the image's: it passes
+    // the gate as a privileged request, and no other source is read on this path.
+    let grant = gpuctk_core::gate(
+        gpuctk_core::Sources {
+            env: Some(("--device".into(), String::new(), devices)),
+            ..Default::default()
+        },
+        &cfg.policy,
+        true,
+        Delivery::PrestartHook,
+    );
     let mut set =
         CapabilitySet::parse(&caps.iter().map(|c| c.name()).collect::<Vec<_>>().join(","))?;
     if caps.is_empty() {
@@ -279,8 +292,8 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         set = CapabilitySet::parse("utility")?;
     }
     let request = Request {
-        devices,
-        source: Source::Env("--device".into()),
+        devices: grant.devices,
+        source: grant.source,
         capabilities: set,
         requirements: Vec::new(),
         disable_require: true,

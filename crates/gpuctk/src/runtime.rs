@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::{anyhow, bail, Context};
 use gpuctk_cdi::registry::Registry;
 use gpuctk_cdi::spec::ContainerEdits;
-use gpuctk_core::request::Devices;
+use gpuctk_core::request::{Delivery, Devices};
 use gpuctk_core::{
     cdi_name_to_device, jit_edits, parse_request, spec_driver_version, DeviceId, Request,
 };
@@ -25,6 +25,10 @@ use crate::config::{self, Config, Mode};
 /// runc's global flags that take a value; the command is the first word that is not one of
 /// these or their value.
 const VALUE_FLAGS: &[&str] = &["--log", "--log-format", "--root", "--criu", "--rootless"];
+
+/// Largest `config.json` we read. Engines write a few KiB; even a pod with thousands of env
+/// entries stays far below. Checked before reading, so a huge file fails at once.
+pub const MAX_CONFIG_JSON: u64 = 16 << 20;
 
 /// What we need to know of a runc command line.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -265,8 +269,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
 /// container asks for nothing.
 pub fn modify_bundle(bundle: &Path, cfg: &Config) -> anyhow::Result<()> {
     let path = bundle.join("config.json");
-    let bytes = std::fs::read(&path)
-        .with_context(|| format!("{}: cannot read the OCI spec", path.display()))?;
+    let bytes = crate::commands::read_capped(&path, MAX_CONFIG_JSON, "the OCI spec")?;
     let mut spec: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         anyhow!(
             "{}: invalid JSON at line {} column {}: {e}",
@@ -278,7 +281,7 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config) -> anyhow::Result<()> {
     if !spec.is_object() {
         bail!("{}: not a JSON object", path.display());
     }
-    let request = parse_request(&spec, &cfg.policy).map_err(|e| anyhow!("{e}"))?;
+    let request = parse_request(&spec, &cfg.policy, Delivery::Shim).map_err(|e| anyhow!("{e}"))?;
     for w in &request.ignored {
         tracing::warn!("{w}");
     }
