@@ -16,7 +16,7 @@
 //!   error (we would otherwise drop every library of the image).
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -44,10 +44,20 @@ pub const CUDA_NOTE_OWNER: &str = "NVIDIA Corporation";
 /// The generator string written into a cache that had none.
 pub const GENERATOR: &str = concat!("gpuctk ", env!("CARGO_PKG_VERSION"));
 
-/// Largest image cache we read.
-const MAX_CACHE: u64 = 256 << 20;
-/// Largest loader configuration file we read.
-const MAX_CONF: u64 = 1 << 20;
+// Caps on what the image controls, so that no image can slow a container start (issue 8).
+// Each is far above what real images hold; past one, the input is skipped with a note (or, for
+// the cache, refused with an error that names it), never read in full.
+
+/// Largest image cache we read (a CUDA devel image's is about 100 KiB).
+pub const MAX_CACHE: u64 = 8 << 20;
+/// Largest loader configuration file we read (real ones are a few lines).
+pub const MAX_CONF: u64 = 64 << 10;
+/// Most `*.conf` files of `/etc/ld.so.conf.d` we read.
+pub const MAX_CONF_FILES: usize = 256;
+/// Most directories we take from all the `00-compat-*.conf` files together (NVIDIA writes one).
+pub const MAX_COMPAT_DIRS: usize = 16;
+/// Most entries in a directory we scan for libraries.
+pub const MAX_DIR_ENTRIES: usize = 32 << 10;
 /// Always searched by glibc's loader, never worth listing.
 const TRUSTED_DIRS: &[&str] = &["/lib", "/usr/lib"];
 
@@ -94,11 +104,23 @@ pub enum HookError {
         /// The container path.
         path: String,
     },
-    /// A chmod mode has bits beyond `0o7777`.
-    #[error("chmod: mode {mode:o} is not a permission mode (at most 7777 octal)")]
+    /// A chmod mode has bits beyond `0o777` (setuid, setgid, sticky or more).
+    #[error("chmod: mode {mode:o} is not a plain permission mode (at most 777 octal: setuid, setgid and sticky bits are never set)")]
     BadMode {
         /// The mode.
         mode: u32,
+    },
+    /// A chmod path is not one of the device paths we inject.
+    #[error("chmod: {path} resolves to {resolved} ({kind}) in the container (root {}): only device nodes and directories under /dev are changed", root.display())]
+    ChmodRefused {
+        /// The container root.
+        root: PathBuf,
+        /// The container path.
+        path: String,
+        /// What it resolved to.
+        resolved: String,
+        /// Its kind.
+        kind: FileKind,
     },
 }
 
@@ -160,15 +182,26 @@ pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, 
         Err(e) => return Err(e.into()),
     };
 
-    let conf_d = read_conf_d(root)?;
-    for (name, dirs) in &conf_d {
+    let conf_d = read_conf_d(root, &mut report.notes)?;
+    let mut compat_seen = HashSet::new();
+    'conf: for (name, dirs) in &conf_d {
         if name.starts_with(COMPAT_CONF_PREFIX) {
             for d in dirs {
                 match normalize_dir(d, "compat directory") {
-                    Ok(d) if !report.compat_dirs.contains(&d) => report.compat_dirs.push(d),
-                    Ok(_) => {}
+                    Ok(d) if compat_seen.contains(&d) => {}
+                    Ok(_) if report.compat_dirs.len() >= MAX_COMPAT_DIRS => {
+                        report.notes.push(format!(
+                            "{LD_SO_CONF_D}: more than {MAX_COMPAT_DIRS} compat directories; the rest ignored"
+                        ));
+                        break 'conf;
+                    }
+                    Ok(d) => {
+                        compat_seen.insert(d.clone());
+                        report.compat_dirs.push(d);
+                    }
                     Err(_) => report.notes.push(format!(
-                        "{LD_SO_CONF_D}/{name}: ignoring relative directory {d:?}"
+                        "{LD_SO_CONF_D}/{name}: ignoring relative directory {:?}",
+                        d.chars().take(80).collect::<String>()
                     )),
                 }
             }
@@ -197,14 +230,19 @@ pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, 
         }
     }
 
-    for e in &report.entries {
-        report.replaced += cache
-            .entries
-            .iter()
-            .filter(|o| o.key == e.key && o.flags == e.flags && o.hwcap == e.hwcap)
-            .count();
-        cache.add(e.clone());
-    }
+    // Our entries replace the image's with the same soname, ABI and hwcap: one pass over the
+    // cache (Cache::add per entry would be quadratic on a large image cache).
+    let ours: HashSet<(&str, i32, u64)> = report
+        .entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.flags, e.hwcap))
+        .collect();
+    let before = cache.entries.len();
+    cache
+        .entries
+        .retain(|o| !ours.contains(&(o.key.as_str(), o.flags, o.hwcap)));
+    report.replaced = before - cache.entries.len();
+    cache.entries.extend(report.entries.iter().cloned());
     if cache.generator.is_none() {
         cache.generator = Some(GENERATOR.to_string());
     }
@@ -262,20 +300,34 @@ fn join(dir: &str, name: &str) -> String {
 
 /// The `*.conf` files of `/etc/ld.so.conf.d` (sorted by name) with the
 /// directories they list (comments, blank and `include` lines dropped).
-fn read_conf_d(root: &Root) -> Result<Vec<(String, Vec<String>)>, HookError> {
-    let names = match root.read_dir_names(LD_SO_CONF_D) {
+fn read_conf_d(
+    root: &Root,
+    notes: &mut Vec<String>,
+) -> Result<Vec<(String, Vec<String>)>, HookError> {
+    let names = match root.read_dir_names_limited(LD_SO_CONF_D, MAX_DIR_ENTRIES) {
         Ok(n) => n,
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
     let mut out = Vec::new();
-    for name in names.into_iter().filter(|n| n.ends_with(".conf")) {
+    let confs: Vec<String> = names.into_iter().filter(|n| n.ends_with(".conf")).collect();
+    if confs.len() > MAX_CONF_FILES {
+        notes.push(format!(
+            "{LD_SO_CONF_D}: {} *.conf files, only the first {MAX_CONF_FILES} read",
+            confs.len()
+        ));
+    }
+    for name in confs.into_iter().take(MAX_CONF_FILES) {
         let path = join(LD_SO_CONF_D, &name);
         let bytes = match root.read_to_vec(&path, MAX_CONF) {
             Ok(b) => b,
             // Dangling links, directories named *.conf: ldconfig skips them too.
             Err(RootError::NotRegular { .. }) => continue,
             Err(e) if e.is_not_found() => continue,
+            Err(e @ RootError::TooLarge { .. }) => {
+                notes.push(format!("{e}; skipped"));
+                continue;
+            }
             Err(e) => return Err(e.into()),
         };
         let text = String::from_utf8_lossy(&bytes);
@@ -288,6 +340,18 @@ fn read_conf_d(root: &Root) -> Result<Vec<(String, Vec<String>)>, HookError> {
         out.push((name, dirs));
     }
     Ok(out)
+}
+
+/// `ldconfig`'s own test for a file worth looking at (glibc's `_dl_is_dso`, plus its skip of
+/// prelink's temporary files): `lib*.so*`, `ld-*.so*`, `ld.so.*`, `ld64.so.*`. So
+/// `preloadable_libintl.so` is not a candidate, as it is not for ldconfig.
+pub fn is_dso_name(name: &str) -> bool {
+    if name.ends_with(".#prelink#") || name.contains(".#prelink#.") {
+        return false;
+    }
+    ((name.starts_with("lib") || name.starts_with("ld-")) && name.contains(".so"))
+        || name.starts_with("ld.so.")
+        || name.starts_with("ld64.so.")
 }
 
 struct Candidate {
@@ -309,7 +373,7 @@ fn scan_dir(
     dir: &str,
     report: &mut LdcacheReport,
 ) -> Result<Option<Vec<Entry>>, HookError> {
-    let names = match root.read_dir_names(dir) {
+    let names = match root.read_dir_names_limited(dir, MAX_DIR_ENTRIES) {
         Ok(n) => n,
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => {
             report.notes.push(format!(
@@ -317,10 +381,14 @@ fn scan_dir(
             ));
             return Ok(None);
         }
+        Err(e @ RootError::TooManyEntries { .. }) => {
+            report.notes.push(format!("{e}; skipped"));
+            return Ok(None);
+        }
         Err(e) => return Err(e.into()),
     };
     let mut candidates = Vec::new();
-    for name in names.into_iter().filter(|n| n.contains(".so")) {
+    for name in names.into_iter().filter(|n| is_dso_name(n)) {
         let path = join(dir, &name);
         let Some(lmeta) = root.try_symlink_metadata(&path)? else {
             continue;
@@ -471,12 +539,40 @@ pub fn create_symlinks(root: &Root, links: &[Link]) -> Result<(), HookError> {
 /// `chmod mode` each path inside the root (symlinks followed in-root). A
 /// missing path is an error; EPERM is ignored, as NVIDIA's hook does (a
 /// read-only bind mount or a user namespace may forbid it).
+///
+/// NVIDIA's specs use this hook for the device directories that the runtime
+/// creates for injected nodes (`/dev/dri`), so it changes nothing else:
+/// only permission bits (no setuid, setgid or sticky bit), and only device
+/// nodes and directories strictly under the container's `/dev`. Anything
+/// else (an image's `/etc/shadow`, a system directory reached through a
+/// confused root) is refused with an error.
 pub fn chmod(root: &Root, mode: u32, paths: &[String]) -> Result<(), HookError> {
-    if mode & !0o7777 != 0 {
+    if mode & !0o777 != 0 {
         return Err(HookError::BadMode { mode });
     }
     for p in paths {
-        match root.chmod(p, mode) {
+        let missing = || HookError::ChmodMissing {
+            root: root.host_path().to_path_buf(),
+            path: p.clone(),
+        };
+        let (resolved, md) = match root.canonicalize(p).and_then(|c| {
+            let md = root.metadata(&c)?;
+            Ok((c, md))
+        }) {
+            Ok(x) => x,
+            Err(e) if e.is_not_found() => return Err(missing()),
+            Err(e) => return Err(e.into()),
+        };
+        let under_dev = resolved.starts_with("/dev/") && resolved.len() > "/dev/".len();
+        if !under_dev || !matches!(md.kind, FileKind::CharDevice | FileKind::Dir) {
+            return Err(HookError::ChmodRefused {
+                root: root.host_path().to_path_buf(),
+                path: p.clone(),
+                resolved,
+                kind: md.kind,
+            });
+        }
+        match root.chmod(&resolved, mode) {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {
                 return Err(HookError::ChmodMissing {
@@ -725,7 +821,7 @@ pub fn enable_cuda_compat(
     let no_dir = || CompatOutcome::NoCompatDir {
         compat_root: compat_root.clone(),
     };
-    let names = match root.read_dir_names(&compat_root) {
+    let names = match root.read_dir_names_limited(&compat_root, MAX_DIR_ENTRIES) {
         Ok(n) => n,
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => return Ok(no_dir()),
         Err(e) => return Err(e.into()),

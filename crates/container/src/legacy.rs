@@ -649,6 +649,9 @@ fn parse_hook(h: &Hook, notes: &mut Vec<String>) -> Result<Option<HookWork>, Leg
 /// module documentation). `env` and other fields are ignored: it is too
 /// late for them.
 pub fn inject(target: &Target, edits: &ContainerEdits) -> Result<InjectReport, LegacyError> {
+    // The rootfs as the host sees it must be a container's, not the host's own `/` or a system
+    // directory (inside the container's mount namespace its root is `/`, checked by identity).
+    crate::root::check_container_root(&target.rootfs)?;
     let mut report = InjectReport::default();
     let nodes = edits
         .device_nodes

@@ -100,6 +100,24 @@ pub enum RootError {
         /// The container path.
         path: String,
     },
+    /// The directory given as a container root is a directory of the host itself.
+    #[error("{}: refusing to use it as a container root: {reason}; check the OCI state's root (or --container-spec / ROOTFS)", path.display())]
+    NotAContainerRoot {
+        /// The host path given.
+        path: PathBuf,
+        /// Which host directory it is.
+        reason: String,
+    },
+    /// A directory has more entries than the caller reads.
+    #[error("{path} (in container root {}): more than {cap} entries", root.display())]
+    TooManyEntries {
+        /// The root, as a host path.
+        root: PathBuf,
+        /// The container path.
+        path: String,
+        /// The limit.
+        cap: usize,
+    },
     /// The file system changed while a path was being resolved.
     #[error("{path} (in container root {}): changed while it was being resolved (last seen as {resolved}); try again", root.display())]
     Raced {
@@ -113,6 +131,13 @@ pub enum RootError {
 }
 
 impl RootError {
+    fn not_container_root(path: &Path, reason: String) -> RootError {
+        RootError::NotAContainerRoot {
+            path: path.to_path_buf(),
+            reason,
+        }
+    }
+
     /// True when the path (or one of its parents) does not exist.
     pub fn is_not_found(&self) -> bool {
         self.errno() == Some(libc::ENOENT)
@@ -269,6 +294,21 @@ impl Root {
         Ok(Root { fd, path })
     }
 
+    /// [`Root::open`] for a container root handed to us by an engine or a user: refuses the
+    /// host's own root, its system directories and the directory holding this program (see
+    /// `check_not_host_dir`). Every hook and injection entry point opens its root this way;
+    /// plain [`Root::open`] is for roots already known to be a container's (inside its mount
+    /// namespace, where its root is `/`).
+    pub fn open_container(path: impl AsRef<Path>) -> Result<Root, RootError> {
+        let root = Root::open(path)?;
+        let md = fstat(root.fd.as_raw_fd()).map_err(|source| RootError::OpenRoot {
+            path: root.path.clone(),
+            source,
+        })?;
+        check_not_host_dir(&root.path, &md)?;
+        Ok(root)
+    }
+
     /// The host path the root was opened from (for messages only; it is
     /// never used to reach files).
     pub fn host_path(&self) -> &Path {
@@ -356,6 +396,13 @@ impl Root {
     /// root), sorted, without `.` and `..`. Names that are not UTF-8 are
     /// left out: nothing we look for has one.
     pub fn read_dir_names(&self, path: &str) -> Result<Vec<String>, RootError> {
+        self.read_dir_names_limited(path, usize::MAX)
+    }
+
+    /// [`Root::read_dir_names`], failing with [`RootError::TooManyEntries`]
+    /// as soon as the directory holds more than `cap` entries, so an image
+    /// cannot make us read and sort a million names.
+    pub fn read_dir_names_limited(&self, path: &str, cap: usize) -> Result<Vec<String>, RootError> {
         let fd = self.open_in_root(
             path,
             libc::O_RDONLY | libc::O_DIRECTORY,
@@ -384,7 +431,7 @@ impl Root {
                 break if e.raw_os_error().unwrap_or(0) == 0 {
                     Ok(())
                 } else {
-                    Err(e)
+                    Err(Some(e))
                 };
             }
             // SAFETY: readdir returned a valid dirent whose d_name is
@@ -395,12 +442,28 @@ impl Root {
                 continue;
             }
             if let Ok(s) = std::str::from_utf8(bytes) {
+                if names.len() >= cap {
+                    break Err(None);
+                }
                 names.push(s.to_string());
             }
         };
         // SAFETY: `dir` is valid and closed exactly once.
-        unsafe { libc::closedir(dir) };
-        result.map_err(|e| self.io_err(path, "read directory", e))?;
+        let closed = unsafe { libc::closedir(dir) };
+        match result {
+            Ok(()) => {}
+            Err(Some(e)) => return Err(self.io_err(path, "read directory", e)),
+            Err(None) => {
+                return Err(RootError::TooManyEntries {
+                    root: self.path.clone(),
+                    path: path.to_string(),
+                    cap,
+                })
+            }
+        }
+        if closed != 0 {
+            return Err(self.io_err(path, "close directory", io::Error::last_os_error()));
+        }
         names.sort();
         Ok(names)
     }
@@ -991,6 +1054,106 @@ fn fchmodat2_empty(fd: RawFd, mode: u32) -> io::Result<()> {
         let _ = (fd, mode);
         Err(io::Error::from_raw_os_error(libc::ENOSYS))
     }
+}
+
+/// Host directories that are never a container's root: `/` and the system directories a
+/// confused or hostile engine (or a wrong `--container-spec`) could hand us. Compared by device
+/// and inode, so `/bin` and `/usr/bin` on a merged-/usr host, or a bind mount of one, are caught.
+const HOST_DIRS: &[&str] = &[
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/media",
+    "/mnt",
+    "/opt",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/srv",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/usr/bin",
+    "/usr/include",
+    "/usr/lib",
+    "/usr/lib32",
+    "/usr/lib64",
+    "/usr/libexec",
+    "/usr/libx32",
+    "/usr/local",
+    "/usr/local/bin",
+    "/usr/local/lib",
+    "/usr/local/sbin",
+    "/usr/sbin",
+    "/usr/share",
+    "/var",
+    "/var/lib",
+    "/var/run",
+    "/var/tmp",
+];
+
+/// Refuses a "container root" that is the host's own root, one of its system directories
+/// ([`HOST_DIRS`]) or the directory holding the running binary: work done there would land on
+/// the host (issue 8: hooks rewrote `/etc/ld.so.cache` and chmodded system folders when an
+/// OCI state named `/`).
+fn check_not_host_dir(path: &Path, md: &Metadata) -> Result<(), RootError> {
+    use std::os::unix::fs::MetadataExt;
+    let same = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.dev() == md.dev && m.ino() == md.ino)
+            .unwrap_or(false)
+    };
+    // Our own root, as this process sees it (a chroot included).
+    if same(Path::new("/proc/self/root")) {
+        return Err(RootError::not_container_root(
+            path,
+            "it is this process's own root directory".into(),
+        ));
+    }
+    let arch = std::env::consts::ARCH;
+    let multiarch = [
+        format!("/usr/lib/{arch}-linux-gnu"),
+        format!("/lib/{arch}-linux-gnu"),
+    ];
+    for d in HOST_DIRS
+        .iter()
+        .copied()
+        .chain(multiarch.iter().map(String::as_str))
+    {
+        if same(Path::new(d)) {
+            return Err(RootError::not_container_root(
+                path,
+                format!("it is the host directory {d}"),
+            ));
+        }
+    }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .as_deref()
+        .and_then(Path::parent)
+    {
+        if same(dir) {
+            return Err(RootError::not_container_root(
+                path,
+                format!("it holds this program ({})", dir.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks, without keeping it open, that `path` may be used as a container root (see
+/// [`Root::open_container`]); for callers that reach the root by other means (mount namespaces).
+pub fn check_container_root(path: &Path) -> Result<(), RootError> {
+    Root::open_container(path).map(drop)
 }
 
 #[cfg(test)]

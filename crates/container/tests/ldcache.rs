@@ -327,3 +327,117 @@ fn earlier_folder_wins_and_missing_folders_are_noted() {
         Err(HookError::NotAbsolute { .. })
     ));
 }
+
+/// Regression (issue 8): one 1 MB `00-compat-*.conf` in the image delayed container start by
+/// 11 to 21 s (quadratic de-duplication, one directory lookup per line). Now linear and capped:
+/// at most MAX_COMPAT_DIRS directories, MAX_CONF bytes per file, noted in the report.
+#[test]
+fn huge_compat_confs_cost_nothing() {
+    let (_tmp, root, _host) = small_root();
+    std::fs::create_dir_all(root.join("etc/ld.so.conf.d")).unwrap();
+    let mut text = String::new();
+    let mut i = 0;
+    while text.len() < (1 << 20) {
+        text.push_str(&format!("/opt/compat/dir{i}\n"));
+        i += 1;
+    }
+    for n in 0..4 {
+        std::fs::write(
+            root.join(format!("etc/ld.so.conf.d/00-compat-{n}.conf")),
+            &text,
+        )
+        .unwrap();
+    }
+    // Small files with many distinct directories, under the size cap.
+    let small: String = (0..3000).map(|i| format!("/x/{i}\n")).collect();
+    std::fs::write(root.join("etc/ld.so.conf.d/00-compat-small.conf"), small).unwrap();
+    // Many conf files.
+    for n in 0..400 {
+        std::fs::write(
+            root.join(format!("etc/ld.so.conf.d/z{n:03}.conf")),
+            "/usr/x\n",
+        )
+        .unwrap();
+    }
+    let r = Root::open(&root).unwrap();
+    let t = std::time::Instant::now();
+    let report = update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
+    let took = t.elapsed();
+    assert!(report.compat_dirs.len() <= gpuctk_container::hooks::MAX_COMPAT_DIRS);
+    let notes = report.notes.join("\n");
+    assert!(
+        notes.contains("more than the 65536 allowed; skipped"),
+        "{notes}"
+    );
+    assert!(notes.contains("only the first 256 read"), "{notes}");
+    assert!(
+        notes.contains("compat directories; the rest ignored"),
+        "{notes}"
+    );
+    // Generous bound (the figure is in `cargo bench`): was 11 to 25 s.
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+}
+
+/// A library folder with more entries than we scan is skipped with a note, not read whole.
+#[test]
+fn huge_library_folder_is_skipped_with_a_note() {
+    let (_tmp, root, _host) = small_root();
+    let dir = root.join("usr/lib64");
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..(gpuctk_container::hooks::MAX_DIR_ENTRIES + 1) {
+        std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+    }
+    let r = Root::open(&root).unwrap();
+    let report = update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
+    assert!(report.entries.is_empty());
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("more than 32768 entries; skipped")),
+        "{:?}",
+        report.notes
+    );
+}
+
+/// Regression (issue 8): update-ldcache linked any file whose name contains `.so`
+/// (`preloadable_libintl.so`), which ldconfig ignores. Our entries now match the real
+/// `ldconfig -r` on the same directory.
+#[test]
+fn candidate_names_follow_ldconfig() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let dir = root.join("opt/libs");
+    for (file, soname) in [
+        ("preloadable_libintl.so", "libintl-preload.so.1"),
+        ("libgood.so.1.2", "libgood.so.1"),
+        ("ld-fake.so.2", "ld-fake.so.2"),
+        ("notlib.so.3", "libnotlib.so.3"),
+        ("libtmp.so.4.#prelink#.ABCDEF", "libtmp.so.4"),
+        ("libnoso.a", "libnoso.so.5"),
+    ] {
+        build_lib(&dir.join(file), soname, "f");
+    }
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    // The real ldconfig on a copy of the same tree.
+    let copy = tmp.path().join("copy");
+    run_ok(
+        "cp",
+        &["-a", root.to_str().unwrap(), copy.to_str().unwrap()],
+    );
+    std::fs::write(copy.join("etc/ld.so.conf"), "/opt/libs\n").unwrap();
+    run_ok(ldconfig(), &["-r", copy.to_str().unwrap()]);
+    let mut want: Vec<String> = ldconfig_p(&copy.join("etc/ld.so.cache"))
+        .into_iter()
+        .map(|(name, _, _)| name)
+        .collect();
+    want.sort();
+    assert_eq!(want, ["ld-fake.so.2", "libgood.so.1"]);
+
+    let r = Root::open(&root).unwrap();
+    let report = update_ldcache(&r, &["/opt/libs".into()]).unwrap();
+    let mut got: Vec<String> = report.entries.iter().map(|e| e.key.clone()).collect();
+    got.sort();
+    assert_eq!(got, want);
+    assert!(!dir.join("libintl-preload.so.1").exists());
+}

@@ -159,14 +159,43 @@ fn chmod_through_host_symlinks_stays_in_root() {
     let inroot = rerooted(&root, &host);
     std::fs::create_dir_all(inroot.join("lib")).unwrap();
     std::fs::write(inroot.join("shadow"), b"image file").unwrap();
-    chmod(&r, 0o640, &["/etc/shadow".into(), "/hostrel/lib".into()]).unwrap();
+    // Present in the root now, but not a device path: refused, nothing changed.
+    for p in ["/etc/shadow", "/hostrel/lib"] {
+        let e = chmod(&r, 0o640, &[p.into()]).unwrap_err();
+        assert!(matches!(e, HookError::ChmodRefused { .. }), "{p}: {e}");
+        assert!(e.to_string().contains("only device nodes"), "{e}");
+    }
     assert_eq!(
         std::fs::metadata(inroot.join("shadow")).unwrap().mode() & 0o7777,
-        0o640
-    );
-    assert_eq!(
-        std::fs::metadata(inroot.join("lib")).unwrap().mode() & 0o7777,
-        0o640
+        0o644
     );
     assert_eq!(snapshot(&host), before);
+}
+
+/// Regression (issue 8): chmod left system directories at mode 000 and 7777 when handed a
+/// confused root; now it changes only permission bits of device paths under /dev.
+#[test]
+fn chmod_only_device_paths_and_permission_bits() {
+    let (_tmp, root, _host) = fixture();
+    std::fs::create_dir_all(root.join("dev/dri")).unwrap();
+    std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+    std::fs::write(root.join("dev/file"), b"").unwrap();
+    mknod(&root.join("dev/dri/card0"), 226, 0, 0o600);
+    symlink("/usr/bin", root.join("dev/sneaky")).unwrap();
+    let r = Root::open(&root).unwrap();
+    let mode = |p: &str| std::fs::symlink_metadata(root.join(p)).unwrap().mode() & 0o7777;
+    let before = mode("usr/bin");
+    for p in ["/usr/bin", "/dev", "/dev/", "/dev/sneaky", "/dev/file", "/"] {
+        let e = chmod(&r, 0o000, &[p.into()]).unwrap_err();
+        assert!(matches!(e, HookError::ChmodRefused { .. }), "{p}: {e}");
+    }
+    assert_eq!(mode("usr/bin"), before);
+    for m in [0o7777, 0o4755, 0o2755, 0o1777] {
+        assert!(matches!(
+            chmod(&r, m, &["/dev/dri".into()]),
+            Err(HookError::BadMode { .. })
+        ));
+    }
+    chmod(&r, 0o755, &["/dev/dri".into()]).unwrap();
+    assert_eq!(mode("dev/dri"), 0o755);
 }

@@ -111,7 +111,8 @@ fn open_root(target: &Target) -> anyhow::Result<Root> {
             container_root(&state)?
         }
     };
-    Root::open(&root_path).with_context(|| format!("container root {}", root_path.display()))
+    Root::open_container(&root_path)
+        .with_context(|| format!("container root {}", root_path.display()))
 }
 
 fn run(cli: HookCli) -> anyhow::Result<()> {

@@ -261,12 +261,14 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         i += 1;
     }
     let rootfs = rootfs.ok_or_else(|| anyhow!("configure: missing ROOTFS argument"))?;
-    if !rootfs.is_absolute() || rootfs == Path::new("/") {
+    if !rootfs.is_absolute() {
         bail!(
-            "configure: ROOTFS {} must be an absolute path other than /",
+            "configure: ROOTFS {} must be an absolute path",
             rootfs.display()
         );
     }
+    // Not the host's `/` nor a system directory, whatever path names it (issue 8).
+    gpuctk_container::root::check_container_root(&rootfs)?;
     let pid = pid.ok_or_else(|| {
         anyhow!("configure: --pid is required (standalone mode is not supported)")
     })?;

@@ -57,3 +57,89 @@ fn default_spec_stays_at_cdi_0_5() {
     assert!(r.stdout.contains("cdiVersion: 0.5.0"), "{}", r.stdout);
     assert!(!r.stdout.contains("annotations"), "{}", r.stdout);
 }
+
+/// Regression (issue 8): given OCI states whose root was the host's `/`, `/usr/bin` or
+/// `/usr/lib/<multiarch>`, the hooks wrote `/etc/ld.so.cache` and `/etc/ld.so.conf.d`, made links
+/// in system folders and chmodded system directories; `nvidia-container-cli configure` refused
+/// only the literal `/`. Every entry point now refuses such a root with one line.
+///
+/// The hooks run in a private mount namespace where each of those directories is an overlay
+/// with a tmpfs upper layer: whatever a hook would write lands there, never on the machine, and
+/// an empty upper layer proves nothing was attempted.
+#[test]
+fn host_directories_are_refused_as_container_roots() {
+    let t = TestDir::new();
+    let bin = t.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(GPUCTK, bin.join("nvidia-container-cli")).unwrap();
+    std::os::unix::fs::symlink(GPUCTK, bin.join("nvidia-cdi-hook")).unwrap();
+    let multiarch = format!("/usr/lib/{}-linux-gnu", std::env::consts::ARCH);
+    let mut script = String::from(
+        "set -eu\nT=\"$1\"\nmount -t tmpfs tmpfs \"$T/ovl\"\n\
+         for d in /etc /usr/bin /usr/sbin \"$MULTIARCH\"; do\n\
+           n=$(echo \"$d\" | tr / _)\n\
+           mkdir -p \"$T/ovl/$n/u\" \"$T/ovl/$n/w\"\n\
+           mount -t overlay overlay -o \"lowerdir=$d,upperdir=$T/ovl/$n/u,workdir=$T/ovl/$n/w\" \"$d\"\n\
+         done\nfail=0\n",
+    );
+    for (i, root) in ["/", "/usr/bin", multiarch.as_str(), "/usr/lib/../bin/.."]
+        .iter()
+        .enumerate()
+    {
+        let bundle = t.join(&format!("b{i}"));
+        std::fs::create_dir_all(&bundle).unwrap();
+        std::fs::write(
+            bundle.join("config.json"),
+            serde_json::json!({"ociVersion": "1.0.2", "root": {"path": root}}).to_string(),
+        )
+        .unwrap();
+        let spec = bundle.join("config.json");
+        let spec = spec.to_str().unwrap();
+        for hook in [
+            format!("update-ldcache --folder /usr/lib64 --folder {multiarch}"),
+            "create-symlinks --link /etc/passwd::/usr/bin/gpuctk-evil --link x::/etc/gpuctk-evil"
+                .to_string(),
+            "chmod --mode 000 --path /usr/bin --path /etc".to_string(),
+            "enable-cuda-compat --host-driver-version 470.1.1 --cuda-compat-container-root /usr/bin"
+                .to_string(),
+        ] {
+            script.push_str(&format!(
+                "if \"$T/bin/nvidia-cdi-hook\" {hook} --container-spec {spec} 2>\"$T/err\"; then echo \"ACCEPTED {root}: {hook}\"; fail=1; fi\n\
+                 grep -q 'refusing to use it as a container root' \"$T/err\" || {{ echo \"NO MESSAGE {root}: {hook}: $(cat \"$T/err\")\"; fail=1; }}\n\
+                 [ $(wc -l < \"$T/err\") = 1 ] || {{ echo \"NOT ONE LINE: $(cat \"$T/err\")\"; fail=1; }}\n"
+            ));
+        }
+        script.push_str(&format!(
+            "if \"$T/bin/nvidia-container-cli\" configure --pid=$$ --device=all --compute --utility {root} 2>\"$T/err\"; then echo \"CLI ACCEPTED {root}\"; fail=1; fi\n\
+             grep -q 'refusing to use it as a container root' \"$T/err\" || {{ echo \"CLI NO MESSAGE {root}: $(cat \"$T/err\")\"; fail=1; }}\n"
+        ));
+    }
+    script.push_str(
+        "left=$(find \"$T\"/ovl/*/u -mindepth 1 | head -20)\n\
+         [ -z \"$left\" ] || { echo \"WRITTEN ON THE HOST VIEW: $left\"; fail=1; }\n\
+         exit $fail\n",
+    );
+    std::fs::create_dir_all(t.join("ovl")).unwrap();
+    std::fs::write(t.join("empty.toml"), "").unwrap();
+    let out = std::process::Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+        ])
+        .arg(t.path())
+        .env("MULTIARCH", &multiarch)
+        .env("GPUCTK_CONFIG", t.join("empty.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
