@@ -50,7 +50,11 @@ impl ReadAt for std::fs::File {
     fn read_at_most(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         let mut done = 0;
         while done < buf.len() {
-            match self.read_at(&mut buf[done..], offset + done as u64) {
+            // An offset from the file may sit near u64::MAX: past it there is nothing to read.
+            let Some(at) = offset.checked_add(done as u64) else {
+                break;
+            };
+            match self.read_at(&mut buf[done..], at) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -175,11 +179,21 @@ struct Reader<'a, R: ReadAt + ?Sized> {
 }
 
 impl<R: ReadAt + ?Sized> Reader<'_, R> {
+    /// Exactly `len` bytes at `offset`. Read in chunks, so a header that claims a huge table
+    /// in a small file costs what the file holds, not an allocation of the claimed size.
     fn bytes(&self, offset: u64, len: usize, what: &'static str) -> Result<Vec<u8>, ElfError> {
-        let mut buf = vec![0u8; len];
-        let n = self.src.read_at_most(offset, &mut buf)?;
-        if n < len {
-            return Err(ElfError::Malformed(what));
+        const CHUNK: usize = 64 << 10;
+        let mut buf = Vec::with_capacity(len.min(CHUNK));
+        while buf.len() < len {
+            let at = offset
+                .checked_add(buf.len() as u64)
+                .ok_or(ElfError::Malformed(what))?;
+            let start = buf.len();
+            buf.resize(start + (len - start).min(CHUNK), 0);
+            let n = self.src.read_at_most(at, &mut buf[start..])?;
+            if start + n < buf.len() {
+                return Err(ElfError::Malformed(what));
+            }
         }
         Ok(buf)
     }
@@ -317,6 +331,7 @@ fn program_headers<R: ReadAt + ?Sized>(src: &R, h: &Header) -> Result<Vec<Phdr>,
         return Err(ElfError::Malformed("bad program header table"));
     }
     let ent = usize::from(h.phentsize);
+    // At most 65535 * 4096: no overflow, and `bytes` allocates only what the file holds.
     let table = r.bytes(h.phoff, ent * num, "program headers past end of file")?;
     Ok(table
         .chunks_exact(ent)
@@ -376,8 +391,15 @@ pub fn library_info<R: ReadAt + ?Sized>(src: &R) -> Result<LibraryInfo, ElfError
                 .iter()
                 .filter(|p| p.p_type == PT_LOAD)
                 .find(|p| vaddr >= p.vaddr && vaddr - p.vaddr < p.filesz)
-                .map(|p| vaddr - p.vaddr + p.offset)
-                .ok_or(ElfError::Malformed("DT_STRTAB outside every PT_LOAD"))?;
+                .ok_or(ElfError::Malformed("DT_STRTAB outside every PT_LOAD"))
+                .and_then(|p| {
+                    // Both come from the file: an offset near u64::MAX must not overflow.
+                    p.offset
+                        .checked_add(vaddr - p.vaddr)
+                        .ok_or(ElfError::Malformed(
+                            "DT_STRTAB maps past the largest offset",
+                        ))
+                })?;
             let at = base
                 .checked_add(off)
                 .ok_or(ElfError::Malformed("DT_SONAME offset overflows"))?;
@@ -481,7 +503,9 @@ pub fn parse_notes(data: &[u8], little_endian: bool, align: usize) -> Result<Vec
         src: data,
         le: little_endian,
     };
-    let pad = |n: usize| n.div_ceil(align) * align;
+    let align = align.max(1);
+    // Sizes come from the file; on 32-bit targets a u32 size near the top must not overflow.
+    let pad = |n: usize| n.div_ceil(align).checked_mul(align);
     let mut notes = Vec::new();
     let mut at = 0usize;
     while data.len() - at >= 12 {
@@ -499,8 +523,8 @@ pub fn parse_notes(data: &[u8], little_endian: bool, align: usize) -> Result<Vec
             .position(|&b| b == 0)
             .unwrap_or(owner_bytes.len());
         let owner = String::from_utf8_lossy(&owner_bytes[..owner_len]).into_owned();
-        at = at
-            .checked_add(pad(namesz))
+        at = pad(namesz)
+            .and_then(|p| at.checked_add(p))
             .ok_or(ElfError::Malformed("note overflows"))?;
         let desc_end = at
             .checked_add(descsz)
@@ -512,7 +536,9 @@ pub fn parse_notes(data: &[u8], little_endian: bool, align: usize) -> Result<Vec
             note_type,
             desc,
         });
-        at = at.saturating_add(pad(descsz)).min(data.len());
+        at = pad(descsz)
+            .map_or(usize::MAX, |p| at.saturating_add(p))
+            .min(data.len());
     }
     Ok(notes)
 }
@@ -566,6 +592,114 @@ mod tests {
         for cut in 0..64 {
             let _ = library_info(&b[..cut]);
             let _ = note_section(&b[..cut], ".x");
+        }
+    }
+
+    /// A little-endian ELF64 shared object: the given `PT_LOAD`s (offset, vaddr, filesz), a
+    /// `PT_DYNAMIC` holding `dynamic` (tag, value) and then `strings`.
+    fn crafted(loads: &[(u64, u64, u64)], dynamic: &[(u64, u64)], strings: &[u8]) -> Vec<u8> {
+        let phnum = loads.len() + 1;
+        let dyn_off = 64 + 56 * phnum as u64;
+        let mut b = vec![0u8; 64];
+        b[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        b[16] = 3; // ET_DYN
+        b[18] = 62; // EM_X86_64
+        b[32..40].copy_from_slice(&64u64.to_le_bytes());
+        b[54] = 56;
+        b[56] = phnum as u8;
+        let mut ph = |t: u32, off: u64, vaddr: u64, size: u64| {
+            let mut p = [0u8; 56];
+            p[..4].copy_from_slice(&t.to_le_bytes());
+            p[8..16].copy_from_slice(&off.to_le_bytes());
+            p[16..24].copy_from_slice(&vaddr.to_le_bytes());
+            p[32..40].copy_from_slice(&size.to_le_bytes());
+            b.extend_from_slice(&p);
+        };
+        for &(off, vaddr, size) in loads {
+            ph(PT_LOAD, off, vaddr, size);
+        }
+        ph(PT_DYNAMIC, dyn_off, 0, 16 * dynamic.len() as u64);
+        for &(tag, val) in dynamic {
+            b.extend_from_slice(&tag.to_le_bytes());
+            b.extend_from_slice(&val.to_le_bytes());
+        }
+        b.extend_from_slice(strings);
+        b
+    }
+
+    #[test]
+    fn crafted_object_reads() {
+        let dyn_end = 64 + 56 * 2 + 16 * 3;
+        let b = crafted(
+            &[(0, 0, 4096)],
+            &[(DT_STRTAB, dyn_end), (DT_SONAME, 1), (DT_NULL, 0)],
+            b"\0libx.so.1\0",
+        );
+        let info = library_info(&b[..]).unwrap();
+        assert_eq!(info.soname.as_deref(), Some("libx.so.1"));
+        assert!(info.is_shared_library());
+    }
+
+    /// Offsets near u64::MAX overflowed `vaddr - p_vaddr + p_offset`: a panic in debug builds.
+    #[test]
+    fn segment_offsets_near_the_top_are_errors_not_overflows() {
+        for offset in [u64::MAX, u64::MAX - 8, u64::MAX - 0xfff, 1 << 63] {
+            let b = crafted(
+                &[(offset, 0x1000, 0x10000)],
+                &[(DT_STRTAB, 0x1100), (DT_SONAME, 1), (DT_NULL, 0)],
+                b"\0libx.so.1\0",
+            );
+            assert!(
+                matches!(library_info(&b[..]), Err(ElfError::Malformed(_))),
+                "offset {offset:#x}"
+            );
+            // Through a file too: pread at offsets past i64::MAX.
+            let mut f = tempfile::tempfile().unwrap();
+            std::io::Write::write_all(&mut f, &b).unwrap();
+            assert!(library_info(&f).is_err(), "offset {offset:#x}");
+        }
+        // A soname offset that overflows the string table base.
+        let b = crafted(
+            &[(0x100, 0, 0x1000)],
+            &[
+                (DT_STRTAB, 0x10),
+                (DT_SONAME, u64::MAX - 0x20),
+                (DT_NULL, 0),
+            ],
+            b"\0",
+        );
+        assert!(library_info(&b[..]).is_err());
+    }
+
+    /// A header claiming 65535 section headers of 65535 bytes in a 64-byte file: an error,
+    /// without allocating the 4 GiB it claims.
+    #[test]
+    fn huge_claimed_tables_cost_what_the_file_holds() {
+        let mut b = [0u8; 64];
+        b[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        b[40..48].copy_from_slice(&64u64.to_le_bytes());
+        b[58..60].copy_from_slice(&u16::MAX.to_le_bytes());
+        b[60..62].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert!(matches!(
+            note_section(&b[..], ".x"),
+            Err(ElfError::Malformed(_))
+        ));
+        let mut b = b;
+        b[32..40].copy_from_slice(&(u64::MAX - 100).to_le_bytes());
+        b[54..56].copy_from_slice(&u16::MAX.to_le_bytes());
+        b[56..58].copy_from_slice(&4096u16.to_le_bytes());
+        assert!(matches!(library_info(&b[..]), Err(ElfError::Malformed(_))));
+    }
+
+    #[test]
+    fn note_sizes_near_the_top_are_errors() {
+        let mut d = Vec::new();
+        d.extend_from_slice(&u32::MAX.to_le_bytes());
+        d.extend_from_slice(&u32::MAX.to_le_bytes());
+        d.extend_from_slice(&1u32.to_le_bytes());
+        d.extend_from_slice(b"NVIDIA\0\0");
+        for align in [0, 1, 4, 8] {
+            assert!(parse_notes(&d, true, align).is_err());
         }
     }
 

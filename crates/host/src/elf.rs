@@ -250,12 +250,19 @@ fn parse_from<R: ReadAt>(r: &R) -> Result<ElfInfo, ElfError> {
     }
     let strtab = strtab.ok_or(ElfError::Corrupt("dynamic section has no DT_STRTAB"))?;
     let strsz = strsz.ok_or(ElfError::Corrupt("dynamic section has no DT_STRSZ"))?;
-    let str_off = loads
+    let segment = loads
         .iter()
         .find(|l| strtab >= l.vaddr && strtab - l.vaddr < l.filesz)
-        .map(|l| l.offset + (strtab - l.vaddr))
         .ok_or(ElfError::Corrupt(
             "DT_STRTAB is outside every loaded segment",
+        ))?;
+    // Every value here comes from the file: a segment offset near u64::MAX must be an error,
+    // not an overflow (a panic in debug builds).
+    let str_off = segment
+        .offset
+        .checked_add(strtab - segment.vaddr)
+        .ok_or(ElfError::Corrupt(
+            "DT_STRTAB maps past the largest file offset",
         ))?;
     let strsz = strsz.min(1 << 20);
     if str_off.checked_add(strsz).is_none_or(|end| end > file_len) {
@@ -309,6 +316,77 @@ mod tests {
         for cut in [17, 40, 63, 64, 100, 500] {
             assert!(parse(&exe[..cut]).is_err(), "cut at {cut}");
         }
+    }
+
+    /// A little-endian ELF64 shared object: the given `PT_LOAD`s (offset, vaddr, filesz), a
+    /// `PT_DYNAMIC` holding `dynamic` (tag, value) and then `strings`.
+    fn crafted(loads: &[(u64, u64, u64)], dynamic: &[(u64, u64)], strings: &[u8]) -> Vec<u8> {
+        let phnum = loads.len() + 1;
+        let dyn_off = 64 + 56 * phnum as u64;
+        let mut b = vec![0u8; 64];
+        b[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        b[16] = 3; // ET_DYN
+        b[18] = 62; // EM_X86_64
+        b[32..40].copy_from_slice(&64u64.to_le_bytes());
+        b[54] = 56;
+        b[56] = phnum as u8;
+        let mut ph = |t: u32, off: u64, vaddr: u64, size: u64| {
+            let mut p = [0u8; 56];
+            p[..4].copy_from_slice(&t.to_le_bytes());
+            p[8..16].copy_from_slice(&off.to_le_bytes());
+            p[16..24].copy_from_slice(&vaddr.to_le_bytes());
+            p[32..40].copy_from_slice(&size.to_le_bytes());
+            b.extend_from_slice(&p);
+        };
+        for &(off, vaddr, size) in loads {
+            ph(1, off, vaddr, size);
+        }
+        ph(2, dyn_off, 0, 16 * dynamic.len() as u64);
+        for &(tag, val) in dynamic {
+            b.extend_from_slice(&tag.to_le_bytes());
+            b.extend_from_slice(&val.to_le_bytes());
+        }
+        b.extend_from_slice(strings);
+        b
+    }
+
+    #[test]
+    fn crafted_object_reads() {
+        let dyn_end = 64 + 56 * 2 + 16 * 4;
+        let b = crafted(
+            &[(0, 0, 4096)],
+            &[(5, dyn_end), (10, 11), (14, 1), (0, 0)],
+            b"\0libx.so.1\0",
+        );
+        let info = parse(&b).unwrap();
+        assert_eq!(info.soname.as_deref(), Some("libx.so.1"));
+    }
+
+    /// Offsets near u64::MAX overflowed `offset + (strtab - vaddr)`: a panic in debug builds.
+    #[test]
+    fn segment_offsets_near_the_top_are_errors_not_overflows() {
+        for offset in [u64::MAX, u64::MAX - 8, u64::MAX - 0xfff, 1 << 63] {
+            let b = crafted(
+                &[(offset, 0x1000, 0x10000)],
+                &[(5, 0x1100), (10, 16), (14, 1), (0, 0)],
+                b"\0libx.so.1\0",
+            );
+            assert!(
+                matches!(
+                    parse(&b),
+                    Err(ElfError::Corrupt(_) | ElfError::Truncated(_))
+                ),
+                "offset {offset:#x}: {:?}",
+                parse(&b)
+            );
+        }
+        // A string table size near the top is bounded, not added blindly.
+        let b = crafted(
+            &[(0, 0, 4096)],
+            &[(5, 8), (10, u64::MAX), (14, u64::MAX - 1), (0, 0)],
+            b"\0",
+        );
+        assert!(parse(&b).is_err());
     }
 
     #[test]
