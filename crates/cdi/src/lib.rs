@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod apply;
+pub mod limits;
 pub mod names;
 pub mod registry;
 pub mod spec;

@@ -94,6 +94,18 @@ impl fmt::Display for ResolveError {
     }
 }
 
+/// Whether `needle` occurs in `hay` (a plain linear scan on the first byte; spec files are
+/// capped, so this stays well under a millisecond).
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    if needle.is_empty() {
+        return true;
+    }
+    let first = needle[0];
+    hay.iter().enumerate().any(|(i, &b)| {
+        b == first && hay.len() - i >= needle.len() && &hay[i..i + needle.len()] == needle
+    })
+}
+
 fn spec_files(dir: &Path) -> Result<Vec<PathBuf>, std::io::Error> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
@@ -116,6 +128,19 @@ impl Registry {
     /// Load every spec in `dirs` (lowest priority first). Never fails: problems are recorded in
     /// [`Registry::errors`].
     pub fn load(dirs: &[PathBuf]) -> Registry {
+        Registry::load_filtered(dirs, None)
+    }
+
+    /// [`Registry::load`] for a request that names devices of `vendors` only: a file whose
+    /// bytes never mention one of them cannot define such a device, so it is not parsed (and
+    /// its problems are not reported). A stale or hostile spec of another vendor in a shared
+    /// spec dir then costs a read and a byte search (capped at the spec size limit), never a
+    /// parse, on the container start path.
+    pub fn load_for_vendors(dirs: &[PathBuf], vendors: &[&str]) -> Registry {
+        Registry::load_filtered(dirs, Some(vendors))
+    }
+
+    fn load_filtered(dirs: &[PathBuf], vendors: Option<&[&str]>) -> Registry {
         let mut reg = Registry {
             dirs: dirs.to_vec(),
             ..Default::default()
@@ -131,13 +156,22 @@ impl Registry {
                 }
             };
             for path in files {
-                match Spec::load_valid(&path) {
-                    Ok(spec) => reg.specs.push(LoadedSpec {
+                let loaded = crate::limits::read_spec_file(&path).and_then(|bytes| {
+                    if let Some(vendors) = vendors {
+                        if !vendors.iter().any(|v| contains(&bytes, v.as_bytes())) {
+                            return Ok(None);
+                        }
+                    }
+                    Spec::from_bytes_valid(&path, &bytes).map(Some)
+                });
+                match loaded.transpose() {
+                    None => {}
+                    Some(Ok(spec)) => reg.specs.push(LoadedSpec {
                         path,
                         priority,
                         spec,
                     }),
-                    Err(e) => {
+                    Some(Err(e)) => {
                         let msg = e.to_string();
                         reg.errors.push((path, msg));
                     }

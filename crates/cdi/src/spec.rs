@@ -42,6 +42,22 @@ pub enum ParseError {
         /// What serde said.
         message: String,
     },
+    /// The input is larger than any spec we read.
+    #[error("{size} bytes, more than the {cap} a CDI spec may have; this is not a device spec, remove it from the spec directory")]
+    TooLarge {
+        /// Its size.
+        size: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// The input nests deeper than any spec does.
+    #[error("{}", location_message(*line, 1, &format!("mappings and sequences nested more than {cap} deep; a CDI spec nests about 6 deep, remove this file from the spec directory")))]
+    TooDeep {
+        /// 1-based line where the nesting went past the cap.
+        line: usize,
+        /// The cap.
+        cap: usize,
+    },
     /// Serialization of a spec failed (not expected for well-formed values).
     #[error("cannot serialize CDI spec: {0}")]
     Serialize(String),
@@ -331,7 +347,9 @@ impl Spec {
         {
             return Err(ParseError::Empty);
         }
-        match format.unwrap_or_else(|| Format::sniff(bytes)) {
+        let format = format.unwrap_or_else(|| Format::sniff(bytes));
+        crate::limits::check(bytes, format)?;
+        match format {
             Format::Json => serde_json::from_slice(bytes).map_err(|e| ParseError::Json {
                 line: e.line(),
                 column: e.column(),
@@ -353,10 +371,7 @@ impl Spec {
 
     /// Read and parse a spec file; the format comes from the extension, else from the content.
     pub fn load(path: &Path) -> Result<Spec, Error> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = crate::limits::read_spec_file(path)?;
         Spec::from_bytes(&bytes, Format::from_path(path)).map_err(|source| Error::Parse {
             path: path.to_path_buf(),
             source,
@@ -365,7 +380,20 @@ impl Spec {
 
     /// [`Spec::load`], then [`validate`]; any issue makes it an [`Error::Invalid`].
     pub fn load_valid(path: &Path) -> Result<Spec, Error> {
-        let spec = Spec::load(path)?;
+        Spec::valid(path, Spec::load(path)?)
+    }
+
+    /// Parses `bytes` read from `path`, then [`validate`]s it.
+    pub fn from_bytes_valid(path: &Path, bytes: &[u8]) -> Result<Spec, Error> {
+        let spec =
+            Spec::from_bytes(bytes, Format::from_path(path)).map_err(|source| Error::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Spec::valid(path, spec)
+    }
+
+    fn valid(path: &Path, spec: Spec) -> Result<Spec, Error> {
         let issues = validate(&spec);
         if issues.is_empty() {
             Ok(spec)

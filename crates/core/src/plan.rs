@@ -59,6 +59,11 @@ pub fn cdi_node(n: &DeviceNode) -> CdiNode {
     }
 }
 
+/// The `timeout` of every hook we write, in seconds: the runtime kills a hook that takes longer
+/// and fails the container with a message, instead of hanging on a hostile image (a FUSE file, a
+/// stuck NFS mount). Our hooks read capped input and take milliseconds.
+pub const HOOK_TIMEOUT_SECS: i64 = 30;
+
 fn hook(opts: &PlanOptions, args: Vec<String>) -> Hook {
     let mut full = vec!["nvidia-cdi-hook".to_string()];
     full.extend(args);
@@ -67,7 +72,7 @@ fn hook(opts: &PlanOptions, args: Vec<String>) -> Hook {
         path: opts.hook_path.clone(),
         args: full,
         env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
-        timeout: None,
+        timeout: Some(HOOK_TIMEOUT_SECS),
     }
 }
 

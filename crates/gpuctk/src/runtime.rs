@@ -364,7 +364,15 @@ pub fn edits_for(request: &Request, cfg: &Config) -> anyhow::Result<Option<Conta
         // `none` in cdi mode: nothing to resolve, but the driver is still wanted.
         return jit(request, &[], cfg).map(Some);
     }
-    let reg = Registry::load(&cfg.spec_dirs);
+    // Only specs that can define the requested kinds are parsed (a hostile file of another
+    // vendor in a shared spec dir must not slow this container down).
+    let mut vendors: Vec<&str> = cdi_names
+        .iter()
+        .map(|n| n.split_once('/').map_or(n.as_str(), |(v, _)| v))
+        .collect();
+    vendors.sort_unstable();
+    vendors.dedup();
+    let reg = Registry::load_for_vendors(&cfg.spec_dirs, &vendors);
     for (p, e) in reg.errors() {
         tracing::warn!("{}: {e}", p.display());
     }

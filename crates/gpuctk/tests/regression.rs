@@ -143,3 +143,144 @@ fn host_directories_are_refused_as_container_roots() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A shim set-up with `/bin/true` as the low-level runtime: only our edits of `config.json`
+/// matter to these tests.
+fn shim_bed(t: &TestDir, h: &Host, mode: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let bin = t.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let shim = bin.join("nvidia-container-runtime");
+    std::os::unix::fs::symlink(GPUCTK, &shim).unwrap();
+    let specs = t.join("cdi");
+    std::fs::create_dir_all(&specs).unwrap();
+    let cfg = t.join("config.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[nvidia-container-cli]\nroot = \"{}\"\n\n[nvidia-container-runtime]\nmode = \"{mode}\"\nruntimes = [\"/bin/true\"]\n\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [\"{}\"]\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\n",
+            h.driver_root(),
+            specs.display(),
+            h.dev_root(),
+            h.proc_root()
+        ),
+    )
+    .unwrap();
+    (shim, cfg)
+}
+
+fn shim_create(shim: &std::path::Path, cfg: &std::path::Path, bundle: &std::path::Path) -> Run {
+    std::process::Command::new(shim)
+        .args(["create", "--bundle", bundle.to_str().unwrap(), "x"])
+        .env("GPUCTK_CONFIG", cfg)
+        .output()
+        .unwrap()
+        .into()
+}
+
+/// Regression (issue 8): a 96 MB `config.json` took more than 10 s before failing. It is now
+/// refused from its size, before it is read.
+#[test]
+fn huge_config_json_fails_at_once() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 1, "570.124.06", "debian");
+    let (shim, cfg) = shim_bed(&t, &h, "auto");
+    let bundle = t.join("bundle");
+    std::fs::create_dir_all(&bundle).unwrap();
+    let f = std::fs::File::create(bundle.join("config.json")).unwrap();
+    f.set_len(96 << 20).unwrap();
+    let start = std::time::Instant::now();
+    let r = shim_create(&shim, &cfg, &bundle);
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("config.json") && r.stderr.contains("more than the 16777216 allowed"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// Regression (issue 8): a 32 MB spec made `cdi list` use 558 MB; deeply nested YAML parsed in
+/// quadratic time, and one such file in the spec dir stalled a shim `create` for a CDI name by
+/// more than a minute. Now: size and nesting are checked before parsing, each refused file is
+/// named, and files that cannot define the requested kind are not parsed at all.
+#[test]
+fn hostile_spec_files_are_capped_and_do_not_stall_requests() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 2, "570.124.06", "debian");
+    let (shim, cfg) = shim_bed(&t, &h, "cdi");
+    let specs = t.join("cdi");
+    ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--output",
+            specs.join("nvidia.yaml").to_str().unwrap(),
+        ],
+        &h.roots(),
+    ));
+    // 32 MB, sparse: refused from its size.
+    std::fs::File::create(specs.join("huge.json"))
+        .unwrap()
+        .set_len(32 << 20)
+        .unwrap();
+    // 200 KB of nesting, once for another vendor and once claiming ours.
+    let mut deep = String::from("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n");
+    let mut i = 0;
+    while deep.len() < 200 << 10 {
+        deep.push_str(&" ".repeat(i % 4000 + 1));
+        deep.push_str("- a:\n");
+        i += 1;
+    }
+    std::fs::write(specs.join("deep-nvidia.yaml"), &deep).unwrap();
+    std::fs::write(
+        specs.join("deep-other.yaml"),
+        deep.replace("nvidia.com/gpu", "example.com/x"),
+    )
+    .unwrap();
+    let flow = format!(
+        "{{\"cdiVersion\":\"0.5.0\",\"kind\":\"nvidia.com/gpu\",\"devices\":{}",
+        "[".repeat(100_000)
+    );
+    std::fs::write(specs.join("deep-flow.json"), flow).unwrap();
+
+    let start = std::time::Instant::now();
+    let r = ok(&["cdi", "list", "--spec-dir", specs.to_str().unwrap()]);
+    assert!(r.stdout.contains("nvidia.com/gpu=0"), "{}", r.stdout);
+    for (file, why) in [
+        ("huge.json", "more than the 4194304 a CDI spec may have"),
+        ("deep-nvidia.yaml", "nested more than 64 deep"),
+        ("deep-other.yaml", "nested more than 64 deep"),
+        ("deep-flow.json", "nested more than 64 deep"),
+    ] {
+        assert!(
+            r.stderr
+                .lines()
+                .any(|l| l.contains(file) && l.contains(why)),
+            "{file}: {}",
+            r.stderr
+        );
+    }
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+
+    let bundle = t.join("bundle");
+    std::fs::create_dir_all(&bundle).unwrap();
+    std::fs::write(
+        bundle.join("config.json"),
+        serde_json::json!({
+            "ociVersion": "1.0.2",
+            "root": {"path": "rootfs"},
+            "process": {"env": ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"], "args": ["true"]},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let r = shim_create(&shim, &cfg, &bundle);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    // The other vendor's file was not even parsed, so not reported.
+    assert!(!r.stderr.contains("deep-other.yaml"), "{}", r.stderr);
+    let edited = std::fs::read_to_string(bundle.join("config.json")).unwrap();
+    assert!(edited.contains("/dev/nvidia1"), "{edited}");
+}
