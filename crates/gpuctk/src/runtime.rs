@@ -244,7 +244,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
             Some(b) => b.clone(),
             None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
         };
-        if let Err(e) = modify_bundle(&bundle, &cfg) {
+        if let Err(e) = modify_bundle(&bundle, &cfg, &runtime) {
             let mut msg = format!("{e}");
             for c in e.chain().skip(1) {
                 let c = c.to_string();
@@ -267,7 +267,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
 
 /// Edit `<bundle>/config.json` for the container's GPU request; leave it untouched when the
 /// container asks for nothing.
-pub fn modify_bundle(bundle: &Path, cfg: &Config) -> anyhow::Result<()> {
+pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Result<()> {
     let path = bundle.join("config.json");
     let bytes = crate::commands::read_capped(&path, MAX_CONFIG_JSON, "the OCI spec")?;
     let mut spec: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
@@ -291,6 +291,9 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config) -> anyhow::Result<()> {
     };
     gpuctk_cdi::apply::apply_edits(&mut spec, &edits)
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    if !edits.hooks.is_empty() {
+        pass_hook_errors_on(&mut spec, runtime);
+    }
     let out = serde_json::to_vec(&spec)?;
     gpuctk_atomicfile::write(&path, &out, None)
         .with_context(|| format!("{}: cannot write", path.display()))?;
@@ -302,6 +305,43 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config) -> anyhow::Result<()> {
         edits.hooks.len()
     );
     Ok(())
+}
+
+/// crun's annotation that gives hooks a stderr; without it a failing hook's message goes to
+/// `/dev/null` and the engine shows only "exit code 1".
+pub const CRUN_HOOKS_STDERR: &str = "run.oci.hooks.stderr";
+
+/// Under crun, point our hooks' stderr at crun's own (`/dev/stderr`, which crun opens in its
+/// own process), so a hook's one-line error reaches the engine as runc's does. Only when this
+/// process's stderr (which crun inherits through exec) is a pipe or a terminal that can be
+/// reopened: crun fails the container if it cannot open the file, and a regular file not opened
+/// for appending would be overwritten. An annotation the user set is left alone.
+fn pass_hook_errors_on(spec: &mut serde_json::Value, runtime: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let is_crun = runtime
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("crun"));
+    if !is_crun {
+        return;
+    }
+    let reopenable = std::fs::OpenOptions::new()
+        .append(true)
+        .open("/proc/self/fd/2")
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_char_device());
+    if !reopenable {
+        return;
+    }
+    let Some(obj) = spec.as_object_mut() else {
+        return;
+    };
+    let ann = obj
+        .entry("annotations")
+        .or_insert_with(|| serde_json::json!({}));
+    if let Some(ann) = ann.as_object_mut() {
+        ann.entry(CRUN_HOOKS_STDERR)
+            .or_insert_with(|| serde_json::Value::String("/dev/stderr".into()));
+    }
 }
 
 fn roots(cfg: &Config) -> Roots {

@@ -786,3 +786,41 @@ fn hooks_run_with_a_fixed_environment() {
     }
     assert!(!evil.exists());
 }
+
+/// Regression (issue 8): under crun a failing hook's message was lost (crun gives hooks
+/// `/dev/null` for stderr and reports only "exit code 1"). The shim now points crun's
+/// `run.oci.hooks.stderr` at crun's own stderr, so the hook's one line reaches the engine; under
+/// runc the message was already in runc's error.
+#[test]
+fn failing_hook_message_reaches_the_engine_under_crun_and_runc() {
+    for runtime in ["crun", "runc"] {
+        let bed = Bed::new(runtime, "debian", 1);
+        bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0"]);
+        let rootfs = bed.bundle.join("rootfs");
+        fs::remove_dir_all(&rootfs).unwrap();
+        gpuctk_mockhost::create_rootfs(&rootfs, &gpuctk_mockhost::RootfsConfig::default()).unwrap();
+        // A damaged loader cache in the image: update-ldcache refuses it with one line.
+        fs::write(rootfs.join("etc/ld.so.cache"), b"garbage, not a cache").unwrap();
+        let id = format!(
+            "{}-hookerr",
+            bed.t.path().file_name().unwrap().to_string_lossy()
+        );
+        let out = bed
+            .shim_cmd(&["run", "--bundle", bed.bundle.to_str().unwrap(), &id])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{runtime}: {stderr}");
+        assert!(
+            stderr.contains("the image's loader cache is damaged"),
+            "{runtime}: {stderr}"
+        );
+        if runtime == "crun" {
+            assert_eq!(
+                bed.spec()["annotations"]["run.oci.hooks.stderr"],
+                json!("/dev/stderr")
+            );
+        }
+        assert!(!bed.listed().contains(&id), "{}", bed.listed());
+    }
+}
