@@ -12,13 +12,21 @@
 //! every other CRI setting of the main file (`SystemdCgroup`, `sandbox_image`, registry
 //! mirrors…). The drop-in therefore repeats the main file's CRI plugin table, as NVIDIA's does;
 //! with containerd 2.x's deeper merge the copy is redundant but harmless.
+//!
+//! An existing drop-in of ours is edited in place like the main file: configure adds its runtime
+//! next to those of earlier runs (other runtime names), and unconfigure removes only its own,
+//! deleting the drop-in once none of ours is left (a runtime of the main file's copied table is
+//! not ours).
 
 use std::path::{Path, PathBuf};
 
 use toml_edit::{DocumentMut, Item, Key, Table, Value};
 
 use crate::tomlutil::{self, TomlError};
-use crate::{backup_outside_dir, read_drop_in, Edit, EngineError, Options, ReadFile};
+use crate::{
+    backup_outside_dir, outside_dir, read_drop_in, written_by_us, Edit, EngineError, Options,
+    ReadFile, OURS_HEADER,
+};
 
 /// The drop-in we own in an imported directory.
 pub const DROP_IN_NAME: &str = "99-nvidia.toml";
@@ -114,11 +122,34 @@ fn has_meta(s: &str) -> bool {
     s.contains(['*', '?', '['])
 }
 
+/// Where our drop-in goes and how it is written.
+struct DropIn {
+    path: PathBuf,
+    backup: PathBuf,
+    /// Where its temp name lives while it is replaced, when the import pattern would match a
+    /// temp name in its own directory.
+    staging: Option<PathBuf>,
+}
+
+impl DropIn {
+    fn edit(&self, before: Option<Vec<u8>>, after: Vec<u8>, delete: bool) -> Edit {
+        let mut e = if delete {
+            Edit::remove(self.path.clone(), before)
+        } else {
+            Edit::write(self.path.clone(), before, after)
+        };
+        e.ours = written_by_us(e.before.as_deref());
+        e.backup = self.backup.clone();
+        e.staging = self.staging.clone();
+        e
+    }
+}
+
 /// The drop-in to write, when the main config imports a directory pattern matching
 /// [`DROP_IN_NAME`], and where to back it up (outside the directory when the pattern would also
-/// match the `.bak`). Relative imports are relative to the main config's directory, as in
-/// containerd.
-fn drop_in_target(config_path: &Path, doc: &DocumentMut) -> Option<(PathBuf, PathBuf)> {
+/// match the `.bak`; the same for the temp name of a write). Relative imports are relative to the
+/// main config's directory, as in containerd.
+fn drop_in_target(config_path: &Path, doc: &DocumentMut) -> Option<DropIn> {
     let imports = doc.get("imports")?.as_array()?;
     let base = config_path.parent().unwrap_or(Path::new("/"));
     for imp in imports.iter().filter_map(Value::as_str) {
@@ -141,7 +172,18 @@ fn drop_in_target(config_path: &Path, doc: &DocumentMut) -> Option<(PathBuf, Pat
         } else {
             crate::default_backup_path(&drop_in)
         };
-        return Some((drop_in, backup));
+        // What a temp name of ours looks like (see gpuctk_atomicfile).
+        let temp = format!(".{DROP_IN_NAME}.gpuctk-1-0.tmp");
+        let staging = if glob_match(pat.as_bytes(), temp.as_bytes()) {
+            outside_dir(&drop_in)
+        } else {
+            None
+        };
+        return Some(DropIn {
+            path: drop_in,
+            backup,
+            staging,
+        });
     }
     None
 }
@@ -169,33 +211,49 @@ pub fn configure(
     let version = config_version(config_path, &main)?;
     let literal = tomlutil::prefers_literal_strings(&main);
 
-    if let Some((drop_in, backup)) = drop_in_target(config_path, &main) {
-        let mut doc = DocumentMut::new();
-        if version >= 2 {
-            doc.insert("version", toml_edit::value(version));
-        }
-        let plugin = cri_plugin(version);
-        if let Some(plugins) = main.get("plugins").and_then(Item::as_table) {
-            if let (Some(key), Some(Item::Table(cri))) = (plugins.key(plugin), plugins.get(plugin))
-            {
-                let dst = tomlutil::ensure_table(&drop_in, doc.as_table_mut(), &["plugins"])
-                    .map_err(ContainerdError::from)?;
-                dst.insert_formatted(key, Item::Table(cri.clone()));
+    if let Some(target) = drop_in_target(config_path, &main) {
+        let drop_in = &target.path;
+        let before = read_drop_in(read, drop_in)?;
+        let existing = match before.as_deref() {
+            Some(b) if !b.iter().all(u8::is_ascii_whitespace) => {
+                Some(tomlutil::parse(drop_in, b).map_err(ContainerdError::from)?)
             }
-        }
-        add_runtime(&drop_in, &mut doc, version, opts, literal)?;
-        let mut after = format!(
-            "# Written by `gpuctk runtime configure`. containerd 1.x replaces a plugin's whole\n\
-             # section with the one in an imported file, so the CRI plugin settings of\n\
-             # {} are repeated here. Remove this file to undo.\n",
-            config_path.display()
-        )
-        .into_bytes();
-        after.extend(tomlutil::render(&doc));
-        let before = read_drop_in(read, &drop_in)?;
-        let mut edit = Edit::write(drop_in, before, after);
-        edit.backup = backup;
-        return Ok(vec![edit]);
+            _ => None,
+        };
+        let after = match existing {
+            Some(mut doc) => {
+                // Ours from an earlier run (maybe of another runtime name): add to it.
+                add_runtime(drop_in, &mut doc, version, opts, literal)?;
+                tomlutil::render(&doc)
+            }
+            None => {
+                let mut doc = DocumentMut::new();
+                if version >= 2 {
+                    doc.insert("version", toml_edit::value(version));
+                }
+                let plugin = cri_plugin(version);
+                if let Some(plugins) = main.get("plugins").and_then(Item::as_table) {
+                    if let (Some(key), Some(Item::Table(cri))) =
+                        (plugins.key(plugin), plugins.get(plugin))
+                    {
+                        let dst = tomlutil::ensure_table(drop_in, doc.as_table_mut(), &["plugins"])
+                            .map_err(ContainerdError::from)?;
+                        dst.insert_formatted(key, Item::Table(cri.clone()));
+                    }
+                }
+                add_runtime(drop_in, &mut doc, version, opts, literal)?;
+                let mut after = format!(
+                    "{OURS_HEADER}. containerd 1.x replaces a plugin's whole\n\
+                     # section with the one in an imported file, so the CRI plugin settings of\n\
+                     # {} are repeated here. Remove this file to undo.\n",
+                    config_path.display()
+                )
+                .into_bytes();
+                after.extend(tomlutil::render(&doc));
+                after
+            }
+        };
+        return Ok(vec![target.edit(before, after, false)]);
     }
 
     let mut doc = main;
@@ -476,11 +534,8 @@ pub fn unconfigure(
         },
     );
     let mut edits = Vec::new();
-    if let Some((drop_in, backup)) = drop_in {
-        let before = read_drop_in(read, &drop_in)?;
-        let mut e = Edit::remove(drop_in, before);
-        e.backup = backup;
-        edits.push(e);
+    if let Some(target) = drop_in {
+        edits.push(unconfigure_drop_in(&target, &doc, version, opts, read)?);
         if changed {
             edits.push(main_edit);
         }
@@ -488,6 +543,46 @@ pub fn unconfigure(
         edits.push(main_edit);
     }
     Ok(edits)
+}
+
+/// Remove our runtime from the drop-in; delete the drop-in when no runtime of ours (one the main
+/// file `main` does not have) is left in it.
+fn unconfigure_drop_in(
+    target: &DropIn,
+    main: &DocumentMut,
+    version: i64,
+    opts: &Options,
+    read: ReadFile<'_>,
+) -> Result<Edit, EngineError> {
+    let before = read_drop_in(read, &target.path)?;
+    let mut doc = match before.as_deref() {
+        None => return Ok(target.edit(None, Vec::new(), true)),
+        Some(b) if b.iter().all(u8::is_ascii_whitespace) => {
+            return Ok(target.edit(before, Vec::new(), true))
+        }
+        Some(b) => match tomlutil::parse(&target.path, b) {
+            Ok(doc) => doc,
+            // Not ours to understand: remove it whole, as every version before did.
+            Err(_) => return Ok(target.edit(before, Vec::new(), true)),
+        },
+    };
+    if !remove_runtime(&mut doc, version, &opts.runtime_name) {
+        let same = before.clone().unwrap_or_default();
+        return Ok(target.edit(before, same, false));
+    }
+    let plugin = cri_plugin(version);
+    let path = ["plugins", plugin, "containerd", "runtimes"];
+    let main_runtimes = tomlutil::get_table(main.as_table(), &path);
+    let ours_left = tomlutil::get_table(doc.as_table(), &path).is_some_and(|r| {
+        r.iter()
+            .any(|(k, _)| main_runtimes.is_none_or(|m| !m.contains_key(k)))
+    });
+    if ours_left {
+        let after = tomlutil::render(&doc);
+        Ok(target.edit(before, after, false))
+    } else {
+        Ok(target.edit(before, Vec::new(), true))
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,13 @@
 //! The work is split in two so that `--dry-run` and tests never touch the filesystem:
 //! [`configure`] / [`unconfigure`] turn the current bytes of a config file into a list of
 //! [`Edit`]s (whole new file contents, plus a diff for display), and [`apply`] writes them
-//! atomically, keeping a `.bak` of what was there.
+//! atomically, keeping a `.bak` of the user's original file (see [`apply`] for the rule).
+//!
+//! Several `runtime configure` runs on one file at once (a configuration-management tool
+//! registering several runtimes in parallel) must not lose each other's changes: the caller takes
+//! [`lock::ConfigLock`] on the config file's directory, reads the files, computes the edits and
+//! applies them while holding it. Drop-ins we own (CRI-O's `99-nvidia.toml`, containerd's imported
+//! one) are edited in place like the main file, so each run adds its runtime next to the others'.
 //!
 //! Unlike NVIDIA, which decodes the whole file into a map and re-encodes it (dropping comments
 //! and reordering keys, pain point 11 in the facts), every edit here touches only the keys it
@@ -23,9 +29,11 @@ pub mod containerd;
 pub mod crio;
 pub mod diff;
 pub mod docker;
+pub mod lock;
 mod tomlutil;
 
-pub use apply::apply;
+pub use apply::{apply, Applied, Backup};
+pub use lock::ConfigLock;
 pub use tomlutil::TomlError;
 
 /// A container engine whose configuration we know how to edit.
@@ -113,6 +121,22 @@ pub struct Edit {
     /// match the `.bak`), where a backup would itself be loaded; it then goes next to the
     /// directory as `<dir>.<file>.bak`.
     pub backup: PathBuf,
+    /// Where `apply` may give the new content a temp name before renaming it over `path`:
+    /// `None` is `path`'s own directory, where no loader reads our temp names. Set, outside the
+    /// directory, for a drop-in directory the engine loads whole (CRI-O loads every file of
+    /// `crio.conf.d`, whatever its name).
+    pub staging: Option<PathBuf>,
+    /// `before` is a file gpuctk created (a drop-in starting with [`OURS_HEADER`]): it has no
+    /// user original, so `apply` writes no backup of it.
+    pub ours: bool,
+}
+
+/// How every drop-in we create starts, so that a later run knows the file is ours.
+pub const OURS_HEADER: &str = "# Written by `gpuctk runtime configure`";
+
+/// True when `before` is a file we created (see [`OURS_HEADER`]).
+pub(crate) fn written_by_us(before: Option<&[u8]>) -> bool {
+    before.is_some_and(|b| b.starts_with(OURS_HEADER.as_bytes()))
 }
 
 impl Edit {
@@ -125,6 +149,8 @@ impl Edit {
             after,
             delete: false,
             backup,
+            staging: None,
+            ours: false,
         }
     }
 
@@ -137,6 +163,8 @@ impl Edit {
             after: Vec::new(),
             delete: true,
             backup,
+            staging: None,
+            ours: false,
         }
     }
 
@@ -208,6 +236,9 @@ pub enum EngineError {
     /// Writing the edits failed.
     #[error(transparent)]
     Apply(#[from] apply::ApplyError),
+    /// The config file's directory could not be locked.
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
     /// A drop-in's current content could not be read.
     #[error("reading {}: {source}", path.display())]
     Read {
@@ -291,6 +322,16 @@ pub(crate) fn read_drop_in(
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// The directory holding `dir`: where temp names of a drop-in in `dir`, a directory the engine
+/// loads whole, are staged (same file system in practice, and never loaded).
+pub(crate) fn outside_dir(drop_in: &Path) -> Option<PathBuf> {
+    drop_in
+        .parent()
+        .and_then(Path::parent)
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(Path::to_path_buf)
 }
 
 /// Where to back up a drop-in living in `dir`, a directory the engine may load whole: outside

@@ -505,7 +505,8 @@ fn crio_drop_in() {
         "crio no main",
         &edits[0].after,
         format!(
-            "[crio.runtime.runtimes.nvidia]\nruntime_path = \"{BIN}\"\nruntime_type = \"oci\"\n"
+            "{}: runtimes registered with CRI-O.\n# `gpuctk runtime unconfigure` removes them; removing this file undoes them all.\n\n[crio.runtime.runtimes.nvidia]\nruntime_path = \"{BIN}\"\nruntime_type = \"oci\"\n",
+            gpuctk_engines::OURS_HEADER
         )
         .as_bytes(),
     );
@@ -696,10 +697,11 @@ fn apply_new_file_and_drop_in_dir_and_delete() {
     assert!(!main.exists(), "the main crio.conf is never written");
 
     let u = gpuctk_engines::unconfigure(Engine::Crio, &main, None, &o).unwrap();
-    apply(&u).unwrap();
+    let done = apply(&u).unwrap();
     assert!(!drop_in.exists());
-    let bak = d.path().join("crio.conf.d.99-nvidia.toml.bak");
-    assert_eq!(fs::read(&bak).unwrap(), edits[0].after);
+    // The drop-in is ours (it has no user original): no backup of it.
+    assert_eq!(done[0].backup, gpuctk_engines::Backup::Ours);
+    assert!(!d.path().join("crio.conf.d.99-nvidia.toml.bak").exists());
     assert_eq!(
         fs::read_dir(d.path().join("crio.conf.d")).unwrap().count(),
         0
@@ -895,4 +897,239 @@ fn diff_headers_for_new_and_deleted_files() {
         gone.unified_diff(),
         "--- a/x\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-a\n-b\n"
     );
+}
+
+// ---- several runtimes, backups, concurrency ----
+
+fn named(name: &str) -> Options {
+    Options {
+        runtime_name: name.into(),
+        ..opts(false, false)
+    }
+}
+
+/// configure (or unconfigure) the file at `path` as `gpuctk runtime configure` does: lock, read,
+/// compute, apply.
+fn run_locked(
+    engine: Engine,
+    path: &Path,
+    o: &Options,
+    remove: bool,
+) -> Vec<gpuctk_engines::Applied> {
+    let _lock =
+        gpuctk_engines::ConfigLock::acquire(path, gpuctk_engines::lock::DEFAULT_TIMEOUT).unwrap();
+    let cur = gpuctk_engines::read_optional(path).unwrap();
+    let edits = if remove {
+        gpuctk_engines::unconfigure(engine, path, cur.as_deref(), o)
+    } else {
+        gpuctk_engines::configure(engine, path, cur.as_deref(), o)
+    }
+    .unwrap();
+    let changing: Vec<Edit> = edits.into_iter().filter(|e| !e.is_noop()).collect();
+    apply(&changing).unwrap()
+}
+
+/// The file holding our runtimes for a config at `path`.
+fn runtimes_file(engine: Engine, path: &Path) -> PathBuf {
+    match engine {
+        Engine::Crio => gpuctk_engines::crio::drop_in_path(path),
+        _ => path.to_path_buf(),
+    }
+}
+
+fn has_runtime(engine: Engine, text: &str, name: &str) -> bool {
+    match engine {
+        Engine::Docker => {
+            let v: serde_json::Value = serde_json::from_str(text).unwrap();
+            v["runtimes"][name]["path"] == BIN
+        }
+        Engine::Containerd => text.contains(&format!(".runtimes.{name}]")),
+        Engine::Crio => text.contains(&format!("[crio.runtime.runtimes.{name}]")),
+    }
+}
+
+#[test]
+fn backup_keeps_the_users_original_after_two_runs() {
+    // Regression: the second run replaced the .bak with the first run's output.
+    for (engine, file, fixture) in [
+        (Engine::Docker, "daemon.json", "daemon.json"),
+        (Engine::Containerd, "config.toml", "containerd-v2.toml"),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(file);
+        let orig = data(fixture);
+        fs::write(&p, &orig).unwrap();
+        let bak = d.path().join(format!("{file}.bak"));
+        let first = run_locked(engine, &p, &named("a"), false);
+        assert_eq!(first.len(), 1);
+        assert_eq!(
+            first[0].backup,
+            gpuctk_engines::Backup::Written(bak.clone())
+        );
+        let second = run_locked(engine, &p, &named("b"), false);
+        assert_eq!(second[0].backup, gpuctk_engines::Backup::Kept(bak.clone()));
+        let third = run_locked(engine, &p, &named("a"), true);
+        assert_eq!(third[0].backup, gpuctk_engines::Backup::Kept(bak.clone()));
+        assert_eq!(
+            fs::read(&bak).unwrap(),
+            orig,
+            "{engine}: the .bak is the original"
+        );
+        let text = fs::read_to_string(&p).unwrap();
+        assert!(has_runtime(engine, &text, "b") && !has_runtime(engine, &text, "a"));
+    }
+}
+
+#[test]
+fn a_new_file_reports_no_backup_and_a_non_file_backup_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("daemon.json");
+    let done = run_locked(Engine::Docker, &p, &named("a"), false);
+    assert_eq!(done[0].backup, gpuctk_engines::Backup::None);
+    assert!(!d.path().join("daemon.json.bak").exists());
+
+    // A directory where the backup goes: nothing is written, and the message says so.
+    fs::create_dir(d.path().join("daemon.json.bak")).unwrap();
+    let before = fs::read(&p).unwrap();
+    let cur = gpuctk_engines::read_optional(&p).unwrap();
+    let edits = gpuctk_engines::configure(Engine::Docker, &p, cur.as_deref(), &named("b")).unwrap();
+    let e = apply(&edits).unwrap_err().to_string();
+    assert!(
+        e.contains("daemon.json.bak") && e.contains("nothing was written"),
+        "{e}"
+    );
+    assert_eq!(fs::read(&p).unwrap(), before);
+}
+
+#[test]
+fn crio_drop_in_holds_every_configured_runtime() {
+    // Regression: each configure rewrote the drop-in with its runtime only.
+    let d = tempfile::tempdir().unwrap();
+    let main = d.path().join("crio.conf");
+    fs::write(&main, data("crio.conf")).unwrap();
+    let drop_in = d.path().join("crio.conf.d/99-nvidia.toml");
+    for n in ["a", "b", "c"] {
+        run_locked(Engine::Crio, &main, &named(n), false);
+    }
+    let mut def = named("b");
+    def.set_as_default = true;
+    run_locked(Engine::Crio, &main, &def, false);
+    let text = fs::read_to_string(&drop_in).unwrap();
+    for n in ["a", "b", "c"] {
+        assert!(has_runtime(Engine::Crio, &text, n), "{n}:\n{text}");
+    }
+    assert!(text.contains("default_runtime = \"b\""), "{text}");
+    assert!(text.contains("monitor_path"), "copied settings: {text}");
+    // Idempotent with several runtimes in the file.
+    let cur = fs::read(&main).unwrap();
+    let again = configure_with(
+        Engine::Crio,
+        &main,
+        Some(&cur),
+        &named("a"),
+        &gpuctk_engines::read_optional,
+    )
+    .unwrap();
+    assert!(again[0].is_noop(), "{}", again[0].unified_diff());
+    // The temp name of a rewrite lives outside crio.conf.d, which CRI-O loads whole.
+    assert_eq!(again[0].staging.as_deref(), Some(d.path()));
+
+    // unconfigure removes one runtime at a time (and the default naming it); the last one
+    // takes the drop-in with it.
+    run_locked(Engine::Crio, &main, &named("b"), true);
+    let text = fs::read_to_string(&drop_in).unwrap();
+    assert!(!has_runtime(Engine::Crio, &text, "b") && !text.contains("default_runtime"));
+    assert!(has_runtime(Engine::Crio, &text, "a") && has_runtime(Engine::Crio, &text, "c"));
+    let _: toml_edit::DocumentMut = text.parse().unwrap();
+    run_locked(Engine::Crio, &main, &named("a"), true);
+    run_locked(Engine::Crio, &main, &named("c"), true);
+    assert!(!drop_in.exists());
+    assert_eq!(
+        fs::read_dir(d.path().join("crio.conf.d")).unwrap().count(),
+        0
+    );
+}
+
+#[test]
+fn containerd_drop_in_holds_every_configured_runtime() {
+    let d = tempfile::tempdir().unwrap();
+    let main = d.path().join("config.toml");
+    let orig = data("containerd-v2-imports.toml")
+        .into_iter()
+        .collect::<Vec<u8>>();
+    let text = String::from_utf8(orig).unwrap().replace(
+        "/etc/containerd/conf.d",
+        &d.path().join("conf.d").display().to_string(),
+    );
+    fs::write(&main, &text).unwrap();
+    for n in ["a", "b"] {
+        run_locked(Engine::Containerd, &main, &named(n), false);
+    }
+    let drop_in = d.path().join("conf.d/99-nvidia.toml");
+    let got = fs::read_to_string(&drop_in).unwrap();
+    assert!(has_runtime(Engine::Containerd, &got, "a"), "{got}");
+    assert!(has_runtime(Engine::Containerd, &got, "b"), "{got}");
+    assert_eq!(
+        fs::read_to_string(&main).unwrap(),
+        text,
+        "main file untouched"
+    );
+    run_locked(Engine::Containerd, &main, &named("a"), true);
+    let got = fs::read_to_string(&drop_in).unwrap();
+    assert!(
+        !has_runtime(Engine::Containerd, &got, "a") && has_runtime(Engine::Containerd, &got, "b")
+    );
+    run_locked(Engine::Containerd, &main, &named("b"), true);
+    assert!(!drop_in.exists());
+}
+
+#[test]
+fn configure_in_parallel_loses_no_runtime() {
+    // Regression: concurrent runs each wrote their edit of the same old content.
+    for engine in [Engine::Docker, Engine::Containerd, Engine::Crio] {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(match engine {
+            Engine::Docker => "daemon.json",
+            Engine::Containerd => "config.toml",
+            Engine::Crio => "crio.conf",
+        });
+        std::thread::scope(|s| {
+            for i in 0..16 {
+                let p = &p;
+                s.spawn(move || run_locked(engine, p, &named(&format!("rt{i}")), false));
+            }
+        });
+        let text = fs::read_to_string(runtimes_file(engine, &p)).unwrap();
+        for i in 0..16 {
+            assert!(
+                has_runtime(engine, &text, &format!("rt{i}")),
+                "{engine} rt{i}:\n{text}"
+            );
+        }
+        let leftovers: Vec<_> = fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| gpuctk_atomicfile::is_temp_name(n))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}
+
+#[test]
+fn errors_say_what_state_the_file_is_in() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("config.toml");
+    fs::write(&p, data("containerd-v2.toml")).unwrap();
+    let edits = read_edits(Engine::Containerd, &p, &opts(false, false));
+    fs::write(&p, b"version = 2\n").unwrap();
+    let e = apply(&edits).unwrap_err().to_string();
+    assert!(e.contains("nothing was written"), "{e}");
+    // A rename that cannot happen (a directory in the way) leaves the file unchanged.
+    let q = d.path().join("daemon.json");
+    fs::create_dir(&q).unwrap();
+    fs::write(q.join("x"), b"").unwrap();
+    let edit = Edit::write(q.clone(), None, b"{}".to_vec());
+    // `before` says absent but a directory is there: the check reads it and fails.
+    let e = apply(&[edit]).unwrap_err().to_string();
+    assert!(e.contains(&q.display().to_string()), "{e}");
 }

@@ -1,5 +1,9 @@
 //! `gpuctk runtime configure | unconfigure`: register our runtime with an engine, keeping the
 //! rest of its config byte for byte (`crates/engines` does the editing).
+//!
+//! A run that writes holds the engine config's lock (`gpuctk_engines::lock`) from reading the
+//! files to writing them, so that runs at once on the same file each see the previous one's
+//! result and no change is lost.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -7,7 +11,8 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
 use gpuctk_engines::{
-    apply, configure, default_config_path, read_optional, unconfigure, Engine, Options,
+    apply, configure, default_config_path, read_optional, unconfigure, Backup, ConfigLock, Engine,
+    Options,
 };
 
 use crate::cli::{ConfigSource, ConfigureArgs, EngineArg};
@@ -64,12 +69,6 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         .config
         .clone()
         .unwrap_or_else(|| default_config_path(engine));
-    let current = match a.config_source {
-        ConfigSource::File => {
-            read_optional(&path).with_context(|| format!("--config {}", path.display()))?
-        }
-        ConfigSource::Command => Some(current_from_command(engine)?),
-    };
     let runtime_path = a.runtime_path.clone().unwrap_or_else(default_runtime_path);
     if !runtime_path.starts_with('/') {
         bail!("--nvidia-runtime-path {runtime_path:?}: give an absolute path");
@@ -79,6 +78,26 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         runtime_path,
         set_as_default: a.set_as_default,
         enable_cdi: a.enable_cdi,
+    };
+    // Held until the edits are written: what we read is what we change.
+    let _lock = if a.dry_run {
+        None
+    } else {
+        let lock = ConfigLock::acquire(&path, gpuctk_engines::lock::DEFAULT_TIMEOUT)
+            .map_err(|e| anyhow!("{e}"))?;
+        if let Some(e) = lock.unsupported() {
+            tracing::warn!(
+                "{}: cannot lock ({e}); a `runtime configure` running at the same time may undo this one",
+                lock.dir().display()
+            );
+        }
+        Some(lock)
+    };
+    let current = match a.config_source {
+        ConfigSource::File => {
+            read_optional(&path).with_context(|| format!("--config {}", path.display()))?
+        }
+        ConfigSource::Command => Some(current_from_command(engine)?),
     };
     let edits = if remove {
         unconfigure(engine, &path, current.as_deref(), &opts)
@@ -103,15 +122,29 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    apply(&changing).map_err(|e| anyhow!("{e}"))?;
-    for e in &changing {
-        writeln!(
-            out,
-            "{} {} (previous content in {})",
-            if e.delete { "removed" } else { "wrote" },
-            e.path.display(),
-            e.backup.display()
-        )?;
+    let done = apply(&changing).map_err(|e| anyhow!("{e}"))?;
+    for d in &done {
+        let verb = if d.removed { "removed" } else { "wrote" };
+        match &d.backup {
+            Backup::Written(b) => writeln!(
+                out,
+                "{verb} {} (its previous content is in {})",
+                d.path.display(),
+                b.display()
+            )?,
+            Backup::Kept(b) => writeln!(
+                out,
+                "{verb} {} (backup {} from an earlier run kept as it was)",
+                d.path.display(),
+                b.display()
+            )?,
+            Backup::None => writeln!(out, "{verb} {} (a new file)", d.path.display())?,
+            Backup::Ours => writeln!(
+                out,
+                "{verb} {} (a file gpuctk created: no backup)",
+                d.path.display()
+            )?,
+        }
     }
     writeln!(out, "restart {engine} to use the change")?;
     Ok(ExitCode::SUCCESS)
