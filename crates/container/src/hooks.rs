@@ -48,16 +48,20 @@ pub const GENERATOR: &str = concat!("gpuctk ", env!("CARGO_PKG_VERSION"));
 // Each is far above what real images hold; past one, the input is skipped with a note (or, for
 // the cache, refused with an error that names it), never read in full.
 
-/// Largest image cache we read (a CUDA devel image's is about 100 KiB).
-pub const MAX_CACHE: u64 = 8 << 20;
+/// Largest image cache we read (530 libraries make 34 KiB; 1 MiB holds about 16,000).
+pub const MAX_CACHE: u64 = 1 << 20;
 /// Largest loader configuration file we read (real ones are a few lines).
 pub const MAX_CONF: u64 = 64 << 10;
 /// Most `*.conf` files of `/etc/ld.so.conf.d` we read.
 pub const MAX_CONF_FILES: usize = 256;
 /// Most directories we take from all the `00-compat-*.conf` files together (NVIDIA writes one).
-pub const MAX_COMPAT_DIRS: usize = 16;
-/// Most entries in a directory we scan for libraries.
-pub const MAX_DIR_ENTRIES: usize = 32 << 10;
+pub const MAX_COMPAT_DIRS: usize = 4;
+/// Most entries in a library folder we scan (a Debian multiarch folder holds about 1,100).
+pub const MAX_DIR_ENTRIES: usize = 8 << 10;
+/// Most `lib*.so*` files in one folder we open and read (each costs a few microseconds).
+pub const MAX_CANDIDATES: usize = 4 << 10;
+/// Most entries in a compat directory we scan (`/usr/local/cuda/compat` holds about 15).
+pub const MAX_COMPAT_DIR_ENTRIES: usize = 256;
 /// Always searched by glibc's loader, never worth listing.
 const TRUSTED_DIRS: &[&str] = &["/lib", "/usr/lib"];
 
@@ -169,6 +173,14 @@ pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, 
         .collect::<Result<_, _>>()?;
 
     let mut cache = match root.read_to_vec(LD_SO_CACHE, MAX_CACHE) {
+        // What a power cut can leave of a cache renamed into place unsynced; the loader ignores
+        // it too. Start afresh rather than refuse the container forever.
+        Ok(bytes) if bytes.is_empty() => {
+            report
+                .notes
+                .push(format!("{LD_SO_CACHE}: empty in the image; starting empty"));
+            Cache::new()
+        }
         Ok(bytes) => gpuctk_ldcache::parse(&bytes).map_err(|source| HookError::CorruptCache {
             root: root.host_path().to_path_buf(),
             source,
@@ -217,7 +229,12 @@ pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, 
         .chain(folders.iter().map(|f| (f.clone(), false)))
         .collect();
     for (dir, is_compat) in dirs {
-        let Some(found) = scan_dir(root, &dir, &mut report)? else {
+        let cap = if is_compat {
+            MAX_COMPAT_DIR_ENTRIES
+        } else {
+            MAX_DIR_ENTRIES
+        };
+        let Some(found) = scan_dir(root, &dir, cap, &mut report)? else {
             continue;
         };
         if !is_compat {
@@ -371,9 +388,20 @@ fn is_plain_name(s: &str) -> bool {
 fn scan_dir(
     root: &Root,
     dir: &str,
+    cap: usize,
     report: &mut LdcacheReport,
 ) -> Result<Option<Vec<Entry>>, HookError> {
-    let names = match root.read_dir_names_limited(dir, MAX_DIR_ENTRIES) {
+    let opened = match root.open_dir(dir) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => {
+            report.notes.push(format!(
+                "{dir}: no such directory in the container; skipped"
+            ));
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let names = match opened.names(cap) {
         Ok(n) => n,
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => {
             report.notes.push(format!(
@@ -387,22 +415,33 @@ fn scan_dir(
         }
         Err(e) => return Err(e.into()),
     };
+    let names: Vec<String> = names.into_iter().filter(|n| is_dso_name(n)).collect();
+    if names.len() > MAX_CANDIDATES {
+        report.notes.push(format!(
+            "{dir}: {} library files, more than the {MAX_CANDIDATES} we read; skipped",
+            names.len()
+        ));
+        return Ok(None);
+    }
     let mut candidates = Vec::new();
-    for name in names.into_iter().filter(|n| is_dso_name(n)) {
+    for name in names {
         let path = join(dir, &name);
-        let Some(lmeta) = root.try_symlink_metadata(&path)? else {
+        // One component from the open directory: the cost per file an image can multiply.
+        let Some(lmeta) = opened.lstat(&name)? else {
             continue;
         };
-        let is_link = match lmeta.kind {
-            FileKind::File => false,
-            FileKind::Symlink => true,
+        let (is_link, file) = match lmeta.kind {
+            FileKind::File => match opened.open_file(&name, &lmeta)? {
+                Some(f) => (false, f),
+                None => continue, // changed under us: not a library we can trust
+            },
+            FileKind::Symlink => match root.open_read(&path) {
+                Ok(f) => (true, f),
+                // Dangling links and links to non-files are not libraries.
+                Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            },
             _ => continue,
-        };
-        let file = match root.open_read(&path) {
-            Ok(f) => f,
-            // Dangling links and links to non-files are not libraries.
-            Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => continue,
-            Err(e) => return Err(e.into()),
         };
         let info = match elf::library_info(&file) {
             Ok(i) => i,

@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -403,69 +403,24 @@ impl Root {
     /// as soon as the directory holds more than `cap` entries, so an image
     /// cannot make us read and sort a million names.
     pub fn read_dir_names_limited(&self, path: &str, cap: usize) -> Result<Vec<String>, RootError> {
+        self.open_dir(path)?.names(cap)
+    }
+
+    /// Opens directory `path` (symlinks followed inside the root) for
+    /// listing and for single-name lookups relative to it, which cost one
+    /// path component each instead of a walk from the root.
+    pub fn open_dir(&self, path: &str) -> Result<Dir<'_>, RootError> {
         let fd = self.open_in_root(
             path,
             libc::O_RDONLY | libc::O_DIRECTORY,
             IN_ROOT,
             "open directory",
         )?;
-        let raw = fd.into_raw_fd();
-        // SAFETY: `raw` is an open directory descriptor we own; on success
-        // the DIR stream owns it and closedir closes it.
-        let dir = unsafe { libc::fdopendir(raw) };
-        if dir.is_null() {
-            let e = io::Error::last_os_error();
-            // SAFETY: fdopendir failed, so we still own `raw`.
-            unsafe { libc::close(raw) };
-            return Err(self.io_err(path, "read directory", e));
-        }
-        let mut names = Vec::new();
-        let result = loop {
-            // SAFETY: errno is thread-local; reset so a NULL from readdir
-            // can be told apart as end-of-directory or error.
-            unsafe { *libc::__errno_location() = 0 };
-            // SAFETY: `dir` is a valid DIR stream until closedir below.
-            let ent = unsafe { libc::readdir(dir) };
-            if ent.is_null() {
-                let e = io::Error::last_os_error();
-                break if e.raw_os_error().unwrap_or(0) == 0 {
-                    Ok(())
-                } else {
-                    Err(Some(e))
-                };
-            }
-            // SAFETY: readdir returned a valid dirent whose d_name is
-            // NUL-terminated.
-            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
-            let bytes = name.to_bytes();
-            if bytes == b"." || bytes == b".." {
-                continue;
-            }
-            if let Ok(s) = std::str::from_utf8(bytes) {
-                if names.len() >= cap {
-                    break Err(None);
-                }
-                names.push(s.to_string());
-            }
-        };
-        // SAFETY: `dir` is valid and closed exactly once.
-        let closed = unsafe { libc::closedir(dir) };
-        match result {
-            Ok(()) => {}
-            Err(Some(e)) => return Err(self.io_err(path, "read directory", e)),
-            Err(None) => {
-                return Err(RootError::TooManyEntries {
-                    root: self.path.clone(),
-                    path: path.to_string(),
-                    cap,
-                })
-            }
-        }
-        if closed != 0 {
-            return Err(self.io_err(path, "close directory", io::Error::last_os_error()));
-        }
-        names.sort();
-        Ok(names)
+        Ok(Dir {
+            root: self,
+            fd,
+            path: path.to_string(),
+        })
     }
 
     /// `stat` of `path`, following symlinks inside the root.
@@ -656,7 +611,10 @@ impl Root {
 
     /// Replaces (or creates) regular file `path` atomically: the bytes go to
     /// a new temporary file (`O_CREAT|O_EXCL|O_NOFOLLOW`) in the same in-root
-    /// directory, which is fsynced, given `mode` and renamed over `path`. A
+    /// directory, which is given `mode` and renamed over `path`. Nothing is
+    /// fsynced: the files we write into a container root are written again
+    /// at every container create, so a power cut costs nothing that the next
+    /// start does not redo, and an fsync cost milliseconds per start. A
     /// symlink at `path` is replaced, never followed; a directory there is
     /// an error. A failure leaves the old file in place. The parent
     /// directory must exist.
@@ -686,17 +644,12 @@ impl Root {
             if unsafe { libc::fchmod(file.as_raw_fd(), mode) } != 0 {
                 return Err(("chmod", io::Error::last_os_error()));
             }
-            file.sync_all().map_err(|e| ("fsync", e))?;
             rename_at(dfd, &tmp, &name).map_err(|e| ("rename", e))
         })();
         if let Err((op, e)) = written {
             // SAFETY: valid descriptor and name; failure is harmless.
             unsafe { libc::unlinkat(dfd, ctmp.as_ptr(), 0) };
             return Err(self.io_err(path, op, e));
-        }
-        // SAFETY: valid directory descriptor.
-        if unsafe { libc::fsync(dfd) } != 0 {
-            return Err(self.io_err(path, "fsync directory", io::Error::last_os_error()));
         }
         Ok(())
     }
@@ -1053,6 +1006,133 @@ fn fchmodat2_empty(fd: RawFd, mode: u32) -> io::Result<()> {
     {
         let _ = (fd, mode);
         Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+}
+
+/// A directory inside a [`Root`], opened once ([`Root::open_dir`]).
+#[derive(Debug)]
+pub struct Dir<'r> {
+    root: &'r Root,
+    fd: OwnedFd,
+    path: String,
+}
+
+impl Dir<'_> {
+    fn child(&self, name: &str) -> String {
+        if self.path.ends_with('/') {
+            format!("{}{name}", self.path)
+        } else {
+            format!("{}/{name}", self.path)
+        }
+    }
+
+    /// The entry names, sorted, without `.` and `..` (non-UTF-8 names left
+    /// out); [`RootError::TooManyEntries`] past `cap` entries.
+    pub fn names(&self, cap: usize) -> Result<Vec<String>, RootError> {
+        let err = |op, e| self.root.io_err(&self.path, op, e);
+        // SAFETY: dup of a descriptor we own; the DIR stream below owns the copy.
+        let raw = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(err("dup", io::Error::last_os_error()));
+        }
+        // SAFETY: `raw` is an open directory descriptor we own; on success
+        // the DIR stream owns it and closedir closes it.
+        let dir = unsafe { libc::fdopendir(raw) };
+        if dir.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so we still own `raw`.
+            unsafe { libc::close(raw) };
+            return Err(err("read directory", e));
+        }
+        // SAFETY: a fresh stream on a dup shares the offset with `fd`: start at the beginning.
+        unsafe { libc::rewinddir(dir) };
+        let mut names = Vec::new();
+        let result = loop {
+            // SAFETY: errno is thread-local; reset so a NULL from readdir
+            // can be told apart as end-of-directory or error.
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: `dir` is a valid DIR stream until closedir below.
+            let ent = unsafe { libc::readdir(dir) };
+            if ent.is_null() {
+                let e = io::Error::last_os_error();
+                break if e.raw_os_error().unwrap_or(0) == 0 {
+                    Ok(())
+                } else {
+                    Err(Some(e))
+                };
+            }
+            // SAFETY: readdir returned a valid dirent whose d_name is
+            // NUL-terminated.
+            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
+            let bytes = name.to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            if let Ok(s) = std::str::from_utf8(bytes) {
+                if names.len() >= cap {
+                    break Err(None);
+                }
+                names.push(s.to_string());
+            }
+        };
+        // SAFETY: `dir` is valid and closed exactly once.
+        let closed = unsafe { libc::closedir(dir) };
+        match result {
+            Ok(()) => {}
+            Err(Some(e)) => return Err(err("read directory", e)),
+            Err(None) => {
+                return Err(RootError::TooManyEntries {
+                    root: self.root.path.clone(),
+                    path: self.path.clone(),
+                    cap,
+                })
+            }
+        }
+        if closed != 0 {
+            return Err(err("close directory", io::Error::last_os_error()));
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// `lstat` of entry `name`; `None` when it does not exist.
+    pub fn lstat(&self, name: &str) -> Result<Option<Metadata>, RootError> {
+        match fstatat_nofollow(self.fd.as_raw_fd(), OsStr::new(name)) {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(self.root.io_err(&self.child(name), "lstat", e)),
+        }
+    }
+
+    /// Opens entry `name` for reading if it is a regular file (not through
+    /// a symlink: use [`Root::open_read`] on the full path for those), and
+    /// only if it is still the inode `seen` (from [`Dir::lstat`]). `None`
+    /// when it changed kind or identity meanwhile. One path component,
+    /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, `O_NONBLOCK`.
+    pub fn open_file(&self, name: &str, seen: &Metadata) -> Result<Option<File>, RootError> {
+        if seen.kind != FileKind::File {
+            return Ok(None);
+        }
+        let path = self.child(name);
+        let c = name_cstring(OsStr::new(name), &path)?;
+        let fd = match openat2(
+            self.fd.as_raw_fd(),
+            &c,
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW,
+            0,
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+        ) {
+            Ok(fd) => fd,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ELOOP)) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(self.root.io_err(&path, "open", e)),
+        };
+        let now = fstat(fd.as_raw_fd()).map_err(|e| self.root.io_err(&path, "stat", e))?;
+        if now.kind != FileKind::File || !now.same_inode(seen) {
+            return Ok(None);
+        }
+        Ok(Some(File::from(fd)))
     }
 }
 

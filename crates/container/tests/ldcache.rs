@@ -394,7 +394,7 @@ fn huge_library_folder_is_skipped_with_a_note() {
         report
             .notes
             .iter()
-            .any(|n| n.contains("more than 32768 entries; skipped")),
+            .any(|n| n.contains("more than 8192 entries; skipped")),
         "{:?}",
         report.notes
     );

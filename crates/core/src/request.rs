@@ -204,33 +204,33 @@ pub enum Delivery {
 
 /// The container's env as (name, value), later entries overriding earlier ones in place of the
 /// first. Linear in the number of entries.
-fn env_of(config: &Value) -> Result<Vec<(String, String)>, RequestError> {
+fn env_of(config: &Value) -> Result<Vec<(&str, &str)>, RequestError> {
     let Some(env) = config.pointer("/process/env") else {
         return Ok(Vec::new());
     };
     let arr = env
         .as_array()
         .ok_or_else(|| RequestError::Spec("process.env is not an array".into()))?;
-    let mut out: Vec<(String, String)> = Vec::with_capacity(arr.len());
-    let mut index: HashMap<String, usize> = HashMap::with_capacity(arr.len());
+    let mut out: Vec<(&str, &str)> = Vec::with_capacity(arr.len());
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(arr.len());
     for e in arr {
         let s = e
             .as_str()
             .ok_or_else(|| RequestError::Spec("process.env holds a non-string".into()))?;
         let (k, v) = s.split_once('=').unwrap_or((s, ""));
         match index.get(k) {
-            Some(&i) => out[i].1 = v.to_string(),
+            Some(&i) => out[i].1 = v,
             None => {
-                index.insert(k.to_string(), out.len());
-                out.push((k.to_string(), v.to_string()));
+                index.insert(k, out.len());
+                out.push((k, v));
             }
         }
     }
     Ok(out)
 }
 
-fn get<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+fn get<'a>(env: &[(&'a str, &'a str)], name: &str) -> Option<&'a str> {
+    env.iter().find(|(k, _)| *k == name).map(|(_, v)| *v)
 }
 
 fn is_privileged(config: &Value) -> bool {
@@ -562,9 +562,9 @@ pub fn parse_request(
     let mut requirements: Vec<(String, String)> = env
         .iter()
         .filter(|(k, v)| {
-            k.starts_with("NVIDIA_REQUIRE_") && k != "NVIDIA_REQUIRE_JETPACK" && !v.is_empty()
+            k.starts_with("NVIDIA_REQUIRE_") && *k != "NVIDIA_REQUIRE_JETPACK" && !v.is_empty()
         })
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     if legacy_image {
         if let Some(v) = get(&env, "CUDA_VERSION") {
