@@ -147,6 +147,21 @@ impl Error {
         matches!(self, Error::NotDurable { .. })
     }
 
+    /// What went wrong, without the file's name or its state (for a caller that says both in
+    /// its own words).
+    pub fn cause(&self) -> String {
+        match self {
+            Error::NotAFile { .. } => "not a file path".to_string(),
+            Error::Unchanged {
+                step, dir, source, ..
+            } => format!("{step} {}: {source}", dir.display()),
+            Error::NotDurable { dir, source, .. } => {
+                format!("syncing directory {} failed: {source}", dir.display())
+            }
+            Error::Exists { .. } => "it already exists".to_string(),
+        }
+    }
+
     /// The message without the leading `<path>: `, for callers that name the file themselves.
     pub fn state(&self) -> String {
         let full = self.to_string();
@@ -372,8 +387,10 @@ impl Temp {
             .open(dir);
         match unnamed {
             Ok(file) => {
-                // Held until the temp name is gone; see remove_stale_temps.
-                lock(&file, false).map_err(|e| (dir, e))?;
+                // Held until the temp name is gone; see remove_stale_temps. Where the file system
+                // has no flock, go on unlocked: another writer's cleanup could then remove our
+                // temp name in its instant of life, which fails our rename cleanly.
+                let _ = lock(&file, false);
                 return Ok(Temp {
                     file,
                     name: None,
@@ -407,7 +424,7 @@ impl Temp {
                         name: Some(tmp),
                         created_in: staging.to_path_buf(),
                     };
-                    lock(&t.file, false).map_err(|e| (staging, e))?;
+                    let _ = lock(&t.file, false);
                     return Ok(t);
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -529,6 +546,40 @@ fn lock(file: &File, try_only: bool) -> io::Result<()> {
     }
 }
 
+/// The names in `dir` (none when it cannot be read). Not `fs::read_dir`: std panics when
+/// `closedir` fails (EIO on a failing disk), and a cleanup must never take the write down.
+fn names_in(dir: &Path) -> Vec<OsString> {
+    use std::os::unix::ffi::OsStringExt;
+    let Ok(c) = cstring(dir) else {
+        return Vec::new();
+    };
+    // SAFETY: a valid NUL-terminated path.
+    let d = unsafe { libc::opendir(c.as_ptr()) };
+    if d.is_null() {
+        return Vec::new();
+    }
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: `d` is an open directory stream; the entry is valid until the next readdir,
+        // and its name is NUL-terminated; we copy it out at once.
+        let name = unsafe {
+            let ent = libc::readdir(d);
+            if ent.is_null() {
+                break;
+            }
+            std::ffi::CStr::from_ptr((*ent).d_name.as_ptr())
+                .to_bytes()
+                .to_vec()
+        };
+        if name != b"." && name != b".." {
+            names.push(OsString::from_vec(name));
+        }
+    }
+    // SAFETY: closing the stream opened above, once. Its error says nothing about the names.
+    unsafe { libc::closedir(d) };
+    names
+}
+
 /// How old a temp file of gpuctk before 0.2 (`.<name>.<pid>.<n>.tmp`, never locked) must be
 /// before we take it for abandoned.
 const LEGACY_TEMP_AGE: Duration = Duration::from_secs(60);
@@ -555,19 +606,15 @@ fn is_legacy_temp(file_name: &OsStr, name: &OsStr) -> bool {
 /// lock, an earlier version's when older than [`LEGACY_TEMP_AGE`]. Best effort: a temp file we
 /// cannot remove is harmless (no loader reads its name) and is tried again next time.
 pub fn remove_stale_temps(dir: &Path, name: &OsStr) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
     let prefix = temp_prefix(name);
-    for ent in entries.flatten() {
-        let file_name = ent.file_name();
+    for file_name in names_in(dir) {
         let ours = file_name.as_bytes().starts_with(prefix.as_bytes())
             && file_name.as_bytes().ends_with(b".tmp");
         let legacy = !ours && is_legacy_temp(&file_name, name);
         if !ours && !legacy {
             continue;
         }
-        let p = ent.path();
+        let p = dir.join(&file_name);
         let Ok(f) = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)

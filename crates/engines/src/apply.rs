@@ -85,7 +85,7 @@ pub enum ApplyError {
         path: PathBuf,
     },
     /// Writing the backup failed (nothing was written to the file itself).
-    #[error("{}: cannot keep its original content in {}: {}; {} is unchanged", file.display(), path.display(), source.state(), file.display())]
+    #[error("{}: cannot keep its original content in {}: {}; nothing was written", file.display(), path.display(), source.cause())]
     Backup {
         /// The file to back up.
         file: PathBuf,
@@ -93,6 +93,19 @@ pub enum ApplyError {
         path: PathBuf,
         /// Why, and the backup's state.
         source: gpuctk_atomicfile::Error,
+    },
+    /// The backup was written but its directory could not be synced: it may vanish in a power
+    /// cut, so the file itself was not touched (a later run keeps this backup).
+    #[error("{}: its original content was copied to {}, but syncing directory {} failed: {source}, so the copy may not survive a power cut; {} is unchanged", file.display(), path.display(), dir.display(), file.display())]
+    BackupNotDurable {
+        /// The file to back up.
+        file: PathBuf,
+        /// The backup file.
+        path: PathBuf,
+        /// The directory that could not be synced.
+        dir: PathBuf,
+        /// Why.
+        source: io::Error,
     },
     /// Creating the directory of a new file failed.
     #[error("{}: cannot create directory {}: {source}; the file was not written{}", file.display(), path.display(), earlier(done))]
@@ -153,8 +166,21 @@ fn write_backup(file: &Path, backup: &Path, prev: &[u8]) -> Result<Backup, Apply
     };
     match gpuctk_atomicfile::replace(backup, prev, &opts) {
         Ok(()) => Ok(Backup::Written(backup.to_path_buf())),
-        // Created between our look and our link: someone else's backup, which we keep.
-        Err(gpuctk_atomicfile::Error::Exists { .. }) => Ok(Backup::Kept(backup.to_path_buf())),
+        // Created between our look and our link: someone else's backup, which we keep (once we
+        // have seen it is there: we never report a backup that does not exist).
+        Err(gpuctk_atomicfile::Error::Exists { .. })
+            if fs::symlink_metadata(backup).is_ok_and(|m| m.file_type().is_file()) =>
+        {
+            Ok(Backup::Kept(backup.to_path_buf()))
+        }
+        Err(gpuctk_atomicfile::Error::NotDurable { dir, source, .. }) => {
+            Err(ApplyError::BackupNotDurable {
+                file: file.to_path_buf(),
+                path: backup.to_path_buf(),
+                dir,
+                source,
+            })
+        }
         Err(source) => Err(ApplyError::Backup {
             file: file.to_path_buf(),
             path: backup.to_path_buf(),

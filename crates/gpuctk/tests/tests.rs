@@ -11,6 +11,8 @@ mod bad_input;
 mod commands;
 /// docker, podman, containerd and `runtime configure`.
 mod engines;
+/// Writers killed at every step and fed write, fsync and rename errors: no file lost or torn.
+mod faults;
 /// `cdi generate` on every layout, GPU count and driver version; the spec matches the host.
 mod generate;
 /// Discovery on the real Debian 535 driver packages, unpacked with dpkg-deb.

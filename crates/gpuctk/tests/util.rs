@@ -183,3 +183,41 @@ pub fn assert_cdi_schema(spec: &serde_json::Value) {
 pub fn yaml(text: &str) -> serde_json::Value {
     serde_yaml::from_str(text).expect("valid yaml")
 }
+
+/// The names in `dir` (empty when it does not exist), sorted.
+pub fn names_in(dir: &Path) -> std::collections::BTreeSet<String> {
+    match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Default::default(),
+    }
+}
+
+/// The lines of this process's `/proc/self/mountinfo` that mention `under`: the mounts a test
+/// made (or leaked) below its own temp dir, unaffected by other tests mounting elsewhere.
+pub fn mounts_under(under: &Path) -> Vec<String> {
+    let needle = under.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The container ids `runtime --root state_root list` knows (the header line dropped).
+pub fn runtime_list(runtime: &str, state_root: &Path) -> Vec<String> {
+    let out = Command::new(runtime)
+        .arg("--root")
+        .arg(state_root)
+        .args(["list", "-q"])
+        .output()
+        .unwrap_or_else(|e| panic!("{runtime} list: {e} (install {runtime})"));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
