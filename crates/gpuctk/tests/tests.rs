@@ -9,6 +9,8 @@ mod util;
 mod bad_input;
 /// `cdi list`, `cdi validate`, `info`, `demo` and the `nvidia-ctk` personality.
 mod commands;
+/// 50 at once: runtime configures, shim creates, prestart hooks, readers of a spec being rewritten.
+mod concurrency;
 /// docker, podman, containerd and `runtime configure`.
 mod engines;
 /// Writers killed at every step and fed write, fsync and rename errors: no file lost or torn.
