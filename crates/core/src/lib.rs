@@ -5,6 +5,7 @@
 pub mod capabilities;
 pub mod plan;
 pub mod request;
+pub mod route;
 pub mod select;
 pub mod spec;
 
@@ -13,6 +14,7 @@ pub use plan::{plan, GpuEdits, Plan, PlanOptions};
 pub use request::{
     gate, parse_request, Delivery, DeviceId, Devices, Grant, Policy, Request, RequestError, Sources,
 };
+pub use route::{route, stale_reason, Mode, Route, RouteError};
 pub use select::{cdi_name_to_device, jit_edits, select_gpus, SelectError};
 pub use spec::{
     build_spec, spec_driver_version, NameStrategy, SpecError, SpecOptions,

@@ -10,18 +10,7 @@ use toml_edit::{Document, Item, Table};
 /// Where the config is looked for when no variable names it.
 pub const DEFAULT_CONFIG: &str = "/etc/nvidia-container-runtime/config.toml";
 
-/// How the runtime finds devices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// CDI names through the registry, everything else just in time.
-    Auto,
-    /// Everything through the CDI registry.
-    Cdi,
-    /// Just-in-time edits only (NVIDIA's `jit-cdi`).
-    JitCdi,
-    /// The legacy prestart hook.
-    Legacy,
-}
+pub use gpuctk_core::Mode;
 
 /// The settings gpuctk uses.
 #[derive(Debug, Clone)]

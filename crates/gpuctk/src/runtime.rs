@@ -14,10 +14,8 @@ use std::process::ExitCode;
 use anyhow::{anyhow, bail, Context};
 use gpuctk_cdi::registry::Registry;
 use gpuctk_cdi::spec::ContainerEdits;
-use gpuctk_core::request::{Delivery, Devices};
-use gpuctk_core::{
-    cdi_name_to_device, jit_edits, parse_request, spec_driver_version, DeviceId, Request,
-};
+use gpuctk_core::request::Delivery;
+use gpuctk_core::{jit_edits, parse_request, spec_driver_version, DeviceId, Request, Route};
 use gpuctk_host::{DiscoverOptions, Roots};
 
 use crate::config::{self, Config, Mode};
@@ -285,7 +283,15 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
     for w in &request.ignored {
         tracing::warn!("{w}");
     }
-    let Some(edits) = edits_for(&request, cfg)? else {
+    let route = gpuctk_core::route(&request, cfg.mode, &cfg.default_kind)?;
+    if route == Route::PrestartHook {
+        if add_prestart_hook(&mut spec, cfg) {
+            write_spec(&path, &spec)?;
+            tracing::info!("{}: added the legacy prestart hook", path.display());
+        }
+        return Ok(());
+    }
+    let Some(edits) = edits_for_route(&request, route, cfg)? else {
         tracing::debug!("{}: no GPU requested; spec left as is", path.display());
         return Ok(());
     };
@@ -294,9 +300,7 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
     if !edits.hooks.is_empty() {
         pass_hook_errors_on(&mut spec, runtime);
     }
-    let out = serde_json::to_vec(&spec)?;
-    gpuctk_atomicfile::write(&path, &out, None)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
+    write_spec(&path, &spec)?;
     tracing::info!(
         "{}: injected {} device nodes, {} mounts, {} hooks",
         path.display(),
@@ -305,6 +309,62 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
         edits.hooks.len()
     );
     Ok(())
+}
+
+fn write_spec(path: &Path, spec: &serde_json::Value) -> anyhow::Result<()> {
+    let out = serde_json::to_vec(spec)?;
+    gpuctk_atomicfile::write(path, &out, None)
+        .with_context(|| format!("{}: cannot write", path.display()))
+}
+
+/// The names NVIDIA's legacy hook goes by; a prestart hook with one of them already injects.
+const LEGACY_HOOK_NAMES: [&str; 2] = ["nvidia-container-runtime-hook", "nvidia-container-toolkit"];
+
+/// `mode = "legacy"`, as NVIDIA's runtime does it: add our prestart hook (this binary, under
+/// the hook's name) and leave the rest of the spec alone; the hook injects into the live
+/// container. Nothing is added when such a hook is there already (docker `--gpus` adds one).
+/// Returns whether the spec changed.
+fn add_prestart_hook(spec: &mut serde_json::Value, cfg: &Config) -> bool {
+    let is_ours = |h: &serde_json::Value| {
+        let base = |v: Option<&str>| {
+            v.and_then(|p| Path::new(p).file_name())
+                .is_some_and(|n| LEGACY_HOOK_NAMES.iter().any(|l| n == *l))
+        };
+        base(h.get("path").and_then(|p| p.as_str()))
+            || base(h.pointer("/args/0").and_then(|p| p.as_str()))
+    };
+    let Some(obj) = spec.as_object_mut() else {
+        return false;
+    };
+    let hooks = obj.entry("hooks").or_insert_with(|| serde_json::json!({}));
+    let Some(hooks) = hooks.as_object_mut() else {
+        return false;
+    };
+    let prestart = hooks
+        .entry("prestart")
+        .or_insert_with(|| serde_json::json!([]));
+    let Some(list) = prestart.as_array_mut() else {
+        return false;
+    };
+    if list.iter().any(is_ours) {
+        return false;
+    }
+    let mut args = vec![LEGACY_HOOK_NAMES[0].to_string()];
+    // runc gives a hook only the hook's own env: name a non-default config explicitly.
+    if let Some(p) = cfg
+        .path
+        .as_deref()
+        .filter(|p| *p != Path::new(config::DEFAULT_CONFIG))
+    {
+        args.push("-config".into());
+        args.push(p.to_string_lossy().into_owned());
+    }
+    args.push("prestart".into());
+    list.push(serde_json::json!({
+        "path": crate::commands::self_path(),
+        "args": args,
+    }));
+    true
 }
 
 /// crun's annotation that gives hooks a stderr; without it a failing hook's message goes to
@@ -362,48 +422,28 @@ fn hook_path(cfg: &Config) -> String {
 }
 
 /// The edits the request gets under the configured mode; `None` when it asks for nothing.
+/// Legacy mode (the prestart hook's own call) plans as `auto` does.
 pub fn edits_for(request: &Request, cfg: &Config) -> anyhow::Result<Option<ContainerEdits>> {
-    let ids: Vec<DeviceId> = match &request.devices {
-        Devices::Unrequested => return Ok(None),
-        Devices::NoGpus => Vec::new(),
-        Devices::Ids(ids) => ids.clone(),
+    let mode = match cfg.mode {
+        Mode::Legacy => Mode::Auto,
+        m => m,
     };
+    let route = gpuctk_core::route(request, mode, &cfg.default_kind)?;
+    edits_for_route(request, route, cfg)
+}
+
+fn edits_for_route(
+    request: &Request,
+    route: Route,
+    cfg: &Config,
+) -> anyhow::Result<Option<ContainerEdits>> {
     let source = request.source.to_string();
-    let cdi_names: Vec<String> = match cfg.mode {
-        Mode::Cdi => ids
-            .iter()
-            .map(|d| match d {
-                DeviceId::Cdi(n) => n.clone(),
-                other => format!("{}={other}", cfg.default_kind),
-            })
-            .collect(),
-        Mode::Auto if request.all_cdi() => ids.iter().map(|d| d.to_string()).collect(),
-        Mode::Auto | Mode::JitCdi => {
-            if ids.iter().any(|d| matches!(d, DeviceId::Cdi(_))) {
-                // Only our own kind can be planned just in time.
-                let mapped: Option<Vec<DeviceId>> = ids
-                    .iter()
-                    .map(|d| match d {
-                        DeviceId::Cdi(n) => cdi_name_to_device(n, &cfg.default_kind),
-                        other => Some(other.clone()),
-                    })
-                    .collect();
-                let Some(mapped) = mapped else {
-                    bail!("{source}: mixes CDI names with GPU ids; use one form");
-                };
-                return jit(request, &mapped, cfg).map(Some);
-            }
-            return jit(request, &ids, cfg).map(Some);
-        }
-        Mode::Legacy => bail!(
-            "mode = \"legacy\" in {} needs the nvidia-container-runtime-hook personality, which this gpuctk does not have yet; use mode = \"auto\"",
-            cfg.path.as_deref().unwrap_or(Path::new(config::DEFAULT_CONFIG)).display()
-        ),
+    let (cdi_names, fallback) = match route {
+        Route::Untouched => return Ok(None),
+        Route::JustInTime(ids) => return jit(request, &ids, cfg).map(Some),
+        Route::Registry { names, fallback } => (names, fallback),
+        Route::PrestartHook => bail!("internal: the prestart-hook route has no edits"),
     };
-    if cdi_names.is_empty() {
-        // `none` in cdi mode: nothing to resolve, but the driver is still wanted.
-        return jit(request, &[], cfg).map(Some);
-    }
     // Only specs that can define the requested kinds are parsed (a hostile file of another
     // vendor in a shared spec dir must not slow this container down).
     let mut vendors: Vec<&str> = cdi_names
@@ -418,17 +458,13 @@ pub fn edits_for(request: &Request, cfg: &Config) -> anyhow::Result<Option<Conta
     }
     let refs: Vec<&str> = cdi_names.iter().map(String::as_str).collect();
     let resolved = reg.resolve(&refs).map_err(|e| anyhow!("{source}: {e}"))?;
-    match stale_reason(&reg, &resolved.spec_paths, &resolved.edits, cfg) {
+    match stale(&reg, &resolved.spec_paths, &resolved.edits, cfg) {
         None => Ok(Some(resolved.edits)),
         Some(why) if cfg.mode == Mode::Auto => {
             tracing::warn!(
                 "{why}; using just-in-time edits instead (refresh it with `gpuctk cdi generate`)"
             );
-            let mapped: Option<Vec<DeviceId>> = cdi_names
-                .iter()
-                .map(|n| cdi_name_to_device(n, &cfg.default_kind))
-                .collect();
-            let mapped = mapped.ok_or_else(|| anyhow!("{why}, and {source} names devices gpuctk cannot plan itself; run `gpuctk cdi generate`"))?;
+            let mapped = fallback.ok_or_else(|| anyhow!("{why}, and {source} names devices gpuctk cannot plan itself; run `gpuctk cdi generate`"))?;
             jit(request, &mapped, cfg).map(Some)
         }
         Some(why) => bail!("{why}; run `gpuctk cdi generate` to refresh it"),
@@ -444,46 +480,35 @@ fn jit(request: &Request, ids: &[DeviceId], cfg: &Config) -> anyhow::Result<Cont
     Ok(edits.unwrap_or_default())
 }
 
-/// Why a static spec no longer fits this host: made for another driver, or naming host files
-/// that are gone (a driver upgrade does both).
-fn stale_reason(
+/// Whether the static specs used still fit this host ([`gpuctk_core::stale_reason`]): the
+/// running driver from procfs and the first host path they name that is gone, from `host`.
+fn stale(
     reg: &Registry,
     specs: &[PathBuf],
     edits: &ContainerEdits,
     cfg: &Config,
 ) -> Option<String> {
-    let version_file = cfg.proc_root.join("driver/nvidia/version");
-    let running = std::fs::read_to_string(&version_file)
-        .ok()
-        .and_then(|t| gpuctk_host::procfs::parse_version(&t).ok());
-    for p in specs {
-        let Some(spec) = reg.spec_for_path(p) else {
-            continue;
-        };
-        if let (Some(made_for), Some(running)) = (spec_driver_version(spec), &running) {
-            if made_for != running.as_str() {
-                return Some(format!(
-                    "CDI spec {} was generated for driver {made_for}, but driver {running} is running",
-                    p.display()
-                ));
-            }
-        }
-    }
-    for m in &edits.mounts {
-        if m.host_path.starts_with('/') && std::fs::symlink_metadata(&m.host_path).is_err() {
-            return Some(format!(
-                "CDI spec mount source {} no longer exists",
-                m.host_path
-            ));
-        }
-    }
-    for n in &edits.device_nodes {
-        let host = n.host_path.as_deref().unwrap_or(&n.path);
-        if std::fs::symlink_metadata(host).is_err() {
-            return Some(format!("CDI spec device node {host} no longer exists"));
-        }
-    }
-    None
+    let made_for: Vec<(String, Option<String>)> = specs
+        .iter()
+        .filter_map(|p| {
+            let spec = reg.spec_for_path(p)?;
+            Some((p.display().to_string(), spec_driver_version(spec)))
+        })
+        .collect();
+    let running = gpuctk_host::running_driver_version(&cfg.proc_root);
+    let paths = edits
+        .mounts
+        .iter()
+        .filter(|m| m.host_path.starts_with('/'))
+        .map(|m| ("mount source", m.host_path.as_str()))
+        .chain(
+            edits
+                .device_nodes
+                .iter()
+                .map(|n| ("device node", n.host_path.as_deref().unwrap_or(&n.path))),
+        );
+    let missing = gpuctk_host::first_missing(paths);
+    gpuctk_core::stale_reason(&made_for, running.as_deref(), missing.as_deref())
 }
 
 #[cfg(test)]

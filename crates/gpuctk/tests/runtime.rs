@@ -824,3 +824,34 @@ fn failing_hook_message_reaches_the_engine_under_crun_and_runc() {
         assert!(!bed.listed().contains(&id), "{}", bed.listed());
     }
 }
+
+/// `mode = "legacy"` (many fleets pinned it) failed every GPU container with a message blaming
+/// a hook personality that exists. Now, as NVIDIA's runtime does, the shim adds our prestart
+/// hook and leaves the rest of the spec alone; the hook injects into the live container.
+#[test]
+fn legacy_mode_adds_the_prestart_hook() {
+    for runtime in ["runc", "crun"] {
+        let bed = Bed::new(runtime, "debian", 4);
+        let cfg = fs::read_to_string(&bed.config).unwrap().replace(
+            "[nvidia-container-runtime]\n",
+            "[nvidia-container-runtime]\nmode = \"legacy\"\n",
+        );
+        fs::write(&bed.config, cfg).unwrap();
+        bed.set_env(&["NVIDIA_VISIBLE_DEVICES=1,3"]);
+        let r = bed.run("legacymode");
+        r.ok();
+        check_selected(&bed, &r, &[1, 3]);
+        let spec = bed.spec();
+        let pre = spec["hooks"]["prestart"].as_array().unwrap();
+        assert_eq!(pre.len(), 1, "{pre:?}");
+        assert_eq!(pre[0]["args"][0], json!("nvidia-container-runtime-hook"));
+        assert!(
+            spec["hooks"].get("createContainer").is_none(),
+            "no CDI edits in legacy mode: {spec}"
+        );
+        // Asked for nothing: nothing added.
+        bed.set_env(&[]);
+        bed.run("legacynone").ok();
+        assert!(bed.spec()["hooks"].get("prestart").is_none());
+    }
+}
