@@ -15,3 +15,20 @@ pub use cuda::{cuda_version_for_branch, CudaVersion};
 pub use discover::{discover, DiscoverError, DiscoverOptions};
 pub use inventory::{DeviceNode, Gpu, HostFile, Inventory, Library, Roots};
 pub use procfs::DriverVersion;
+
+/// The running driver's version from `<proc_root>/driver/nvidia/version`, or `None` when the
+/// module is not loaded or the file does not parse (for staleness checks, where "unknown" must
+/// not fail a container).
+pub fn running_driver_version(proc_root: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(proc_root.join("driver/nvidia/version")).ok()?;
+    procfs::parse_version(&text).ok().map(|v| v.to_string())
+}
+
+/// The first of `paths` (each with what it is, e.g. `"mount source"`) that does not exist on
+/// the host, as `"<what> <path>"`: a static spec naming it no longer fits the host.
+pub fn first_missing<'a>(paths: impl IntoIterator<Item = (&'a str, &'a str)>) -> Option<String> {
+    paths
+        .into_iter()
+        .find(|(_, p)| std::fs::symlink_metadata(p).is_err())
+        .map(|(what, p)| format!("{what} {p}"))
+}
