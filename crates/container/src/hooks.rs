@@ -752,8 +752,7 @@ fn decide(
         Some(note) => {
             if let (Some(driver), Some(compat)) = (&driver, &compat) {
                 let host_major = driver[0];
-                let branches: Vec<u64> = note
-                    .get("Driver")
+                let branches: Vec<u64> = note_field(note, "Driver")
                     .and_then(|d| d.as_array())
                     .map(|a| {
                         a.iter()
@@ -781,7 +780,7 @@ fn decide(
                 };
             }
             if let Some(host_cuda) = host_cuda {
-                let note_cuda = note.get("CUDA Version").and_then(|v| v.as_str());
+                let note_cuda = note_field(note, "CUDA Version").and_then(|v| v.as_str());
                 let (Some(note_v), Some(host_v)) =
                     (note_cuda.and_then(parse_version), parse_version(host_cuda))
                 else {
@@ -830,6 +829,18 @@ fn decide(
             }
         }
     }
+}
+
+/// A field of the forward-compat note. Real libraries write `"driver"` and `"CUDA version"`
+/// where older ones wrote `"Driver"` and `"CUDA Version"`; NVIDIA's decoder (Go's
+/// `encoding/json`) matches keys without regard to ASCII case, and so do we. An exact match wins.
+fn note_field<'a>(note: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
+    let obj = note.as_object()?;
+    obj.get(key).or_else(|| {
+        obj.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v)
+    })
 }
 
 /// 64-bit FNV-1a, for a stable drop-in name per compat directory.
@@ -891,9 +902,15 @@ pub fn enable_cuda_compat(
         }
         Err(e) => return Err(e.into()),
     };
+    // When the library cannot be read as ELF, or its note is not JSON, NVIDIA falls back to the
+    // rule for libraries without a note (driver majors from the file names); so do we, noting why.
+    let mut warning = None;
     let notes = match elf::note_section(&file, CUDA_FWD_COMPAT_SECTION) {
         Ok(n) => n,
-        Err(e) => return Ok(not_used(format!("not a readable ELF file: {e}"))),
+        Err(e) => {
+            warning = Some(format!("{library} is not a readable ELF file ({e})"));
+            None
+        }
     };
     let note = notes
         .unwrap_or_default()
@@ -906,12 +923,17 @@ pub fn enable_cuda_compat(
             match serde_json::from_slice::<serde_json::Value>(&n.desc[..end]) {
                 Ok(v) if v.is_object() => Some(v),
                 Ok(_) | Err(_) => {
-                    return Ok(not_used(format!(
-                        "its {CUDA_FWD_COMPAT_SECTION} note is not a JSON object"
-                    )))
+                    warning = Some(format!(
+                        "the {CUDA_FWD_COMPAT_SECTION} note of {library} is not a JSON object"
+                    ));
+                    None
                 }
             }
         }
+    };
+    let with_warning = |reason: String| match &warning {
+        Some(w) => format!("{w}; judged by the driver majors in the file names: {reason}"),
+        None => reason,
     };
     let reason = match decide(
         host_driver_version,
@@ -919,8 +941,8 @@ pub fn enable_cuda_compat(
         &compat_version,
         payload.as_ref(),
     ) {
-        Ok(reason) => reason,
-        Err(reason) => return Ok(not_used(reason)),
+        Ok(reason) => with_warning(reason),
+        Err(reason) => return Ok(not_used(with_warning(reason))),
     };
 
     let compat_dir = root.canonicalize(&compat_root)?;

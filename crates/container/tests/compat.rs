@@ -250,3 +250,54 @@ fn chosen_compat_wins_in_the_cache_and_the_loader() {
         other => panic!("libcuda not loaded: {other:?}\n{text}"),
     }
 }
+
+/// Regression (issue 10's defect, found with the hardening work): the note in a real
+/// `libcuda.so` (575 and later) spells its keys `"driver"` and `"CUDA version"`; we looked them
+/// up with exact case, so a real compat library was never used. Keys now match without regard
+/// to ASCII case, as NVIDIA's decoder does.
+#[test]
+fn note_keys_match_without_regard_to_case() {
+    for note in [
+        r#"{"format":1,"CUDA version":"12.9","driver":[535,550,570],"device":[1,2]}"#,
+        r#"{"FORMAT":1,"cuda version":"12.9","DRIVER":[570]}"#,
+    ] {
+        let (_tmp, root) = temp_root();
+        compat_fixture(&root, "575.57.08", Some(note));
+        let r = Root::open(&root).unwrap();
+        let out = enable_cuda_compat(&r, Some("570.124.06"), None, COMPAT).unwrap();
+        assert!(out.enabled(), "{note}: {out}");
+        // The host branch must still be listed.
+        let out = enable_cuda_compat(&r, Some("560.35.03"), None, COMPAT).unwrap();
+        assert!(!out.enabled(), "{note}: {out}");
+        // The CUDA-version rule (Tegra) reads the lower-case key too.
+        let (_tmp2, root2) = temp_root();
+        compat_fixture(&root2, "575.57.08", Some(note));
+        let r2 = Root::open(&root2).unwrap();
+        assert!(enable_cuda_compat(&r2, None, Some("12.6"), COMPAT)
+            .unwrap()
+            .enabled());
+    }
+}
+
+/// A compat library that is not readable ELF, or whose note is not JSON, is judged as NVIDIA
+/// does then: by the driver majors in the file names, with the reason noted.
+#[test]
+fn unreadable_compat_library_falls_back_to_the_majors() {
+    let (_tmp, root) = temp_root();
+    let lib = root.join("usr/local/cuda/compat/libcuda.so.575.57.08");
+    std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+    std::fs::write(&lib, b"\x7fELF truncated").unwrap();
+    let r = Root::open(&root).unwrap();
+    let out = enable_cuda_compat(&r, Some("570.124.06"), None, COMPAT).unwrap();
+    assert!(out.enabled(), "{out}");
+    assert!(out.to_string().contains("not a readable ELF file"), "{out}");
+    let out = enable_cuda_compat(&r, Some("580.1.1"), None, COMPAT).unwrap();
+    assert!(!out.enabled(), "{out}");
+
+    let (_tmp, root) = temp_root();
+    compat_fixture(&root, "575.57.08", Some("{not json"));
+    let r = Root::open(&root).unwrap();
+    let out = enable_cuda_compat(&r, Some("570.124.06"), None, COMPAT).unwrap();
+    assert!(out.enabled(), "{out}");
+    assert!(out.to_string().contains("is not a JSON object"), "{out}");
+}
