@@ -15,6 +15,8 @@ mod concurrency;
 mod engines;
 /// Writers killed at every step and fed write, fsync and rename errors: no file lost or torn.
 mod faults;
+/// Discovery errors that were swallowed (an unreadable firmware folder): generate fails.
+mod discovery_errors;
 /// `cdi generate` on every layout, GPU count and driver version; the spec matches the host.
 mod generate;
 /// Discovery on the real Debian 535 driver packages, unpacked with dpkg-deb.

@@ -5,8 +5,10 @@
 //! headers. No NVML, no process spawn, no directory walk of the library dirs: with the driver
 //! version known, every candidate file name is known too.
 
+use std::ffi::{CStr, CString, OsStr};
 use std::fs;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -53,6 +55,15 @@ pub enum DiscoverError {
         file: PathBuf,
         /// What is wrong.
         source: ElfError,
+    },
+    /// The driver's firmware folder exists but cannot be listed: containers would start
+    /// without the GSP firmware the GPUs need, so this is an error, not a silent skip.
+    #[error("{}: cannot read the GPU firmware folder: {source}; make it readable (chmod 755 {}) or check the disk, then retry", dir.display(), dir.display())]
+    Firmware {
+        /// The folder, on the host.
+        dir: PathBuf,
+        /// Why.
+        source: io::Error,
     },
     /// Reading a file failed.
     #[error("{path}: {source}")]
@@ -129,7 +140,7 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
     let control_nodes = discover_control_nodes(roots, nvidia_major, uvm_major, &mut warnings);
     let (libraries, library_source) = discover_libraries(roots, &version, opts)?;
     let binaries = discover_binaries(&roots.driver_root);
-    let firmware = discover_firmware(&roots.driver_root, &version);
+    let firmware = discover_firmware(&roots.driver_root, &version)?;
     let ipc = discover_ipc(&roots.driver_root);
 
     Ok(Inventory {
@@ -180,7 +191,7 @@ fn discover_gpus(
 ) -> Result<Vec<Gpu>, DiscoverError> {
     let dir = roots.proc_root.join("driver/nvidia/gpus");
     let mut infos = Vec::new();
-    let entries = match fs::read_dir(&dir) {
+    let entries = match read_dir_entries(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             warnings.push(format!(
@@ -192,8 +203,7 @@ fn discover_gpus(
         Err(e) => return Err(io_err(&dir)(e)),
     };
     for entry in entries {
-        let entry = entry.map_err(io_err(&dir))?;
-        let file = entry.path().join("information");
+        let file = dir.join(&entry.name).join("information");
         let info = procfs::parse_information(&read_text(&file)?).map_err(|source| {
             DiscoverError::BadProcFile {
                 file: file.clone(),
@@ -434,20 +444,44 @@ fn discover_binaries(root: &Path) -> Vec<HostFile> {
     out
 }
 
-fn discover_firmware(root: &Path, version: &DriverVersion) -> Vec<HostFile> {
+/// An absent folder (or a path through a file) means "no firmware here"; anything else is an
+/// error the caller must see.
+fn is_absent(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
+}
+
+fn discover_firmware(root: &Path, version: &DriverVersion) -> Result<Vec<HostFile>, DiscoverError> {
     let mut out = Vec::new();
     for base in ["/lib/firmware/nvidia", "/usr/lib/firmware/nvidia"] {
         let dir = Path::new(base).join(version.as_str());
-        let Ok(resolved_dir) = resolve_in_root(root, &dir) else {
-            continue;
+        let firmware_err = |source| DiscoverError::Firmware {
+            dir: host_path(root, &dir),
+            source,
         };
-        let Ok(entries) = fs::read_dir(host_path(root, &resolved_dir)) else {
-            continue;
+        let resolved_dir = match resolve_in_root(root, &dir) {
+            Ok(d) => d,
+            Err(e) if is_absent(&e) => continue,
+            Err(e) => return Err(firmware_err(e)),
+        };
+        let host_dir = host_path(root, &resolved_dir);
+        let entries = match read_dir_entries(&host_dir) {
+            Ok(e) => e,
+            // Gone since it was resolved: as absent as before.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(DiscoverError::Firmware {
+                    dir: host_dir,
+                    source,
+                })
+            }
         };
         let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-            .filter_map(|e| e.file_name().into_string().ok())
+            .into_iter()
+            .filter(|e| e.is_file)
+            .filter_map(|e| e.name.into_string().ok())
             .filter(|n| n.starts_with("gsp") && n.ends_with(".bin"))
             .collect();
         names.sort();
@@ -464,7 +498,93 @@ fn discover_firmware(root: &Path, version: &DriverVersion) -> Vec<HostFile> {
             });
         }
     }
-    out
+    Ok(out)
+}
+
+/// One entry of a directory listing.
+struct DirEntry {
+    name: std::ffi::OsString,
+    /// A regular file, not following a symlink (what `DirEntry::file_type().is_file()` says).
+    is_file: bool,
+}
+
+/// The entries of `dir` (without `.` and `..`), with every error reported: `readdir`'s, and
+/// `closedir`'s, which `std::fs::ReadDir` turns into a panic when it is dropped (an EIO from
+/// `close` on a failing disk or network filesystem aborts the shim instead of failing it).
+fn read_dir_entries(dir: &Path) -> io::Result<Vec<DirEntry>> {
+    let c_dir = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
+    // SAFETY: `c_dir` is a valid NUL-terminated string; the returned descriptor is checked.
+    let fd = unsafe {
+        libc::open(
+            c_dir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is an open directory descriptor we own; on success the DIR stream owns it.
+    let stream = unsafe { libc::fdopendir(fd) };
+    if stream.is_null() {
+        let e = io::Error::last_os_error();
+        // SAFETY: fdopendir failed, so `fd` is still ours to close, exactly once.
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    let mut entries = Vec::new();
+    let listed = loop {
+        // SAFETY: errno is thread-local; cleared so that a NULL from readdir tells the end of
+        // the directory (errno still 0) from an error.
+        unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: `stream` is a valid DIR stream until the closedir below.
+        let ent = unsafe { libc::readdir(stream) };
+        if ent.is_null() {
+            let e = io::Error::last_os_error();
+            break if e.raw_os_error().unwrap_or(0) == 0 {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        // SAFETY: readdir returned a valid dirent whose d_name is NUL-terminated; it stays
+        // valid until the next readdir on this stream.
+        let (name, d_type) = unsafe { (CStr::from_ptr((*ent).d_name.as_ptr()), (*ent).d_type) };
+        if matches!(name.to_bytes(), b"." | b"..") {
+            continue;
+        }
+        let is_file = match d_type {
+            libc::DT_REG => true,
+            // The filesystem does not say: ask, without following a symlink.
+            // SAFETY: `stream` is valid, so dirfd gives its descriptor, which it keeps owning.
+            libc::DT_UNKNOWN => unsafe {
+                let mut st: libc::stat = std::mem::zeroed();
+                libc::fstatat(
+                    libc::dirfd(stream),
+                    name.as_ptr(),
+                    &mut st,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                ) == 0
+                    && st.st_mode & libc::S_IFMT == libc::S_IFREG
+            },
+            _ => false,
+        };
+        entries.push(DirEntry {
+            name: OsStr::from_bytes(name.to_bytes()).to_os_string(),
+            is_file,
+        });
+    };
+    // SAFETY: `stream` is valid and closed exactly once; it closes `fd` too.
+    let closed = unsafe { libc::closedir(stream) };
+    let close_error = (closed != 0).then(io::Error::last_os_error);
+    listed?;
+    match close_error {
+        // On Linux the descriptor is gone even then, and nothing was left unread (std's rule).
+        Some(e) if e.kind() == io::ErrorKind::Interrupted => Ok(entries),
+        // EIO and the like: the folder's filesystem is failing; say so rather than trust it.
+        Some(e) => Err(e),
+        None => Ok(entries),
+    }
 }
 
 fn discover_ipc(root: &Path) -> Vec<HostFile> {
@@ -531,6 +651,93 @@ mod tests {
         assert!(name_matches("libnvidia-ml.so.1", "libnvidia-ml.so"));
         assert!(name_matches("libnvidia-ml.so", "libnvidia-ml.so"));
         assert!(!name_matches("libnvidia-mlx.so.1", "libnvidia-ml.so"));
+    }
+
+    fn firmware_root() -> (tempfile::TempDir, PathBuf, DriverVersion) {
+        let d = tempfile::tempdir().unwrap();
+        let version = DriverVersion::parse("570.124.06").unwrap();
+        let dir = d.path().join("lib/firmware/nvidia/570.124.06");
+        fs::create_dir_all(&dir).unwrap();
+        (d, dir, version)
+    }
+
+    #[test]
+    fn firmware_files_are_listed_and_links_skipped() {
+        let (d, dir, version) = firmware_root();
+        fs::write(dir.join("gsp_ga10x.bin"), b"x").unwrap();
+        fs::write(dir.join("gsp_tu10x.bin"), b"x").unwrap();
+        fs::write(dir.join("readme.txt"), b"x").unwrap();
+        std::os::unix::fs::symlink("gsp_ga10x.bin", dir.join("gsp_link.bin")).unwrap();
+        let names: Vec<String> = discover_firmware(d.path(), &version)
+            .unwrap()
+            .into_iter()
+            .map(|f| f.path)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "/lib/firmware/nvidia/570.124.06/gsp_ga10x.bin",
+                "/lib/firmware/nvidia/570.124.06/gsp_tu10x.bin"
+            ]
+        );
+        // No folder at all is no firmware, not an error.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(discover_firmware(empty.path(), &version)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn firmware_folder_that_is_a_file_is_an_error() {
+        let (d, dir, version) = firmware_root();
+        fs::remove_dir(&dir).unwrap();
+        fs::write(&dir, b"not a folder").unwrap();
+        let e = discover_firmware(d.path(), &version)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&*dir.to_string_lossy()) && e.contains("firmware"),
+            "{e}"
+        );
+    }
+
+    /// Before: an unreadable firmware folder was skipped and discovery succeeded without the
+    /// firmware. Root reads any folder, so the listing runs in a thread whose own credentials
+    /// (raw setresuid: per thread, unlike glibc's wrapper) are those of `nobody`.
+    #[test]
+    fn unreadable_firmware_folder_is_an_error_naming_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let (d, dir, version) = firmware_root();
+        fs::write(dir.join("gsp_ga10x.bin"), b"x").unwrap();
+        for p in [d.path().to_path_buf(), d.path().join("lib/firmware/nvidia")] {
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o000)).unwrap();
+        let root = d.path().to_path_buf();
+        let result = std::thread::spawn(move || {
+            // SAFETY: getuid has no preconditions.
+            if unsafe { libc::getuid() } == 0 {
+                // SAFETY: raw syscalls change the credentials of this thread only; it ends
+                // right after the listing.
+                unsafe {
+                    assert_eq!(libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534), 0);
+                    assert_eq!(libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534), 0);
+                }
+            }
+            discover_firmware(&root, &version).map(|f| f.len())
+        })
+        .join()
+        .unwrap();
+        let e = result.unwrap_err();
+        assert!(
+            matches!(&e, DiscoverError::Firmware { source, .. }
+                if source.kind() == io::ErrorKind::PermissionDenied),
+            "{e}"
+        );
+        let msg = e.to_string();
+        assert!(msg.contains(&*dir.to_string_lossy()), "{msg}");
+        assert!(msg.contains("chmod 755"), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
     }
 
     #[test]
