@@ -684,7 +684,6 @@ mod tests {
             note_section(&b[..], ".x"),
             Err(ElfError::Malformed(_))
         ));
-        let mut b = b;
         b[32..40].copy_from_slice(&(u64::MAX - 100).to_le_bytes());
         b[54..56].copy_from_slice(&u16::MAX.to_le_bytes());
         b[56..58].copy_from_slice(&4096u16.to_le_bytes());

@@ -25,9 +25,12 @@ use gpuctk_ldcache::{Cache, Endian};
 #[allow(dead_code, missing_docs)]
 mod config;
 
+/// A target body: panics exactly when the input shows a bug.
+pub type Target = fn(&[u8]);
+
 /// Every target by name: the name is the `fuzz/fuzz_targets/<name>.rs` file and the
 /// `fuzz/corpus/<name>/` folder.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("ldcache", ldcache),
     ("procfs", procfs),
     ("elf", elf),
@@ -60,8 +63,8 @@ pub fn ldcache(data: &[u8]) {
     if names_sorted {
         let mut sorted = first.clone();
         sorted.sort();
-        assert_eq!(
-            second.entries, sorted.entries,
+        assert!(
+            second.entries == sorted.entries,
             "entries changed in a round trip"
         );
         assert_eq!(second.hwcaps_subdirs, first.hwcaps_subdirs);
@@ -75,7 +78,10 @@ pub fn ldcache(data: &[u8]) {
             v.sort();
             v
         };
-        assert_eq!(key(&second), key(&first), "entries changed in a round trip");
+        assert!(
+            key(&second) == key(&first),
+            "entries changed in a round trip"
+        );
         let mut names = first.hwcaps_subdirs.clone();
         names.sort();
         names.dedup();
@@ -87,19 +93,30 @@ pub fn ldcache(data: &[u8]) {
         "generator changed in a round trip"
     );
 
-    let again = second.try_to_bytes(Endian::Little).expect("serialize");
-    assert_eq!(again, bytes, "writing is not a fixed point");
+    // glibc's name order compares digit runs as C ints, which wrap past 2^31: with such a
+    // run the order is not transitive (in ldconfig too), and sorting what was sorted can move
+    // entries. Short runs make it a total order, and writing then a fixed point.
+    if first.entries.iter().all(|e| !long_digit_run(&e.key)) {
+        let again = second.try_to_bytes(Endian::Little).expect("serialize");
+        assert!(again == bytes, "writing is not a fixed point");
+    }
     let big = first
         .try_to_bytes(Endian::Big)
         .expect("serialize big-endian");
     let from_big = gpuctk_ldcache::parse(&big)
         .unwrap_or_else(|e| panic!("our own big-endian cache does not re-parse: {e}"));
-    assert_eq!(from_big, second, "big- and little-endian writes differ");
+    assert!(from_big == second, "big- and little-endian writes differ");
 
     // Lookups over whatever parsed must not panic either.
     for e in first.entries.iter().take(16) {
         let _ = first.lookup(&e.key, e.flags);
     }
+}
+
+/// Whether `s` holds a run of more than 9 digits, which `_dl_cache_libcmp` may overflow.
+fn long_digit_run(s: &str) -> bool {
+    s.split(|c: char| !c.is_ascii_digit())
+        .any(|run| run.len() > 9)
 }
 
 /// A string as C sees it: cut at the first NUL.
