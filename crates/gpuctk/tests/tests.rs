@@ -5,6 +5,8 @@
 
 mod util;
 
+/// The malicious-image suite: every attack through every delivery path, sentinels unchanged.
+mod attacks;
 /// Malformed input of every kind: one clear line, a non-zero exit, nothing half-written.
 mod bad_input;
 /// `cdi list`, `cdi validate`, `info`, `demo` and the `nvidia-ctk` personality.

@@ -221,3 +221,28 @@ pub fn runtime_list(runtime: &str, state_root: &Path) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+impl TestDir {
+    /// A temp dir in memory (/dev/shm) when that allows device nodes and executables, else in the
+    /// default temp dir: for tests that copy and delete many small trees.
+    pub fn in_memory() -> TestDir {
+        let shm = Path::new("/dev/shm");
+        let usable = std::ffi::CString::new("/dev/shm").ok().is_some_and(|c| {
+            let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+            // SAFETY: a valid C string and a buffer of the right type for statvfs.
+            unsafe {
+                libc::statvfs(c.as_ptr(), st.as_mut_ptr()) == 0
+                    && st.assume_init().f_flag & (libc::ST_NOEXEC | libc::ST_NODEV) == 0
+            }
+        });
+        if !usable || !shm.is_dir() {
+            return TestDir::new();
+        }
+        TestDir {
+            dir: tempfile::Builder::new()
+                .prefix("gpuctk-test-")
+                .tempdir_in(shm)
+                .unwrap(),
+        }
+    }
+}
