@@ -319,10 +319,14 @@ impl Writer {
         let trace = self.trace();
         assert!(!trace.is_empty(), "{}: empty trace", self.label);
         // The write path: from a little before the first unnamed temp file (or lock) to the end.
+        let root = self.root.display().to_string();
         let first = trace
             .iter()
-            .position(|(n, _, l)| l.contains("O_TMPFILE") || n == "flock")
-            .unwrap_or_else(|| panic!("{}: no O_TMPFILE open in the trace", self.label));
+            .position(|(n, _, l)| {
+                n == "flock"
+                    || (l.contains(&root) && (l.contains("O_TMPFILE") || l.contains("O_CREAT")))
+            })
+            .unwrap_or_else(|| panic!("{}: it creates no file in {root}", self.label));
         let dense_from = first.saturating_sub(12);
         let mut counts = Counts::default();
         for (i, (name, nth, _)) in trace.iter().enumerate() {
@@ -699,7 +703,9 @@ fn shim_and_hook_failures_leave_no_container_and_no_mount() {
     // Remove what a kill between link and rename may have left.
     w.reset();
 
-    // A createContainer hook that fails: runc gives up and removes the container.
+    // A createContainer hook that fails after the shim edited the spec (ours may run in the
+    // shim itself, so the failing one is the engine's): runc gives up and removes the container
+    // with everything the edit added.
     let failing = bed.t.join("failing-hook");
     fs::write(
         &failing,
@@ -708,14 +714,19 @@ fn shim_and_hook_failures_leave_no_container_and_no_mount() {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&failing, fs::Permissions::from_mode(0o755)).unwrap();
-    let cfg = fs::read_to_string(&bed.config).unwrap().replace(
-        &format!("hook-path = \"{GPUCTK}\""),
-        &format!("hook-path = \"{}\"", failing.display()),
-    );
-    fs::write(&bed.config, cfg).unwrap();
+    bed.write_config("");
     bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
+    bed.edit(|s| {
+        s["hooks"] = json!({"createContainer": [{"path": failing, "args": ["failing-hook"]}]});
+    });
     let r = bed.run("hookfail");
     assert_ne!(r.code, 0, "the failing hook must fail the container");
+    assert!(r.stderr.contains("hook"), "{}", r.stderr);
+    assert!(
+        gpus_in(&bed.spec()) == vec![0, 1],
+        "the shim had edited the spec before runc ran: {}",
+        bed.spec()
+    );
     assert!(
         runtime_list("runc", &bed.state_root).is_empty(),
         "no half-created container after a failing hook: {}",
@@ -724,7 +735,6 @@ fn shim_and_hook_failures_leave_no_container_and_no_mount() {
     assert_eq!(mounts_under(bed.t.path()), mounts, "a mount leaked");
 
     // The legacy prestart hook failing (a GPU the host does not have), under plain runc.
-    bed.write_config("");
     bed.set_env(&["NVIDIA_VISIBLE_DEVICES=9"]);
     let hook = bed.t.join("bin/nvidia-container-runtime-hook");
     std::os::unix::fs::symlink(GPUCTK, &hook).unwrap();
@@ -756,4 +766,24 @@ fn shim_and_hook_failures_leave_no_container_and_no_mount() {
     assert!(runtime_list("runc", &bed.state_root).is_empty());
     assert_eq!(mounts_under(bed.t.path()), mounts, "a mount leaked");
     report("shim under runc (before exec)", &counts);
+}
+
+/// The GPU indices a spec gives the container (`/dev/nvidiaN` in `linux.devices`).
+fn gpus_in(spec: &Value) -> Vec<usize> {
+    let mut v: Vec<usize> = spec["linux"]["devices"]
+        .as_array()
+        .map(|d| {
+            d.iter()
+                .filter_map(|d| {
+                    d["path"]
+                        .as_str()?
+                        .strip_prefix("/dev/nvidia")?
+                        .parse()
+                        .ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
 }

@@ -94,9 +94,12 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         Some(lock)
     };
     let current = match a.config_source {
-        ConfigSource::File => {
-            read_optional(&path).with_context(|| format!("--config {}", path.display()))?
-        }
+        ConfigSource::File => read_optional(&path).map_err(|e| {
+            anyhow!(
+                "--config {}: cannot read it: {e}; nothing was written",
+                path.display()
+            )
+        })?,
         ConfigSource::Command => Some(current_from_command(engine)?),
     };
     let edits = if remove {
@@ -104,7 +107,7 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
     } else {
         configure(engine, &path, current.as_deref(), &opts)
     }
-    .map_err(|e| anyhow!("{e}"))?;
+    .map_err(|e| anyhow!("{e}; nothing was written"))?;
     let changing: Vec<_> = edits.iter().filter(|e| !e.is_noop()).cloned().collect();
     let mut out = std::io::stdout().lock();
     if changing.is_empty() {
