@@ -73,8 +73,9 @@ pub struct Lab {
     /// A valid forward-compat libcuda (copy of the mock one, version 575.51.03, with the
     /// `.note.cuda.fwd_compatibility` note naming branch 570): the raw material of compat attacks.
     pub compat_lib: PathBuf,
-    serial: AtomicU32,
 }
+
+static CASES: AtomicU32 = AtomicU32::new(0);
 
 impl Lab {
     pub fn new() -> Lab {
@@ -163,7 +164,6 @@ impl Lab {
             markers,
             evil,
             compat_lib,
-            serial: AtomicU32::new(0),
         }
     }
 
@@ -184,7 +184,9 @@ impl Lab {
     /// A fresh case for an attack: its own bundle with a copy of the base rootfs, sentinel
     /// trees, the default request (GPUs 0 and 2, every capability) and its own CDI spec dir.
     pub fn case(&self, name: &str, layout: Layout) -> Case<'_> {
-        let n = self.serial.fetch_add(1, Ordering::Relaxed);
+        // Unique across the labs of this process: runc and crun name cgroups after the id, and
+        // path tests run in parallel.
+        let n = CASES.fetch_add(1, Ordering::Relaxed);
         let short: String = name
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
@@ -227,8 +229,10 @@ impl Lab {
             fifos: Vec::new(),
             flip: None,
             in_root_marker: false,
-            sandbox: false,
+            host_root: None,
         };
+        // As in Debian images; without it podman creates one, through whatever /etc is.
+        c.symlink("etc/mtab", "../proc/self/mounts");
         c.set_request("0,2");
         c.env("NVIDIA_DRIVER_CAPABILITIES=all");
         c
@@ -275,8 +279,9 @@ pub struct Case<'a> {
     /// The attack arms image code the container itself loads: after a successful run
     /// `/evil-ran` in the rootfs must hold a marker.
     pub in_root_marker: bool,
-    /// Run inside a private mount namespace chrooted into an overlay of the host's `/`.
-    pub sandbox: bool,
+    /// The container root is the host's `/`, named this way (`root.path`, or the CLI's ROOTFS):
+    /// our programs run directly inside an overlay sandbox of the host's `/`.
+    pub host_root: Option<String>,
 }
 
 impl Case<'_> {

@@ -103,6 +103,9 @@ const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sb
 
 /// Run `case` through `kind`, within `bound`.
 pub fn execute(case: &Case, kind: PathKind, bound: Duration) -> Ran {
+    if let Some(root) = &case.host_root {
+        return execute_host_root(case, kind, root, bound);
+    }
     let rt = kind.runtime();
     let config = case.write_config(rt.name());
     let mut spec = case.spec.clone();
@@ -145,21 +148,7 @@ pub fn execute(case: &Case, kind: PathKind, bound: Duration) -> Ran {
     drop(bytes);
     drop(spec);
 
-    let sandbox = case.sandbox.then(|| Sandbox::start(case));
-    let wrap = |mut argv: Vec<String>| -> Command {
-        if let Some(s) = &sandbox {
-            let mut v = vec![
-                "nsenter".to_string(),
-                "-t".into(),
-                s.pid().to_string(),
-                "-m".into(),
-                "-r".into(),
-                "-w".into(),
-                "--".into(),
-            ];
-            v.append(&mut argv);
-            argv = v;
-        }
+    let wrap = |argv: Vec<String>| -> Command {
         let mut c = Command::new(&argv[0]);
         c.args(&argv[1..]);
         for (k, _) in std::env::vars() {
@@ -213,12 +202,7 @@ pub fn execute(case: &Case, kind: PathKind, bound: Duration) -> Ran {
                     if r2.timed_out || r2.code != 0 {
                         r2
                     } else {
-                        let pid_file = match &sandbox {
-                            Some(sb) => Path::new(&format!("/proc/{}/root", sb.pid()))
-                                .join(case.dir.join("pid").strip_prefix("/").unwrap()),
-                            None => case.dir.join("pid"),
-                        };
-                        let pid: i32 = fs::read_to_string(pid_file)
+                        let pid: i32 = fs::read_to_string(case.dir.join("pid"))
                             .ok()
                             .and_then(|p| p.trim().parse().ok())
                             .unwrap_or(0);
@@ -321,10 +305,265 @@ pub fn execute(case: &Case, kind: PathKind, bound: Duration) -> Ran {
         ]);
         let _ = del.stdout(Stdio::null()).stderr(Stdio::null()).status();
     }
-    if let Some(sb) = sandbox {
-        ran.host_damage = sb.finish(case);
-    }
     ran
+}
+
+/// The state a runtime hands a hook.
+fn state_json(case: &Case, pid: u32) -> String {
+    json!({
+        "ociVersion": "1.0.2",
+        "id": case.id,
+        "status": "creating",
+        "pid": pid,
+        "bundle": case.bundle,
+        "annotations": {}
+    })
+    .to_string()
+}
+
+/// A container root that is the host's `/` (issue 8 §1.3): runc and crun refuse such bundles or
+/// fail on them before any hook of ours runs, so our programs are called directly, as a confused
+/// engine or a wrong `--container-spec` would, inside the overlay sandbox: the shim with a
+/// no-op runtime and then each createContainer hook it added (with the OCI state runc gives),
+/// the prestart hook and `nvidia-container-cli configure` for a container process living in the
+/// sandbox. Every one of them must refuse, and nothing may change on the host's `/`.
+fn execute_host_root(case: &Case, kind: PathKind, root: &str, bound: Duration) -> Ran {
+    let mut spec = case.spec.clone();
+    spec["root"]["path"] = json!(root);
+    fs::write(
+        case.bundle.join("config.json"),
+        serde_json::to_vec(&spec).unwrap(),
+    )
+    .unwrap();
+    let sb = Sandbox::start(case);
+    let holder = sb.pid();
+    let inside = |argv: &[String]| -> Command {
+        let mut c = Command::new("nsenter");
+        c.args(["-t", &holder.to_string(), "-m", "-r", "-w", "--"])
+            .args(argv);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("NVIDIA_") || k.starts_with("GPUCTK_") || k.starts_with("LD_") {
+                c.env_remove(k);
+            }
+        }
+        c.env("PATH", SYSTEM_PATH);
+        c
+    };
+    let start = Instant::now();
+    let deadline = start + bound;
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let state = state_json(case, holder);
+    let mut ran = match kind.delivery() {
+        Delivery::Shim => {
+            // The shim with a runtime that does nothing: only its own work shows.
+            let config = case.write_config("/bin/true");
+            let mut c = inside(&[
+                s(&case.lab.bin.join("nvidia-container-runtime")),
+                "--root".into(),
+                s(&case.dir.join("state")),
+                "create".into(),
+                "--bundle".into(),
+                s(&case.bundle),
+                case.id.clone(),
+            ]);
+            c.env("GPUCTK_CONFIG", &config);
+            let mut r = bounded(&mut c, case, "create", deadline);
+            if r.code == 0 && !r.timed_out {
+                // It accepted: run the createContainer hooks it added, as runc would.
+                let edited: serde_json::Value =
+                    serde_json::from_slice(&fs::read(case.bundle.join("config.json")).unwrap())
+                        .unwrap_or_default();
+                let hooks = edited["hooks"]["createContainer"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                for (i, h) in hooks.iter().enumerate() {
+                    let argv: Vec<String> = h["args"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .map(|v| v.as_str().unwrap_or("").to_string())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    // runc gives the hook args[0] as its argv[0] (our personality switch):
+                    // a link by that name does the same through nsenter.
+                    let path = h["path"].as_str().unwrap_or("");
+                    let exe = match argv.first() {
+                        Some(a0) if !a0.contains('/') && !path.ends_with(&format!("/{a0}")) => {
+                            let link = case.dir.join(a0);
+                            let _ = std::os::unix::fs::symlink(path, &link);
+                            s(&link)
+                        }
+                        _ => path.to_string(),
+                    };
+                    let mut c = Command::new("nsenter");
+                    c.args(["-t", &holder.to_string(), "-m", "-r", "-w", "--"])
+                        .arg(exe)
+                        .args(argv.iter().skip(1))
+                        .env_clear();
+                    for e in h["env"].as_array().into_iter().flatten() {
+                        if let Some((k, v)) = e.as_str().unwrap_or("").split_once('=') {
+                            c.env(k, v);
+                        }
+                    }
+                    let hr = bounded_stdin(&mut c, case, &format!("hook{i}"), deadline, &state);
+                    r.stderr.push_str(&hr.stderr);
+                    if hr.code != 0 || hr.timed_out {
+                        r.code = hr.code;
+                        r.timed_out = hr.timed_out;
+                        break;
+                    }
+                }
+            }
+            r
+        }
+        Delivery::Hook => {
+            let config = case.write_config("runc");
+            let mut c = inside(&[
+                s(&case.lab.bin.join("nvidia-container-runtime-hook")),
+                "-config".into(),
+                s(&config),
+                "prestart".into(),
+            ]);
+            bounded_stdin(&mut c, case, "prestart", deadline, &state)
+        }
+        _ => {
+            let config = case.write_config("runc");
+            let rootfs = if root.starts_with('/') {
+                root.to_string()
+            } else {
+                s(&case.bundle.join(root))
+            };
+            let mut c = inside(&[
+                s(&case.lab.bin.join("nvidia-container-cli")),
+                "--load-kmods".into(),
+                "configure".into(),
+                format!("--device={}", case.cli_devices),
+                "--compute".into(),
+                "--utility".into(),
+                format!("--pid={holder}"),
+                rootfs,
+            ]);
+            c.env("GPUCTK_CONFIG", &config);
+            bounded(&mut c, case, "configure", deadline)
+        }
+    };
+    ran.elapsed = start.elapsed();
+    ran.host_damage = sb.finish(case);
+    ran
+}
+
+/// [`bounded`] with `input` on stdin (an OCI state for a hook).
+fn bounded_stdin(
+    cmd: &mut Command,
+    case: &Case,
+    step: &str,
+    deadline: Instant,
+    input: &str,
+) -> Ran {
+    let input_path = case.dir.join(format!("{step}.in"));
+    fs::write(&input_path, input).unwrap();
+    let out_path = case.dir.join(format!("{step}.out"));
+    let err_path = case.dir.join(format!("{step}.err"));
+    cmd.stdin(fs::File::open(&input_path).unwrap())
+        .stdout(fs::File::create(&out_path).unwrap())
+        .stderr(fs::File::create(&err_path).unwrap())
+        .process_group(0);
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let (status, timed_out) = wait_until(&mut child, deadline, case);
+    Ran {
+        code: status.and_then(|s| s.code()).unwrap_or(-1),
+        stdout: fs::read_to_string(&out_path).unwrap_or_default(),
+        stderr: fs::read_to_string(&err_path).unwrap_or_default(),
+        timed_out,
+        ..Ran::default()
+    }
+}
+
+/// The same container run by the low-level runtime (or podman) alone, without any program of
+/// ours but with the same device nodes and mounts (`edited`: the spec our shim produced, minus
+/// our hooks). What it changes outside the root is the runtime's doing, not ours.
+pub fn run_alone(case: &Case, kind: PathKind, edited: Option<serde_json::Value>) {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let flipper = case.flip.clone().map(|f| {
+            let rootfs = case.rootfs.clone();
+            let stop = &stop;
+            scope.spawn(move || flip_loop(&rootfs, &f, stop))
+        });
+        run_alone_inner(case, kind, edited);
+        stop.store(true, Ordering::Relaxed);
+        if let Some(f) = flipper {
+            f.join().unwrap();
+        }
+    });
+}
+
+fn run_alone_inner(case: &Case, kind: PathKind, edited: Option<serde_json::Value>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    if kind == PathKind::Podman {
+        let mut a: Vec<String> = vec![
+            "run".into(),
+            "--rm".into(),
+            "--name".into(),
+            case.id.clone(),
+            "--network".into(),
+            "none".into(),
+            "--ulimit".into(),
+            "nofile=20000:20000".into(),
+            "--ulimit".into(),
+            "nproc=32768:32768".into(),
+        ];
+        let dev = std::path::PathBuf::from(case.host().dev_root()).join("dev");
+        for n in [
+            "nvidia0",
+            "nvidia2",
+            "nvidiactl",
+            "nvidia-uvm",
+            "nvidia-uvm-tools",
+            "nvidia-modeset",
+        ] {
+            a.push("--device".into());
+            a.push(format!("{}:/dev/{n}", dev.join(n).display()));
+        }
+        a.push("--rootfs".into());
+        a.push(case.rootfs.to_string_lossy().into_owned());
+        a.extend(["/bin/sh".into(), "-c".into(), super::lab::SCRIPT.into()]);
+        let mut c = podman(case, &a);
+        bounded(&mut c, case, "alone", deadline);
+        let mut rm = podman(
+            case,
+            &["rm".into(), "-f".into(), "-i".into(), case.id.clone()],
+        );
+        let _ = rm.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        return;
+    }
+    let mut spec = edited.unwrap_or_else(|| case.spec.clone());
+    if let Some(h) = spec.get_mut("hooks") {
+        *h = json!({});
+    }
+    fs::write(
+        case.bundle.join("config.json"),
+        serde_json::to_vec(&spec).unwrap(),
+    )
+    .unwrap();
+    let rt = kind.runtime().name();
+    let state = case.dir.join("state-alone");
+    let mut c = Command::new(rt);
+    c.arg("--root")
+        .arg(&state)
+        .args(["run", "--bundle"])
+        .arg(&case.bundle)
+        .arg(&case.id);
+    bounded(&mut c, case, "alone", deadline);
+    let _ = Command::new(rt)
+        .arg("--root")
+        .arg(&state)
+        .args(["delete", "--force", &case.id])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// How long the low-level runtime alone takes on this case's `config.json`, with a no-op in
