@@ -728,9 +728,14 @@ pub fn diff(before: &BTreeMap<PathBuf, Facts>, after: &BTreeMap<PathBuf, Facts>)
             Some(_) => {}
         }
     }
-    for p in after.keys() {
+    for (p, a) in after {
         if !before.contains_key(p) {
-            out.push(format!("{} appeared", p.display()));
+            out.push(format!(
+                "{} appeared ({}, {} bytes)",
+                p.display(),
+                a.kind,
+                a.size
+            ));
         }
     }
     out

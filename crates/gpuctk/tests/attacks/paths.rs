@@ -464,21 +464,8 @@ fn bounded_stdin(
 ) -> Ran {
     let input_path = case.dir.join(format!("{step}.in"));
     fs::write(&input_path, input).unwrap();
-    let out_path = case.dir.join(format!("{step}.out"));
-    let err_path = case.dir.join(format!("{step}.err"));
-    cmd.stdin(fs::File::open(&input_path).unwrap())
-        .stdout(fs::File::create(&out_path).unwrap())
-        .stderr(fs::File::create(&err_path).unwrap())
-        .process_group(0);
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    let (status, timed_out) = wait_until(&mut child, deadline, case);
-    Ran {
-        code: status.and_then(|s| s.code()).unwrap_or(-1),
-        stdout: fs::read_to_string(&out_path).unwrap_or_default(),
-        stderr: fs::read_to_string(&err_path).unwrap_or_default(),
-        timed_out,
-        ..Ran::default()
-    }
+    cmd.stdin(fs::File::open(&input_path).unwrap());
+    spawn_bounded(cmd, case, step, deadline)
 }
 
 /// The same container run by the low-level runtime (or podman) alone, without any program of
@@ -630,14 +617,31 @@ fn alive(pid: i32) -> bool {
 /// Run `cmd` in its own process group with stdout and stderr in the case dir; kill the group at
 /// `deadline`.
 fn bounded(cmd: &mut Command, case: &Case, step: &str, deadline: Instant) -> Ran {
+    cmd.stdin(Stdio::null());
+    spawn_bounded(cmd, case, step, deadline)
+}
+
+/// Run `cmd` (stdin set by the caller) in its own process group: stdout to a file in the case
+/// dir (a container started by `create` keeps writing there), stderr through a pipe as engines
+/// give it (our shim passes a pipe on to crun's hooks; a regular file it cannot); kill the group
+/// at `deadline`.
+fn spawn_bounded(cmd: &mut Command, case: &Case, step: &str, deadline: Instant) -> Ran {
     let out_path = case.dir.join(format!("{step}.out"));
     let err_path = case.dir.join(format!("{step}.err"));
-    cmd.stdin(Stdio::null())
-        .stdout(fs::File::create(&out_path).unwrap())
-        .stderr(fs::File::create(&err_path).unwrap())
+    cmd.stdout(fs::File::create(&out_path).unwrap())
+        .stderr(Stdio::piped())
         .process_group(0);
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let mut pipe = child.stderr.take().unwrap();
+    let mut sink = fs::File::create(&err_path).unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    // Detached: a container started by `create` holds the pipe until it exits.
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut pipe, &mut sink);
+        let _ = done_tx.send(());
+    });
     let (status, timed_out) = wait_until(&mut child, deadline, case);
+    let _ = done_rx.recv_timeout(Duration::from_millis(500));
     Ran {
         code: status.and_then(|s| s.code()).unwrap_or(-1),
         stdout: fs::read_to_string(&out_path).unwrap_or_default(),
