@@ -10,7 +10,8 @@
 //!
 //! `GPUCTK_ATTACKS=a,b` runs only the attacks whose names contain `a` or `b` (the control always
 //! runs); `GPUCTK_ATTACKS_REPORT=FILE` appends one line per attack and path to FILE;
-//! `GPUCTK_ATTACKS_KEEP=1` keeps each case's directory.
+//! `GPUCTK_ATTACKS_KEEP=1` keeps each case's directory; `GPUCTK_ATTACKS_TIMING=1` prints where
+//! each attack's time went.
 
 mod catalog;
 mod lab;
@@ -151,10 +152,8 @@ fn judge(case: &Case, ran: &Ran, exp: &Expect, bound: Duration) -> Vec<String> {
     }
     if exp.must_refuse {
         if let Some(why) = unclear_failure(ran) {
-            let ran_with = not_injected(case, ran, &Expect::grant(&[]))
-                .map_or("it ran".to_string(), |_| "it did not refuse".to_string());
             problems.push(format!(
-                "expected a clear refusal, got {why} ({ran_with}); stdout: {}",
+                "expected a clear refusal, got {why}; stdout: {}",
                 tail(&ran.stdout, 3)
             ));
         }
