@@ -166,6 +166,43 @@ pub struct LdcacheReport {
 /// image's configuration does not already list go to [`GPUCTK_CONF`], so a
 /// later `ldconfig` in the container keeps them.
 pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, HookError> {
+    update_ldcache_pending(root, folders, &Pending::default())
+}
+
+/// Library files the runtime will bind-mount into the container after we have run (the shim
+/// does the hooks' work before it execs runc): each shadows whatever the image has at its
+/// path, and its ELF is read from the host file.
+#[derive(Debug, Default)]
+pub struct Pending {
+    by_dir: BTreeMap<String, Vec<(String, std::fs::File)>>,
+}
+
+impl Pending {
+    /// `container_path` (absolute, in the container) will be a bind mount of `file`.
+    pub fn add(&mut self, container_path: &str, file: std::fs::File) {
+        if let Some((dir, name)) = container_path.rsplit_once('/') {
+            if is_plain_name(name) {
+                let dir = if dir.is_empty() { "/" } else { dir };
+                self.by_dir
+                    .entry(dir.trim_end_matches('/').to_string())
+                    .or_default()
+                    .push((name.to_string(), file));
+            }
+        }
+    }
+
+    fn in_dir(&self, dir: &str) -> &[(String, std::fs::File)] {
+        self.by_dir.get(dir).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// [`update_ldcache`] as it will look once `pending` is mounted: the result is the same as
+/// running the hook after the mounts.
+pub fn update_ldcache_pending(
+    root: &Root,
+    folders: &[String],
+    pending: &Pending,
+) -> Result<LdcacheReport, HookError> {
     let mut report = LdcacheReport::default();
     let folders: Vec<String> = folders
         .iter()
@@ -234,7 +271,7 @@ pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, 
         } else {
             MAX_DIR_ENTRIES
         };
-        let Some(found) = scan_dir(root, &dir, cap, &mut report)? else {
+        let Some(found) = scan_dir(root, &dir, cap, pending.in_dir(&dir), &mut report)? else {
             continue;
         };
         if !is_compat {
@@ -359,6 +396,15 @@ fn read_conf_d(
     Ok(out)
 }
 
+fn root_io(root: &Root, path: &str, op: &'static str, source: std::io::Error) -> RootError {
+    RootError::Io {
+        root: root.host_path().to_path_buf(),
+        path: path.to_string(),
+        op,
+        source,
+    }
+}
+
 /// `ldconfig`'s own test for a file worth looking at (glibc's `_dl_is_dso`, plus its skip of
 /// prelink's temporary files): `lib*.so*`, `ld-*.so*`, `ld.so.*`, `ld64.so.*`. So
 /// `preloadable_libintl.so` is not a candidate, as it is not for ldconfig.
@@ -389,10 +435,16 @@ fn scan_dir(
     root: &Root,
     dir: &str,
     cap: usize,
+    pending: &[(String, std::fs::File)],
     report: &mut LdcacheReport,
 ) -> Result<Option<Vec<Entry>>, HookError> {
     let opened = match root.open_dir(dir) {
         Ok(d) => d,
+        // The runtime creates a mount's directory; so do we, ahead of it.
+        Err(e) if e.is_not_found() && !pending.is_empty() => {
+            root.mkdir_all(dir, 0o755)?;
+            root.open_dir(dir)?
+        }
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => {
             report.notes.push(format!(
                 "{dir}: no such directory in the container; skipped"
@@ -415,7 +467,11 @@ fn scan_dir(
         }
         Err(e) => return Err(e.into()),
     };
-    let names: Vec<String> = names.into_iter().filter(|n| is_dso_name(n)).collect();
+    let shadowed: HashSet<&str> = pending.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<String> = names
+        .into_iter()
+        .filter(|n| is_dso_name(n) && !shadowed.contains(n.as_str()))
+        .collect();
     if names.len() > MAX_CANDIDATES {
         report.notes.push(format!(
             "{dir}: {} library files, more than the {MAX_CANDIDATES} we read; skipped",
@@ -424,6 +480,13 @@ fn scan_dir(
         return Ok(None);
     }
     let mut candidates = Vec::new();
+    let mut files: Vec<(String, bool, std::fs::File)> = Vec::with_capacity(names.len());
+    for (name, file) in pending.iter().filter(|(n, _)| is_dso_name(n)) {
+        let file = file
+            .try_clone()
+            .map_err(|e| root_io(root, &join(dir, name), "dup", e))?;
+        files.push((name.clone(), false, file));
+    }
     for name in names {
         let path = join(dir, &name);
         // One component from the open directory: the cost per file an image can multiply.
@@ -443,6 +506,10 @@ fn scan_dir(
             },
             _ => continue,
         };
+        files.push((name, is_link, file));
+    }
+    for (name, is_link, file) in files {
+        let path = join(dir, &name);
         let info = match elf::library_info(&file) {
             Ok(i) => i,
             Err(ElfError::NotElf) => continue, // linker scripts such as libc.so

@@ -41,6 +41,9 @@ pub struct Config {
     pub hook_path: Option<String>,
     /// Keys we do not know, as `table.key` with their line, for a warning.
     pub unknown_keys: Vec<String>,
+    /// `[gpuctk] hooks-in-shim` (default true): the shim does our createContainer hooks'
+    /// work itself before it execs the runtime, instead of leaving three hook processes to it.
+    pub hooks_in_shim: bool,
 }
 
 impl Default for Config {
@@ -59,6 +62,7 @@ impl Default for Config {
             proc_root: PathBuf::from("/proc"),
             hook_path: None,
             unknown_keys: Vec::new(),
+            hooks_in_shim: true,
         }
     }
 }
@@ -260,6 +264,7 @@ const KNOWN: &[(&str, &[&str])] = &[
             "proc-root",
             "hook-path",
             "accept-cdi-annotations-when-unprivileged",
+            "hooks-in-shim",
         ],
     ),
 ];
@@ -385,6 +390,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         }
         if let Some(v) = r.bool(t, "gpuctk.", "accept-cdi-annotations-when-unprivileged")? {
             c.policy.accept_annotations_unprivileged = v;
+        }
+        if let Some(v) = r.bool(t, "gpuctk.", "hooks-in-shim")? {
+            c.hooks_in_shim = v;
         }
     }
     collect_unknown(root, "", text, &mut c.unknown_keys);

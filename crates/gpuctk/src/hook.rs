@@ -115,6 +115,96 @@ fn open_root(target: &Target) -> anyhow::Result<Root> {
         .with_context(|| format!("container root {}", root_path.display()))
 }
 
+/// One of our createContainer hooks, typed from its spec arguments, for the shim to perform
+/// itself before it execs the runtime (no hook process on its path).
+#[derive(Debug)]
+pub struct InRootOp(Hook);
+
+impl InRootOp {
+    /// Parses a hook entry's `args` (`args[0]` is the program name); `None` for anything that
+    /// is not one of our hooks with arguments we understand, which then stays a hook.
+    pub fn parse(args: &[String]) -> Option<InRootOp> {
+        let cli = HookCli::try_parse_from(args).ok()?;
+        match &cli.hook {
+            Hook::Noop => None,
+            Hook::UpdateLdcache { target, .. }
+            | Hook::CreateSymlinks { target, .. }
+            | Hook::EnableCudaCompat { target, .. }
+            | Hook::Chmod { target, .. }
+                if target.container_spec.is_some() =>
+            {
+                None
+            }
+            _ => Some(InRootOp(cli.hook)),
+        }
+    }
+
+    /// The container paths this operation reads or writes through, so the shim can tell
+    /// whether a spec mount would hide them from it.
+    pub fn paths(&self) -> Vec<String> {
+        match &self.0 {
+            Hook::UpdateLdcache { folders, .. } => {
+                let mut v = vec![
+                    hooks::LD_SO_CACHE.to_string(),
+                    hooks::LD_SO_CONF.to_string(),
+                    hooks::LD_SO_CONF_D.to_string(),
+                ];
+                v.extend(folders.iter().cloned());
+                v
+            }
+            Hook::CreateSymlinks { links, .. } => links
+                .iter()
+                .filter_map(|l| l.split_once("::").map(|(_, link)| link.to_string()))
+                .collect(),
+            Hook::EnableCudaCompat {
+                cuda_compat_container_root,
+                ..
+            } => vec![
+                cuda_compat_container_root.clone(),
+                hooks::LD_SO_CONF_D.to_string(),
+            ],
+            Hook::Chmod { paths, .. } => paths.clone(),
+            Hook::Noop => Vec::new(),
+        }
+    }
+
+    /// Does the work on `root`, with `pending` the library mounts the runtime will add.
+    pub fn run(&self, root: &Root, pending: &hooks::Pending) -> anyhow::Result<()> {
+        match &self.0 {
+            Hook::UpdateLdcache { folders, .. } => {
+                hooks::update_ldcache_pending(root, folders, pending)?;
+            }
+            Hook::CreateSymlinks { links, .. } => {
+                let links = links
+                    .iter()
+                    .map(|l| Link::parse(l))
+                    .collect::<Result<Vec<_>, _>>()?;
+                hooks::create_symlinks(root, &links)?;
+            }
+            Hook::EnableCudaCompat {
+                host_driver_version,
+                host_cuda_version,
+                cuda_compat_container_root,
+                ..
+            } => {
+                hooks::enable_cuda_compat(
+                    root,
+                    host_driver_version.as_deref(),
+                    host_cuda_version.as_deref(),
+                    cuda_compat_container_root,
+                )?;
+            }
+            Hook::Chmod { mode, paths, .. } => {
+                let m = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
+                    .map_err(|_| anyhow!("--mode {mode:?}: expected an octal mode such as 755"))?;
+                hooks::chmod(root, m, paths)?;
+            }
+            Hook::Noop => {}
+        }
+        Ok(())
+    }
+}
+
 fn run(cli: HookCli) -> anyhow::Result<()> {
     match cli.hook {
         Hook::UpdateLdcache {

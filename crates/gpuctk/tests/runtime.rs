@@ -84,6 +84,14 @@ impl Bed {
         bed
     }
 
+    /// `[gpuctk] hooks-in-shim = false`: leave the createContainer hooks to the runtime.
+    pub fn hooks_as_processes(&self) {
+        let cfg = fs::read_to_string(&self.config)
+            .unwrap()
+            .replace("[gpuctk]\n", "[gpuctk]\nhooks-in-shim = false\n");
+        fs::write(&self.config, cfg).unwrap();
+    }
+
     pub fn cdi_dir(&self) -> PathBuf {
         self.t.join("cdi")
     }
@@ -561,8 +569,8 @@ fn unknown_fields_and_existing_hooks_survive() {
         "existing hook first and kept"
     );
     assert!(marker.exists(), "the existing prestart hook ran");
-    let cc = after["hooks"]["createContainer"].as_array().unwrap();
-    assert!(cc.iter().any(|h| h["args"][1] == "update-ldcache"));
+    // The shim did the hooks' work itself: none is left for runc to spawn.
+    assert!(after["hooks"].get("createContainer").is_none(), "{after}");
     let env: Vec<&str> = after["process"]["env"]
         .as_array()
         .unwrap()
@@ -778,6 +786,7 @@ fn stale_static_spec_falls_back_in_auto_and_fails_in_cdi_mode() {
 fn hooks_run_with_a_fixed_environment() {
     // The image's LD_PRELOAD must never reach our hook on the host (CVE-2025-23266 class).
     let bed = Bed::new("runc", "debian", 1);
+    bed.hooks_as_processes();
     let evil = bed.t.join("evil-ran");
     bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0", "LD_PRELOAD=/tmp/evil.so"]);
     bed.run("env").ok();
@@ -793,8 +802,11 @@ fn hooks_run_with_a_fixed_environment() {
 /// runc the message was already in runc's error.
 #[test]
 fn failing_hook_message_reaches_the_engine_under_crun_and_runc() {
-    for runtime in ["crun", "runc"] {
+    for (runtime, in_shim) in [("crun", false), ("runc", false), ("crun", true)] {
         let bed = Bed::new(runtime, "debian", 1);
+        if !in_shim {
+            bed.hooks_as_processes();
+        }
         bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0"]);
         let rootfs = bed.bundle.join("rootfs");
         fs::remove_dir_all(&rootfs).unwrap();
@@ -815,7 +827,7 @@ fn failing_hook_message_reaches_the_engine_under_crun_and_runc() {
             stderr.contains("the image's loader cache is damaged"),
             "{runtime}: {stderr}"
         );
-        if runtime == "crun" {
+        if runtime == "crun" && !in_shim {
             assert_eq!(
                 bed.spec()["annotations"]["run.oci.hooks.stderr"],
                 json!("/dev/stderr")
@@ -854,4 +866,189 @@ fn legacy_mode_adds_the_prestart_hook() {
         bed.run("legacynone").ok();
         assert!(bed.spec()["hooks"].get("prestart").is_none());
     }
+}
+
+/// What our hooks leave in a rootfs: every file and link under `/etc` and the library folders,
+/// with content (files) or target (links).
+fn in_root_state(rootfs: &std::path::Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![rootfs.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let rel = p
+                .strip_prefix(rootfs)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            // var: ldconfig's aux-cache from building the image differs per build.
+            if ["proc", "sys", "dev", "tmp", "var"].contains(&rel.as_str()) {
+                continue;
+            }
+            let md = fs::symlink_metadata(&p).unwrap();
+            if md.file_type().is_symlink() {
+                out.push((rel, format!("-> {}", fs::read_link(&p).unwrap().display())));
+            } else if md.is_dir() {
+                out.push((rel, "dir".into()));
+                stack.push(p);
+            } else {
+                let bytes = fs::read(&p).unwrap();
+                let digest = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+                    (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+                });
+                out.push((rel, format!("{} bytes {digest:016x}", bytes.len())));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The shim does our hooks' work itself (no hook process): the container's root must end up
+/// byte for byte as the hooks leave it, on plain images and on images with their own
+/// `ld.so.cache`, `ld.so.conf.d`, compat libraries and a read-only root. And where a spec mount
+/// covers a path the hooks work on, the hooks stay hooks.
+#[test]
+fn hooks_in_shim_leave_the_root_as_the_hooks_do() {
+    type Image = fn(&std::path::Path, &Bed);
+    let plain: Image = |_, _| {};
+    let own_config: Image = |r, _| {
+        fs::create_dir_all(r.join("opt/lib")).unwrap();
+        fs::write(
+            r.join("etc/ld.so.conf.d/10-opt.conf"),
+            "/opt/lib\n# comment\n",
+        )
+        .unwrap();
+        fs::write(
+            r.join("etc/ld.so.conf.d/00-compat-old.conf"),
+            "/nonexistent\n",
+        )
+        .unwrap();
+    };
+    let compat: Image = |r, bed| {
+        let dir = r.join("usr/local/cuda-12.9/compat");
+        fs::create_dir_all(&dir).unwrap();
+        let lib_dir = bed.host.manifest["lib_dir"].as_str().unwrap();
+        let host_lib = format!("{}{lib_dir}/libcuda.so.570.124.06", bed.host.driver_root());
+        fs::copy(host_lib, dir.join("libcuda.so.575.57.08")).unwrap();
+        symlink("cuda-12.9", r.join("usr/local/cuda")).unwrap();
+    };
+    let no_cache: Image = |r, _| {
+        fs::remove_file(r.join("etc/ld.so.cache")).unwrap();
+    };
+    let cases: [(&str, Image, bool); 5] = [
+        ("plain", plain, false),
+        ("own-config", own_config, false),
+        ("compat", compat, false),
+        ("no-cache", no_cache, false),
+        ("readonly", plain, true),
+    ];
+    for (layout, runtime) in [("debian", "runc"), ("rhel", "crun")] {
+        for (name, image, readonly) in cases {
+            let mut states = Vec::new();
+            for in_shim in [false, true] {
+                let bed = Bed::new(runtime, layout, 2);
+                if !in_shim {
+                    bed.hooks_as_processes();
+                }
+                bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
+                bed.edit(|s| s["root"]["readonly"] = json!(readonly));
+                let rootfs = bed.bundle.join("rootfs");
+                fs::remove_dir_all(&rootfs).unwrap();
+                gpuctk_mockhost::create_rootfs(&rootfs, &gpuctk_mockhost::RootfsConfig::default())
+                    .unwrap();
+                image(&rootfs, &bed);
+                let id = format!(
+                    "{}-{name}",
+                    bed.t.path().file_name().unwrap().to_string_lossy()
+                );
+                let out = bed
+                    .shim_cmd(&["run", "--bundle", bed.bundle.to_str().unwrap(), &id])
+                    .output()
+                    .unwrap();
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                // crun makes a read-only root read-only before createContainer hooks run, so
+                // there the hooks cannot work at all; the shim, working before crun, can.
+                if readonly && runtime == "crun" && !in_shim {
+                    assert!(!out.status.success());
+                    assert!(
+                        String::from_utf8_lossy(&out.stderr).contains("Read-only file system"),
+                        "{}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    continue;
+                }
+                assert!(
+                    out.status.success(),
+                    "{layout} {name} in_shim={in_shim}: {stdout}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let probe = ProbeReport::parse(stdout.split("---smi---").next().unwrap());
+                assert!(
+                    matches!(probe.libcuda, Some(LibraryLoad::Loaded { .. })),
+                    "{layout} {name} in_shim={in_shim}: {stdout}"
+                );
+                let hooks = bed.spec()["hooks"]["createContainer"].clone();
+                assert_eq!(hooks.is_null(), in_shim, "{name}: {hooks}");
+                states.push(in_root_state(&rootfs));
+            }
+            if states.len() < 2 {
+                continue;
+            }
+            let (hooks, shim) = (&states[0], &states[1]);
+            for (a, b) in hooks.iter().zip(shim.iter()) {
+                assert_eq!(a, b, "{layout}/{runtime} {name}: hooks vs shim");
+            }
+            assert_eq!(hooks.len(), shim.len(), "{layout}/{runtime} {name}");
+        }
+    }
+
+    // A spec mount over a library folder hides it from the shim: the hooks stay hooks.
+    let bed = Bed::new("runc", "debian", 1);
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0"]);
+    let lib_dir = bed.host.manifest["lib_dir"].as_str().unwrap().to_string();
+    let extra = bed.t.join("extra-lib");
+    fs::create_dir_all(&extra).unwrap();
+    bed.edit(|s| {
+        s["mounts"].as_array_mut().unwrap().push(json!({
+            "destination": "/etc",
+            "type": "bind",
+            "source": extra.join("../bundle/rootfs/etc").to_str().unwrap(),
+            "options": ["rbind", "rw"]
+        }));
+    });
+    let _ = lib_dir;
+    // `create` leaves the container's init holding its stdio: give it files, not pipes.
+    let err = bed.t.join("cover.stderr");
+    let st = bed
+        .shim_cmd(&[
+            "create",
+            "--bundle",
+            bed.bundle.to_str().unwrap(),
+            &format!(
+                "{}-cover",
+                bed.t.path().file_name().unwrap().to_string_lossy()
+            ),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(&err).unwrap())
+        .status()
+        .unwrap();
+    let spec = bed.spec();
+    assert!(
+        spec["hooks"]["createContainer"].as_array().is_some(),
+        "hooks kept when /etc is a mount ({st}): {spec}\n{}",
+        fs::read_to_string(&err).unwrap_or_default()
+    );
+    let id = format!(
+        "{}-cover",
+        bed.t.path().file_name().unwrap().to_string_lossy()
+    );
+    let _ = Command::new("runc")
+        .arg("--root")
+        .arg(&bed.state_root)
+        .args(["delete", "--force", &id])
+        .status();
 }
