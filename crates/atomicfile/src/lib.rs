@@ -54,6 +54,10 @@ pub struct Options<'a> {
     /// Only create: fail with [`Error::Exists`] when the target exists, without touching it. The
     /// file never has any other name, even for an instant.
     pub create_new: bool,
+    /// Skip the fsyncs: still atomic (a reader sees the old content or the new), but a power cut
+    /// may lose the change. For files that are written again whenever they are needed, such as
+    /// a bundle's `config.json`, where the fsyncs would cost every container start milliseconds.
+    pub no_sync: bool,
 }
 
 /// The step that failed while the target was still untouched.
@@ -264,9 +268,11 @@ pub fn replace(path: &Path, contents: &[u8], opts: &Options<'_>) -> Result<(), E
     temp.file
         .set_permissions(fs::Permissions::from_mode(mode))
         .map_err(|e| unchanged(Step::SetMode, &temp_dir, e))?;
-    temp.file
-        .sync_all()
-        .map_err(|e| unchanged(Step::Sync, &temp_dir, e))?;
+    if !opts.no_sync {
+        temp.file
+            .sync_all()
+            .map_err(|e| unchanged(Step::Sync, &temp_dir, e))?;
+    }
 
     let synced = if opts.create_new {
         temp.link_as(path).map_err(|e| match e.raw_os_error() {
@@ -305,6 +311,9 @@ pub fn replace(path: &Path, contents: &[u8], opts: &Options<'_>) -> Result<(), E
     };
     // Release the lock only once no temp name is left.
     drop(temp);
+    if opts.no_sync {
+        return Ok(());
+    }
     for d in synced {
         File::open(&d)
             .and_then(|f| f.sync_all())

@@ -408,9 +408,15 @@ fn hooks_in_shim(
     Ok(done.len())
 }
 
+/// `config.json` is written atomically but not fsynced: the engine writes it again for every
+/// container, so surviving a power cut buys nothing, and two fsyncs cost milliseconds a start.
 fn write_spec(path: &Path, spec: &serde_json::Value) -> anyhow::Result<()> {
     let out = serde_json::to_vec(spec)?;
-    gpuctk_atomicfile::write(path, &out, None)
+    let opts = gpuctk_atomicfile::Options {
+        no_sync: true,
+        ..Default::default()
+    };
+    gpuctk_atomicfile::replace(path, &out, &opts)
         .with_context(|| format!("{}: cannot write", path.display()))
 }
 
