@@ -8,7 +8,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use super::lab::{sections, Case, Escape, Flip, Layout, GPUS, WANT};
+use super::lab::{
+    patch_dynamic, program_headers, sections, Case, Escape, Flip, Layout, GPUS, WANT,
+};
 use super::paths::Delivery;
 
 /// Every delivery.
@@ -343,13 +345,6 @@ fn patch(bytes: &mut [u8], at: usize, value: &[u8]) {
 
 fn malformed_elf(v: &mut Vec<Attack>) {
     type Mutate = fn(&mut Vec<u8>);
-    let note = |b: &Vec<u8>| {
-        sections(b)
-            .into_iter()
-            .find(|s| s.0 == ".note.cuda.fwd_compatibility")
-            .expect("the compat library has the note")
-    };
-    let _ = note;
     let muts: &[(&str, &str, Mutate)] = &[
         ("truncated-64", "only the 64-byte ELF header", |b| {
             b.truncate(64)
@@ -440,6 +435,23 @@ fn malformed_elf(v: &mut Vec<Attack>) {
             "EI_CLASS says 32-bit over a 64-bit layout",
             |b| b[4] = 1,
         ),
+        (
+            "load-offset-near-max",
+            "every PT_LOAD's p_offset = 2^64 - 1",
+            |b| {
+                for (t, h, _) in program_headers(b) {
+                    if t == 1 {
+                        patch(b, h + 8, &u64::MAX.to_le_bytes());
+                    }
+                }
+            },
+        ),
+        ("strtab-near-max", "DT_STRTAB = 2^64 - 256", |b| {
+            patch_dynamic(b, 5, u64::MAX - 255)
+        }),
+        ("soname-near-max", "DT_SONAME = 2^64 - 2", |b| {
+            patch_dynamic(b, 14, u64::MAX - 1)
+        }),
     ];
     for &(tag, what, m) in muts {
         v.push(attack(
@@ -460,6 +472,9 @@ fn malformed_elf(v: &mut Vec<Attack>) {
             "shoff-near-max",
             "phoff-near-max",
             "phnum-max",
+            "load-offset-near-max",
+            "strtab-near-max",
+            "soname-near-max",
         ]
         .contains(t)
     }) {

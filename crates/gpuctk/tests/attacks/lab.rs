@@ -815,3 +815,37 @@ pub fn sections(elf: &[u8]) -> Vec<(String, u32, u64, u64, usize)> {
         })
         .collect()
 }
+
+/// ELF64 little-endian program headers: `(type, header offset, p_offset)`.
+pub fn program_headers(elf: &[u8]) -> Vec<(u32, usize, u64)> {
+    let u16at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap());
+    let u32at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap());
+    let u64at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap());
+    let phoff = u64at(0x20) as usize;
+    let phentsize = usize::from(u16at(0x36));
+    (0..usize::from(u16at(0x38)))
+        .map(|i| {
+            let h = phoff + i * phentsize;
+            (u32at(h), h, u64at(h + 8))
+        })
+        .collect()
+}
+
+/// Overwrite the value of every dynamic entry with tag `tag`.
+pub fn patch_dynamic(elf: &mut [u8], tag: u64, value: u64) {
+    let dynamic = program_headers(elf)
+        .into_iter()
+        .find(|p| p.0 == 2)
+        .expect("PT_DYNAMIC");
+    let mut at = dynamic.2 as usize;
+    while at + 16 <= elf.len() {
+        let t = u64::from_le_bytes(elf[at..at + 8].try_into().unwrap());
+        if t == 0 {
+            break;
+        }
+        if t == tag {
+            elf[at + 8..at + 16].copy_from_slice(&value.to_le_bytes());
+        }
+        at += 16;
+    }
+}
