@@ -429,6 +429,10 @@ fn run_path(kind: PathKind) {
             writeln!(f, "{l}").unwrap();
         }
     }
+    if std::env::var_os("GPUCTK_ATTACKS_KEEP").is_some() {
+        eprintln!("{kind}: kept {}", lab.t.path().display());
+        std::mem::forget(lab);
+    }
     eprintln!(
         "{kind}: {} attacks, {} contained, {} failed, {:.1} s",
         attacks.len(),

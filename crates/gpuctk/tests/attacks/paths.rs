@@ -304,6 +304,7 @@ pub fn execute(case: &Case, kind: PathKind, bound: Duration) -> Ran {
             case.id.clone(),
         ]);
         let _ = del.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        remove_cgroups(&case.id);
     }
     ran
 }
@@ -551,6 +552,7 @@ fn run_alone_inner(case: &Case, kind: PathKind, edited: Option<serde_json::Value
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+    remove_cgroups(&case.id);
 }
 
 /// How long the low-level runtime alone takes on this case's `config.json`, with a no-op in
@@ -590,6 +592,7 @@ pub fn baseline(case: &Case, kind: PathKind) -> Duration {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+    remove_cgroups(&id);
     assert!(!r.timed_out, "{rt} alone did not finish in 120 s");
     took
 }
@@ -658,6 +661,19 @@ fn wait_until(child: &mut Child, deadline: Instant, case: &Case) -> (Option<Exit
         }
         if Instant::now() >= deadline {
             let pgid = child.id() as i32;
+            // Hooks run by `runc init` or crun live in other sessions: kill every process below
+            // the one we started, and those naming this case's container (conmon and crun,
+            // which podman detaches), before the group.
+            let mut pids = descendants(&[pgid]);
+            let named = naming(&case.id);
+            pids.extend(descendants(&named));
+            for pid in pids {
+                // SAFETY: kill(2) on a process this test started, directly or through the
+                // runtime it ran.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
             // SAFETY: kill(2) on the process group of a child we started in its own group.
             unsafe {
                 libc::kill(-pgid, libc::SIGKILL);
@@ -667,6 +683,67 @@ fn wait_until(child: &mut Child, deadline: Instant, case: &Case) -> (Option<Exit
             return (st, true);
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `roots` and every process below them, from /proc.
+fn descendants(roots: &[i32]) -> Vec<i32> {
+    let mut children: std::collections::HashMap<i32, Vec<i32>> = Default::default();
+    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if let Some(ppid) = ppid {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo: Vec<i32> = roots.to_vec();
+    while let Some(p) = todo.pop() {
+        if out.contains(&p) {
+            continue;
+        }
+        out.push(p);
+        todo.extend(children.get(&p).into_iter().flatten());
+    }
+    out
+}
+
+/// Processes whose command line names `id` (a container id unique to one case).
+fn naming(id: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline
+            .split(|&b| b == 0)
+            .any(|arg| String::from_utf8_lossy(arg).contains(id))
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Empty cgroups runc and crun leave behind when a run is killed: `/<id>` under each hierarchy.
+pub fn remove_cgroups(id: &str) {
+    for e in fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let _ = fs::remove_dir(e.path().join(id));
     }
 }
 
