@@ -228,6 +228,15 @@ pub fn update_ldcache_pending(
                 .push(format!("{LD_SO_CACHE}: none in the image; starting empty"));
             Cache::new()
         }
+        // A FIFO, socket or device where the cache belongs, or a link through a magic link
+        // (`/proc/self/root/...`): never read; replaced by the new cache, as ldconfig's
+        // rename would replace it.
+        Err(e) if unusable(&e) => {
+            report
+                .notes
+                .push(format!("{e}; not read, replaced by a new cache"));
+            Cache::new()
+        }
         Err(e) => return Err(e.into()),
     };
 
@@ -301,12 +310,27 @@ pub fn update_ldcache_pending(
         cache.generator = Some(GENERATOR.to_string());
     }
     report.total_entries = cache.entries.len();
-    root.mkdir_all("/etc", 0o755)?;
-    root.write_file_atomic(LD_SO_CACHE, &cache.to_bytes(), 0o644)?;
-
-    if root.try_symlink_metadata(LD_SO_CONF)?.is_none() {
-        root.write_file_atomic(LD_SO_CONF, b"include /etc/ld.so.conf.d/*.conf\n", 0o644)?;
-        report.created_ld_so_conf = true;
+    // An `/etc` the image leads through a magic link cannot be written in-root: noted, and
+    // the container keeps the loader's default search path.
+    let written = root
+        .mkdir_all("/etc", 0o755)
+        .and_then(|()| root.write_file_atomic(LD_SO_CACHE, &cache.to_bytes(), 0o644));
+    match written {
+        Ok(()) => {}
+        Err(e) if unusable(&e) => {
+            report.notes.push(format!("{e}; no cache written"));
+            return Ok(report);
+        }
+        Err(e) => return Err(e.into()),
+    }
+    match root.try_symlink_metadata(LD_SO_CONF) {
+        Ok(None) => {
+            root.write_file_atomic(LD_SO_CONF, b"include /etc/ld.so.conf.d/*.conf\n", 0o644)?;
+            report.created_ld_so_conf = true;
+        }
+        Ok(Some(_)) => {}
+        Err(e) if unusable(&e) => report.notes.push(format!("{e}; left alone")),
+        Err(e) => return Err(e.into()),
     }
     let gpuctk_name = GPUCTK_CONF.rsplit('/').next().unwrap_or_default();
     let known: BTreeSet<&str> = conf_d
@@ -325,9 +349,14 @@ pub fn update_ldcache_pending(
             text.push_str(f);
             text.push('\n');
         }
-        root.mkdir_all(LD_SO_CONF_D, 0o755)?;
-        root.write_file_atomic(GPUCTK_CONF, text.as_bytes(), 0o644)?;
-        report.conf_file = Some(GPUCTK_CONF.to_string());
+        let written = root
+            .mkdir_all(LD_SO_CONF_D, 0o755)
+            .and_then(|()| root.write_file_atomic(GPUCTK_CONF, text.as_bytes(), 0o644));
+        match written {
+            Ok(()) => report.conf_file = Some(GPUCTK_CONF.to_string()),
+            Err(e) if unusable(&e) => report.notes.push(format!("{e}; drop-in not written")),
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(report)
 }
@@ -361,6 +390,10 @@ fn read_conf_d(
     let names = match root.read_dir_names_limited(LD_SO_CONF_D, MAX_DIR_ENTRIES) {
         Ok(n) => n,
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => return Ok(Vec::new()),
+        Err(e) if unusable(&e) => {
+            notes.push(format!("{e}; not read"));
+            return Ok(Vec::new());
+        }
         Err(e) => return Err(e.into()),
     };
     let mut out = Vec::new();
@@ -382,6 +415,10 @@ fn read_conf_d(
                 notes.push(format!("{e}; skipped"));
                 continue;
             }
+            Err(e) if unusable(&e) => {
+                notes.push(format!("{e}; skipped"));
+                continue;
+            }
             Err(e) => return Err(e.into()),
         };
         let text = String::from_utf8_lossy(&bytes);
@@ -394,6 +431,14 @@ fn read_conf_d(
         out.push((name, dirs));
     }
     Ok(out)
+}
+
+/// A path the image made unusable on purpose: something other than a regular file where one
+/// belongs, or a symlink through a magic link (`/proc/self/root/...`, refused by
+/// `RESOLVE_NO_MAGICLINKS` with ELOOP). Such input is skipped with a note, never followed; the
+/// container still gets its GPUs.
+fn unusable(e: &RootError) -> bool {
+    matches!(e, RootError::NotRegular { .. }) || e.errno() == Some(libc::ELOOP)
 }
 
 fn root_io(root: &Root, path: &str, op: &'static str, source: std::io::Error) -> RootError {
@@ -449,6 +494,10 @@ fn scan_dir(
             report.notes.push(format!(
                 "{dir}: no such directory in the container; skipped"
             ));
+            return Ok(None);
+        }
+        Err(e) if unusable(&e) => {
+            report.notes.push(format!("{e}; skipped"));
             return Ok(None);
         }
         Err(e) => return Err(e.into()),
@@ -940,7 +989,9 @@ pub fn enable_cuda_compat(
     };
     let names = match root.read_dir_names_limited(&compat_root, MAX_DIR_ENTRIES) {
         Ok(n) => n,
-        Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => return Ok(no_dir()),
+        Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) || unusable(&e) => {
+            return Ok(no_dir())
+        }
         Err(e) => return Err(e.into()),
     };
     let found: Vec<String> = names

@@ -546,6 +546,18 @@ impl Root {
         Ok(Walk { existing, missing })
     }
 
+    /// Where `path` leads inside the root as far as it exists, symlinks
+    /// followed component by component, with the components that do not
+    /// exist yet appended as they are: what a runtime resolving the path
+    /// in-root later will reach, for deciding whether a mount will hide it
+    /// (`/usr/lib64 -> /proc/self/root/x` gives `/proc/self/root/x`).
+    pub fn resolve_lexically(&self, path: &str) -> Result<String, RootError> {
+        let walk = self.walk(path, true)?;
+        let mut all = walk.existing;
+        all.extend(walk.missing);
+        Ok(format!("/{}", join_components(&all)))
+    }
+
     /// The path `path` resolves to inside the root, symlinks followed, as a
     /// container-absolute path (`/usr/local/cuda/compat` →
     /// `/usr/local/cuda-12.9/compat`). The path must exist.

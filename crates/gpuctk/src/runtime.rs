@@ -367,25 +367,38 @@ fn hooks_in_shim(
     } else {
         bundle.join(root)
     };
-    let mounts: Vec<&str> = spec
+    let Ok(root) = gpuctk_container::Root::open_container(&rootfs) else {
+        return Ok(0);
+    };
+    // Paths as the runtime will resolve them in the root (an image's symlink can lead a library
+    // folder into `/proc`, which is a mount): a path that does not resolve leaves it to hooks.
+    let resolved = |p: &str| root.resolve_lexically(p).ok();
+    let mut mounts: Vec<String> = Vec::new();
+    for d in spec
         .get("mounts")
         .and_then(|m| m.as_array())
         .into_iter()
         .flatten()
         .filter_map(|m| m.get("destination").and_then(|d| d.as_str()))
         .chain(edits.mounts.iter().map(|m| m.container_path.as_str()))
-        .collect();
+    {
+        let Some(r) = resolved(d) else {
+            return Ok(0);
+        };
+        mounts.push(d.to_string());
+        mounts.push(r);
+    }
     for (_, op) in &ops {
         for p in op.paths() {
-            if mounts.iter().any(|d| covers(d, &p)) {
-                tracing::debug!("a spec mount covers {p}: hooks left to the runtime");
+            let Some(r) = resolved(&p) else {
+                return Ok(0);
+            };
+            if mounts.iter().any(|d| covers(d, &p) || covers(d, &r)) {
+                tracing::debug!("a spec mount covers {p} ({r}): hooks left to the runtime");
                 return Ok(0);
             }
         }
     }
-    let Ok(root) = gpuctk_container::Root::open_container(&rootfs) else {
-        return Ok(0);
-    };
     let mut pending = gpuctk_container::hooks::Pending::default();
     for m in &edits.mounts {
         let Ok(file) = std::fs::File::open(&m.host_path) else {
