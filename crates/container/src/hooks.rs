@@ -438,7 +438,10 @@ fn read_conf_d(
 /// `RESOLVE_NO_MAGICLINKS` with ELOOP). Such input is skipped with a note, never followed; the
 /// container still gets its GPUs.
 fn unusable(e: &RootError) -> bool {
-    matches!(e, RootError::NotRegular { .. }) || e.errno() == Some(libc::ELOOP)
+    matches!(
+        e,
+        RootError::NotRegular { .. } | RootError::Loop { .. } | RootError::TooLarge { .. }
+    ) || e.errno() == Some(libc::ELOOP)
 }
 
 fn root_io(root: &Root, path: &str, op: &'static str, source: std::io::Error) -> RootError {
@@ -1015,7 +1018,7 @@ pub fn enable_cuda_compat(
 
     let file = match root.open_read(&library) {
         Ok(f) => f,
-        Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => {
+        Err(e) if e.is_not_found() || unusable(&e) => {
             return Ok(not_used(format!("cannot open it: {e}")))
         }
         Err(e) => return Err(e.into()),

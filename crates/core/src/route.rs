@@ -51,6 +51,10 @@ pub enum RouteError {
     },
 }
 
+/// The kind NVIDIA's runtime (1.17 and later) plans just in time whatever the mode: there is
+/// no static spec for it.
+pub const RUNTIME_KIND: &str = "runtime.nvidia.com/gpu";
+
 /// Picks the route for `request` under `mode`; `default_kind` is `modes.cdi.default-kind`.
 pub fn route(request: &Request, mode: Mode, default_kind: &str) -> Result<Route, RouteError> {
     let ids: Vec<DeviceId> = match &request.devices {
@@ -65,11 +69,22 @@ pub fn route(request: &Request, mode: Mode, default_kind: &str) -> Result<Route,
     let as_ids = |ids: &[DeviceId]| -> Option<Vec<DeviceId>> {
         ids.iter()
             .map(|d| match d {
-                DeviceId::Cdi(n) => cdi_name_to_device(n, default_kind),
+                DeviceId::Cdi(n) => cdi_name_to_device(n, default_kind)
+                    .or_else(|| cdi_name_to_device(n, RUNTIME_KIND)),
                 other => Some(other.clone()),
             })
             .collect()
     };
+    let runtime_kind_only = !ids.is_empty()
+        && ids.iter().all(|d| {
+            matches!(d, DeviceId::Cdi(n) if n.split_once('=').is_some_and(|(k, _)| k == RUNTIME_KIND))
+        });
+    if runtime_kind_only {
+        return match as_ids(&ids) {
+            Some(mapped) => Ok(Route::JustInTime(mapped)),
+            None => Err(RouteError::Mixed { from: source }),
+        };
+    }
     match mode {
         // `none` needs no spec: the driver only.
         Mode::Cdi if ids.is_empty() => Ok(Route::JustInTime(ids)),
@@ -218,6 +233,16 @@ mod tests {
                 Ok(Route::JustInTime(vec![Uuid("GPU-9".into())])),
             ),
             (ids(vec![Index(0)]), Mode::Legacy, Ok(Route::PrestartHook)),
+            (
+                ids(vec![cdi("runtime.nvidia.com/gpu=3")]),
+                Mode::Auto,
+                Ok(Route::JustInTime(vec![Index(3)])),
+            ),
+            (
+                ids(vec![cdi("runtime.nvidia.com/gpu=all")]),
+                Mode::Cdi,
+                Ok(Route::JustInTime(vec![All])),
+            ),
         ];
         for (r, mode, want) in cases {
             assert_eq!(route(&r, mode, KIND), want, "{:?} in {mode:?}", r.devices);
