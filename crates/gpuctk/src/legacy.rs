@@ -78,11 +78,9 @@ pub fn hook_main(args: &[OsString]) -> ExitCode {
     match prestart(config_path.as_deref()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "nvidia-container-runtime-hook: error: {}",
-                one_line(&e)
-            );
+            let line = format!("nvidia-container-runtime-hook: error: {}", one_line(&e));
+            let _ = writeln!(std::io::stderr(), "{line}");
+            crate::logging::pass_on_through_crun(&line);
             ExitCode::FAILURE
         }
     }

@@ -40,3 +40,31 @@ pub fn init_runtime(cfg: &crate::config::Config) {
     }
     init(Level::WARN.min(level));
 }
+
+/// crun gives hooks `/dev/null` for stderr, so a failing hook's one line would never reach
+/// the engine. A prestart hook's parent is crun itself, whose stderr the engine reads: when
+/// ours is `/dev/null` and the parent is crun, the line goes to the parent's stderr as well.
+/// (runc already passes a hook's stderr on in its own error.)
+pub fn pass_on_through_crun(line: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let ours_is_null = std::fs::metadata("/proc/self/fd/2")
+        .is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == libc::makedev(1, 3));
+    if !ours_is_null {
+        return;
+    }
+    // SAFETY: getppid has no preconditions.
+    let ppid = unsafe { libc::getppid() };
+    let parent_is_crun =
+        std::fs::read_to_string(format!("/proc/{ppid}/comm")).is_ok_and(|c| c.trim_end() == "crun");
+    if !parent_is_crun {
+        return;
+    }
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .append(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(format!("/proc/{ppid}/fd/2"))
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
