@@ -129,6 +129,54 @@ fn flow_depth(bytes: &[u8], yaml: bool) -> (usize, usize) {
     (max, at)
 }
 
+/// Whether a YAML line (without its indentation) ends with a block scalar indicator (`|`,
+/// `>-`, `|2+` ...) after a key or a dash: the lines indented deeper that follow are text.
+fn opens_block_scalar(content: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(content);
+    let text = match text.find(" #") {
+        Some(i) => &text[..i],
+        None => &text,
+    };
+    let t = text.trim_end();
+    let last = t.rsplit(' ').next().unwrap_or("");
+    let is_indicator = last.starts_with(['|', '>'])
+        && last[1..]
+            .bytes()
+            .all(|b| b == b'-' || b == b'+' || b.is_ascii_digit());
+    is_indicator && (t.len() == last.len() || t[..t.len() - last.len()].ends_with(' '))
+}
+
+/// [`flow_depth`] for YAML, skipping the text of block scalars (`key: |` and the lines
+/// indented below it), where brackets are characters, not nesting.
+fn yaml_flow_depth(bytes: &[u8]) -> (usize, usize) {
+    let mut kept = Vec::with_capacity(bytes.len());
+    let mut lines_kept = Vec::new();
+    let mut block: Option<usize> = None;
+    for (i, raw) in bytes.split(|&b| b == b'\n').enumerate() {
+        let indent = raw.iter().take_while(|&&b| b == b' ').count();
+        let content = &raw[indent..];
+        let blank = content.iter().all(|b| b.is_ascii_whitespace());
+        if let Some(bi) = block {
+            if blank || indent > bi {
+                continue;
+            }
+            block = None;
+        }
+        kept.extend_from_slice(raw);
+        kept.push(b'\n');
+        lines_kept.push(i + 1);
+        if opens_block_scalar(content) {
+            block = Some(indent);
+        }
+    }
+    let (depth, at) = flow_depth(&kept, true);
+    // `at` counts kept lines; map it back to the file's line.
+    (
+        depth,
+        lines_kept.get(at.saturating_sub(1)).copied().unwrap_or(at),
+    )
+}
+
 /// Block nesting (indentation levels, with each `- ` of a compact sequence counting as one)
 /// plus flow nesting, for YAML.
 fn yaml_depth(bytes: &[u8]) -> (usize, usize) {
@@ -160,7 +208,7 @@ fn yaml_depth(bytes: &[u8]) -> (usize, usize) {
         }
         max = max.max(depth);
     }
-    let (flow, flow_at) = flow_depth(bytes, true);
+    let (flow, flow_at) = yaml_flow_depth(bytes);
     if flow + max > MAX_NESTING && flow > max {
         at = flow_at;
     }
@@ -193,6 +241,17 @@ mod tests {
         }
         let e = check(y.as_bytes(), Format::Yaml).unwrap_err();
         assert!(e.to_string().starts_with("line 65"), "{e}");
+        // Brackets in a block scalar are text (found by the cdi_yaml fuzzer).
+        let text = format!(
+            "env:\n- |-\n  X=a\n  {}\n  more\nkind: x\n",
+            "[".repeat(100)
+        );
+        assert!(check(text.as_bytes(), Format::Yaml).is_ok());
+        let text = format!("a: >+2\n   {}\nb: {}\n", "{".repeat(100), "[".repeat(100));
+        assert!(
+            check(text.as_bytes(), Format::Yaml).is_err(),
+            "the flow after the block counts"
+        );
         let dashes = format!("x:\n{}y\n", "- ".repeat(100));
         assert!(check(dashes.as_bytes(), Format::Yaml).is_err());
         let flow = format!("x: {}\n", "[".repeat(100));
