@@ -140,30 +140,31 @@ impl InRootOp {
     }
 
     /// The container paths this operation reads or writes through, so the shim can tell
-    /// whether a spec mount would hide them from it.
-    pub fn paths(&self) -> Vec<String> {
+    /// whether a spec mount would hide them from it; with each, whether the operation follows
+    /// a symlink at the last component (it reads a directory) or replaces the name itself (a
+    /// link or file it writes).
+    pub fn paths(&self) -> Vec<(String, bool)> {
+        let name = |p: &str| (p.to_string(), false);
+        let dir = |p: &str| (p.to_string(), true);
         match &self.0 {
             Hook::UpdateLdcache { folders, .. } => {
                 let mut v = vec![
-                    hooks::LD_SO_CACHE.to_string(),
-                    hooks::LD_SO_CONF.to_string(),
-                    hooks::LD_SO_CONF_D.to_string(),
+                    name(hooks::LD_SO_CACHE),
+                    name(hooks::LD_SO_CONF),
+                    dir(hooks::LD_SO_CONF_D),
                 ];
-                v.extend(folders.iter().cloned());
+                v.extend(folders.iter().map(|f| dir(f)));
                 v
             }
             Hook::CreateSymlinks { links, .. } => links
                 .iter()
-                .filter_map(|l| l.split_once("::").map(|(_, link)| link.to_string()))
+                .filter_map(|l| l.split_once("::").map(|(_, link)| name(link)))
                 .collect(),
             Hook::EnableCudaCompat {
                 cuda_compat_container_root,
                 ..
-            } => vec![
-                cuda_compat_container_root.clone(),
-                hooks::LD_SO_CONF_D.to_string(),
-            ],
-            Hook::Chmod { paths, .. } => paths.clone(),
+            } => vec![dir(cuda_compat_container_root), dir(hooks::LD_SO_CONF_D)],
+            Hook::Chmod { paths, .. } => paths.iter().map(|p| dir(p)).collect(),
             Hook::Noop => Vec::new(),
         }
     }

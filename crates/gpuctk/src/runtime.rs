@@ -389,8 +389,18 @@ fn hooks_in_shim(
         mounts.push(r);
     }
     for (_, op) in &ops {
-        for p in op.paths() {
-            let Some(r) = resolved(&p) else {
+        for (p, follow) in op.paths() {
+            // A name the hook replaces (a link, the cache) is resolved up to its directory only.
+            let r = if follow {
+                resolved(&p)
+            } else {
+                match p.trim_end_matches('/').rsplit_once('/') {
+                    Some((parent, last)) => resolved(if parent.is_empty() { "/" } else { parent })
+                        .map(|d| format!("{}/{last}", d.trim_end_matches('/'))),
+                    None => None,
+                }
+            };
+            let Some(r) = r else {
                 return Ok(0);
             };
             if mounts.iter().any(|d| covers(d, &p) || covers(d, &r)) {
