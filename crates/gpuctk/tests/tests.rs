@@ -13,12 +13,12 @@ mod bad_input;
 mod commands;
 /// 50 at once: runtime configures, shim creates, prestart hooks, readers of a spec being rewritten.
 mod concurrency;
+/// Discovery errors that were swallowed (an unreadable firmware folder): generate fails.
+mod discovery_errors;
 /// docker, podman, containerd and `runtime configure`.
 mod engines;
 /// Writers killed at every step and fed write, fsync and rename errors: no file lost or torn.
 mod faults;
-/// Discovery errors that were swallowed (an unreadable firmware folder): generate fails.
-mod discovery_errors;
 /// `cdi generate` on every layout, GPU count and driver version; the spec matches the host.
 mod generate;
 /// Discovery on the real Debian 535 driver packages, unpacked with dpkg-deb.
