@@ -85,10 +85,21 @@ fn flow_depth(bytes: &[u8], yaml: bool) -> (usize, usize) {
     let mut escaped = false;
     let mut comment = false;
     let mut prev = b'\n';
-    for &b in bytes {
+    // The last significant byte outside quotes and comments; `\n` at a line start. In YAML a
+    // bracket or quote opens something only where a value starts (after `: `, `- `, `[`, `{`,
+    // `,` or at a line start); elsewhere it is a character of a plain scalar (`a[b`).
+    let mut sig = b'\n';
+    let value_start = |sig: u8| matches!(sig, b'\n' | b':' | b'-' | b'[' | b'{' | b',' | b'?');
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        i += 1;
         if b == b'\n' {
             line += 1;
             comment = false;
+            if quote.is_none() {
+                sig = b'\n';
+            }
         }
         if comment {
             prev = b;
@@ -100,29 +111,43 @@ fn flow_depth(bytes: &[u8], yaml: bool) -> (usize, usize) {
                     escaped = false;
                 } else if b == b'\\' && q == b'"' {
                     escaped = true;
+                } else if b == q && q == b'\'' && bytes.get(i) == Some(&b'\'') {
+                    i += 1; // `''` is a quote inside a single-quoted scalar
                 } else if b == q {
                     quote = None;
+                    sig = q;
                 }
             }
-            None => match b {
-                b'"' => quote = Some(b),
-                b'\''
-                    if yaml && matches!(prev, b' ' | b'\t' | b'\n' | b'[' | b'{' | b',' | b':') =>
-                {
-                    quote = Some(b)
-                }
-                b'#' if yaml && matches!(prev, b' ' | b'\t' | b'\n') => comment = true,
-                b'[' | b'{' => {
-                    depth += 1;
-                    // Keep the line where the cap was first passed: that is where to look.
-                    if depth > max && max <= MAX_NESTING {
-                        at = line;
+            None => {
+                match b {
+                    b'"' if !yaml || value_start(sig) => quote = Some(b),
+                    b'\'' if yaml && value_start(sig) => quote = Some(b),
+                    b'#' if yaml && matches!(prev, b' ' | b'\t' | b'\n') => comment = true,
+                    b'[' | b'{' if !yaml || value_start(sig) => {
+                        depth += 1;
+                        // Keep the line where the cap was first passed: that is where to look.
+                        if depth > max && max <= MAX_NESTING {
+                            at = line;
+                        }
+                        max = max.max(depth);
                     }
-                    max = max.max(depth);
+                    b']' | b'}' => depth = depth.saturating_sub(1),
+                    _ => {}
                 }
-                b']' | b'}' => depth = depth.saturating_sub(1),
-                _ => {}
-            },
+                if !b.is_ascii_whitespace() && quote.is_none() && !comment {
+                    // A bracket that opened nothing is a plain character, not a value start.
+                    let opened = matches!(b, b'[' | b'{') && (!yaml || value_start(sig));
+                    // `-`, `:` and `?` are indicators only before white space (`- x`, `k: v`);
+                    // `--link` or `a:b` are plain text.
+                    let indicator = !matches!(b, b'-' | b':' | b'?')
+                        || bytes.get(i).is_none_or(|n| n.is_ascii_whitespace());
+                    sig = if (matches!(b, b'[' | b'{') && !opened) || !indicator {
+                        b'a'
+                    } else {
+                        b
+                    };
+                }
+            }
         }
         prev = b;
     }
@@ -244,6 +269,14 @@ mod tests {
         // Brackets in a block scalar are text (found by the cdi_yaml fuzzer).
         let text = format!(
             "env:\n- |-\n  X=a\n  {}\n  more\nkind: x\n",
+            "[".repeat(100)
+        );
+        assert!(check(text.as_bytes(), Format::Yaml).is_ok());
+        // Doubled quotes in a single-quoted scalar and brackets in plain scalars are text.
+        let text = format!(
+            "a: 'x''0''{}'\nb: c{}\nc:\n- --{}\n",
+            "[".repeat(100),
+            "[".repeat(100),
             "[".repeat(100)
         );
         assert!(check(text.as_bytes(), Format::Yaml).is_ok());

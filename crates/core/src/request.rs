@@ -325,7 +325,8 @@ pub fn parse_devices(value: &str, source: &str) -> Result<Devices, RequestError>
     if items.is_empty() || items.contains(&"void") {
         return Ok(Devices::Unrequested);
     }
-    if items == ["none"] {
+    // `none` (once or repeated, as the fuzzer tried) means no GPU but the driver.
+    if items.iter().all(|i| *i == "none") {
         return Ok(Devices::NoGpus);
     }
     let mut ids = IdList::default();
@@ -623,6 +624,11 @@ mod tests {
         );
         assert_eq!(
             req(&["NVIDIA_VISIBLE_DEVICES=none"]).devices,
+            Devices::NoGpus
+        );
+        // Found by the visible_devices fuzzer: a repeated `none` was an empty device list.
+        assert_eq!(
+            req(&["NVIDIA_VISIBLE_DEVICES=none,, none"]).devices,
             Devices::NoGpus
         );
         assert_eq!(
