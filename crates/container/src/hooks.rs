@@ -157,8 +157,8 @@ pub struct LdcacheReport {
 ///
 /// For each directory (the compat ones listed in
 /// `/etc/ld.so.conf.d/00-compat-*.conf` first, then `folders` in order;
-/// missing ones skipped with a note) every regular file whose name contains
-/// `.so`, or symlink resolving in-root to one, that is an ELF shared object
+/// missing ones skipped with a note) every regular file that `ldconfig` would
+/// look at ([`is_dso_name`]), or symlink resolving in-root to one, that is an ELF shared object
 /// with a `DT_SONAME` gets its soname link created when missing and an
 /// entry `soname → <dir>/<soname>`. Per soname and ABI the first directory
 /// wins and replaces the image's entries. The cache is written atomically
@@ -444,15 +444,6 @@ fn unusable(e: &RootError) -> bool {
     ) || e.errno() == Some(libc::ELOOP)
 }
 
-fn root_io(root: &Root, path: &str, op: &'static str, source: std::io::Error) -> RootError {
-    RootError::Io {
-        root: root.host_path().to_path_buf(),
-        path: path.to_string(),
-        op,
-        source,
-    }
-}
-
 /// `ldconfig`'s own test for a file worth looking at (glibc's `_dl_is_dso`, plus its skip of
 /// prelink's temporary files): `lib*.so*`, `ld-*.so*`, `ld.so.*`, `ld64.so.*`. So
 /// `preloadable_libintl.so` is not a candidate, as it is not for ldconfig.
@@ -536,7 +527,7 @@ fn scan_dir(
     for (name, file) in pending.iter().filter(|(n, _)| is_dso_name(n)) {
         let file = file
             .try_clone()
-            .map_err(|e| root_io(root, &join(dir, name), "dup", e))?;
+            .map_err(|e| root.io_err(&join(dir, name), "dup", e))?;
         files.push((name.clone(), false, file));
     }
     for name in names {

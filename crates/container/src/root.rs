@@ -315,7 +315,7 @@ impl Root {
         &self.path
     }
 
-    fn io_err(&self, path: &str, op: &'static str, source: io::Error) -> RootError {
+    pub(crate) fn io_err(&self, path: &str, op: &'static str, source: io::Error) -> RootError {
         RootError::Io {
             root: self.path.clone(),
             path: path.to_string(),
