@@ -589,6 +589,10 @@ pub fn make_sentinel(dir: &Path) {
     )
     .unwrap();
     fs::write(dir.join("usr/lib64/libsentinel.so.1"), b"sentinel lib\n").unwrap();
+    // podman creates /etc/mtab when it is missing, following a flipped /etc out of the root:
+    // that is the engine's write, not ours, so the sentinel has one too (a file, not a link, so
+    // the mode loop below cannot follow it).
+    fs::write(dir.join("etc/mtab"), b"sentinel mtab\n").unwrap();
     fs::write(dir.join("secret"), b"secret\n").unwrap();
     fs::set_permissions(dir.join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
     // Modes and mtimes nobody would pick, bottom-up so setting a child's does not move its
