@@ -25,18 +25,12 @@ use gpuctk_ldcache::{Cache, Entry};
 use crate::elf::{self, ElfError};
 use crate::root::{FileKind, LinkOutcome, Root, RootError};
 
-/// The container's loader cache.
-pub const LD_SO_CACHE: &str = "/etc/ld.so.cache";
-/// The container's loader configuration.
-pub const LD_SO_CONF: &str = "/etc/ld.so.conf";
-/// Its drop-in directory.
-pub const LD_SO_CONF_D: &str = "/etc/ld.so.conf.d";
+pub use gpuctk_core::ops::{DEFAULT_COMPAT_ROOT, LD_SO_CACHE, LD_SO_CONF, LD_SO_CONF_D};
+
 /// The drop-in listing the folders [`update_ldcache`] added.
 pub const GPUCTK_CONF: &str = "/etc/ld.so.conf.d/00-gpuctk.conf";
 /// Name prefix of the drop-ins [`enable_cuda_compat`] writes.
 pub const COMPAT_CONF_PREFIX: &str = "00-compat-";
-/// NVIDIA's default `--cuda-compat-container-root`.
-pub const DEFAULT_COMPAT_ROOT: &str = "/usr/local/cuda/compat";
 /// The ELF section holding the compat library's forward-compat metadata.
 pub const CUDA_FWD_COMPAT_SECTION: &str = ".note.cuda.fwd_compatibility";
 /// The owner of that note.
@@ -84,14 +78,9 @@ pub enum HookError {
         #[source]
         source: gpuctk_ldcache::Error,
     },
-    /// A `--link` value is not `TARGET::LINK`.
-    #[error("--link {value:?}: {reason}; expected TARGET::LINK, e.g. libcuda.so.1::/usr/lib64/libcuda.so")]
-    BadLink {
-        /// The value given.
-        value: String,
-        /// What is wrong.
-        reason: &'static str,
-    },
+    /// An operation's value is malformed (a `--link` that is not `TARGET::LINK`).
+    #[error(transparent)]
+    Op(#[from] gpuctk_core::OpError),
     /// A folder or path is not container-absolute.
     #[error("{what} {path:?}: must be an absolute path inside the container")]
     NotAbsolute {
@@ -627,49 +616,7 @@ fn scan_dir(
 
 // ---------------------------------------------------------------- create-symlinks
 
-/// One `--link TARGET::LINK`: create `link` (a container path) pointing at
-/// `target` (stored verbatim).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Link {
-    /// What the link points at, e.g. `libcuda.so.1` or `/usr/lib64/x`.
-    pub target: String,
-    /// The container path of the link.
-    pub link: String,
-}
-
-impl Link {
-    /// Parses NVIDIA's `TARGET::LINK` syntax.
-    pub fn parse(value: &str) -> Result<Link, HookError> {
-        let bad = |reason| HookError::BadLink {
-            value: value.to_string(),
-            reason,
-        };
-        let (target, link) = value.split_once("::").ok_or_else(|| bad("no `::`"))?;
-        if target.is_empty() {
-            return Err(bad("the target is empty"));
-        }
-        if link.is_empty() {
-            return Err(bad("the link is empty"));
-        }
-        if !link.starts_with('/') {
-            return Err(bad("the link must be an absolute container path"));
-        }
-        if value.contains('\0') {
-            return Err(bad("contains a NUL byte"));
-        }
-        Ok(Link {
-            target: target.to_string(),
-            link: link.to_string(),
-        })
-    }
-}
-
-impl std::str::FromStr for Link {
-    type Err = HookError;
-    fn from_str(s: &str) -> Result<Link, HookError> {
-        Link::parse(s)
-    }
-}
+pub use gpuctk_core::ops::Link;
 
 /// `ln -sf` for each link inside the root: parents created (0755), links
 /// already pointing at their target left alone, files and other links

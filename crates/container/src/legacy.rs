@@ -33,8 +33,10 @@
 //!    us). Device nodes are made with `mknodat` in their in-root parent.
 //!    On failure, what was mounted is detached and what was created is
 //!    removed.
-//! 5. The hooks of the edits (our `nvidia-cdi-hook` subcommands) are
-//!    interpreted and run natively on the same [`Root`].
+//! 5. The in-root operations ([`InRootOp`], typed by the caller: from the
+//!    plan, or decoded from a static spec's hooks by the hook's own command
+//!    line) run on the same [`Root`]; a hook that is not one of them is
+//!    noted and skipped.
 
 pub mod bpf;
 pub mod cgroup;
@@ -45,11 +47,13 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use gpuctk_cdi::spec::{ContainerEdits, DeviceNode, Hook, Mount};
+use gpuctk_cdi::spec::{ContainerEdits, DeviceNode, Mount};
 
-use crate::hooks::{self, CompatOutcome, HookError, LdcacheReport, Link};
+use crate::hooks::{self, CompatOutcome, HookError, LdcacheReport};
+use crate::ops::Outcome;
 use crate::root::{split_parent, FileKind, Root, RootError};
 use cgroup::{DeviceCgroup, DeviceRule, DeviceType};
+use gpuctk_core::ops::InRootOp;
 
 /// The container to inject into.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,7 +174,7 @@ pub enum LegacyError {
     /// Something in the container root failed.
     #[error(transparent)]
     Root(#[from] RootError),
-    /// A hook could not be parsed or failed.
+    /// An in-root operation failed.
     #[error("hook {hook}: {source}")]
     Hook {
         /// The hook's subcommand.
@@ -178,14 +182,6 @@ pub enum LegacyError {
         /// What went wrong.
         #[source]
         source: HookError,
-    },
-    /// A hook's arguments make no sense.
-    #[error("hook {args:?}: {reason}")]
-    BadHook {
-        /// The hook's args.
-        args: Vec<String>,
-        /// What is wrong.
-        reason: String,
     },
     /// The container root is not where it should be in its namespace.
     #[error("container root {}: {reason}", rootfs.display())]
@@ -510,145 +506,17 @@ fn plan_mount(m: &Mount) -> Result<MountPlan, LegacyError> {
     })
 }
 
-/// A hook's work, parsed from its args.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum HookWork {
-    CreateSymlinks(Vec<Link>),
-    EnableCudaCompat {
-        driver: Option<String>,
-        cuda: Option<String>,
-        compat_root: String,
-    },
-    UpdateLdcache(Vec<String>),
-    Chmod {
-        mode: u32,
-        paths: Vec<String>,
-    },
-}
-
-/// `--name value` / `--name=value` pairs and bare flags of a hook's args.
-fn flag_pairs(args: &[String]) -> Vec<(String, Option<String>)> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        if let Some(body) = a.strip_prefix("--") {
-            if let Some((k, v)) = body.split_once('=') {
-                out.push((k.to_string(), Some(v.to_string())));
-            } else if i + 1 < args.len() && !args[i + 1].starts_with("--") {
-                out.push((body.to_string(), Some(args[i + 1].clone())));
-                i += 1;
-            } else {
-                out.push((body.to_string(), None));
-            }
-        } else {
-            out.push((String::new(), Some(a.clone())));
-        }
-        i += 1;
-    }
-    out
-}
-
-/// Interprets one hook. `Ok(None)` with a note for hooks we do not know.
-fn parse_hook(h: &Hook, notes: &mut Vec<String>) -> Result<Option<HookWork>, LegacyError> {
-    let args = &h.args;
-    let mut rest: &[String] = args.get(1..).unwrap_or(&[]);
-    if rest.first().map(String::as_str) == Some("hook") {
-        rest = &rest[1..];
-    }
-    let Some(sub) = rest.first() else {
-        notes.push(format!(
-            "hook {} {:?}: no subcommand; skipped",
-            h.path, args
-        ));
-        return Ok(None);
-    };
-    let pairs = flag_pairs(&rest[1..]);
-    let mut known = |names: &[&str]| {
-        for (k, v) in &pairs {
-            if !names.contains(&k.as_str()) {
-                notes.push(format!(
-                    "hook {sub}: ignored argument {}{}",
-                    if k.is_empty() {
-                        String::new()
-                    } else {
-                        format!("--{k}")
-                    },
-                    v.as_deref().map(|v| format!(" {v}")).unwrap_or_default()
-                ));
-            }
-        }
-    };
-    let values = |name: &str| -> Vec<String> {
-        pairs
-            .iter()
-            .filter(|(k, _)| k == name)
-            .filter_map(|(_, v)| v.clone())
-            .collect()
-    };
-    let work = match sub.as_str() {
-        "create-symlinks" => {
-            known(&["link"]);
-            let links = values("link")
-                .iter()
-                .map(|l| Link::parse(l))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|source| LegacyError::Hook {
-                    hook: sub.clone(),
-                    source,
-                })?;
-            HookWork::CreateSymlinks(links)
-        }
-        "enable-cuda-compat" => {
-            known(&[
-                "host-driver-version",
-                "host-cuda-version",
-                "cuda-compat-container-root",
-            ]);
-            HookWork::EnableCudaCompat {
-                driver: values("host-driver-version").pop(),
-                cuda: values("host-cuda-version").pop(),
-                compat_root: values("cuda-compat-container-root")
-                    .pop()
-                    .unwrap_or_else(|| hooks::DEFAULT_COMPAT_ROOT.to_string()),
-            }
-        }
-        "update-ldcache" => {
-            known(&["folder", "ldconfig-path"]);
-            HookWork::UpdateLdcache(values("folder"))
-        }
-        "chmod" => {
-            known(&["mode", "path"]);
-            let mode = values("mode").pop().unwrap_or_default();
-            let m = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
-                .ok()
-                .filter(|m| *m <= 0o7777)
-                .ok_or_else(|| LegacyError::BadHook {
-                    args: args.clone(),
-                    reason: format!("--mode {mode:?}: expected an octal mode such as 755"),
-                })?;
-            HookWork::Chmod {
-                mode: m,
-                paths: values("path"),
-            }
-        }
-        other => {
-            notes.push(format!(
-                "hook {other}: not known to legacy injection; skipped"
-            ));
-            return Ok(None);
-        }
-    };
-    Ok(Some(work))
-}
-
 // ---------------------------------------------------------------- inject
 
 /// Realizes `edits` in the created, not yet started container `target`:
 /// device cgroup, mounts, device nodes, then the hooks' work (see the
 /// module documentation). `env` and other fields are ignored: it is too
 /// late for them.
-pub fn inject(target: &Target, edits: &ContainerEdits) -> Result<InjectReport, LegacyError> {
+pub fn inject(
+    target: &Target,
+    edits: &ContainerEdits,
+    ops: &[(usize, InRootOp)],
+) -> Result<InjectReport, LegacyError> {
     // The rootfs as the host sees it must be a container's, not the host's own `/` or a system
     // directory (inside the container's mount namespace its root is `/`, checked by identity).
     crate::root::check_container_root(&target.rootfs)?;
@@ -658,12 +526,15 @@ pub fn inject(target: &Target, edits: &ContainerEdits) -> Result<InjectReport, L
         .iter()
         .map(plan_node)
         .collect::<Result<Vec<_>, _>>()?;
-    let mut works = Vec::new();
-    for h in &edits.hooks {
-        if let Some(w) = parse_hook(h, &mut report.notes)? {
-            works.push(w);
+    for (i, h) in edits.hooks.iter().enumerate() {
+        if !ops.iter().any(|(j, _)| *j == i) {
+            report.notes.push(format!(
+                "hook {} {:?}: not one of ours; skipped",
+                h.path, h.args
+            ));
         }
     }
+    let works: Vec<InRootOp> = ops.iter().map(|(_, op)| op.clone()).collect();
     if !edits.env.is_empty() {
         report.notes.push(format!(
             "{} env entries not applied (too late)",
@@ -793,7 +664,7 @@ struct Work {
     host_root_id: (u64, u64),
     mounts: Vec<MountPlan>,
     nodes: Vec<NodePlan>,
-    works: Vec<HookWork>,
+    works: Vec<InRootOp>,
 }
 
 #[derive(Default)]
@@ -942,38 +813,21 @@ impl Work {
             make_node(root_fd, root, n, undo)?;
             inner.device_nodes.push(n.path.clone());
         }
-        for w in &self.works {
-            let hook = |name: &str| {
-                let hook = name.to_string();
-                move |source| LegacyError::Hook { hook, source }
-            };
-            match w {
-                HookWork::CreateSymlinks(links) => {
-                    hooks::create_symlinks(root, links).map_err(hook("create-symlinks"))?;
-                    inner.links += links.len();
-                }
-                HookWork::EnableCudaCompat {
-                    driver,
-                    cuda,
-                    compat_root,
-                } => {
-                    let o = hooks::enable_cuda_compat(
-                        root,
-                        driver.as_deref(),
-                        cuda.as_deref(),
-                        compat_root,
-                    )
-                    .map_err(hook("enable-cuda-compat"))?;
+        let pending = hooks::Pending::default();
+        for op in &self.works {
+            let outcome =
+                crate::ops::run(root, op, &pending).map_err(|source| LegacyError::Hook {
+                    hook: op.name().to_string(),
+                    source,
+                })?;
+            match outcome {
+                Outcome::Links(n) => inner.links += n,
+                Outcome::Compat(o) => {
                     inner.notes.push(o.to_string());
                     inner.compat = Some(o);
                 }
-                HookWork::UpdateLdcache(folders) => {
-                    let r = hooks::update_ldcache(root, folders).map_err(hook("update-ldcache"))?;
-                    inner.ldcache = Some(r);
-                }
-                HookWork::Chmod { mode, paths } => {
-                    hooks::chmod(root, *mode, paths).map_err(hook("chmod"))?;
-                }
+                Outcome::Ldcache(r) => inner.ldcache = Some(r),
+                Outcome::Chmod => {}
             }
         }
         Ok(())

@@ -8,7 +8,8 @@
 //!   `openat2(RESOLVE_IN_ROOT)`, so that no symlink in the image reaches
 //!   the host;
 //! * [`elf`]: a bounded ELF reader (soname, ABI, note sections);
-//! * [`hooks`]: the hooks themselves.
+//! * [`hooks`]: the hooks themselves;
+//! * [`ops`]: one typed in-root operation run on a root, for every delivery.
 //!
 //! Nothing here executes anything from the image or reads the environment.
 
@@ -17,6 +18,7 @@
 pub mod elf;
 pub mod hooks;
 pub mod legacy;
+pub mod ops;
 pub mod root;
 pub mod state;
 

@@ -16,6 +16,7 @@ use gpuctk_cdi::spec::{ContainerEdits, DeviceNode, Hook, Mount};
 use gpuctk_container::legacy::bpf::{self, BPF_F_ALLOW_MULTI};
 use gpuctk_container::legacy::cgroup::{self, DeviceRule, DeviceType, ACCESS_ALL};
 use gpuctk_container::legacy::{inject, Target};
+use gpuctk_core::ops::{InRootOp, Link};
 use gpuctk_mockhost::{create_host, create_rootfs, HostConfig, ProbeReport, RootfsConfig};
 
 const DRIVER: &str = "570.124.06";
@@ -413,22 +414,40 @@ fn gpu_edits(host: &gpuctk_mockhost::MockHost) -> ContainerEdits {
                 0,
             ),
         ],
-        hooks: vec![
-            hook(&[
-                "create-symlinks",
-                "--link",
-                &format!("libcuda.so.1::{LIBDIR}/libcuda.so"),
-            ]),
-            hook(&[
-                "enable-cuda-compat",
-                &format!("--host-driver-version={DRIVER}"),
-            ]),
-            hook(&["update-ldcache", "--folder", LIBDIR]),
-            hook(&["frobnicate", "--x"]),
-        ],
+        hooks: gpu_ops()
+            .iter()
+            .map(|(_, op)| op.to_hook("/usr/bin/nvidia-cdi-hook"))
+            .chain([hook(&["frobnicate", "--x"])])
+            .collect(),
         mounts: vec![mount("libcuda"), mount("libnvidia-ml")],
         ..ContainerEdits::default()
     }
+}
+
+/// The typed operations [`gpu_edits`] carries as its first hooks (the last one is not ours).
+fn gpu_ops() -> Vec<(usize, InRootOp)> {
+    vec![
+        (
+            0,
+            InRootOp::CreateSymlinks {
+                links: vec![Link::parse(&format!("libcuda.so.1::{LIBDIR}/libcuda.so")).unwrap()],
+            },
+        ),
+        (
+            1,
+            InRootOp::EnableCudaCompat {
+                host_driver_version: Some(DRIVER.into()),
+                host_cuda_version: None,
+                compat_root: gpuctk_core::ops::DEFAULT_COMPAT_ROOT.into(),
+            },
+        ),
+        (
+            2,
+            InRootOp::UpdateLdcache {
+                folders: vec![LIBDIR.into()],
+            },
+        ),
+    ]
 }
 
 fn mock_host(dir: &Path) -> gpuctk_mockhost::MockHost {
@@ -460,7 +479,7 @@ fn runc_container_gets_gpus_libraries_and_cache() {
         r#type: None,
     });
 
-    let report = inject(&Target::new(pid, &rootfs), &edits).unwrap();
+    let report = inject(&Target::new(pid, &rootfs), &edits, &gpu_ops()).unwrap();
 
     assert_eq!(std::fs::read_link("/proc/self/ns/mnt").unwrap(), ns_before);
     assert!(report.entered_namespace);
@@ -550,7 +569,7 @@ fn runc_container_with_no_cgroups_sees_eperm() {
     let c = Container::create(tmp.path(), &bundle);
     let mut t = Target::new(c.pid(), bundle.join("rootfs"));
     t.no_cgroups = true;
-    let report = inject(&t, &gpu_edits(&host)).unwrap();
+    let report = inject(&t, &gpu_edits(&host), &gpu_ops()).unwrap();
     assert_eq!(report.cgroup, "skipped");
     c.start_and_wait();
     let cat = std::fs::read_to_string(bundle.join("rootfs/cat.out")).unwrap();
@@ -577,7 +596,7 @@ fn malicious_symlinked_libdir_keeps_the_mount_inside_the_root() {
     let pid = c.pid();
     let mut edits = gpu_edits(&host);
     edits.hooks.clear();
-    let report = inject(&Target::new(pid, &rootfs), &edits).unwrap();
+    let report = inject(&Target::new(pid, &rootfs), &edits, &[]).unwrap();
     assert_eq!(report.mounts.len(), 2);
 
     assert_eq!(
@@ -617,7 +636,7 @@ fn existing_foreign_file_at_a_node_path_is_refused() {
     edits.device_nodes[0].path = "/dev/null".into();
     let mut t = Target::new(pid, bundle.join("rootfs"));
     t.no_cgroups = true;
-    let e = inject(&t, &edits).unwrap_err().to_string();
+    let e = inject(&t, &edits, &[]).unwrap_err().to_string();
     assert!(e.contains("/dev/null") && e.contains("refusing"), "{e}");
     // The mounts made before the failure were undone.
     let inside = PathBuf::from(format!("/proc/{pid}/root{LIBDIR}/libcuda.so.{DRIVER}"));
@@ -646,7 +665,8 @@ fn prestart_hook_entry() {
         let edits: ContainerEdits =
             serde_json::from_slice(&std::fs::read(&edits).map_err(|e| e.to_string())?)
                 .map_err(|e| e.to_string())?;
-        let report = inject(&Target::new(pid, rootfs), &edits).map_err(|e| e.to_string())?;
+        let report =
+            inject(&Target::new(pid, rootfs), &edits, &gpu_ops()).map_err(|e| e.to_string())?;
         Ok(format!(
             "root={}\nentered={}\ncgroup={}\nmounts={}\nnodes={}\n",
             report.root.display(),

@@ -3,6 +3,8 @@
 #![deny(missing_docs)]
 
 pub mod capabilities;
+pub mod decide;
+pub mod ops;
 pub mod plan;
 pub mod request;
 pub mod route;
@@ -10,12 +12,14 @@ pub mod select;
 pub mod spec;
 
 pub use capabilities::CapabilitySet;
+pub use decide::{decide, DecideError, Decision, HostView, Injection, Origin, Settings};
+pub use ops::{InRootOp, Link, OpError};
 pub use plan::{plan, GpuEdits, Plan, PlanOptions};
 pub use request::{
     gate, parse_request, Delivery, DeviceId, Devices, Grant, Policy, Request, RequestError, Sources,
 };
 pub use route::{route, stale_reason, Mode, Route, RouteError};
-pub use select::{cdi_name_to_device, jit_edits, select_gpus, SelectError};
+pub use select::{cdi_name_to_device, select_gpus, SelectError};
 pub use spec::{
     build_spec, spec_driver_version, NameStrategy, SpecError, SpecOptions,
     DRIVER_VERSION_ANNOTATION,

@@ -2,17 +2,17 @@
 //! no environment: the same inputs always give the same edits, so `cdi generate` and the runtime
 //! shim (which both call [`plan`]) cannot disagree.
 
-use gpuctk_cdi::spec::{ContainerEdits, DeviceNode as CdiNode, Hook, Mount};
+use gpuctk_cdi::spec::{ContainerEdits, DeviceNode as CdiNode, Mount};
 use gpuctk_host::{Capability, DeviceNode, Inventory, Library};
 
 use crate::capabilities::CapabilitySet;
+use crate::ops::{InRootOp, Link};
+pub use crate::ops::{HOOK_ENV, HOOK_TIMEOUT_SECS};
 
 /// Mount options for driver files: read-only and inert, as NVIDIA's generator writes them.
 pub const FILE_MOUNT_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "rbind", "rprivate"];
 /// Mount options for IPC sockets and directories: writable, but nothing executes from them.
 pub const IPC_MOUNT_OPTIONS: &[&str] = &["nosuid", "nodev", "rbind", "rprivate", "noexec"];
-/// The env every hook gets: fixed, so nothing from the image reaches a host process.
-pub const HOOK_ENV: &[&str] = &["NVIDIA_CTK_DEBUG=false"];
 
 /// What to plan for.
 #[derive(Debug, Clone)]
@@ -37,8 +37,11 @@ pub struct GpuEdits {
 /// The planned edits: what every GPU container needs, and what each GPU adds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
-    /// Edits applied once whenever any GPU is injected.
+    /// Edits applied once whenever any GPU is injected. Its hooks are [`Plan::ops`] encoded,
+    /// in the same order.
     pub common: ContainerEdits,
+    /// The in-root operations every GPU container needs, typed.
+    pub ops: Vec<InRootOp>,
     /// Per-GPU edits, in index order; GPUs without a device node are absent.
     pub gpus: Vec<GpuEdits>,
 }
@@ -56,23 +59,6 @@ pub fn cdi_node(n: &DeviceNode) -> CdiNode {
         permissions: Some("rwm".to_string()),
         uid: None,
         gid: None,
-    }
-}
-
-/// The `timeout` of every hook we write, in seconds: the runtime kills a hook that takes longer
-/// and fails the container with a message, instead of hanging on a hostile image (a FUSE file, a
-/// stuck NFS mount). Our hooks read capped input and take milliseconds.
-pub const HOOK_TIMEOUT_SECS: i64 = 30;
-
-fn hook(opts: &PlanOptions, args: Vec<String>) -> Hook {
-    let mut full = vec!["nvidia-cdi-hook".to_string()];
-    full.extend(args);
-    Hook {
-        hook_name: "createContainer".to_string(),
-        path: opts.hook_path.clone(),
-        args: full,
-        env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
-        timeout: Some(HOOK_TIMEOUT_SECS),
     }
 }
 
@@ -97,10 +83,11 @@ fn dir_and_file(path: &str) -> (&str, &str) {
     path.rsplit_once('/').unwrap_or(("", path))
 }
 
-/// The `create-symlinks` links (`target::link`) the selected libraries need: the soname link
-/// next to each versioned file, `libcuda.so -> libcuda.so.1` always (CUDA's runtime dlopens
-/// the unversioned name in some tools), and other development links where the host has them.
-pub fn library_links(libs: &[&Library]) -> Vec<String> {
+/// The `create-symlinks` links the selected libraries need: the soname link next to each
+/// versioned file, `libcuda.so -> libcuda.so.1` always (CUDA's runtime dlopens the unversioned
+/// name in some tools), and other development links where the host has them. Sorted as their
+/// `target::link` text.
+pub fn library_links(libs: &[&Library]) -> Vec<Link> {
     let mut links = Vec::new();
     for l in libs {
         let (dir, file) = dir_and_file(&l.path);
@@ -108,13 +95,17 @@ pub fn library_links(libs: &[&Library]) -> Vec<String> {
             continue;
         };
         if soname != file {
-            links.push(format!("{file}::{dir}/{soname}"));
+            links.push((file.to_string(), format!("{dir}/{soname}")));
         }
         if (l.name == "libcuda.so" || l.has_dev_link) && soname != l.name {
-            links.push(format!("{soname}::{dir}/{}", l.name));
+            links.push((soname.to_string(), format!("{dir}/{}", l.name)));
         }
     }
-    links.sort();
+    let mut links: Vec<Link> = links
+        .into_iter()
+        .map(|(target, link)| Link { target, link })
+        .collect();
+    links.sort_by_cached_key(|l| l.to_string());
     links.dedup();
     links
 }
@@ -152,35 +143,27 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
         }
     }
 
+    let mut ops = Vec::new();
     let links = library_links(&libs);
     if !links.is_empty() {
-        let mut args = vec!["create-symlinks".to_string()];
-        for l in links {
-            args.push("--link".to_string());
-            args.push(l);
-        }
-        common.hooks.push(hook(opts, args));
+        ops.push(InRootOp::CreateSymlinks { links });
     }
     if libs.iter().any(|l| l.name == "libcuda.so") {
-        common.hooks.push(hook(
-            opts,
-            vec![
-                "enable-cuda-compat".to_string(),
-                format!("--host-driver-version={}", inv.driver_version),
-            ],
-        ));
+        ops.push(InRootOp::EnableCudaCompat {
+            host_driver_version: Some(inv.driver_version.to_string()),
+            host_cuda_version: None,
+            compat_root: crate::ops::DEFAULT_COMPAT_ROOT.to_string(),
+        });
     }
     let mut folders: Vec<&str> = libs.iter().map(|l| dir_and_file(&l.path).0).collect();
     folders.sort();
     folders.dedup();
     if !folders.is_empty() {
-        let mut args = vec!["update-ldcache".to_string()];
-        for f in folders {
-            args.push("--folder".to_string());
-            args.push(f.to_string());
-        }
-        common.hooks.push(hook(opts, args));
+        ops.push(InRootOp::UpdateLdcache {
+            folders: folders.into_iter().map(String::from).collect(),
+        });
     }
+    common.hooks = ops.iter().map(|o| o.to_hook(&opts.hook_path)).collect();
 
     let mut mounts: Vec<Mount> = Vec::new();
     for b in inv.binaries.iter().filter(|b| wants(caps, b.capability)) {
@@ -213,5 +196,5 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
             })
         })
         .collect();
-    Plan { common, gpus }
+    Plan { common, ops, gpus }
 }

@@ -2,11 +2,9 @@
 //! container gets from them: the same [`plan`] as `cdi generate`, restricted to the selected
 //! GPUs and the requested capabilities.
 
-use gpuctk_cdi::spec::ContainerEdits;
 use gpuctk_host::Inventory;
 
-use crate::plan::{plan, PlanOptions};
-use crate::request::{DeviceId, Devices, Request};
+use crate::request::DeviceId;
 use crate::spec::available_gpus;
 
 /// A device id that names no GPU here.
@@ -189,32 +187,4 @@ pub fn select_gpus(
         }
     }
     Ok(out)
-}
-
-/// The edits for `request`, planned just in time from `inv`. `None` when nothing was asked.
-pub fn jit_edits(
-    inv: &Inventory,
-    request: &Request,
-    ids: &[DeviceId],
-    hook_path: &str,
-) -> Result<Option<ContainerEdits>, SelectError> {
-    let selected = match &request.devices {
-        Devices::Unrequested => return Ok(None),
-        Devices::NoGpus => Vec::new(),
-        Devices::Ids(_) => select_gpus(inv, ids, &request.source.to_string())?,
-    };
-    let p = plan(
-        inv,
-        &PlanOptions {
-            hook_path: hook_path.to_string(),
-            capabilities: request.capabilities.clone(),
-        },
-    );
-    let mut edits = p.common;
-    for idx in selected {
-        if let Some(g) = p.gpus.iter().find(|g| g.index == idx) {
-            edits.append(&g.edits);
-        }
-    }
-    Ok(Some(edits))
 }

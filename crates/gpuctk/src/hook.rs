@@ -9,11 +9,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 use clap::{Parser, Subcommand};
-use gpuctk_container::hooks::{self, Link};
+use gpuctk_container::hooks;
+use gpuctk_container::ops;
 use gpuctk_container::root::Root;
 use gpuctk_container::state::{container_root, State};
+use gpuctk_core::ops::{parse_mode, InRootOp, Link, OpError};
 
 /// The OCI hooks gpuctk's CDI specs use.
 #[derive(Debug, Parser)]
@@ -115,104 +117,77 @@ fn open_root(target: &Target) -> anyhow::Result<Root> {
         .with_context(|| format!("container root {}", root_path.display()))
 }
 
-/// One of our createContainer hooks, typed from its spec arguments, for the shim to perform
-/// itself before it execs the runtime (no hook process on its path).
-#[derive(Debug)]
-pub struct InRootOp(Hook);
-
-impl InRootOp {
-    /// Parses a hook entry's `args` (`args[0]` is the program name); `None` for anything that
-    /// is not one of our hooks with arguments we understand, which then stays a hook.
-    pub fn parse(args: &[String]) -> Option<InRootOp> {
-        let cli = HookCli::try_parse_from(args).ok()?;
-        match &cli.hook {
-            Hook::Noop => None,
-            Hook::UpdateLdcache { target, .. }
-            | Hook::CreateSymlinks { target, .. }
-            | Hook::EnableCudaCompat { target, .. }
-            | Hook::Chmod { target, .. }
-                if target.container_spec.is_some() =>
-            {
-                None
-            }
-            _ => Some(InRootOp(cli.hook)),
-        }
-    }
-
-    /// The container paths this operation reads or writes through, so the shim can tell
-    /// whether a spec mount would hide them from it; with each, whether the operation follows
-    /// a symlink at the last component (it reads a directory) or replaces the name itself (a
-    /// link or file it writes).
-    pub fn paths(&self) -> Vec<(String, bool)> {
-        let name = |p: &str| (p.to_string(), false);
-        let dir = |p: &str| (p.to_string(), true);
-        match &self.0 {
-            Hook::UpdateLdcache { folders, .. } => {
-                let mut v = vec![
-                    name(hooks::LD_SO_CACHE),
-                    name(hooks::LD_SO_CONF),
-                    dir(hooks::LD_SO_CONF_D),
-                ];
-                v.extend(folders.iter().map(|f| dir(f)));
-                v
-            }
-            Hook::CreateSymlinks { links, .. } => links
-                .iter()
-                .filter_map(|l| l.split_once("::").map(|(_, link)| name(link)))
-                .collect(),
-            Hook::EnableCudaCompat {
-                cuda_compat_container_root,
-                ..
-            } => vec![dir(cuda_compat_container_root), dir(hooks::LD_SO_CONF_D)],
-            Hook::Chmod { paths, .. } => paths.iter().map(|p| dir(p)).collect(),
-            Hook::Noop => Vec::new(),
-        }
-    }
-
-    /// Does the work on `root`, with `pending` the library mounts the runtime will add.
-    pub fn run(&self, root: &Root, pending: &hooks::Pending) -> anyhow::Result<()> {
-        match &self.0 {
-            Hook::UpdateLdcache { folders, .. } => {
-                hooks::update_ldcache_pending(root, folders, pending)?;
-            }
-            Hook::CreateSymlinks { links, .. } => {
-                let links = links
-                    .iter()
-                    .map(|l| Link::parse(l))
-                    .collect::<Result<Vec<_>, _>>()?;
-                hooks::create_symlinks(root, &links)?;
-            }
+impl Hook {
+    /// The typed operation and where to do it; `None` for `noop`.
+    fn into_op(self) -> Result<Option<(InRootOp, Target)>, OpError> {
+        Ok(Some(match self {
+            Hook::UpdateLdcache {
+                folders, target, ..
+            } => (InRootOp::UpdateLdcache { folders }, target),
+            Hook::CreateSymlinks { links, target } => (
+                InRootOp::CreateSymlinks {
+                    links: links
+                        .iter()
+                        .map(|l| Link::parse(l))
+                        .collect::<Result<_, _>>()?,
+                },
+                target,
+            ),
             Hook::EnableCudaCompat {
                 host_driver_version,
                 host_cuda_version,
                 cuda_compat_container_root,
-                ..
-            } => {
-                hooks::enable_cuda_compat(
-                    root,
-                    host_driver_version.as_deref(),
-                    host_cuda_version.as_deref(),
-                    cuda_compat_container_root,
-                )?;
-            }
-            Hook::Chmod { mode, paths, .. } => {
-                let m = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
-                    .map_err(|_| anyhow!("--mode {mode:?}: expected an octal mode such as 755"))?;
-                hooks::chmod(root, m, paths)?;
-            }
-            Hook::Noop => {}
-        }
-        Ok(())
+                target,
+            } => (
+                InRootOp::EnableCudaCompat {
+                    host_driver_version,
+                    host_cuda_version,
+                    compat_root: cuda_compat_container_root,
+                },
+                target,
+            ),
+            Hook::Chmod {
+                mode,
+                paths,
+                target,
+            } => (
+                InRootOp::Chmod {
+                    mode: parse_mode(&mode)?,
+                    paths,
+                },
+                target,
+            ),
+            Hook::Noop => return Ok(None),
+        }))
     }
 }
 
+/// The one decoder of our hook entries, the hook's own command line: a spec hook's `args`
+/// (`args[0]` is the program name; NVIDIA's older `nvidia-ctk hook NAME` form too) as a typed
+/// operation. `Ok(None)` for what is not one of our operations as we know them (another
+/// subcommand, an unknown flag, `noop`, a test's `--container-spec`): it stays a hook process.
+/// `Err` for one of ours with a malformed value, which the hook would refuse too.
+pub fn decode(args: &[String]) -> Result<Option<InRootOp>, OpError> {
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    if args.get(1) == Some(&"hook") {
+        args.remove(1);
+    }
+    let Ok(cli) = HookCli::try_parse_from(&args) else {
+        return Ok(None);
+    };
+    Ok(match cli.hook.into_op()? {
+        Some((op, target)) if target.container_spec.is_none() => Some(op),
+        _ => None,
+    })
+}
+
 fn run(cli: HookCli) -> anyhow::Result<()> {
-    match cli.hook {
-        Hook::UpdateLdcache {
-            folders, target, ..
-        } => {
-            let root = open_root(&target)?;
-            let report = hooks::update_ldcache(&root, &folders)?;
+    let Some((op, target)) = cli.hook.into_op()? else {
+        return Ok(());
+    };
+    let root = open_root(&target)?;
+    match ops::run(&root, &op, &hooks::Pending::default())? {
+        ops::Outcome::Ldcache(report) => {
             tracing::debug!(
                 "update-ldcache: {} entries ({} replaced), {} links",
                 report.entries.len(),
@@ -223,42 +198,8 @@ fn run(cli: HookCli) -> anyhow::Result<()> {
                 tracing::debug!("update-ldcache: {n}");
             }
         }
-        Hook::CreateSymlinks { links, target } => {
-            let links = links
-                .iter()
-                .map(|l| Link::parse(l))
-                .collect::<Result<Vec<_>, _>>()?;
-            let root = open_root(&target)?;
-            hooks::create_symlinks(&root, &links)?;
-        }
-        Hook::EnableCudaCompat {
-            host_driver_version,
-            host_cuda_version,
-            cuda_compat_container_root,
-            target,
-        } => {
-            let root = open_root(&target)?;
-            let outcome = hooks::enable_cuda_compat(
-                &root,
-                host_driver_version.as_deref(),
-                host_cuda_version.as_deref(),
-                &cuda_compat_container_root,
-            )?;
-            tracing::debug!("enable-cuda-compat: {outcome}");
-        }
-        Hook::Chmod {
-            mode,
-            paths,
-            target,
-        } => {
-            let m = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
-                .ok()
-                .filter(|m| *m <= 0o7777)
-                .ok_or_else(|| anyhow!("--mode {mode:?}: expected an octal mode such as 755"))?;
-            let root = open_root(&target)?;
-            hooks::chmod(&root, m, &paths)?;
-        }
-        Hook::Noop => {}
+        ops::Outcome::Compat(outcome) => tracing::debug!("enable-cuda-compat: {outcome}"),
+        ops::Outcome::Links(_) | ops::Outcome::Chmod => {}
     }
     Ok(())
 }
@@ -320,5 +261,141 @@ pub fn main(args: &[OsString]) -> ExitCode {
             let _ = writeln!(std::io::stderr(), "nvidia-cdi-hook {name}: error: {msg}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuctk_core::ops::DEFAULT_COMPAT_ROOT;
+
+    /// xorshift64: a property test without a dependency, the same cases on every run.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        /// A value as a spec could hold one: odd characters, leading dashes, `=`, `::`, spaces.
+        fn text(&mut self, absolute: bool) -> String {
+            const PIECES: &[&str] = &[
+                "lib", "cuda", ".so", ".1", "-", "--", "=", " ", "x", "é", "::", "/", "..", "a_b",
+            ];
+            let mut s = String::new();
+            if absolute {
+                s.push('/');
+            }
+            for _ in 0..1 + self.below(6) {
+                s.push_str(PIECES[self.below(PIECES.len() as u64) as usize]);
+            }
+            s
+        }
+        fn list(&mut self, absolute: bool) -> Vec<String> {
+            (0..self.below(4)).map(|_| self.text(absolute)).collect()
+        }
+    }
+
+    fn random_op(r: &mut Rng) -> InRootOp {
+        match r.below(4) {
+            0 => InRootOp::CreateSymlinks {
+                links: (0..r.below(4))
+                    .filter_map(|_| {
+                        // `::` splits at its first occurrence: a target holds none.
+                        let target = r.text(false).replace("::", ":");
+                        Link::parse(&format!("{target}::{}", r.text(true))).ok()
+                    })
+                    .collect(),
+            },
+            1 => InRootOp::EnableCudaCompat {
+                host_driver_version: (r.below(2) == 0).then(|| r.text(false)),
+                host_cuda_version: (r.below(2) == 0).then(|| r.text(false)),
+                compat_root: if r.below(2) == 0 {
+                    DEFAULT_COMPAT_ROOT.to_string()
+                } else {
+                    r.text(true)
+                },
+            },
+            2 => InRootOp::UpdateLdcache {
+                folders: r.list(true),
+            },
+            _ => InRootOp::Chmod {
+                mode: r.below(0o1000) as u32,
+                paths: r.list(true),
+            },
+        }
+    }
+
+    #[test]
+    fn encode_then_decode_is_identity() {
+        let mut r = Rng(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..5000 {
+            let op = random_op(&mut r);
+            let args = op.to_hook("/usr/bin/nvidia-cdi-hook").args;
+            assert_eq!(decode(&args), Ok(Some(op.clone())), "{args:?}");
+        }
+    }
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn decodes_what_nvidia_specs_hold() {
+        assert_eq!(
+            decode(&s(&[
+                "nvidia-cdi-hook",
+                "create-symlinks",
+                "--link",
+                "libcuda.so.1::/usr/lib64/libcuda.so",
+                "--link=a::/b",
+            ])),
+            Ok(Some(InRootOp::CreateSymlinks {
+                links: vec![
+                    Link::parse("libcuda.so.1::/usr/lib64/libcuda.so").unwrap(),
+                    Link::parse("a::/b").unwrap(),
+                ]
+            }))
+        );
+        // Older toolkits: `nvidia-ctk hook NAME`, with an ldconfig path we never run.
+        assert_eq!(
+            decode(&s(&[
+                "nvidia-ctk",
+                "hook",
+                "update-ldcache",
+                "--ldconfig-path",
+                "/sbin/ldconfig",
+                "--folder",
+                "/usr/lib64",
+                "--folder=/x",
+            ])),
+            Ok(Some(InRootOp::UpdateLdcache {
+                folders: s(&["/usr/lib64", "/x"])
+            }))
+        );
+        assert_eq!(
+            decode(&s(&["x", "chmod", "--mode", "755", "--path", "/dev/dri"])),
+            Ok(Some(InRootOp::Chmod {
+                mode: 0o755,
+                paths: s(&["/dev/dri"])
+            }))
+        );
+        // Not ours as we know them: stays a hook.
+        for args in [
+            &["x", "update-ldcache", "--bogus", "1"][..],
+            &["x", "disable-device-node-modification"],
+            &["x"],
+            &["x", "noop"],
+            &["x", "update-ldcache", "--container-spec", "/b/config.json"],
+        ] {
+            assert_eq!(decode(&s(args)), Ok(None), "{args:?}");
+        }
+        // Ours, malformed: refused as the hook would.
+        assert!(decode(&s(&["x", "create-symlinks", "--link", "nolink"])).is_err());
+        assert!(decode(&s(&["x", "chmod", "--mode", "99"])).is_err());
     }
 }

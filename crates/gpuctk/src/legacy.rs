@@ -13,10 +13,10 @@ use anyhow::{anyhow, bail, Context};
 use gpuctk_container::legacy::{inject, Target};
 use gpuctk_container::state::{container_root, State};
 use gpuctk_core::request::{parse_devices, Delivery, Devices};
-use gpuctk_core::{parse_request, CapabilitySet, Request};
+use gpuctk_core::{parse_request, CapabilitySet, Decision, Request};
 use gpuctk_host::Capability;
 
-use crate::config::{self, Config, Mode};
+use crate::config::{self, Config};
 
 fn one_line(e: &anyhow::Error) -> String {
     let mut msg = e.to_string();
@@ -128,17 +128,16 @@ fn realize(
     rootfs: &Path,
     no_cgroups: bool,
 ) -> anyhow::Result<()> {
-    let mut jit_cfg = cfg.clone();
-    // The hook runs after runc read the spec: static specs are fine, but always fall back.
-    if jit_cfg.mode == Mode::Legacy {
-        jit_cfg.mode = Mode::Auto;
-    }
-    let Some(edits) = crate::runtime::edits_for(request, &jit_cfg)? else {
-        return Ok(());
+    // The hook runs after runc read the spec: a legacy-mode request is served as `auto` would.
+    let injection = match crate::decision::decide(request, cfg, Delivery::PrestartHook)? {
+        Decision::Inject(injection) => injection,
+        Decision::Untouched | Decision::PrestartHook => return Ok(()),
     };
+    let ops = crate::decision::typed_ops(&injection);
+    let edits = injection.edits;
     let mut target = Target::new(pid, rootfs);
     target.no_cgroups = no_cgroups;
-    let report = inject(&target, &edits).map_err(|e| anyhow!("{e}"))?;
+    let report = inject(&target, &edits, &ops)?;
     tracing::info!(
         "injected {} mounts, {} device nodes into pid {pid} ({})",
         report.mounts.len(),

@@ -5,9 +5,11 @@
 mod cli;
 mod commands;
 mod config;
+mod decision;
 mod hook;
 mod legacy;
 mod logging;
+mod passthrough;
 mod runtime;
 
 use std::ffi::OsString;

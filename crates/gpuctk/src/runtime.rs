@@ -12,13 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
-use gpuctk_cdi::registry::Registry;
 use gpuctk_cdi::spec::ContainerEdits;
 use gpuctk_core::request::Delivery;
-use gpuctk_core::{jit_edits, parse_request, spec_driver_version, DeviceId, Request, Route};
-use gpuctk_host::{DiscoverOptions, Roots};
+use gpuctk_core::{parse_request, Decision, InRootOp};
 
-use crate::config::{self, Config, Mode};
+use crate::config::{self, Config};
 
 /// runc's global flags that take a value; the command is the first word that is not one of
 /// these or their value.
@@ -116,41 +114,50 @@ pub fn parse_runc_args(args: &[OsString]) -> RuncArgs {
 }
 
 /// The low-level runtime: the first of `names` that resolves to an executable that is not us.
+/// A bare name is looked up in `path_env`, then the standard directories, stopping at the first
+/// hit; "us" is the same file (device and inode) as `/proc/self/exe`, so a link to the shim
+/// under a runtime's name is skipped without canonicalizing anything.
 pub fn find_runtime(names: &[String], path_env: Option<&OsStr>) -> anyhow::Result<PathBuf> {
-    let me = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.canonicalize().ok());
-    let mut dirs: Vec<PathBuf> = path_env
-        .map(|p| std::env::split_paths(p).collect())
-        .unwrap_or_default();
-    for d in [
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const STANDARD: [&str; 6] = [
         "/usr/local/sbin",
         "/usr/local/bin",
         "/usr/sbin",
         "/usr/bin",
         "/sbin",
         "/bin",
-    ] {
-        dirs.push(PathBuf::from(d));
-    }
-    for name in names {
-        let candidates: Vec<PathBuf> = if name.contains('/') {
-            vec![PathBuf::from(name)]
-        } else {
-            dirs.iter().map(|d| d.join(name)).collect()
+    ];
+    let me = std::cell::OnceCell::new();
+    let usable = |c: &Path| {
+        let Ok(md) = std::fs::metadata(c) else {
+            return false;
         };
-        for c in candidates {
-            let Ok(md) = std::fs::metadata(&c) else {
-                continue;
-            };
-            use std::os::unix::fs::PermissionsExt;
-            if !md.is_file() || md.permissions().mode() & 0o111 == 0 {
-                continue;
+        if !md.is_file() || md.permissions().mode() & 0o111 == 0 {
+            return false;
+        }
+        let me = me.get_or_init(|| {
+            std::fs::metadata("/proc/self/exe")
+                .ok()
+                .map(|m| (m.dev(), m.ino()))
+        });
+        *me != Some((md.dev(), md.ino()))
+    };
+    for name in names {
+        if name.contains('/') {
+            if usable(Path::new(name)) {
+                return Ok(PathBuf::from(name));
             }
-            if me.is_some() && c.canonicalize().ok() == me {
-                continue;
+            continue;
+        }
+        let dirs = path_env
+            .into_iter()
+            .flat_map(std::env::split_paths)
+            .chain(STANDARD.iter().map(PathBuf::from));
+        for d in dirs {
+            let c = d.join(name);
+            if usable(&c) {
+                return Ok(c);
             }
-            return Ok(c);
         }
     }
     bail!(
@@ -210,6 +217,12 @@ fn report(args: &RuncArgs, msg: &str) {
 /// `nvidia-container-runtime ARGS...` (`args` without argv[0]).
 pub fn main(args: &[OsString]) -> ExitCode {
     let parsed = parse_runc_args(args);
+    // Everything but create/run: find the runtime and exec it, nothing else (passthrough.rs).
+    if crate::passthrough::applies(&parsed) {
+        let msg = crate::passthrough::exec(args, &parsed);
+        report(&parsed, &msg);
+        return ExitCode::FAILURE;
+    }
     let cfg = match config::load_from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -279,27 +292,31 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
     if !spec.is_object() {
         bail!("{}: not a JSON object", path.display());
     }
-    let request = parse_request(&spec, &cfg.policy, Delivery::Shim).map_err(|e| anyhow!("{e}"))?;
+    let request = parse_request(&spec, &cfg.policy, Delivery::Shim)?;
     for w in &request.ignored {
         tracing::warn!("{w}");
     }
-    let route = gpuctk_core::route(&request, cfg.mode, &cfg.default_kind)?;
-    if route == Route::PrestartHook {
-        if add_prestart_hook(&mut spec, cfg) {
-            write_spec(&path, &spec)?;
-            tracing::info!("{}: added the legacy prestart hook", path.display());
+    let mut injection = match crate::decision::decide(&request, cfg, Delivery::Shim)? {
+        Decision::Untouched => {
+            tracing::debug!("{}: no GPU requested; spec left as is", path.display());
+            return Ok(());
         }
-        return Ok(());
-    }
-    let Some(mut edits) = edits_for_route(&request, route, cfg)? else {
-        tracing::debug!("{}: no GPU requested; spec left as is", path.display());
-        return Ok(());
+        Decision::PrestartHook => {
+            if add_prestart_hook(&mut spec, cfg) {
+                write_spec(&path, &spec)?;
+                tracing::info!("{}: added the legacy prestart hook", path.display());
+            }
+            return Ok(());
+        }
+        Decision::Inject(injection) => injection,
     };
     if cfg.hooks_in_shim {
-        let done = hooks_in_shim(&spec, bundle, &mut edits)?;
+        let ops = crate::decision::typed_ops(&injection);
+        let done = hooks_in_shim(&spec, bundle, &mut injection.edits, ops)?;
         tracing::debug!("{}: {done} hooks done by the shim", path.display());
     }
-    gpuctk_cdi::apply::apply_edits(&mut spec, &edits)
+    let edits = &injection.edits;
+    gpuctk_cdi::apply::apply_edits(&mut spec, edits)
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     if !edits.hooks.is_empty() {
         pass_hook_errors_on(&mut spec, runtime);
@@ -335,23 +352,8 @@ fn hooks_in_shim(
     spec: &serde_json::Value,
     bundle: &Path,
     edits: &mut ContainerEdits,
+    ops: Vec<(usize, InRootOp)>,
 ) -> anyhow::Result<usize> {
-    use crate::hook::InRootOp;
-    let ours = |h: &gpuctk_cdi::spec::Hook| {
-        h.hook_name == "createContainer"
-            && h.args
-                .first()
-                .and_then(|a| Path::new(a).file_name())
-                .is_some_and(|n| n == "nvidia-cdi-hook")
-    };
-    let mut ops = Vec::new();
-    for (i, h) in edits.hooks.iter().enumerate() {
-        if ours(h) {
-            if let Some(op) = InRootOp::parse(&h.args) {
-                ops.push((i, op));
-            }
-        }
-    }
     if ops.is_empty()
         || spec
             .pointer("/linux/uidMappings")
@@ -419,7 +421,7 @@ fn hooks_in_shim(
         }
     }
     for (_, op) in &ops {
-        op.run(&root, &pending)?;
+        gpuctk_container::ops::run(&root, op, &pending)?;
     }
     let done: std::collections::HashSet<usize> = ops.iter().map(|(i, _)| *i).collect();
     let mut i = 0;
@@ -528,113 +530,6 @@ fn pass_hook_errors_on(spec: &mut serde_json::Value, runtime: &Path) {
         ann.entry(CRUN_HOOKS_STDERR)
             .or_insert_with(|| serde_json::Value::String("/dev/stderr".into()));
     }
-}
-
-fn roots(cfg: &Config) -> Roots {
-    Roots {
-        driver_root: cfg.driver_root.clone(),
-        dev_root: cfg
-            .dev_root
-            .clone()
-            .unwrap_or_else(|| cfg.driver_root.clone()),
-        proc_root: cfg.proc_root.clone(),
-    }
-}
-
-fn hook_path(cfg: &Config) -> String {
-    cfg.hook_path
-        .clone()
-        .unwrap_or_else(crate::commands::self_path)
-}
-
-/// The edits the request gets under the configured mode; `None` when it asks for nothing.
-/// Legacy mode (the prestart hook's own call) plans as `auto` does.
-pub fn edits_for(request: &Request, cfg: &Config) -> anyhow::Result<Option<ContainerEdits>> {
-    let mode = match cfg.mode {
-        Mode::Legacy => Mode::Auto,
-        m => m,
-    };
-    let route = gpuctk_core::route(request, mode, &cfg.default_kind)?;
-    edits_for_route(request, route, cfg)
-}
-
-fn edits_for_route(
-    request: &Request,
-    route: Route,
-    cfg: &Config,
-) -> anyhow::Result<Option<ContainerEdits>> {
-    let source = request.source.to_string();
-    let (cdi_names, fallback) = match route {
-        Route::Untouched => return Ok(None),
-        Route::JustInTime(ids) => return jit(request, &ids, cfg).map(Some),
-        Route::Registry { names, fallback } => (names, fallback),
-        Route::PrestartHook => bail!("internal: the prestart-hook route has no edits"),
-    };
-    // Only specs that can define the requested kinds are parsed (a hostile file of another
-    // vendor in a shared spec dir must not slow this container down).
-    let mut vendors: Vec<&str> = cdi_names
-        .iter()
-        .map(|n| n.split_once('/').map_or(n.as_str(), |(v, _)| v))
-        .collect();
-    vendors.sort_unstable();
-    vendors.dedup();
-    let reg = Registry::load_for_vendors(&cfg.spec_dirs, &vendors);
-    for (p, e) in reg.errors() {
-        tracing::warn!("{}: {e}", p.display());
-    }
-    let refs: Vec<&str> = cdi_names.iter().map(String::as_str).collect();
-    let resolved = reg.resolve(&refs).map_err(|e| anyhow!("{source}: {e}"))?;
-    match stale(&reg, &resolved.spec_paths, &resolved.edits, cfg) {
-        None => Ok(Some(resolved.edits)),
-        Some(why) if cfg.mode == Mode::Auto => {
-            tracing::warn!(
-                "{why}; using just-in-time edits instead (refresh it with `gpuctk cdi generate`)"
-            );
-            let mapped = fallback.ok_or_else(|| anyhow!("{why}, and {source} names devices gpuctk cannot plan itself; run `gpuctk cdi generate`"))?;
-            jit(request, &mapped, cfg).map(Some)
-        }
-        Some(why) => bail!("{why}; run `gpuctk cdi generate` to refresh it"),
-    }
-}
-
-fn jit(request: &Request, ids: &[DeviceId], cfg: &Config) -> anyhow::Result<ContainerEdits> {
-    let inv = gpuctk_host::discover(&roots(cfg), &DiscoverOptions::default())?;
-    for w in &inv.warnings {
-        tracing::warn!("{w}");
-    }
-    let edits = jit_edits(&inv, request, ids, &hook_path(cfg)).map_err(|e| anyhow!("{e}"))?;
-    Ok(edits.unwrap_or_default())
-}
-
-/// Whether the static specs used still fit this host ([`gpuctk_core::stale_reason`]): the
-/// running driver from procfs and the first host path they name that is gone, from `host`.
-fn stale(
-    reg: &Registry,
-    specs: &[PathBuf],
-    edits: &ContainerEdits,
-    cfg: &Config,
-) -> Option<String> {
-    let made_for: Vec<(String, Option<String>)> = specs
-        .iter()
-        .filter_map(|p| {
-            let spec = reg.spec_for_path(p)?;
-            Some((p.display().to_string(), spec_driver_version(spec)))
-        })
-        .collect();
-    let running = gpuctk_host::running_driver_version(&cfg.proc_root);
-    let paths = edits
-        .mounts
-        .iter()
-        .filter(|m| m.host_path.starts_with('/'))
-        .map(|m| ("mount source", m.host_path.as_str()))
-        .chain(
-            edits
-                .device_nodes
-                .iter()
-                .map(|n| ("device node", n.host_path.as_deref().unwrap_or(&n.path))),
-        );
-    let missing = gpuctk_host::first_missing(paths);
-    gpuctk_core::stale_reason(&made_for, running.as_deref(), missing.as_deref())
 }
 
 #[cfg(test)]

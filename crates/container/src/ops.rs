@@ -1,0 +1,48 @@
+//! Runs a typed [`InRootOp`] on a container root: the one place the hook process, the shim
+//! (before it execs the runtime) and legacy injection (in the live container) do the work.
+
+use gpuctk_core::ops::InRootOp;
+
+use crate::hooks::{self, CompatOutcome, HookError, LdcacheReport, Pending};
+use crate::root::Root;
+
+/// What an operation did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// `create-symlinks`: how many links were asked for.
+    Links(usize),
+    /// `enable-cuda-compat`: the decision.
+    Compat(CompatOutcome),
+    /// `update-ldcache`: what the cache holds.
+    Ldcache(LdcacheReport),
+    /// `chmod`.
+    Chmod,
+}
+
+/// Does `op` on `root`; `pending` are the library mounts the runtime will add after us (empty
+/// when they are in place already).
+pub fn run(root: &Root, op: &InRootOp, pending: &Pending) -> Result<Outcome, HookError> {
+    Ok(match op {
+        InRootOp::CreateSymlinks { links } => {
+            hooks::create_symlinks(root, links)?;
+            Outcome::Links(links.len())
+        }
+        InRootOp::EnableCudaCompat {
+            host_driver_version,
+            host_cuda_version,
+            compat_root,
+        } => Outcome::Compat(hooks::enable_cuda_compat(
+            root,
+            host_driver_version.as_deref(),
+            host_cuda_version.as_deref(),
+            compat_root,
+        )?),
+        InRootOp::UpdateLdcache { folders } => {
+            Outcome::Ldcache(hooks::update_ldcache_pending(root, folders, pending)?)
+        }
+        InRootOp::Chmod { mode, paths } => {
+            hooks::chmod(root, *mode, paths)?;
+            Outcome::Chmod
+        }
+    })
+}

@@ -1,0 +1,545 @@
+//! The one decision every delivery (the shim, the legacy prestart hook, `nvidia-container-cli`)
+//! takes for a gated [`Request`]: leave the container alone, add the prestart hook, or inject
+//! these edits and in-root operations. Routing by mode, resolving CDI names, judging a static
+//! spec stale and falling back to just-in-time edits all happen here, so no delivery chooses on
+//! its own.
+//!
+//! Still pure: what the host has is asked of a [`HostView`] the delivery implements with
+//! `gpuctk-host` (discovery, procfs, the spec dirs), and only for the route taken, so a static
+//! spec costs no discovery and a container that asks for nothing costs no IO at all.
+
+use gpuctk_cdi::registry::{Registry, ResolveError};
+use gpuctk_cdi::spec::ContainerEdits;
+use gpuctk_host::{DiscoverError, Inventory};
+
+use crate::ops::InRootOp;
+use crate::request::{Delivery, DeviceId, Devices, Request};
+use crate::route::{route, stale_reason, Mode, Route, RouteError};
+use crate::select::{select_gpus, SelectError};
+use crate::spec::spec_driver_version;
+use crate::{plan, PlanOptions};
+
+/// What the decision may ask of the host; each method is called only when the route needs it.
+pub trait HostView {
+    /// Discovery of the driver and GPUs, for just-in-time edits.
+    fn inventory(&mut self) -> Result<Inventory, DiscoverError>;
+    /// The CDI specs in the spec dirs that may define devices of these vendors.
+    fn registry(&mut self, vendors: &[&str]) -> Registry;
+    /// The running driver's version (procfs), to tell a stale static spec.
+    fn running_driver(&mut self) -> Option<String>;
+    /// The first of these host paths (each with what it is) that is gone, as "what path".
+    fn first_missing(&mut self, paths: &[(&str, &str)]) -> Option<String>;
+    /// A remark worth a line in the log (a spec file that failed to load, a stale spec).
+    fn warn(&mut self, msg: &str);
+}
+
+/// The configuration the decision depends on.
+#[derive(Debug, Clone)]
+pub struct Settings<'a> {
+    /// `[nvidia-container-runtime] mode`.
+    pub mode: Mode,
+    /// `modes.cdi.default-kind`.
+    pub default_kind: &'a str,
+    /// The hook binary written into hook entries.
+    pub hook_path: &'a str,
+    /// Who delivers: the prestart hook itself serves a legacy-mode request as `auto` does.
+    pub delivery: Delivery,
+}
+
+/// Where the edits came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// Planned from discovery.
+    JustInTime,
+    /// Resolved from static CDI specs.
+    Registry,
+    /// Planned from discovery because the static spec no longer fits (the reason).
+    StaleFallback(String),
+}
+
+/// Edits to inject.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Injection {
+    /// The CDI container edits, hooks included (encoded from `ops` for just-in-time edits, as
+    /// the spec has them for static ones).
+    pub edits: ContainerEdits,
+    /// Our in-root operations, typed, each with the index of the hook in `edits.hooks` that
+    /// encodes it. Empty for static specs: their hooks are text, for the delivery to decode.
+    pub ops: Vec<(usize, InRootOp)>,
+    /// Where they came from.
+    pub origin: Origin,
+}
+
+/// What to do with the container.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Nothing was asked: leave it exactly as it is.
+    Untouched,
+    /// Legacy mode: add the prestart hook, which decides again in the live container.
+    PrestartHook,
+    /// Inject these edits.
+    Inject(Box<Injection>),
+}
+
+/// Why a request cannot be served. Each message names the request's source and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    /// The request mixes forms no route serves.
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    /// CDI names that no spec defines.
+    #[error("{from}: {source}")]
+    Unresolved {
+        /// Where the request came from.
+        from: String,
+        /// The names that failed.
+        source: ResolveError,
+    },
+    /// The static spec is stale and the mode forbids planning instead.
+    #[error("{why}; run `gpuctk cdi generate` to refresh it")]
+    Stale {
+        /// Why it is stale.
+        why: String,
+    },
+    /// The static spec is stale and names devices only it defines.
+    #[error(
+        "{why}, and {from} names devices gpuctk cannot plan itself; run `gpuctk cdi generate`"
+    )]
+    StaleNoFallback {
+        /// Why it is stale.
+        why: String,
+        /// Where the request came from.
+        from: String,
+    },
+    /// Discovery failed.
+    #[error(transparent)]
+    Discover(#[from] DiscoverError),
+    /// A device id names no GPU here.
+    #[error(transparent)]
+    Select(#[from] SelectError),
+}
+
+/// Decides for `request`.
+pub fn decide(
+    request: &Request,
+    settings: &Settings<'_>,
+    host: &mut dyn HostView,
+) -> Result<Decision, DecideError> {
+    let mode = match (settings.mode, settings.delivery) {
+        (Mode::Legacy, Delivery::PrestartHook) => Mode::Auto,
+        (m, _) => m,
+    };
+    let from = request.source.to_string();
+    let (names, fallback) = match route(request, mode, settings.default_kind)? {
+        Route::Untouched => return Ok(Decision::Untouched),
+        Route::PrestartHook => return Ok(Decision::PrestartHook),
+        Route::JustInTime(ids) => {
+            return jit(request, &ids, settings, host, Origin::JustInTime)
+                .map(|i| Decision::Inject(Box::new(i)))
+        }
+        Route::Registry { names, fallback } => (names, fallback),
+    };
+    // Only specs that can define the requested kinds are parsed (a hostile file of another
+    // vendor in a shared spec dir must not slow this container down).
+    let mut vendors: Vec<&str> = names
+        .iter()
+        .map(|n| n.split_once('/').map_or(n.as_str(), |(v, _)| v))
+        .collect();
+    vendors.sort_unstable();
+    vendors.dedup();
+    let reg = host.registry(&vendors);
+    for (p, e) in reg.errors() {
+        host.warn(&format!("{}: {e}", p.display()));
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let resolved = reg
+        .resolve(&refs)
+        .map_err(|source| DecideError::Unresolved {
+            from: from.clone(),
+            source,
+        })?;
+    match stale(&reg, &resolved.spec_paths, &resolved.edits, host) {
+        None => Ok(Decision::Inject(Box::new(Injection {
+            edits: resolved.edits,
+            ops: Vec::new(),
+            origin: Origin::Registry,
+        }))),
+        Some(why) if mode == Mode::Auto => {
+            host.warn(&format!(
+                "{why}; using just-in-time edits instead (refresh it with `gpuctk cdi generate`)"
+            ));
+            let Some(mapped) = fallback else {
+                return Err(DecideError::StaleNoFallback { why, from });
+            };
+            jit(request, &mapped, settings, host, Origin::StaleFallback(why))
+                .map(|i| Decision::Inject(Box::new(i)))
+        }
+        Some(why) => Err(DecideError::Stale { why }),
+    }
+}
+
+/// Just-in-time edits for `ids` (empty: the driver only) from discovery.
+fn jit(
+    request: &Request,
+    ids: &[DeviceId],
+    settings: &Settings<'_>,
+    host: &mut dyn HostView,
+    origin: Origin,
+) -> Result<Injection, DecideError> {
+    let inv = host.inventory()?;
+    for w in &inv.warnings {
+        host.warn(w);
+    }
+    let selected = match &request.devices {
+        Devices::Ids(_) => select_gpus(&inv, ids, &request.source.to_string())?,
+        Devices::NoGpus | Devices::Unrequested => Vec::new(),
+    };
+    let p = plan(
+        &inv,
+        &PlanOptions {
+            hook_path: settings.hook_path.to_string(),
+            capabilities: request.capabilities.clone(),
+        },
+    );
+    let mut edits = p.common;
+    for idx in selected {
+        if let Some(g) = p.gpus.iter().find(|g| g.index == idx) {
+            edits.append(&g.edits);
+        }
+    }
+    // Per-GPU edits carry no hooks: the common hooks keep their indices.
+    Ok(Injection {
+        edits,
+        ops: p.ops.into_iter().enumerate().collect(),
+        origin,
+    })
+}
+
+/// Whether the static specs used still fit this host ([`stale_reason`]).
+fn stale(
+    reg: &Registry,
+    specs: &[std::path::PathBuf],
+    edits: &ContainerEdits,
+    host: &mut dyn HostView,
+) -> Option<String> {
+    let made_for: Vec<(String, Option<String>)> = specs
+        .iter()
+        .filter_map(|p| {
+            let spec = reg.spec_for_path(p)?;
+            Some((p.display().to_string(), spec_driver_version(spec)))
+        })
+        .collect();
+    let running = host.running_driver();
+    let paths: Vec<(&str, &str)> = edits
+        .mounts
+        .iter()
+        .filter(|m| m.host_path.starts_with('/'))
+        .map(|m| ("mount source", m.host_path.as_str()))
+        .chain(
+            edits
+                .device_nodes
+                .iter()
+                .map(|n| ("device node", n.host_path.as_deref().unwrap_or(&n.path))),
+        )
+        .collect();
+    let missing = host.first_missing(&paths);
+    stale_reason(&made_for, running.as_deref(), missing.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use gpuctk_cdi::registry::LoadedSpec;
+    use gpuctk_cdi::spec::Spec;
+    use gpuctk_host::{Capability, DeviceNode, DriverVersion, Gpu, Library, Roots};
+
+    use super::*;
+    use crate::request::Source;
+    use crate::CapabilitySet;
+
+    const KIND: &str = "nvidia.com/gpu";
+
+    /// A host with two GPUs and libcuda, and one static spec made for `spec_driver`; counts
+    /// what the decision asked.
+    struct Fake {
+        running: &'static str,
+        spec_driver: &'static str,
+        missing: Option<&'static str>,
+        discovered: usize,
+        registries: usize,
+        warnings: Vec<String>,
+    }
+
+    fn fake() -> Fake {
+        Fake {
+            running: "570.124.06",
+            spec_driver: "570.124.06",
+            missing: None,
+            discovered: 0,
+            registries: 0,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn node(path: &str, minor: u32) -> DeviceNode {
+        DeviceNode {
+            path: path.into(),
+            host_path: PathBuf::from(path),
+            major: 195,
+            minor,
+            mode: 0o666,
+            gid: 0,
+        }
+    }
+
+    impl HostView for Fake {
+        fn inventory(&mut self) -> Result<Inventory, DiscoverError> {
+            self.discovered += 1;
+            Ok(Inventory {
+                roots: Roots::default(),
+                driver_version: DriverVersion::parse(self.running).unwrap(),
+                cuda_version: None,
+                gpus: (0..2)
+                    .map(|i| Gpu {
+                        index: i,
+                        minor: i,
+                        uuid: format!("GPU-{i}"),
+                        bus_id: format!("0000:0{i}:00.0"),
+                        model: "Mock".into(),
+                        node: Some(node(&format!("/dev/nvidia{i}"), i)),
+                    })
+                    .collect(),
+                control_nodes: vec![node("/dev/nvidiactl", 255)],
+                libraries: vec![Library {
+                    name: "libcuda.so".into(),
+                    capability: Capability::Compute,
+                    host_path: PathBuf::from("/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06"),
+                    path: "/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06".into(),
+                    soname: Some("libcuda.so.1".into()),
+                    is_32bit: false,
+                    has_dev_link: false,
+                }],
+                binaries: Vec::new(),
+                firmware: Vec::new(),
+                ipc: Vec::new(),
+                library_source: "test".into(),
+                warnings: Vec::new(),
+            })
+        }
+        fn registry(&mut self, _vendors: &[&str]) -> Registry {
+            self.registries += 1;
+            let yaml = format!(
+                r#"cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: "0"
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+containerEdits:
+  deviceNodes:
+  - path: /dev/nvidiactl
+  hooks:
+  - hookName: createContainer
+    path: /usr/bin/nvidia-cdi-hook
+    args: [nvidia-cdi-hook, enable-cuda-compat, --host-driver-version={}]
+"#,
+                self.spec_driver
+            );
+            let path = PathBuf::from("/etc/cdi/nvidia.yaml");
+            let spec = Spec::from_bytes_valid(&path, yaml.as_bytes()).unwrap();
+            Registry::from_specs(vec![LoadedSpec {
+                path,
+                priority: 0,
+                spec,
+            }])
+        }
+        fn running_driver(&mut self) -> Option<String> {
+            Some(self.running.into())
+        }
+        fn first_missing(&mut self, _paths: &[(&str, &str)]) -> Option<String> {
+            self.missing.map(|p| format!("device node {p}"))
+        }
+        fn warn(&mut self, msg: &str) {
+            self.warnings.push(msg.into());
+        }
+    }
+
+    fn req(devices: Devices) -> Request {
+        Request {
+            devices,
+            source: Source::Env("NVIDIA_VISIBLE_DEVICES".into()),
+            capabilities: CapabilitySet::default_set(),
+            requirements: Vec::new(),
+            disable_require: false,
+            legacy_image: false,
+            privileged: false,
+            ignored: Vec::new(),
+        }
+    }
+
+    fn settings(mode: Mode, delivery: Delivery) -> Settings<'static> {
+        Settings {
+            mode,
+            default_kind: KIND,
+            hook_path: "/usr/bin/nvidia-cdi-hook",
+            delivery,
+        }
+    }
+
+    fn nodes(d: &Decision) -> Vec<String> {
+        match d {
+            Decision::Inject(i) => i
+                .edits
+                .device_nodes
+                .iter()
+                .map(|n| n.path.clone())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn nothing_asked_costs_nothing() {
+        for mode in [Mode::Auto, Mode::Cdi, Mode::JitCdi, Mode::Legacy] {
+            let mut h = fake();
+            let d = decide(
+                &req(Devices::Unrequested),
+                &settings(mode, Delivery::Shim),
+                &mut h,
+            )
+            .unwrap();
+            assert_eq!(d, Decision::Untouched);
+            assert_eq!((h.discovered, h.registries), (0, 0));
+        }
+    }
+
+    #[test]
+    fn legacy_mode_adds_the_hook_which_then_serves_as_auto() {
+        let r = req(Devices::Ids(vec![DeviceId::Index(1)]));
+        let mut h = fake();
+        let d = decide(&r, &settings(Mode::Legacy, Delivery::Shim), &mut h).unwrap();
+        assert_eq!(d, Decision::PrestartHook);
+        assert_eq!(h.discovered, 0);
+        let d = decide(&r, &settings(Mode::Legacy, Delivery::PrestartHook), &mut h).unwrap();
+        assert_eq!(nodes(&d), ["/dev/nvidiactl", "/dev/nvidia1"]);
+    }
+
+    #[test]
+    fn just_in_time_ops_are_typed_and_match_their_hooks() {
+        let mut h = fake();
+        let d = decide(
+            &req(Devices::Ids(vec![DeviceId::Index(0)])),
+            &settings(Mode::Auto, Delivery::Shim),
+            &mut h,
+        )
+        .unwrap();
+        let Decision::Inject(i) = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(i.origin, Origin::JustInTime);
+        assert_eq!((h.discovered, h.registries), (1, 0));
+        assert_eq!(i.ops.len(), 3, "{:?}", i.ops);
+        for (idx, op) in &i.ops {
+            assert_eq!(i.edits.hooks[*idx].args[1..], op.to_args()[..]);
+        }
+        assert!(matches!(
+            i.ops[1].1,
+            InRootOp::EnableCudaCompat { ref host_driver_version, .. }
+                if host_driver_version.as_deref() == Some("570.124.06")
+        ));
+    }
+
+    #[test]
+    fn static_spec_costs_no_discovery_and_stale_falls_back_only_in_auto() {
+        let cdi = req(Devices::Ids(vec![DeviceId::Cdi("nvidia.com/gpu=0".into())]));
+        let mut h = fake();
+        let d = decide(&cdi, &settings(Mode::Auto, Delivery::Shim), &mut h).unwrap();
+        assert!(
+            matches!(&d, Decision::Inject(i) if i.origin == Origin::Registry && i.ops.is_empty())
+        );
+        assert_eq!((h.discovered, h.registries), (0, 1));
+        assert_eq!(nodes(&d), ["/dev/nvidiactl", "/dev/nvidia0"]);
+
+        // Driver upgraded since the spec was generated.
+        let mut h = fake();
+        h.running = "575.51.03";
+        let d = decide(&cdi, &settings(Mode::Auto, Delivery::Shim), &mut h).unwrap();
+        assert!(
+            matches!(&d, Decision::Inject(i) if matches!(&i.origin, Origin::StaleFallback(w) if w.contains("575.51.03"))),
+            "{d:?}"
+        );
+        assert_eq!(h.discovered, 1);
+        assert!(
+            h.warnings.iter().any(|w| w.contains("just-in-time")),
+            "{:?}",
+            h.warnings
+        );
+        let e = decide(&cdi, &settings(Mode::Cdi, Delivery::Shim), &mut h).unwrap_err();
+        assert!(e.to_string().contains("cdi generate"), "{e}");
+
+        // A node the spec names is gone.
+        let mut h = fake();
+        h.missing = Some("/dev/nvidia0");
+        let e = decide(&cdi, &settings(Mode::Cdi, Delivery::Shim), &mut h).unwrap_err();
+        assert!(e.to_string().contains("/dev/nvidia0"), "{e}");
+
+        // A name no spec defines.
+        let mut h = fake();
+        let other = req(Devices::Ids(vec![DeviceId::Cdi("nvidia.com/gpu=7".into())]));
+        let e = decide(&other, &settings(Mode::Auto, Delivery::Shim), &mut h).unwrap_err();
+        assert!(matches!(e, DecideError::Unresolved { .. }), "{e}");
+        assert!(e.to_string().starts_with("NVIDIA_VISIBLE_DEVICES"), "{e}");
+    }
+
+    #[test]
+    fn mode_matrix_over_deliveries() {
+        // (mode, request, delivery) -> nodes injected, or None for an error.
+        let idx = |i| req(Devices::Ids(vec![DeviceId::Index(i)]));
+        let cdi = |n: &str| req(Devices::Ids(vec![DeviceId::Cdi(n.into())]));
+        let rt = cdi("runtime.nvidia.com/gpu=1");
+        let cases: Vec<(Mode, Request, Option<&[&str]>)> = vec![
+            (
+                Mode::Auto,
+                idx(1),
+                Some(&["/dev/nvidiactl", "/dev/nvidia1"]),
+            ),
+            (
+                Mode::JitCdi,
+                idx(1),
+                Some(&["/dev/nvidiactl", "/dev/nvidia1"]),
+            ),
+            // cdi mode qualifies bare ids with the default kind: only GPU 0 is in the spec.
+            (Mode::Cdi, idx(0), Some(&["/dev/nvidiactl", "/dev/nvidia0"])),
+            (Mode::Cdi, idx(1), None),
+            (
+                Mode::JitCdi,
+                cdi("nvidia.com/gpu=1"),
+                Some(&["/dev/nvidiactl", "/dev/nvidia1"]),
+            ),
+            (
+                Mode::Cdi,
+                rt.clone(),
+                Some(&["/dev/nvidiactl", "/dev/nvidia1"]),
+            ),
+            (Mode::Auto, rt, Some(&["/dev/nvidiactl", "/dev/nvidia1"])),
+            (Mode::Auto, req(Devices::NoGpus), Some(&["/dev/nvidiactl"])),
+            (Mode::Cdi, req(Devices::NoGpus), Some(&["/dev/nvidiactl"])),
+            (Mode::Auto, idx(5), None),
+        ];
+        for delivery in [Delivery::Shim, Delivery::PrestartHook] {
+            for (mode, r, want) in &cases {
+                let got = decide(r, &settings(*mode, delivery), &mut fake());
+                match (want, got) {
+                    (Some(w), Ok(d)) => assert_eq!(nodes(&d), *w, "{mode:?} {:?}", r.devices),
+                    (None, Err(_)) => {}
+                    (w, g) => panic!(
+                        "{mode:?} {:?} {delivery:?}: want {w:?}, got {g:?}",
+                        r.devices
+                    ),
+                }
+            }
+        }
+    }
+}

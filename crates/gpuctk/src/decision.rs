@@ -1,0 +1,110 @@
+//! The deliveries' side of [`gpuctk_core::decide`]: the [`HostView`] it asks, answered by
+//! `gpuctk-host` under the configured roots and spec dirs, and the typed operations of a
+//! static spec's hooks, decoded by the hook's own command line.
+
+use gpuctk_cdi::registry::Registry;
+use gpuctk_cdi::spec::ContainerEdits;
+use gpuctk_core::request::Delivery;
+use gpuctk_core::{Decision, HostView, InRootOp, Injection, Request, Settings};
+use gpuctk_host::{DiscoverError, DiscoverOptions, Inventory, Roots};
+
+use crate::config::Config;
+
+/// The host as `cfg` describes it.
+pub struct LiveHost<'a> {
+    cfg: &'a Config,
+}
+
+impl<'a> LiveHost<'a> {
+    /// The host under `cfg`'s roots and spec dirs.
+    pub fn new(cfg: &'a Config) -> LiveHost<'a> {
+        LiveHost { cfg }
+    }
+}
+
+/// The driver, device and proc roots of `cfg`.
+pub fn roots(cfg: &Config) -> Roots {
+    Roots {
+        driver_root: cfg.driver_root.clone(),
+        dev_root: cfg
+            .dev_root
+            .clone()
+            .unwrap_or_else(|| cfg.driver_root.clone()),
+        proc_root: cfg.proc_root.clone(),
+    }
+}
+
+impl HostView for LiveHost<'_> {
+    fn inventory(&mut self) -> Result<Inventory, DiscoverError> {
+        gpuctk_host::discover(&roots(self.cfg), &DiscoverOptions::default())
+    }
+    fn registry(&mut self, vendors: &[&str]) -> Registry {
+        Registry::load_for_vendors(&self.cfg.spec_dirs, vendors)
+    }
+    fn running_driver(&mut self) -> Option<String> {
+        gpuctk_host::running_driver_version(&self.cfg.proc_root)
+    }
+    fn first_missing(&mut self, paths: &[(&str, &str)]) -> Option<String> {
+        gpuctk_host::first_missing(paths.iter().copied())
+    }
+    fn warn(&mut self, msg: &str) {
+        tracing::warn!("{msg}");
+    }
+}
+
+/// The hook binary written into hook entries.
+pub fn hook_path(cfg: &Config) -> String {
+    cfg.hook_path
+        .clone()
+        .unwrap_or_else(crate::commands::self_path)
+}
+
+/// What to do with `request` under `cfg`, for `delivery`.
+pub fn decide(request: &Request, cfg: &Config, delivery: Delivery) -> anyhow::Result<Decision> {
+    let hook_path = hook_path(cfg);
+    let settings = Settings {
+        mode: cfg.mode,
+        default_kind: &cfg.default_kind,
+        hook_path: &hook_path,
+        delivery,
+    };
+    Ok(gpuctk_core::decide(
+        request,
+        &settings,
+        &mut LiveHost::new(cfg),
+    )?)
+}
+
+/// Our operations among `edits`' hooks, each with its hook's index: typed already for planned
+/// edits, decoded from a static spec's hooks otherwise (createContainer hooks of
+/// `nvidia-cdi-hook`, or `nvidia-ctk hook`, that the hook's command line takes). A hook whose
+/// values are malformed is left out: it stays a hook, which fails with its own message.
+pub fn typed_ops(injection: &Injection) -> Vec<(usize, InRootOp)> {
+    if !injection.ops.is_empty() {
+        return injection.ops.clone();
+    }
+    decode_hooks(&injection.edits)
+}
+
+/// [`typed_ops`] for edits with text hooks only.
+pub fn decode_hooks(edits: &ContainerEdits) -> Vec<(usize, InRootOp)> {
+    let ours = |h: &gpuctk_cdi::spec::Hook| {
+        h.hook_name == "createContainer"
+            && h.args
+                .first()
+                .and_then(|a| std::path::Path::new(a).file_name())
+                .is_some_and(|n| n == "nvidia-cdi-hook" || n == "nvidia-ctk")
+    };
+    edits
+        .hooks
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| ours(h))
+        .filter_map(|(i, h)| {
+            crate::hook::decode(&h.args)
+                .ok()
+                .flatten()
+                .map(|op| (i, op))
+        })
+        .collect()
+}

@@ -1,0 +1,350 @@
+//! The shim's fast path: every runc command other than `create` and `run` (`start`, `state`,
+//! `kill`, `delete`, `ps`, `--version`, ...) is handed to the low-level runtime untouched, and
+//! an engine makes several of those per container, so this path does only what names the
+//! runtime: it finds `config.toml` (the same variables as [`crate::config::config_path`]),
+//! reads the one key `[nvidia-container-runtime] runtimes` with a small scanner, looks the
+//! runtime up (stopping at the first hit) and execs it. No TOML document, no logging set-up,
+//! no unknown-key warnings: those belong to `create`/`run`.
+//!
+//! A config that cannot be read for that key (missing, unreadable, or too broken for the
+//! scanner and for the full parser) gives the default runtimes: a pass-through call must still
+//! reach the runtime, or a container created before the file broke could not be stopped or
+//! deleted. A syntax error elsewhere in the file does not hide a `runtimes` key the scanner can
+//! read, so `delete` goes to the runtime `create` used. `create`/`run` still parse the whole
+//! file and stop on any error.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+
+use crate::config::{self, Config};
+use crate::runtime::{find_runtime, RuncArgs};
+
+/// Whether `parsed` is a call the shim only passes on.
+pub fn applies(parsed: &RuncArgs) -> bool {
+    !matches!(parsed.command.as_deref(), Some("create" | "run"))
+}
+
+/// Find the runtime and exec it with `args`; returns only on failure, with the message for
+/// the engine.
+pub fn exec(args: &[OsString], parsed: &RuncArgs) -> String {
+    let runtime = match find_runtime(&runtimes(), std::env::var_os("PATH").as_deref()) {
+        Ok(r) => r,
+        Err(e) => return e.to_string(),
+    };
+    if parsed.version {
+        println!(
+            "gpuctk nvidia-container-runtime version {}",
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    let err = std::process::Command::new(&runtime)
+        .arg0(&runtime)
+        .args(args)
+        .exec();
+    format!("exec {}: {err}", runtime.display())
+}
+
+/// `[nvidia-container-runtime] runtimes` of the config the environment points at, or the
+/// defaults when it cannot be read (see the module doc).
+pub fn runtimes() -> Vec<String> {
+    let (path, _required) = config::config_path(&|k| std::env::var(k).ok());
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Config::default().runtimes;
+    };
+    match scan_runtimes(&text) {
+        Scan::Found(v) => v,
+        Scan::Absent => Config::default().runtimes,
+        // Forms the scanner does not follow (quoted keys, inline tables, escapes, multi-line
+        // strings): the full parser decides, as it does for create.
+        Scan::Unsure => config::parse(&text, &path)
+            .map(|c| c.runtimes)
+            .unwrap_or_else(|_| Config::default().runtimes),
+    }
+}
+
+/// What the scanner made of a config's `runtimes` key.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// The key, an array of plain strings.
+    Found(Vec<String>),
+    /// Surely not there.
+    Absent,
+    /// A form the scanner does not follow; ask the full parser.
+    Unsure,
+}
+
+const TABLE: &str = "nvidia-container-runtime";
+const KEY: &str = "runtimes";
+
+/// Find `[nvidia-container-runtime] runtimes` (or the dotted
+/// `nvidia-container-runtime.runtimes` at the top) without parsing the rest of the document. A
+/// value it cannot read elsewhere (a syntax error) is skipped to the end of its line; anything
+/// that could change what the key means is [`Scan::Unsure`].
+pub fn scan_runtimes(text: &str) -> Scan {
+    // A multi-line string can hold lines that look like tables or keys.
+    if text.contains("\"\"\"") || text.contains("'''") {
+        return Scan::Unsure;
+    }
+    let b = text.as_bytes();
+    let mut i = 0;
+    let mut table = String::new();
+    let mut found: Option<Vec<String>> = None;
+    loop {
+        i = skip_blank(b, i, true);
+        if i >= b.len() {
+            break;
+        }
+        if b[i] == b'[' {
+            let array = b.get(i + 1) == Some(&b'[');
+            let end = line_end(b, i);
+            let line = &text[i..end];
+            let close = if array { "]]" } else { "]" };
+            let open = if array { 2 } else { 1 };
+            let Some(name) = line[open..].find(close).map(|e| &line[open..open + e]) else {
+                // A broken header: we no longer know which table we are in.
+                table = "?".into();
+                i = end;
+                continue;
+            };
+            let norm: String = name
+                .chars()
+                .filter(|c| !c.is_whitespace() && *c != '"' && *c != '\'')
+                .collect();
+            let ours = norm == TABLE || norm.starts_with("nvidia-container-runtime.");
+            if ours && (array || name.contains(['"', '\''])) {
+                return Scan::Unsure;
+            }
+            table = if array { format!("[[{norm}") } else { norm };
+            i = end;
+            continue;
+        }
+        // A key: up to '=' on this line.
+        let end = line_end(b, i);
+        let Some(eq) = text[i..end].find('=') else {
+            i = end;
+            continue;
+        };
+        let raw = &text[i..i + eq];
+        let key: String = raw
+            .chars()
+            .filter(|c| !c.is_whitespace() && *c != '"' && *c != '\'')
+            .collect();
+        let relevant = (table == TABLE && key == KEY)
+            || (table.is_empty()
+                && key.strip_prefix(TABLE).and_then(|k| k.strip_prefix('.')) == Some(KEY));
+        let suspicious = raw.contains(['"', '\''])
+            && (key.ends_with(KEY) || key.starts_with(TABLE))
+            || (table.is_empty() && key == TABLE);
+        if suspicious && !relevant || (relevant && raw.contains(['"', '\''])) {
+            return Scan::Unsure;
+        }
+        match value(b, i + eq + 1) {
+            Some((next, strings)) => {
+                if relevant {
+                    match strings {
+                        Some(v) if found.is_none() => found = Some(v),
+                        _ => return Scan::Unsure,
+                    }
+                }
+                i = next;
+            }
+            None if relevant => return Scan::Unsure,
+            None => i = end,
+        }
+    }
+    match found {
+        Some(v) => Scan::Found(v),
+        None => Scan::Absent,
+    }
+}
+
+fn line_end(b: &[u8], i: usize) -> usize {
+    b[i..]
+        .iter()
+        .position(|&c| c == b'\n')
+        .map_or(b.len(), |p| i + p)
+}
+
+/// Skip spaces and tabs, comments, and newlines too when `newlines`.
+fn skip_blank(b: &[u8], mut i: usize, newlines: bool) -> usize {
+    while i < b.len() {
+        match b[i] {
+            b' ' | b'\t' | b'\r' => i += 1,
+            b'\n' if newlines => i += 1,
+            b'#' => i = line_end(b, i),
+            _ => break,
+        }
+    }
+    i
+}
+
+/// A basic (`"..."`) or literal (`'...'`) string at `b[i]`: where it ends, and its text when
+/// it has no escapes.
+fn string(b: &[u8], i: usize) -> Option<(usize, Option<String>)> {
+    let q = b[i];
+    let mut j = i + 1;
+    let mut plain = true;
+    while j < b.len() {
+        match b[j] {
+            b'\n' => return None,
+            b'\\' if q == b'"' => {
+                plain = false;
+                j += 2;
+                continue;
+            }
+            c if c == q => {
+                let s = plain.then(|| String::from_utf8_lossy(&b[i + 1..j]).into_owned());
+                return Some((j + 1, s));
+            }
+            _ => {}
+        }
+        j += 1;
+    }
+    None
+}
+
+/// The value starting at `b[i]` (after `=`): where its line ends, and its strings when it is
+/// an array of plain strings. `None` for a value that does not end (a syntax error).
+fn value(b: &[u8], i: usize) -> Option<(usize, Option<Vec<String>>)> {
+    let i = skip_blank(b, i, false);
+    let (end, strings) = match b.get(i)? {
+        b'[' | b'{' => nested(b, i)?,
+        b'"' | b'\'' => (string(b, i)?.0, None),
+        b'\n' => return None,
+        _ => (
+            b[i..]
+                .iter()
+                .position(|&c| c == b'\n' || c == b'#')
+                .map_or(b.len(), |p| i + p),
+            None,
+        ),
+    };
+    let rest = skip_blank(b, end, false);
+    if rest < b.len() && b[rest] != b'\n' {
+        return None;
+    }
+    Some((rest, strings))
+}
+
+/// An array or inline table at `b[i]`, across lines: where it ends, and its strings when it is
+/// an array of plain strings only.
+fn nested(b: &[u8], i: usize) -> Option<(usize, Option<Vec<String>>)> {
+    let (open, close) = (b[i], if b[i] == b'[' { b']' } else { b'}' });
+    let mut strings = (open == b'[').then(Vec::new);
+    let mut j = i + 1;
+    // In an array of strings, a string must come first and after each comma.
+    let mut want_item = true;
+    loop {
+        j = skip_blank(b, j, open == b'[');
+        let c = *b.get(j)?;
+        if c == close {
+            return Some((j + 1, strings));
+        }
+        match c {
+            b'"' | b'\'' => {
+                let (next, s) = string(b, j)?;
+                match (s, want_item, strings.as_mut()) {
+                    (Some(s), true, Some(v)) => v.push(s),
+                    _ => strings = None,
+                }
+                want_item = false;
+                j = next;
+            }
+            b'[' | b'{' => {
+                j = nested(b, j)?.0;
+                strings = None;
+            }
+            b',' if !want_item => {
+                want_item = true;
+                j += 1;
+            }
+            b'\n' => return None,
+            _ => {
+                strings = None;
+                j += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(v: &[&str]) -> Scan {
+        Scan::Found(v.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn the_key_in_its_table() {
+        let t = "disable-require = false\n[nvidia-container-cli]\nroot = \"/\"\n\n[nvidia-container-runtime]\ndebug = \"/var/log/x.log\" # c\nruntimes = [\"docker-runc\", 'runc', \"crun\",]  # trailing\nmode = \"auto\"\n[nvidia-container-runtime.modes.cdi]\nruntimes = [\"no\"]\n";
+        assert_eq!(scan_runtimes(t), found(&["docker-runc", "runc", "crun"]));
+        let t = "[ nvidia-container-runtime ]\nruntimes = [\n  \"/usr/bin/crun\", # first\n  \"runc\"\n]\n";
+        assert_eq!(scan_runtimes(t), found(&["/usr/bin/crun", "runc"]));
+        assert_eq!(
+            scan_runtimes("nvidia-container-runtime.runtimes = [\"crun\"]\n"),
+            found(&["crun"])
+        );
+        assert_eq!(
+            scan_runtimes("[nvidia-container-runtime]\nruntimes = []"),
+            found(&[])
+        );
+    }
+
+    #[test]
+    fn absent_or_elsewhere() {
+        assert_eq!(scan_runtimes(""), Scan::Absent);
+        let t = "[gpuctk]\nruntimes = [\"x\"]\n[nvidia-container-runtime]\nmode = \"cdi\"\nm = [\n[1, 2],\n]\n[other]\nruntimes = [\"y\"]\n";
+        assert_eq!(scan_runtimes(t), Scan::Absent);
+        // A multi-line array whose line looks like our table.
+        let t = "x = [\n[nvidia-container-runtime],\n]\nruntimes = [\"y\"]\n";
+        assert_eq!(scan_runtimes(t), Scan::Absent);
+    }
+
+    #[test]
+    fn syntax_errors_elsewhere_do_not_hide_it() {
+        let t = "[nvidia-container-runtime]\nmode = \"auto\nruntimes = [\"crun\"]\n[gpuctk\nx = = 1\n";
+        assert_eq!(scan_runtimes(t), found(&["crun"]));
+        let t = "garbage line\n[nvidia-container-cli]\nroot = [\"a\"\n[nvidia-container-runtime]\nruntimes = [\"crun\"]\n";
+        assert_eq!(scan_runtimes(t), found(&["crun"]));
+    }
+
+    #[test]
+    fn unusual_forms_go_to_the_full_parser() {
+        for t in [
+            "[\"nvidia-container-runtime\"]\nruntimes = [\"a\"]\n",
+            "[nvidia-container-runtime]\n\"runtimes\" = [\"a\"]\n",
+            "nvidia-container-runtime = { runtimes = [\"a\"] }\n",
+            "[nvidia-container-runtime]\nruntimes = [\"a\\u0062\"]\n",
+            "[nvidia-container-runtime]\nruntimes = \"runc\"\n",
+            "[nvidia-container-runtime]\nruntimes = [\"a\"]\nruntimes = [\"b\"]\n",
+            "[nvidia-container-runtime]\nruntimes = [\"a\" \"b\"]\n",
+            "[nvidia-container-runtime]\nruntimes = [\"a\"\n",
+            "[nvidia-container-runtime]\nruntimes = [1]\n",
+            "x = \"\"\"\n[nvidia-container-runtime]\nruntimes = [\"a\"]\n\"\"\"\n",
+            "[[nvidia-container-runtime]]\nruntimes = [\"a\"]\n",
+        ] {
+            assert_eq!(scan_runtimes(t), Scan::Unsure, "{t}");
+        }
+    }
+
+    /// Wherever the scanner answers for a valid document, it agrees with the full parser.
+    #[test]
+    fn agrees_with_the_parser() {
+        for t in [
+            "[nvidia-container-runtime]\nruntimes = [\"docker-runc\", \"runc\"]\n",
+            "[nvidia-container-runtime]\nruntimes = [ 'a' , \"b\" , ]\n[gpuctk]\nhook-path = \"/x\"\n",
+            "nvidia-container-runtime.runtimes = [\"crun\"]\n",
+            "[nvidia-container-cli]\nroot = \"/\"\n",
+            "a = { b = [\"c\"] }\n[nvidia-container-runtime]\nruntimes = [\"d\"] # e\n",
+        ] {
+            let full = config::parse(t, std::path::Path::new("c.toml")).unwrap();
+            let want = match scan_runtimes(t) {
+                Scan::Found(v) => v,
+                Scan::Absent => Config::default().runtimes,
+                Scan::Unsure => continue,
+            };
+            assert_eq!(full.runtimes, want, "{t}");
+        }
+    }
+}
