@@ -153,31 +153,43 @@ pub fn procfs(data: &[u8]) {
     }
 }
 
-/// ELF: both readers (host discovery's `DT_SONAME`/`DT_NEEDED` reader and the container hooks'
-/// soname, ABI and note-section reader) and the note parser on the raw bytes.
+/// ELF: the one reader (`gpuctk-elf`) in each of its uses (host discovery's soname, the mock
+/// host's interpreter and `DT_NEEDED`, the container hooks' ABI and note sections) and the note
+/// parser on the raw bytes; whatever reads is within the input's bounds.
 pub fn elf(data: &[u8]) {
-    use gpuctk_container::elf as celf;
     use gpuctk_container::hooks::CUDA_FWD_COMPAT_SECTION;
 
-    if let Ok(info) = gpuctk_host::elf::parse(data) {
-        assert!(
-            info.needed.len() <= 65536,
-            "more DT_NEEDED than dynamic entries"
-        );
-    }
-    if let Ok(info) = celf::library_info(data) {
+    let lib = gpuctk_container::elf::library_info(data);
+    if let Ok(info) = &lib {
         let _ = info.cache_flags();
         let _ = info.is_shared_library();
     }
+    match gpuctk_elf::object(data) {
+        Ok(o) => {
+            assert!(
+                o.needed.len() <= data.len() / 8,
+                "more DT_NEEDED than dynamic entries"
+            );
+            let strings = o.needed.iter().chain(&o.soname).chain(&o.interp);
+            assert!(strings.map(|s| s.len()).max().unwrap_or(0) <= data.len());
+            // The soname reader reads a subset of what the full reader reads.
+            let info = lib.expect("object() read it, library_info() must too");
+            assert_eq!((info.header, info.soname), (o.header, o.soname));
+        }
+        Err(gpuctk_elf::Error::NotElf) => {
+            assert!(matches!(lib, Err(gpuctk_container::elf::ElfError::NotElf)))
+        }
+        Err(_) => {}
+    }
     for section in [CUDA_FWD_COMPAT_SECTION, ".note.ABI-tag", ""] {
-        if let Ok(Some(notes)) = celf::note_section(data, section) {
+        if let Ok(Some(notes)) = gpuctk_elf::note_section(data, section) {
             for n in notes {
                 assert!(n.desc.len() <= data.len());
             }
         }
     }
     for (le, align) in [(true, 4), (false, 8)] {
-        if let Ok(notes) = celf::parse_notes(data, le, align) {
+        if let Ok(notes) = gpuctk_elf::parse_notes(data, le, align) {
             assert!(notes.iter().map(|n| n.desc.len()).sum::<usize>() <= data.len());
         }
     }

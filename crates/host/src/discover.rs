@@ -12,9 +12,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use gpuctk_elf::Error as ElfError;
+
 use crate::catalog::{self, Capability};
 use crate::cuda::cuda_version_for_branch;
-use crate::elf::{self, ElfError};
 use crate::inventory::{DeviceNode, Gpu, HostFile, Inventory, Library, Roots};
 use crate::procfs::{self, DriverVersion, ProcError};
 use crate::resolve::{host_path, resolve_in_root};
@@ -384,17 +385,20 @@ fn discover_libraries(
             }
             let Some(resolved) = found else { continue };
             let hp = host_path(root, &resolved);
-            let info = elf::read_file(&hp).map_err(|source| DiscoverError::BadElf {
-                file: hp.clone(),
-                source,
-            })?;
-            if !info.is_dyn {
+            let info = fs::File::open(&hp)
+                .map_err(ElfError::from)
+                .and_then(|f| gpuctk_elf::library_info(&f))
+                .map_err(|source| DiscoverError::BadElf {
+                    file: hp.clone(),
+                    source,
+                })?;
+            if info.header.e_type != gpuctk_elf::ET_DYN {
                 return Err(DiscoverError::BadElf {
                     file: hp,
-                    source: ElfError::Corrupt("not a shared object (e_type is not ET_DYN)"),
+                    source: ElfError::Malformed("not a shared object (e_type is not ET_DYN)"),
                 });
             }
-            if info.is_64 == is_32bit {
+            if info.header.is_64() == is_32bit {
                 // A 64-bit file listed as 32-bit (or the reverse) is a broken cache; skip it.
                 continue;
             }

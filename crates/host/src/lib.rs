@@ -5,7 +5,6 @@
 pub mod catalog;
 pub mod cuda;
 pub mod discover;
-pub mod elf;
 pub mod inventory;
 pub mod procfs;
 pub mod resolve;

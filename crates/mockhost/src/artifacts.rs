@@ -217,13 +217,23 @@ mod tests {
     }
 
     #[test]
+    fn parses_embedded_artifacts() {
+        let cuda = gpuctk_elf::object(LIBCUDA).unwrap();
+        assert_eq!(cuda.soname.as_deref(), Some("libcuda.so.1"));
+        assert!(cuda.interp.is_none());
+        let smi = gpuctk_elf::object(NVIDIA_SMI).unwrap();
+        assert!(smi.needed.iter().any(|n| n == "libnvidia-ml.so.1"));
+        assert!(smi.interp.is_some());
+    }
+
+    #[test]
     fn glcore_soname_becomes_file_name() {
         let lib = LIBRARIES
             .iter()
             .find(|l| l.stem == "libnvidia-glcore")
             .unwrap();
         let bytes = lib.render("driver=1.2;", "570.124.06").unwrap();
-        let info = crate::elf::parse(&bytes).unwrap();
+        let info = gpuctk_elf::object(&bytes[..]).unwrap();
         assert_eq!(
             info.soname.as_deref(),
             Some("libnvidia-glcore.so.570.124.06")

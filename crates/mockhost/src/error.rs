@@ -110,12 +110,18 @@ pub enum Error {
         tried: String,
     },
     /// An ELF file could not be understood.
-    #[error("ELF {what}: {reason}")]
+    #[error("ELF {what}: {source}")]
     Elf {
         /// The file or artifact.
         what: String,
         /// What is wrong with it.
-        reason: String,
+        source: gpuctk_elf::Error,
+    },
+    /// The probe artifact has no `PT_INTERP`, so the loader to copy into the rootfs is unknown.
+    #[error("ELF {what}: no PT_INTERP; expected a dynamically linked executable")]
+    NotDynamic {
+        /// The artifact.
+        what: String,
     },
     /// Patching the per-host config block or soname into an artifact failed.
     #[error("patching {artifact}: {reason}")]

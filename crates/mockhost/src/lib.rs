@@ -15,7 +15,6 @@
 #![deny(missing_docs)]
 
 mod artifacts;
-pub mod elf;
 mod error;
 mod host;
 mod ids;

@@ -8,7 +8,7 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::artifacts::{BINARIES, LIBRARIES, PROBE};
 use crate::error::io_err;
-use crate::{elf, sys, Error};
+use crate::{sys, Error};
 
 /// Where the probe lives inside the rootfs.
 pub const PROBE_PATH: &str = "/usr/bin/gpuctk-probe";
@@ -131,9 +131,9 @@ fn check_busybox(path: &Path) -> Result<Vec<u8>, Error> {
         return Err(Error::BusyboxNotFound { path: path.into() });
     }
     let bytes = fs::read(path).map_err(io_err("read", path, ""))?;
-    let info = elf::parse(&bytes).map_err(|reason| Error::Elf {
+    let info = gpuctk_elf::object(&bytes[..]).map_err(|source| Error::Elf {
         what: path.display().to_string(),
-        reason,
+        source,
     })?;
     if let Some(interp) = info.interp {
         return Err(Error::BusyboxNotStatic {
@@ -173,21 +173,20 @@ fn parse_applets(list: &str) -> Vec<String> {
 fn needed_from_artifacts() -> Result<(String, BTreeSet<String>), Error> {
     let ours: BTreeSet<&str> = ["libcuda.so.1", "libnvidia-ml.so.1"].into();
     let mut needed = BTreeSet::new();
-    let probe = elf::parse(PROBE).map_err(|reason| Error::Elf {
+    let probe = gpuctk_elf::object(PROBE).map_err(|source| Error::Elf {
         what: "gpuctk-probe".into(),
-        reason,
+        source,
     })?;
-    let interp = probe.interp.clone().ok_or_else(|| Error::Elf {
+    let interp = probe.interp.clone().ok_or_else(|| Error::NotDynamic {
         what: "gpuctk-probe".into(),
-        reason: "no PT_INTERP; expected a dynamically linked executable".into(),
     })?;
     let all = std::iter::once(("gpuctk-probe", PROBE))
         .chain(BINARIES.iter().map(|b| (b.name, b.bytes)))
         .chain(LIBRARIES.iter().map(|l| (l.stem, l.bytes)));
     for (name, bytes) in all {
-        let info = elf::parse(bytes).map_err(|reason| Error::Elf {
+        let info = gpuctk_elf::object(bytes).map_err(|source| Error::Elf {
             what: name.into(),
-            reason,
+            source,
         })?;
         needed.extend(
             info.needed
@@ -224,9 +223,9 @@ fn install_glibc(root: &Path, host_root: &Path) -> Result<(), Error> {
         };
         let canonical = install_host_file(root, host_root, &logical)?;
         let bytes = fs::read(&canonical).map_err(io_err("read", &canonical, ""))?;
-        let info = elf::parse(&bytes).map_err(|reason| Error::Elf {
+        let info = gpuctk_elf::object(&bytes[..]).map_err(|source| Error::Elf {
             what: canonical.display().to_string(),
-            reason,
+            source,
         })?;
         // The loader shows up as a dependency of libc under its own name.
         let interp_name = Path::new(&interp)
