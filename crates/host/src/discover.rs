@@ -13,6 +13,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use gpuctk_elf::Error as ElfError;
+use gpuctk_ldcache::{flags, NATIVE_FLAGS};
 
 use crate::catalog::{self, Capability};
 use crate::cuda::cuda_version_for_branch;
@@ -99,16 +100,6 @@ fn read_text(path: &Path) -> Result<String, DiscoverError> {
     })
 }
 
-/// glibc's `major()`/`minor()` encoding of `dev_t`.
-pub fn dev_major(dev: u64) -> u32 {
-    (((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff)) as u32
-}
-
-/// See [`dev_major`].
-pub fn dev_minor(dev: u64) -> u32 {
-    ((dev & 0xff) | ((dev >> 12) & !0xff)) as u32
-}
-
 /// Discover the host.
 pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, DiscoverError> {
     if !roots.driver_root.is_dir() {
@@ -168,18 +159,32 @@ fn read_majors(proc_root: &Path) -> Result<Vec<(u32, String)>, DiscoverError> {
     }
 }
 
-fn stat_node(dev_root: &Path, name: &str) -> Result<DeviceNode, String> {
+/// Why a device node is left out (a warning, not an error of discovery).
+#[derive(Debug, thiserror::Error)]
+enum NodeError {
+    /// The node cannot be stat'ed (usually: it does not exist).
+    #[error("{}: {source}", path.display())]
+    Stat { path: PathBuf, source: io::Error },
+    /// Something else sits where the node should be.
+    #[error("{} is not a character device", path.display())]
+    NotCharDevice { path: PathBuf },
+}
+
+fn stat_node(dev_root: &Path, name: &str) -> Result<DeviceNode, NodeError> {
     let container = format!("/dev/{name}");
     let host = host_path(dev_root, Path::new(&container));
-    let md = fs::metadata(&host).map_err(|e| format!("{}: {e}", host.display()))?;
+    let md = match fs::metadata(&host) {
+        Ok(md) => md,
+        Err(source) => return Err(NodeError::Stat { path: host, source }),
+    };
     if !md.file_type().is_char_device() {
-        return Err(format!("{} is not a character device", host.display()));
+        return Err(NodeError::NotCharDevice { path: host });
     }
     Ok(DeviceNode {
         path: container,
         host_path: host,
-        major: dev_major(md.rdev()),
-        minor: dev_minor(md.rdev()),
+        major: libc::major(md.rdev()),
+        minor: libc::minor(md.rdev()),
         mode: md.mode() & 0o7777,
         gid: md.gid(),
     })
@@ -281,15 +286,6 @@ fn discover_control_nodes(
     out
 }
 
-/// glibc cache flags: type LIBC6 (3) with the arch bits of this build target.
-fn native_cache_arch() -> i32 {
-    if cfg!(target_arch = "aarch64") {
-        0x0a00
-    } else {
-        0x0300
-    }
-}
-
 fn name_matches(key: &str, name: &str) -> bool {
     key.strip_prefix(name)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
@@ -326,7 +322,9 @@ fn discover_libraries(
     };
 
     let mut out: Vec<Library> = Vec::new();
-    for (is_32bit, arch) in [(false, native_cache_arch()), (true, 0x0000)] {
+    // The ABI byte of this build target's libraries, and i386's (none) for the 32-bit ones.
+    let native = NATIVE_FLAGS & flags::FLAG_REQUIRED_MASK;
+    for (is_32bit, arch) in [(false, native), (true, flags::FLAG_NONE)] {
         if is_32bit && !cfg!(target_arch = "x86_64") {
             continue;
         }
@@ -339,8 +337,9 @@ fn discover_libraries(
             let mut found = None;
             if let Some(cache) = &cache {
                 for e in &cache.entries {
-                    if e.flags & 0xff00 != arch
-                        || e.flags & 1 == 0
+                    // Type FLAG_ELF or FLAG_ELF_LIBC6 (bit 0 set), as ld.so accepts them.
+                    if e.flags & flags::FLAG_REQUIRED_MASK != arch
+                        || e.flags & flags::FLAG_ELF == 0
                         || !name_matches(&e.key, spec.name)
                     {
                         continue;
@@ -638,17 +637,6 @@ fn discover_ipc(root: &Path) -> Vec<HostFile> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dev_numbers_round_trip() {
-        let mk = |ma: u64, mi: u64| {
-            ((ma & 0xfff) << 8) | ((ma & !0xfff) << 32) | (mi & 0xff) | ((mi & !0xff) << 12)
-        };
-        for (ma, mi) in [(195, 0), (195, 255), (508, 1), (4095, 1 << 19)] {
-            let d = mk(ma, mi);
-            assert_eq!((dev_major(d), dev_minor(d)), (ma as u32, mi as u32));
-        }
-    }
 
     #[test]
     fn prefix_match_respects_dots() {
