@@ -333,7 +333,7 @@ impl Root {
         op: &'static str,
     ) -> Result<OwnedFd, RootError> {
         let rel = relative_cstring(path)?;
-        openat2(self.fd.as_raw_fd(), &rel, flags, 0, resolve).map_err(|e| self.io_err(path, op, e))
+        openat2(self.fd.as_raw_fd(), &rel, flags, resolve).map_err(|e| self.io_err(path, op, e))
     }
 
     /// Opens `path` for reading, following symlinks inside the root. Only
@@ -898,14 +898,15 @@ fn temp_name(name: &OsStr) -> OsString {
     t
 }
 
-fn openat2(dirfd: RawFd, path: &CStr, flags: i32, mode: u64, resolve: u64) -> io::Result<OwnedFd> {
+/// The crate's one `openat2(2)`: `path` relative to `dirfd` with the `RESOLVE_*` bits in
+/// `resolve`, always `O_CLOEXEC`, never creating (mode 0). Retried on `EAGAIN`, which
+/// `RESOLVE_IN_ROOT` returns when a concurrent rename could have let `..` escape (the documented
+/// answer is to retry), and on `EINTR`.
+pub(crate) fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
     // SAFETY: open_how is plain old data; zero is a valid value for every field.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.mode = mode;
     how.resolve = resolve;
-    // openat2 returns EAGAIN for RESOLVE_IN_ROOT when a concurrent rename
-    // could have let `..` escape; retrying is the documented answer.
     for _ in 0..64 {
         // SAFETY: valid pointers to a NUL-terminated path and an open_how of
         // the size passed.
@@ -1131,7 +1132,6 @@ impl Dir<'_> {
             self.fd.as_raw_fd(),
             &c,
             libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW,
-            0,
             libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
         ) {
             Ok(fd) => fd,

@@ -423,3 +423,32 @@ fn paths_with_nul_are_rejected() {
     ));
     assert!(Root::open(f.root.join("nonexistent")).is_err());
 }
+
+/// The crate's one `openat2` wrapper takes a `&CString` as legacy injection passes it (through
+/// deref), resolves `..` and absolute symlinks inside the directory with `RESOLVE_IN_ROOT`, and
+/// gives a close-on-exec descriptor.
+#[test]
+fn openat2_wrapper_resolves_in_root() {
+    let f = fixture();
+    std::fs::write(f.root.join("etc/x"), b"in root").unwrap();
+    symlink("/etc/x", f.root.join("abs")).unwrap();
+    let dir = File::open(&f.root).unwrap();
+    for path in ["../../etc/x", "abs", "/etc/x"] {
+        let c = CString::new(path).unwrap();
+        let fd = openat2(dir.as_raw_fd(), &c, libc::O_RDONLY, libc::RESOLVE_IN_ROOT).unwrap();
+        // SAFETY: fcntl on a descriptor we own.
+        let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
+        assert_eq!(fl & libc::FD_CLOEXEC, libc::FD_CLOEXEC, "{path}");
+        let text = std::io::read_to_string(File::from(fd)).unwrap();
+        assert_eq!(text, "in root", "{path}");
+    }
+    let c = CString::new("abs").unwrap();
+    let e = openat2(
+        dir.as_raw_fd(),
+        &c,
+        libc::O_RDONLY,
+        libc::RESOLVE_NO_SYMLINKS,
+    )
+    .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ELOOP));
+}
