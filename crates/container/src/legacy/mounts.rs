@@ -1,0 +1,286 @@
+//! Bind mounts for legacy injection: options turned into mount attributes, each source cloned
+//! on the host into a detached mount with its flags set before it is attached, then moved onto
+//! an in-root target opened without following its last component.
+
+use super::*;
+
+pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+pub(super) const MOUNT_ATTR_NOSUID: u64 = 0x2;
+
+pub(super) const MOUNT_ATTR_NODEV: u64 = 0x4;
+
+pub(super) const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+pub(super) const OPEN_TREE_CLONE: u32 = 1;
+
+pub(super) const AT_RECURSIVE: u32 = 0x8000;
+
+pub(super) const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
+
+pub(super) const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
+
+/// Mount flags from OCI options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct MountFlags {
+    pub(super) set: u64,
+    pub(super) clear: u64,
+    pub(super) recursive: bool,
+    /// `MS_PRIVATE` etc. to apply once attached.
+    pub(super) propagation: Option<u64>,
+}
+
+pub(super) fn parse_options(m: &Mount) -> Result<MountFlags, LegacyError> {
+    let bad = |reason: String| LegacyError::Mount {
+        host_path: m.host_path.clone(),
+        container_path: m.container_path.clone(),
+        reason,
+    };
+    let mut f = MountFlags::default();
+    let mut bind = matches!(m.r#type.as_deref(), Some("bind") | Some("rbind"));
+    if let Some(t) = m
+        .r#type
+        .as_deref()
+        .filter(|t| !matches!(*t, "bind" | "rbind" | "none"))
+    {
+        return Err(bad(format!("type {t:?}: only bind mounts can be injected")));
+    }
+    let set = |on: bool, attr: u64, f: &mut MountFlags| {
+        if on {
+            f.set |= attr;
+            f.clear &= !attr;
+        } else {
+            f.clear |= attr;
+            f.set &= !attr;
+        }
+    };
+    for o in &m.options {
+        match o.as_str() {
+            "bind" => bind = true,
+            "rbind" => {
+                bind = true;
+                f.recursive = true;
+            }
+            "ro" => set(true, MOUNT_ATTR_RDONLY, &mut f),
+            "rw" => set(false, MOUNT_ATTR_RDONLY, &mut f),
+            "nosuid" => set(true, MOUNT_ATTR_NOSUID, &mut f),
+            "suid" => set(false, MOUNT_ATTR_NOSUID, &mut f),
+            "nodev" => set(true, MOUNT_ATTR_NODEV, &mut f),
+            "dev" => set(false, MOUNT_ATTR_NODEV, &mut f),
+            "noexec" => set(true, MOUNT_ATTR_NOEXEC, &mut f),
+            "exec" => set(false, MOUNT_ATTR_NOEXEC, &mut f),
+            "private" | "rprivate" => f.propagation = Some(libc::MS_PRIVATE),
+            "slave" | "rslave" => f.propagation = Some(libc::MS_SLAVE),
+            "shared" | "rshared" => f.propagation = Some(libc::MS_SHARED),
+            "unbindable" | "runbindable" => f.propagation = Some(libc::MS_UNBINDABLE),
+            "relatime" | "norelatime" | "noatime" | "atime" | "strictatime" | "nodiratime"
+            | "diratime" | "defaults" => {}
+            other => return Err(bad(format!("option {other:?} is not supported"))),
+        }
+    }
+    if !bind {
+        return Err(bad(
+            "only bind mounts (option bind or rbind) can be injected".into(),
+        ));
+    }
+    Ok(f)
+}
+
+/// A mount, prepared on the host: the detached clone of its source.
+#[derive(Debug)]
+pub(super) struct MountPlan {
+    pub(super) host_path: String,
+    pub(super) container_path: String,
+    pub(super) tree: OwnedFd,
+    pub(super) dir: bool,
+    pub(super) flags: MountFlags,
+}
+
+#[repr(C)]
+pub(super) struct MountAttr {
+    pub(super) attr_set: u64,
+    pub(super) attr_clr: u64,
+    pub(super) propagation: u64,
+    pub(super) userns_fd: u64,
+}
+
+pub(super) fn mount_setattr(fd: RawFd, recursive: bool, attr: &MountAttr) -> io::Result<()> {
+    let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: valid descriptor, empty NUL-terminated path, attr of the size passed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd,
+            c"".as_ptr(),
+            flags,
+            attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub(super) fn plan_mount(m: &Mount) -> Result<MountPlan, LegacyError> {
+    let flags = parse_options(m)?;
+    let bad = |reason: String| LegacyError::Mount {
+        host_path: m.host_path.clone(),
+        container_path: m.container_path.clone(),
+        reason,
+    };
+    if !m.container_path.starts_with('/') {
+        return Err(bad("the container path must be absolute".into()));
+    }
+    let what = format!("mount source {}", m.host_path);
+    let io = |op: &'static str| {
+        let what = what.clone();
+        move |source| LegacyError::Io { what, op, source }
+    };
+    let canonical = std::fs::canonicalize(&m.host_path).map_err(io("resolve"))?;
+    let c = cstring(canonical.as_os_str(), &what)?;
+    // SAFETY: valid NUL-terminated path.
+    let src = owned_or_err(unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    } as libc::c_long)
+    .map_err(io("open"))?;
+    let st = fstat(src.as_raw_fd()).map_err(io("stat"))?;
+    let dir = match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG | libc::S_IFSOCK => false,
+        libc::S_IFDIR => true,
+        _ => {
+            return Err(bad(format!(
+                "{} is not a regular file, socket or directory",
+                canonical.display()
+            )))
+        }
+    };
+    let clone_flags = OPEN_TREE_CLONE
+        | libc::O_CLOEXEC as u32
+        | libc::AT_EMPTY_PATH as u32
+        | if flags.recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: valid descriptor and empty NUL-terminated path.
+    let tree = owned_or_err(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            src.as_raw_fd(),
+            c"".as_ptr(),
+            clone_flags,
+        )
+    })
+    .map_err(io("open_tree"))?;
+    if flags.set != 0 || flags.clear != 0 {
+        let attr = MountAttr {
+            attr_set: flags.set,
+            attr_clr: flags.clear,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        mount_setattr(tree.as_raw_fd(), flags.recursive, &attr).map_err(io("mount_setattr"))?;
+    }
+    Ok(MountPlan {
+        host_path: m.host_path.clone(),
+        container_path: m.container_path.clone(),
+        tree,
+        dir,
+        flags,
+    })
+}
+
+pub(super) fn mount_one(
+    root_fd: &OwnedFd,
+    root: &Root,
+    m: &MountPlan,
+    undo: &mut Vec<Undo>,
+) -> Result<(), LegacyError> {
+    let what = format!("mount {} -> {}", m.host_path, m.container_path);
+    let io = |op: &'static str| {
+        let what = what.clone();
+        move |source| LegacyError::Io { what, op, source }
+    };
+    let (dir, name, cname) = parent_of(root_fd, root, &m.container_path)?;
+    let dfd = dir.as_raw_fd();
+    let created = if m.dir {
+        // SAFETY: valid descriptor and NUL-terminated single name.
+        match check(unsafe { libc::mkdirat(dfd, cname.as_ptr(), 0o755) }) {
+            Ok(()) => true,
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => false,
+            Err(e) => return Err(io("mkdir")(e)),
+        }
+    } else {
+        // SAFETY: valid descriptor and NUL-terminated single name.
+        let fd = unsafe {
+            libc::openat(
+                dfd,
+                cname.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644 as libc::c_uint,
+            )
+        };
+        match owned_or_err(fd as libc::c_long) {
+            Ok(_) => true,
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => false,
+            Err(e) => return Err(io("create")(e)),
+        }
+    };
+    if created {
+        let dup = dir.try_clone().map_err(io("dup"))?;
+        undo.push(Undo::Created(dup, name.clone()));
+    }
+    // The target itself, never followed if it is a symlink.
+    let target = openat2(
+        dfd,
+        &cname,
+        libc::O_PATH | libc::O_NOFOLLOW,
+        libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH,
+    )
+    .map_err(io("open target"))?;
+    let st = fstat(target.as_raw_fd()).map_err(io("stat target"))?;
+    let kind = st.st_mode & libc::S_IFMT;
+    let ok = if m.dir {
+        kind == libc::S_IFDIR
+    } else {
+        kind == libc::S_IFREG
+    };
+    if !ok {
+        return Err(LegacyError::Mount {
+            host_path: m.host_path.clone(),
+            container_path: m.container_path.clone(),
+            reason: format!(
+                "the container already has a {} there; refusing to mount over it",
+                kind_name(kind)
+            ),
+        });
+    }
+    // SAFETY: valid descriptors and empty NUL-terminated paths.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            m.tree.as_raw_fd(),
+            c"".as_ptr(),
+            target.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(io("move_mount")(io::Error::last_os_error()));
+    }
+    let dup = dir.try_clone().map_err(io("dup"))?;
+    undo.push(Undo::Mount(dup, name));
+    if let Some(p) = m.flags.propagation {
+        let attr = MountAttr {
+            attr_set: 0,
+            attr_clr: 0,
+            propagation: p,
+            userns_fd: 0,
+        };
+        mount_setattr(m.tree.as_raw_fd(), m.flags.recursive, &attr)
+            .map_err(io("mount_setattr (propagation)"))?;
+    }
+    Ok(())
+}
