@@ -109,7 +109,7 @@ fn prestart(config_path: Option<&Path>) -> anyhow::Result<()> {
     )?)
     .map_err(|e| anyhow!("{}: invalid JSON: {e}", spec_path.display()))?;
     let request =
-        parse_request(&spec, &cfg.policy, Delivery::PrestartHook).map_err(|e| anyhow!("{e}"))?;
+        parse_request(&spec, &cfg.policy, Delivery::PrestartHook)?;
     for w in &request.ignored {
         tracing::warn!("{w}");
     }
@@ -271,7 +271,7 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     })?;
     let devices = match devices.as_deref() {
         None | Some("") => Devices::NoGpus,
-        Some(v) => parse_devices(v, "--device").map_err(|e| anyhow!("{e}"))?,
+        Some(v) => parse_devices(v, "--device")?,
     };
     // `--device` is the engine's own argument (containerd, enroot), not the image's: it passes
     // the gate as a privileged request, and no other source is read on this path.
@@ -398,11 +398,11 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         fw || sections,
         compat32 || sections,
     );
-    let ids = match parse_devices(&device, "--device").map_err(|e| anyhow!("{e}"))? {
+    let ids = match parse_devices(&device, "--device")? {
         Devices::Ids(ids) => ids,
         _ => Vec::new(),
     };
-    let selected = gpuctk_core::select_gpus(&inv, &ids, "--device").map_err(|e| anyhow!("{e}"))?;
+    let selected = gpuctk_core::select_gpus(&inv, &ids, "--device")?;
     let mut out = String::new();
     for n in &inv.control_nodes {
         out.push_str(&format!("{}\n", n.host_path.display()));

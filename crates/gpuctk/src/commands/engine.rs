@@ -83,8 +83,7 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
     let _lock = if a.dry_run {
         None
     } else {
-        let lock = ConfigLock::acquire(&path, gpuctk_engines::lock::DEFAULT_TIMEOUT)
-            .map_err(|e| anyhow!("{e}"))?;
+        let lock = ConfigLock::acquire(&path, gpuctk_engines::lock::DEFAULT_TIMEOUT)?;
         if let Some(e) = lock.unsupported() {
             tracing::warn!(
                 "{}: cannot lock ({e}); a `runtime configure` running at the same time may undo this one",
@@ -125,7 +124,7 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let done = apply(&changing).map_err(|e| anyhow!("{e}"))?;
+    let done = apply(&changing)?;
     for d in &done {
         let verb = if d.removed { "removed" } else { "wrote" };
         match &d.backup {
