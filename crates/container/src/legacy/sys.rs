@@ -40,36 +40,8 @@ pub(super) fn open_path_dir(path: &CString) -> io::Result<OwnedFd> {
 
 pub(super) const IN_ROOT: u64 = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
 
-pub(super) fn openat2(
-    dirfd: RawFd,
-    path: &CString,
-    flags: i32,
-    resolve: u64,
-) -> io::Result<OwnedFd> {
-    // SAFETY: open_how is plain old data; zero is valid for every field.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.resolve = resolve;
-    for _ in 0..64 {
-        // SAFETY: valid pointers to a NUL-terminated path and an open_how
-        // of the size passed.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dirfd,
-                path.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        match owned_or_err(rc) {
-            Ok(fd) => return Ok(fd),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Err(io::Error::from_raw_os_error(libc::EAGAIN))
-}
+/// `openat2(2)` with `O_CLOEXEC`, retried on `EAGAIN`/`EINTR`: the root module's, the one wrapper.
+pub(super) use crate::root::openat2;
 
 pub(super) fn fstatat_nofollow(dirfd: RawFd, name: &CString) -> io::Result<libc::stat> {
     // SAFETY: stat is plain old data.
