@@ -795,14 +795,41 @@ fn cmp_versions(a: &[u64], b: &[u64]) -> Ordering {
         .unwrap_or(Ordering::Equal)
 }
 
-/// The decision of NVIDIA's `enable-cuda-compat` (facts §5.1 step 4), pure.
-/// `note` is the JSON payload of the forward-compat note, when present.
+/// Why [`decide`] leaves the compat libraries out (the `reason` of [`CompatOutcome::NotUsed`]).
+#[derive(Debug, thiserror::Error)]
+enum CompatSkip {
+    #[error("host driver branch {host_major} is not among the branches the compat library supports ({branches:?})")]
+    BranchNotSupported { host_major: u64, branches: Vec<u64> },
+    #[error("compat {compat} is not newer than host driver {driver}")]
+    NotNewerThanDriver { compat: String, driver: String },
+    #[error("cannot compare CUDA versions (compat note {note:?}, host {host:?})")]
+    CudaNotComparable { note: Option<String>, host: String },
+    #[error("compat CUDA {note} is not newer than host CUDA {host}")]
+    CudaNotNewer { note: String, host: String },
+    #[error("cannot compare: host driver version {driver:?} or compat version {compat:?} does not parse")]
+    Unparsable {
+        driver: Option<String>,
+        compat: String,
+    },
+    #[error("the compat library has no forward-compat note and a host CUDA version was given")]
+    NoNoteButHostCuda,
+    #[error("no forward-compat note; host driver major {driver} is not older than compat major {compat}")]
+    MajorNotOlder { driver: u64, compat: u64 },
+}
+
+/// The decision of NVIDIA's `enable-cuda-compat` (facts §5.1 step 4), pure: why the compat
+/// libraries are used, or why not. `note` is the JSON payload of the forward-compat note, when
+/// present.
 fn decide(
     host_driver: Option<&str>,
     host_cuda: Option<&str>,
     compat_version: &str,
     note: Option<&serde_json::Value>,
-) -> Result<String, String> {
+) -> Result<String, CompatSkip> {
+    let unparsable = || CompatSkip::Unparsable {
+        driver: host_driver.map(str::to_string),
+        compat: compat_version.to_string(),
+    };
     let compat = parse_version(compat_version);
     let driver = host_driver.and_then(parse_version);
     match note {
@@ -821,19 +848,20 @@ fn decide(
                     })
                     .unwrap_or_default();
                 if !branches.contains(&host_major) {
-                    return Err(format!(
-                        "host driver branch {host_major} is not among the branches the compat library supports ({branches:?})"
-                    ));
+                    return Err(CompatSkip::BranchNotSupported {
+                        host_major,
+                        branches,
+                    });
                 }
                 return match cmp_versions(compat, driver) {
                     Ordering::Greater => Ok(format!(
                         "compat {compat_version} is newer than host driver {} and supports branch {host_major}",
                         host_driver.unwrap_or_default()
                     )),
-                    _ => Err(format!(
-                        "compat {compat_version} is not newer than host driver {}",
-                        host_driver.unwrap_or_default()
-                    )),
+                    _ => Err(CompatSkip::NotNewerThanDriver {
+                        compat: compat_version.to_string(),
+                        driver: host_driver.unwrap_or_default().to_string(),
+                    }),
                 };
             }
             if let Some(host_cuda) = host_cuda {
@@ -841,9 +869,10 @@ fn decide(
                 let (Some(note_v), Some(host_v)) =
                     (note_cuda.and_then(parse_version), parse_version(host_cuda))
                 else {
-                    return Err(format!(
-                        "cannot compare CUDA versions (compat note {note_cuda:?}, host {host_cuda:?})"
-                    ));
+                    return Err(CompatSkip::CudaNotComparable {
+                        note: note_cuda.map(str::to_string),
+                        host: host_cuda.to_string(),
+                    });
                 };
                 return if cmp_versions(&note_v, &host_v).is_gt() {
                     Ok(format!(
@@ -851,27 +880,20 @@ fn decide(
                         note_cuda.unwrap_or_default()
                     ))
                 } else {
-                    Err(format!(
-                        "compat CUDA {} is not newer than host CUDA {host_cuda}",
-                        note_cuda.unwrap_or_default()
-                    ))
+                    Err(CompatSkip::CudaNotNewer {
+                        note: note_cuda.unwrap_or_default().to_string(),
+                        host: host_cuda.to_string(),
+                    })
                 };
             }
-            Err(format!(
-                "cannot compare: host driver version {host_driver:?} or compat version {compat_version:?} does not parse"
-            ))
+            Err(unparsable())
         }
         None => {
             if host_cuda.is_some() {
-                return Err(
-                    "the compat library has no forward-compat note and a host CUDA version was given"
-                        .into(),
-                );
+                return Err(CompatSkip::NoNoteButHostCuda);
             }
             let (Some(driver), Some(compat)) = (driver, compat) else {
-                return Err(format!(
-                    "cannot compare: host driver version {host_driver:?} or compat version {compat_version:?} does not parse"
-                ));
+                return Err(unparsable());
             };
             if driver[0] < compat[0] {
                 Ok(format!(
@@ -879,10 +901,10 @@ fn decide(
                     driver[0], compat[0]
                 ))
             } else {
-                Err(format!(
-                    "no forward-compat note; host driver major {} is not older than compat major {}",
-                    driver[0], compat[0]
-                ))
+                Err(CompatSkip::MajorNotOlder {
+                    driver: driver[0],
+                    compat: compat[0],
+                })
             }
         }
     }
@@ -1001,7 +1023,7 @@ pub fn enable_cuda_compat(
         payload.as_ref(),
     ) {
         Ok(reason) => with_warning(reason),
-        Err(reason) => return Ok(not_used(with_warning(reason))),
+        Err(reason) => return Ok(not_used(with_warning(reason.to_string()))),
     };
 
     let compat_dir = root.canonicalize(&compat_root)?;
