@@ -112,13 +112,40 @@ fn header() -> Vec<Insn> {
     ]
 }
 
-fn to_imm(n: u32) -> Result<i32, String> {
-    i32::try_from(n).map_err(|_| format!("device number {n} is out of range"))
+/// Why a device program cannot be built, or an attached one cannot be extended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProgramError {
+    /// A major or minor does not fit the 32-bit signed immediate of a BPF compare.
+    #[error("device number {0} is out of range")]
+    DeviceNumber(u32),
+    /// The extended program would pass the kernel's instruction limit.
+    #[error("the extended program is too long")]
+    TooLong,
+    /// The kernel gave no translated instructions for the attached program.
+    #[error("the kernel returned no instructions for the attached program")]
+    NoInstructions,
+    /// The translated program uses the JIT's hidden register: it was rewritten by constant
+    /// blinding and does not load again as it is.
+    #[error(
+        "instruction {0} uses a hidden register (constant blinding, \
+         net.core.bpf_jit_harden?); the program cannot be extended"
+    )]
+    HiddenRegister(usize),
+    /// The program calls a helper or a function, whose translated form does not reload.
+    #[error("instruction {0} calls a helper or function; the program cannot be extended")]
+    Call(usize),
+    /// The program references a map by a descriptor that is not ours.
+    #[error("instruction {0} references a map; the program cannot be extended")]
+    MapReference(usize),
+}
+
+fn to_imm(n: u32) -> Result<i32, ProgramError> {
+    i32::try_from(n).map_err(|_| ProgramError::DeviceNumber(n))
 }
 
 /// The checks of one rule: when the device matches, return the rule's
 /// verdict; otherwise fall through to what follows.
-fn rule_block(rule: &DeviceRule) -> Result<Vec<Insn>, String> {
+fn rule_block(rule: &DeviceRule) -> Result<Vec<Insn>, ProgramError> {
     let mut checks: Vec<(u8, u8, i32)> = Vec::new();
     match rule.kind {
         DeviceType::Char => checks.push((BPF_JMP_JNE_K, 2, BPF_DEVCG_DEV_CHAR)),
@@ -151,7 +178,10 @@ fn rule_block(rule: &DeviceRule) -> Result<Vec<Insn>, String> {
 /// `default_allow` when none matches (what runc generates from
 /// `linux.resources.devices`). Rules after one that matches every device
 /// are dropped, as is the default then.
-pub fn device_program(rules: &[DeviceRule], default_allow: bool) -> Result<Vec<Insn>, String> {
+pub fn device_program(
+    rules: &[DeviceRule],
+    default_allow: bool,
+) -> Result<Vec<Insn>, ProgramError> {
     let mut p = header();
     for r in rules {
         let block = rule_block(r)?;
@@ -176,7 +206,7 @@ pub fn device_program(rules: &[DeviceRule], default_allow: bool) -> Result<Vec<I
 
 /// `old` with the allow rules of `rules` checked first: a device they allow
 /// is allowed, every other device reaches `old` unchanged.
-pub fn extend_program(old: &[Insn], rules: &[DeviceRule]) -> Result<Vec<Insn>, String> {
+pub fn extend_program(old: &[Insn], rules: &[DeviceRule]) -> Result<Vec<Insn>, ProgramError> {
     check_reloadable(old)?;
     let mut p = header();
     for r in rules.iter().filter(|r| r.allow) {
@@ -184,32 +214,25 @@ pub fn extend_program(old: &[Insn], rules: &[DeviceRule]) -> Result<Vec<Insn>, S
     }
     p.extend_from_slice(old);
     if p.len() > 1_000_000 {
-        return Err("the extended program is too long".to_string());
+        return Err(ProgramError::TooLong);
     }
     Ok(p)
 }
 
 /// Whether translated instructions can be loaded again as they are.
-fn check_reloadable(insns: &[Insn]) -> Result<(), String> {
+fn check_reloadable(insns: &[Insn]) -> Result<(), ProgramError> {
     if insns.is_empty() {
-        return Err("the kernel returned no instructions for the attached program".to_string());
+        return Err(ProgramError::NoInstructions);
     }
     for (i, insn) in insns.iter().enumerate() {
         if insn.dst() > 10 || insn.src() > 10 {
-            return Err(format!(
-                "instruction {i} uses a hidden register (constant blinding, \
-                 net.core.bpf_jit_harden?); the program cannot be extended"
-            ));
+            return Err(ProgramError::HiddenRegister(i));
         }
         if insn.code == BPF_JMP_CALL {
-            return Err(format!(
-                "instruction {i} calls a helper or function; the program cannot be extended"
-            ));
+            return Err(ProgramError::Call(i));
         }
         if insn.code == BPF_LD_IMM64 && insn.src() != 0 {
-            return Err(format!(
-                "instruction {i} references a map; the program cannot be extended"
-            ));
+            return Err(ProgramError::MapReference(i));
         }
     }
     Ok(())
@@ -644,11 +667,16 @@ mod tests {
         let new = extend_program(&old, &[DeviceRule::allow_char(195, 0, 6)]).unwrap();
         assert_eq!(&new[new.len() - old.len()..], &old[..]);
         let call = [Insn::new(BPF_JMP_CALL, 0, 0, 0, 1)];
-        assert!(extend_program(&call, &[]).unwrap_err().contains("helper"));
+        assert_eq!(extend_program(&call, &[]), Err(ProgramError::Call(0)));
         let blinded = [Insn::new(BPF_ALU64_MOV_K, 11, 0, 0, 1)];
-        assert!(extend_program(&blinded, &[])
-            .unwrap_err()
-            .contains("blinding"));
-        assert!(extend_program(&[], &[]).is_err());
+        let e = extend_program(&blinded, &[]).unwrap_err();
+        assert_eq!(e, ProgramError::HiddenRegister(0));
+        assert!(e.to_string().contains("bpf_jit_harden"), "{e}");
+        assert_eq!(extend_program(&[], &[]), Err(ProgramError::NoInstructions));
+        let huge = DeviceRule::allow_char(u32::MAX, 0, 6);
+        assert_eq!(
+            device_program(&[huge], false),
+            Err(ProgramError::DeviceNumber(u32::MAX))
+        );
     }
 }
