@@ -303,7 +303,8 @@ mod tests {
 
     #[test]
     fn syntax_errors_elsewhere_do_not_hide_it() {
-        let t = "[nvidia-container-runtime]\nmode = \"auto\nruntimes = [\"crun\"]\n[gpuctk\nx = = 1\n";
+        let t =
+            "[nvidia-container-runtime]\nmode = \"auto\nruntimes = [\"crun\"]\n[gpuctk\nx = = 1\n";
         assert_eq!(scan_runtimes(t), found(&["crun"]));
         let t = "garbage line\n[nvidia-container-cli]\nroot = [\"a\"\n[nvidia-container-runtime]\nruntimes = [\"crun\"]\n";
         assert_eq!(scan_runtimes(t), found(&["crun"]));

@@ -1052,3 +1052,167 @@ fn hooks_in_shim_leave_the_root_as_the_hooks_do() {
         .args(["delete", "--force", &id])
         .status();
 }
+
+/// A shim link and a stand-in runtime named `name` in `dir` that records its argv to `argv`.
+fn passthrough_bed(t: &TestDir, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = t.join("pt-bin");
+    fs::create_dir_all(&bin).unwrap();
+    let shim = bin.join("nvidia-container-runtime");
+    symlink(GPUCTK, &shim).unwrap();
+    let rt_dir = t.join("pt-runtimes");
+    fs::create_dir_all(&rt_dir).unwrap();
+    let argv = t.join("argv");
+    let rt = rt_dir.join(name);
+    fs::write(
+        &rt,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" > {}\n",
+            argv.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&rt, fs::Permissions::from_mode(0o755)).unwrap();
+    (shim, rt, argv)
+}
+
+fn recorded(argv: &std::path::Path) -> Vec<String> {
+    fs::read_to_string(argv)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn passthrough_reads_only_the_runtimes_key() {
+    let t = TestDir::new();
+    let (shim, rt, argv) = passthrough_bed(&t, "my-runc");
+    let config = t.join("config.toml");
+    // Every other section is broken; the runtimes key can still be read.
+    fs::write(
+        &config,
+        format!(
+            "[nvidia-container-cli]\nroot = \"/\nldconfig = = 3\n[nvidia-container-runtime]\nmode = 7\nruntimes = [\"no-such-runtime\", \"{}\"]\n[gpuctk\nhooks-in-shim = \"x\n",
+            rt.display()
+        ),
+    )
+    .unwrap();
+    for args in [
+        vec!["--root", "/r", "state", "c1"],
+        vec!["delete", "--force", "c1"],
+        vec!["kill", "c1", "KILL"],
+        vec!["--debug", "start", "c1"],
+    ] {
+        let _ = fs::remove_file(&argv);
+        let out = Command::new(&shim)
+            .env("GPUCTK_CONFIG", &config)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.stderr.is_empty(), "no warnings on pass-through");
+        let mut want = vec![rt.display().to_string()];
+        want.extend(args.iter().map(|a| a.to_string()));
+        assert_eq!(recorded(&argv), want, "argv passed through untouched");
+    }
+    // create still parses the whole file and stops on the first error, with the line.
+    let bundle = t.join("bundle");
+    fs::create_dir_all(&bundle).unwrap();
+    fs::write(bundle.join("config.json"), "{}").unwrap();
+    let _ = fs::remove_file(&argv);
+    let out = Command::new(&shim)
+        .env("GPUCTK_CONFIG", &config)
+        .args(["create", "--bundle", bundle.to_str().unwrap(), "c2"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:", config.display())), "{err}");
+    assert!(!argv.exists(), "the runtime is not run");
+}
+
+#[test]
+fn passthrough_without_a_readable_config_uses_the_default_runtimes() {
+    let t = TestDir::new();
+    let (shim, rt, argv) = passthrough_bed(&t, "runc");
+    // runc is the first default: a link to the shim named runc comes first in PATH and must be
+    // skipped (it is us), then the stand-in runc.
+    let loop_dir = t.join("pt-loop");
+    fs::create_dir_all(&loop_dir).unwrap();
+    symlink(&shim, loop_dir.join("runc")).unwrap();
+    let path = format!("{}:{}", loop_dir.display(), rt.parent().unwrap().display());
+    let missing = t.join("no-such-config.toml");
+    let out = Command::new(&shim)
+        .env("GPUCTK_CONFIG", &missing)
+        .env("PATH", &path)
+        .args(["state", "c1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(recorded(&argv), [rt.to_str().unwrap(), "state", "c1"]);
+    // create with the missing config named by a variable is an error.
+    let out = Command::new(&shim)
+        .env("GPUCTK_CONFIG", &missing)
+        .env("PATH", &path)
+        .args(["create", "--bundle", t.path().to_str().unwrap(), "c2"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-config.toml"));
+}
+
+#[test]
+fn passthrough_version_and_missing_runtime() {
+    let t = TestDir::new();
+    let (shim, rt, argv) = passthrough_bed(&t, "runc");
+    let config = t.join("config.toml");
+    fs::write(
+        &config,
+        format!(
+            "[nvidia-container-runtime]\nruntimes = [\n  \"{}\", # ours\n]\n",
+            rt.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(&shim)
+        .env("GPUCTK_CONFIG", &config)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("gpuctk nvidia-container-runtime version")
+    );
+    assert_eq!(recorded(&argv), [rt.to_str().unwrap(), "--version"]);
+    // No runtime: one line on stderr and in runc's --log file, for the engine.
+    fs::write(
+        &config,
+        "[nvidia-container-runtime]\nruntimes = [\"/nonexistent/runc\"]\n",
+    )
+    .unwrap();
+    let log = t.join("runc.log");
+    let out = Command::new(&shim)
+        .env("GPUCTK_CONFIG", &config)
+        .args(["--log", log.to_str().unwrap(), "--log-format", "json"])
+        .args(["delete", "c1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no low-level runtime found") && err.contains("/nonexistent/runc"),
+        "{err}"
+    );
+    let line: Value =
+        serde_json::from_str(fs::read_to_string(&log).unwrap().lines().last().unwrap()).unwrap();
+    assert_eq!(line["level"], "error");
+}
