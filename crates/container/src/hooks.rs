@@ -946,7 +946,12 @@ pub fn enable_cuda_compat(
     if host_driver_version.is_none() && host_cuda_version.is_none() {
         return Ok(CompatOutcome::NoVersionGiven);
     }
-    let compat_root = normalize_dir(compat_root, "--cuda-compat-container-root")?;
+    // NVIDIA's hook takes a relative root as relative to the container root.
+    let compat_root = if compat_root.starts_with('/') || compat_root.is_empty() {
+        normalize_dir(compat_root, "--cuda-compat-container-root")?
+    } else {
+        normalize_dir(&format!("/{compat_root}"), "--cuda-compat-container-root")?
+    };
     let no_dir = || CompatOutcome::NoCompatDir {
         compat_root: compat_root.clone(),
     };

@@ -301,3 +301,177 @@ fn unreadable_compat_library_falls_back_to_the_majors() {
     assert!(out.enabled(), "{out}");
     assert!(out.to_string().contains("is not a JSON object"), "{out}");
 }
+
+/// NVIDIA's own table for this hook (its cudacompat tests), row by row, on fixtures of ours:
+/// placeholder files where NVIDIA's rows use empty files (not readable ELF: the driver majors in
+/// the file names decide), and a gcc-built library carrying the note of a real 575.57.08 compat
+/// `libcuda` where its rows read the ELF note. Each row gives NVIDIA's answer: the directory
+/// written into the drop-in, or none.
+#[test]
+fn nvidia_cudacompat_table() {
+    struct Row {
+        what: &'static str,
+        files: &'static [(&'static str, &'static str)],
+        driver: Option<&'static str>,
+        cuda: Option<&'static str>,
+        compat_root: &'static str,
+        want: Option<&'static str>,
+    }
+    const NEWER: &[(&str, &str)] = &[
+        ("/etc/ld.so.cache", ""),
+        ("/usr/local/cuda/compat/libcuda.so.333.88.99", ""),
+    ];
+    const NOTE_575: &str = r#"{"Format":1,"CUDA Version":"12.9","Driver":[535,550,560,565,570,575],"Device":[1,2,7,8,9,10,11,12,13,14]}"#;
+    let row = |what, files, driver, want| Row {
+        what,
+        files,
+        driver,
+        cuda: None,
+        compat_root: COMPAT,
+        want,
+    };
+    let elf = |what, driver, cuda, want| Row {
+        what,
+        files: &[("elf", "")],
+        driver,
+        cuda,
+        compat_root: "compat/575.57.08",
+        want,
+    };
+    let host = Some("222.55.66");
+    let rows = [
+        row("empty root", &[], host, None),
+        row(
+            "compat lib is newer; no ldcache",
+            &[("/usr/local/cuda/compat/libcuda.so.333.88.99", "")],
+            host,
+            Some(COMPAT),
+        ),
+        row("compat lib is newer; ldcache", NEWER, host, Some(COMPAT)),
+        row(
+            "compat lib is older",
+            &[("/usr/local/cuda/compat/libcuda.so.111.88.99", "")],
+            host,
+            None,
+        ),
+        row(
+            "compat lib has the same major",
+            &[("/usr/local/cuda/compat/libcuda.so.222.88.99", "")],
+            host,
+            None,
+        ),
+        row(
+            "numeric comparison is used",
+            &[("/usr/local/cuda/compat/libcuda.so.222.88.99", "")],
+            Some("99.55.66"),
+            Some(COMPAT),
+        ),
+        row(
+            "driver version empty",
+            &[("/usr/local/cuda/compat/libcuda.so.222.88.99", "")],
+            Some(""),
+            None,
+        ),
+        row(
+            "symlinks are followed",
+            &[
+                ("/etc/alternatives/cuda/compat/libcuda.so.333.88.99", ""),
+                ("/usr/local/cuda", "symlink=/etc/alternatives/cuda"),
+            ],
+            host,
+            Some("/etc/alternatives/cuda/compat"),
+        ),
+        row(
+            "symlinks stay in the container",
+            &[
+                ("/compat/libcuda.so.333.88.99", ""),
+                ("/usr/local/cuda", "symlink=../../../../../../"),
+            ],
+            host,
+            Some("/compat"),
+        ),
+        Row {
+            compat_root: "/usr/local/cuda/compat-other",
+            ..row(
+                "the given compat root is used",
+                &[
+                    ("/usr/local/cuda/compat/libcuda.so.111.88.99", ""),
+                    ("/usr/local/cuda/compat-other/libcuda.so.333.88.99", ""),
+                ],
+                host,
+                Some("/usr/local/cuda/compat-other"),
+            )
+        },
+        elf(
+            "note: CUDA newer than the host's",
+            None,
+            Some("12.8"),
+            Some("/compat/575.57.08"),
+        ),
+        elf("note: CUDA equal to the host's", None, Some("12.9"), None),
+        elf(
+            "note: CUDA older than the host's (12.10 > 12.9)",
+            None,
+            Some("12.10"),
+            None,
+        ),
+        elf(
+            "note: host branch not listed",
+            Some("590.44.01"),
+            None,
+            None,
+        ),
+        elf(
+            "note: host branch listed and older than the compat branch",
+            Some("570.211.01"),
+            None,
+            Some("/compat/575.57.08"),
+        ),
+        elf(
+            "note: same branch, compat newer",
+            Some("575.10.10"),
+            None,
+            Some("/compat/575.57.08"),
+        ),
+        elf("note: same branch, equal", Some("575.57.08"), None, None),
+        elf(
+            "note: same branch, compat older",
+            Some("575.99.99"),
+            None,
+            None,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for r in rows {
+        let (_tmp, root) = temp_root();
+        for (name, contents) in r.files {
+            if *name == "elf" {
+                let lib = root.join("compat/575.57.08/libcuda.so.575.57.08");
+                build_lib(&lib, "libcuda.so.1", "cuCompatMarker");
+                add_cuda_note(&lib, NOTE_575);
+                continue;
+            }
+            let p = root.join(name.trim_start_matches('/'));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            match contents.strip_prefix("symlink=") {
+                Some(target) => symlink(target, &p).unwrap(),
+                None => std::fs::write(&p, contents).unwrap(),
+            }
+        }
+        let out = enable_cuda_compat(&Root::open(&root).unwrap(), r.driver, r.cuda, r.compat_root)
+            .unwrap();
+        let got = match &out {
+            CompatOutcome::Enabled { compat_dir, .. } => Some(compat_dir.as_str()),
+            _ => None,
+        };
+        let confs = compat_confs(&root);
+        let written: Vec<&str> = confs.iter().map(|c| c.1.trim_end()).collect();
+        if got != r.want || written != r.want.into_iter().collect::<Vec<_>>() {
+            failures.push(format!(
+                "{}: want {:?}, got {got:?} (drop-ins {written:?}): {out}",
+                r.what, r.want
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
