@@ -44,6 +44,9 @@ pub struct Settings<'a> {
     pub hook_path: &'a str,
     /// Who delivers: the prestart hook itself serves a legacy-mode request as `auto` does.
     pub delivery: Delivery,
+    /// Plan the `enable-cuda-compat` operation (off with `cuda-compat-mode = "disabled"` or
+    /// `features.disable-cuda-compat-lib-hook`).
+    pub cuda_compat: bool,
 }
 
 /// Where the edits came from.
@@ -194,13 +197,22 @@ fn jit(
         Devices::Ids(_) => select_gpus(&inv, ids, &request.source.to_string())?,
         Devices::NoGpus | Devices::Unrequested => Vec::new(),
     };
-    let p = plan(
+    let mut p = plan(
         &inv,
         &PlanOptions {
             hook_path: settings.hook_path.to_string(),
             capabilities: request.capabilities.clone(),
         },
     );
+    if !settings.cuda_compat {
+        p.ops
+            .retain(|o| !matches!(o, InRootOp::EnableCudaCompat { .. }));
+        p.common.hooks = p
+            .ops
+            .iter()
+            .map(|o| o.to_hook(settings.hook_path))
+            .collect();
+    }
     let mut edits = p.common;
     for idx in selected {
         if let Some(g) = p.gpus.iter().find(|g| g.index == idx) {
@@ -385,6 +397,7 @@ containerEdits:
             default_kind: KIND,
             hook_path: "/usr/bin/nvidia-cdi-hook",
             delivery,
+            cuda_compat: true,
         }
     }
 
@@ -449,6 +462,24 @@ containerEdits:
             InRootOp::EnableCudaCompat { ref host_driver_version, .. }
                 if host_driver_version.as_deref() == Some("570.124.06")
         ));
+    }
+
+    #[test]
+    fn compat_can_be_turned_off() {
+        let r = req(Devices::Ids(vec![DeviceId::Index(0)]));
+        let s = Settings {
+            cuda_compat: false,
+            ..settings(Mode::Auto, Delivery::Shim)
+        };
+        let Decision::Inject(i) = decide(&r, &s, &mut fake()).unwrap() else {
+            panic!()
+        };
+        assert_eq!(i.ops.len(), 2, "{:?}", i.ops);
+        assert!(i.ops.iter().all(|(_, o)| o.name() != "enable-cuda-compat"));
+        for (idx, op) in &i.ops {
+            assert_eq!(i.edits.hooks[*idx].args[1..], op.to_args()[..]);
+        }
+        assert_eq!(i.edits.hooks.len(), 2);
     }
 
     #[test]

@@ -44,6 +44,32 @@ pub struct Config {
     /// `[gpuctk] hooks-in-shim` (default true): the shim does our createContainer hooks'
     /// work itself before it execs the runtime, instead of leaving three hook processes to it.
     pub hooks_in_shim: bool,
+    /// `[nvidia-container-runtime.modes.legacy] cuda-compat-mode`.
+    pub cuda_compat_mode: CompatMode,
+    /// `[features] disable-cuda-compat-lib-hook`.
+    pub disable_compat_hook: bool,
+}
+
+/// NVIDIA's `cuda-compat-mode`: how an image's CUDA forward-compat `libcuda` is brought in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompatMode {
+    /// Put the compat folder first in the loader's search (NVIDIA's default; ours always).
+    Ldconfig,
+    /// libnvidia-container bind-mounts the compat libraries next to the driver's; the loader
+    /// then takes the newest `libcuda.so.1`. Served the `ldconfig` way, which loads the same
+    /// library.
+    Mount,
+    /// NVIDIA's toolkit uses the `enable-cuda-compat` hook: ours always does that work.
+    Hook,
+    /// The image's compat libraries are never used.
+    Disabled,
+}
+
+impl Config {
+    /// Whether the `enable-cuda-compat` operation is planned.
+    pub fn cuda_compat(&self) -> bool {
+        self.cuda_compat_mode != CompatMode::Disabled && !self.disable_compat_hook
+    }
 }
 
 impl Default for Config {
@@ -63,6 +89,8 @@ impl Default for Config {
             hook_path: None,
             unknown_keys: Vec::new(),
             hooks_in_shim: true,
+            cuda_compat_mode: CompatMode::Ldconfig,
+            disable_compat_hook: false,
         }
     }
 }
@@ -249,6 +277,10 @@ const KNOWN: &[(&str, &[&str])] = &[
         &["csv", "cdi", "jit-cdi", "legacy"],
     ),
     (
+        "nvidia-container-runtime.modes.legacy.",
+        &["cuda-compat-mode"],
+    ),
+    (
         "nvidia-container-runtime.modes.cdi.",
         &["spec-dirs", "default-kind", "annotation-prefixes"],
     ),
@@ -352,6 +384,35 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         if let Some(v) = r.strings(t, p, "runtimes")? {
             c.runtimes = v;
         }
+        if let Some(legacy) = t
+            .get("modes")
+            .and_then(Item::as_table)
+            .and_then(|m| m.get("legacy"))
+            .and_then(Item::as_table)
+        {
+            let key = "nvidia-container-runtime.modes.legacy.cuda-compat-mode";
+            if let Some(v) = r.string(
+                legacy,
+                "nvidia-container-runtime.modes.legacy.",
+                "cuda-compat-mode",
+            )? {
+                c.cuda_compat_mode = match v.as_str() {
+                    "ldconfig" => CompatMode::Ldconfig,
+                    "mount" => CompatMode::Mount,
+                    "hook" => CompatMode::Hook,
+                    "disabled" => CompatMode::Disabled,
+                    other => {
+                        return Err(r.err(
+                            legacy.get("cuda-compat-mode").unwrap(),
+                            key,
+                            &format!(
+                                "unknown mode {other:?} (use ldconfig, mount, hook or disabled)"
+                            ),
+                        ))
+                    }
+                };
+            }
+        }
         if let Some(v) = r.string(t, p, "log-level")? {
             c.log_level = v;
         }
@@ -376,6 +437,11 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             if let Some(v) = r.strings(cdi, p, "annotation-prefixes")? {
                 c.policy.annotation_prefixes = v;
             }
+        }
+    }
+    if let Some(t) = table("features") {
+        if let Some(v) = r.bool(t, "features.", "disable-cuda-compat-lib-hook")? {
+            c.disable_compat_hook = v;
         }
     }
     if let Some(t) = table("gpuctk") {
@@ -446,6 +512,41 @@ dev-root = "/host"
                 "made-up-key (line 4)",
                 "nvidia-container-runtime.modes.cdi.typo (line 19)"
             ]
+        );
+    }
+
+    #[test]
+    fn cuda_compat_mode_and_feature() {
+        let p = Path::new("/c.toml");
+        let c = parse("", p).unwrap();
+        assert_eq!(c.cuda_compat_mode, CompatMode::Ldconfig);
+        assert!(c.cuda_compat());
+        for (mode, want, on) in [
+            ("ldconfig", CompatMode::Ldconfig, true),
+            ("mount", CompatMode::Mount, true),
+            ("hook", CompatMode::Hook, true),
+            ("disabled", CompatMode::Disabled, false),
+        ] {
+            let c = parse(
+                &format!("[nvidia-container-runtime.modes.legacy]\ncuda-compat-mode = \"{mode}\"\n"),
+                p,
+            )
+            .unwrap();
+            assert_eq!((c.cuda_compat_mode, c.cuda_compat()), (want, on));
+            assert!(c.unknown_keys.is_empty(), "{:?}", c.unknown_keys);
+        }
+        let c = parse("[features]\ndisable-cuda-compat-lib-hook = true\n", p).unwrap();
+        assert!(!c.cuda_compat());
+        let e = parse(
+            "[nvidia-container-runtime.modes.legacy]\ncuda-compat-mode = \"copy\"\n",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("/c.toml:2: nvidia-container-runtime.modes.legacy.cuda-compat-mode")
+                && e.contains("ldconfig, mount, hook or disabled"),
+            "{e}"
         );
     }
 

@@ -67,6 +67,7 @@ pub fn decide(request: &Request, cfg: &Config, delivery: Delivery) -> anyhow::Re
         default_kind: &cfg.default_kind,
         hook_path: &hook_path,
         delivery,
+        cuda_compat: cfg.cuda_compat(),
     };
     Ok(gpuctk_core::decide(
         request,
