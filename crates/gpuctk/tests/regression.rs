@@ -32,7 +32,10 @@ fn config_type_error_names_its_line() {
         "# comment\n[nvidia-container-runtime]\nruntimes = \"runc\"\n",
     )
     .unwrap();
-    let out = gpuctk(&["runtime", "exec", "--", "state", "x"])
+    // `create` reads the whole file; a pass-through call (`state`) reads only what names the
+    // runtime and falls back to the defaults, so a broken file cannot strand a container.
+    let bundle = t.path().to_str().unwrap().to_string();
+    let out = gpuctk(&["runtime", "exec", "--", "create", "--bundle", &bundle, "x"])
         .env("GPUCTK_CONFIG", &cfg)
         .output()
         .unwrap();
