@@ -394,14 +394,10 @@ impl Root {
 
     /// The entry names of directory `path` (symlinks followed inside the
     /// root), sorted, without `.` and `..`. Names that are not UTF-8 are
-    /// left out: nothing we look for has one.
-    pub fn read_dir_names(&self, path: &str) -> Result<Vec<String>, RootError> {
-        self.read_dir_names_limited(path, usize::MAX)
-    }
-
-    /// [`Root::read_dir_names`], failing with [`RootError::TooManyEntries`]
-    /// as soon as the directory holds more than `cap` entries, so an image
-    /// cannot make us read and sort a million names.
+    /// left out: nothing we look for has one. Fails with
+    /// [`RootError::TooManyEntries`] as soon as the directory holds more
+    /// than `cap` entries, so an image cannot make us read and sort a
+    /// million names: there is no uncapped listing of a container root.
     pub fn read_dir_names_limited(&self, path: &str, cap: usize) -> Result<Vec<String>, RootError> {
         self.open_dir(path)?.names(cap)
     }

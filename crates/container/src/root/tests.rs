@@ -82,8 +82,14 @@ fn reads_files_with_a_cap() {
     let m = r.metadata("/etc/a").unwrap();
     assert_eq!((m.kind, m.size), (FileKind::File, 5));
     assert_eq!(r.metadata("/etc").unwrap().kind, FileKind::Dir);
-    assert_eq!(r.read_dir_names("/etc").unwrap(), vec!["a".to_string()]);
-    assert_eq!(r.read_dir_names("/").unwrap(), vec!["etc".to_string()]);
+    assert_eq!(
+        r.read_dir_names_limited("/etc", 64).unwrap(),
+        vec!["a".to_string()]
+    );
+    assert_eq!(
+        r.read_dir_names_limited("/", 64).unwrap(),
+        vec!["etc".to_string()]
+    );
 }
 
 #[test]
@@ -114,7 +120,10 @@ fn reads_through_absolute_symlink_stay_in_root() {
         .read_to_vec("/etc/passwd", 100)
         .unwrap_err()
         .is_not_found());
-    assert!(r.read_dir_names("/hostdir").unwrap_err().is_not_found());
+    assert!(r
+        .read_dir_names_limited("/hostdir", 64)
+        .unwrap_err()
+        .is_not_found());
     // With an in-root copy at the re-rooted place, that copy is read.
     let inroot = rerooted(&f.root, &f.host);
     std::fs::create_dir_all(&inroot).unwrap();
@@ -123,7 +132,10 @@ fn reads_through_absolute_symlink_stay_in_root() {
         r.read_to_vec("/etc/passwd", 100).unwrap(),
         b"container file"
     );
-    assert_eq!(r.read_dir_names("/hostdir").unwrap(), vec!["secret"]);
+    assert_eq!(
+        r.read_dir_names_limited("/hostdir", 64).unwrap(),
+        vec!["secret"]
+    );
     assert_eq!(snapshot(&f.host), before);
 }
 
@@ -214,7 +226,10 @@ fn a_symlinked_target_file_is_replaced_not_followed() {
     );
     assert_eq!(snapshot(&f.host), before);
     // No temporary files left behind.
-    assert_eq!(r.read_dir_names("/etc").unwrap(), vec!["ld.so.cache"]);
+    assert_eq!(
+        r.read_dir_names_limited("/etc", 64).unwrap(),
+        vec!["ld.so.cache"]
+    );
 }
 
 #[test]
@@ -273,7 +288,7 @@ fn symlink_force_has_ln_sf_semantics() {
     ));
     assert!(f.root.join("etc/dir").is_dir());
     assert_eq!(r.read_link("/etc/l").unwrap(), OsString::from("b"));
-    let names = r.read_dir_names("/etc").unwrap();
+    let names = r.read_dir_names_limited("/etc", 64).unwrap();
     assert_eq!(names, vec!["dir", "file", "l"]);
 }
 
@@ -451,4 +466,19 @@ fn openat2_wrapper_resolves_in_root() {
     )
     .unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ELOOP));
+}
+
+/// A listing stops at its cap with TooManyEntries instead of reading every name.
+#[test]
+fn listings_are_capped() {
+    let f = fixture();
+    for i in 0..10 {
+        std::fs::write(f.root.join(format!("etc/f{i}")), b"").unwrap();
+    }
+    let r = Root::open(&f.root).unwrap();
+    assert_eq!(r.read_dir_names_limited("/etc", 10).unwrap().len(), 10);
+    assert!(matches!(
+        r.read_dir_names_limited("/etc", 9),
+        Err(RootError::TooManyEntries { cap: 9, .. })
+    ));
 }
