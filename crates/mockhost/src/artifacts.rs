@@ -55,9 +55,9 @@ impl Library {
 
     /// The file contents for a host: config block filled, soname fixed up.
     pub(crate) fn render(&self, config: &str, driver_version: &str) -> Result<Vec<u8>, Error> {
-        let wrap = |reason: PatchError| Error::Patch {
+        let wrap = |source: PatchError| Error::Patch {
             artifact: self.file_name(driver_version),
-            reason: reason.to_string(),
+            source,
         };
         let mut bytes = patch::patch_config(self.bytes, config).map_err(wrap)?;
         if let Soname::FileName = self.soname {
@@ -163,9 +163,9 @@ pub(crate) struct Binary {
 
 impl Binary {
     pub(crate) fn render(&self, config: &str) -> Result<Vec<u8>, Error> {
-        patch::patch_config(self.bytes, config).map_err(|reason| Error::Patch {
+        patch::patch_config(self.bytes, config).map_err(|source| Error::Patch {
             artifact: self.name.to_string(),
-            reason: reason.to_string(),
+            source,
         })
     }
 }

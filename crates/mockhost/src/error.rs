@@ -124,12 +124,12 @@ pub enum Error {
         what: String,
     },
     /// Patching the per-host config block or soname into an artifact failed.
-    #[error("patching {artifact}: {reason}")]
+    #[error("patching {artifact}: {source}")]
     Patch {
         /// The embedded artifact.
         artifact: String,
         /// What went wrong.
-        reason: String,
+        source: crate::PatchError,
     },
     /// mock-host.json could not be written or read.
     #[error("{op} {}: {source}", path.display())]

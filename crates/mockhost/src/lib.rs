@@ -30,5 +30,6 @@ pub use host::{
     NVIDIACTL_MINOR, NVIDIA_MAJOR, NVIDIA_MODESET_MINOR,
 };
 pub use ids::{fnv1a64, gpu_bus_id, gpu_uuid};
+pub use patch::PatchError;
 pub use probe::{LibraryLoad, ProbeReport};
 pub use rootfs::{create_rootfs, create_rootfs_from, probe_binary, RootfsConfig, PROBE_PATH};

@@ -9,35 +9,31 @@ pub(crate) const CONFIG_BLOCK_SIZE: usize = 512;
 /// Longest config string that fits (one byte stays NUL for the C reader).
 pub(crate) const CONFIG_MAX_LEN: usize = CONFIG_BLOCK_SIZE - CONFIG_MARKER.len() - 1;
 
-/// Why a patch could not be applied.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum PatchError {
+/// Why a patch of an embedded artifact could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatchError {
     /// The needle occurs `count` times instead of exactly once.
-    NotUnique { needle: String, count: usize },
+    #[error("marker {needle:?} found {count} times, expected exactly once")]
+    NotUnique {
+        /// The marker or placeholder, without trailing NULs.
+        needle: String,
+        /// How often it occurs.
+        count: usize,
+    },
     /// The value does not fit in the space reserved for it.
-    TooLong { len: usize, max: usize },
+    #[error("value is {len} bytes, at most {max} fit")]
+    TooLong {
+        /// The value's length.
+        len: usize,
+        /// The space reserved.
+        max: usize,
+    },
     /// The value contains a NUL byte, which would cut it short in C.
+    #[error("value contains a NUL byte")]
     ContainsNul,
     /// The block runs past the end of the file.
+    #[error("config block runs past the end of the file")]
     Truncated,
-}
-
-impl std::fmt::Display for PatchError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PatchError::NotUnique { needle, count } => {
-                write!(
-                    f,
-                    "marker {needle:?} found {count} times, expected exactly once"
-                )
-            }
-            PatchError::TooLong { len, max } => {
-                write!(f, "value is {len} bytes, at most {max} fit")
-            }
-            PatchError::ContainsNul => write!(f, "value contains a NUL byte"),
-            PatchError::Truncated => write!(f, "config block runs past the end of the file"),
-        }
-    }
 }
 
 /// Offset of the only occurrence of `needle` in `hay`.
