@@ -6,7 +6,7 @@
 //! result and no change is lost.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
@@ -17,24 +17,65 @@ use gpuctk_engines::{
 
 use crate::cli::{ConfigSource, ConfigureArgs, EngineArg};
 
-/// Our `nvidia-container-runtime`: in PATH, else next to this binary, else NVIDIA's location.
-fn default_runtime_path() -> String {
-    if let Some(path) = std::env::var_os("PATH") {
-        for d in std::env::split_paths(&path) {
-            let c = d.join("nvidia-container-runtime");
-            if c.is_file() {
-                return c.to_string_lossy().into_owned();
-            }
-        }
+/// The runtime's name, and what NVIDIA writes by default.
+const RUNTIME: &str = "nvidia-container-runtime";
+
+/// Whether `p` is an executable regular file.
+fn executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `name` looked up in this process's `PATH`.
+fn in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|c| executable(c))
+}
+
+/// The runtime path to register, as NVIDIA chooses it, with a warning when it does not lead to
+/// an executable. docker looks a bare name up in dockerd's own `PATH`, so a bare name (the
+/// default) is written as it is; containerd and CRI-O exec the path as written, so a bare name
+/// becomes the executable found in `PATH`, else one next to this binary, else NVIDIA's
+/// `/usr/bin/nvidia-container-runtime`.
+fn runtime_path(engine: Engine, given: Option<&str>) -> (String, Option<String>) {
+    let given = given.unwrap_or(RUNTIME);
+    if given.starts_with('/') {
+        let warn = (!executable(Path::new(given))).then(|| {
+            format!("--nvidia-runtime-path {given}: no executable there; the engine will fail to start GPU containers until it exists")
+        });
+        return (given.to_string(), warn);
+    }
+    if given.contains('/') {
+        return (
+            given.to_string(),
+            Some(format!(
+                "--nvidia-runtime-path {given}: a relative path; give a bare name or an absolute path"
+            )),
+        );
+    }
+    if engine == Engine::Docker {
+        let warn = in_path(given).is_none().then(|| {
+            format!("{given} is not in this PATH; dockerd looks it up in its own PATH, so make sure it is there (or pass --nvidia-runtime-path with an absolute path)")
+        });
+        return (given.to_string(), warn);
+    }
+    if let Some(p) = in_path(given) {
+        return (p.to_string_lossy().into_owned(), None);
     }
     if let Some(c) = std::env::current_exe()
         .ok()
-        .and_then(|e| e.parent().map(|d| d.join("nvidia-container-runtime")))
-        .filter(|c| c.exists())
+        .and_then(|e| e.parent().map(|d| d.join(given)))
+        .filter(|c| executable(c))
     {
-        return c.to_string_lossy().into_owned();
+        return (c.to_string_lossy().into_owned(), None);
     }
-    "/usr/bin/nvidia-container-runtime".to_string()
+    let fallback = format!("/usr/bin/{given}");
+    let warn = (!executable(Path::new(&fallback))).then(|| {
+        format!("{given} is not in PATH; writing {fallback}, which does not exist yet: {engine} will fail to start GPU containers until it does")
+    });
+    (fallback, warn)
 }
 
 fn current_from_command(engine: Engine) -> anyhow::Result<Vec<u8>> {
@@ -69,9 +110,9 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         .config
         .clone()
         .unwrap_or_else(|| default_config_path(engine));
-    let runtime_path = a.runtime_path.clone().unwrap_or_else(default_runtime_path);
-    if !runtime_path.starts_with('/') {
-        bail!("--nvidia-runtime-path {runtime_path:?}: give an absolute path");
+    let (runtime_path, warning) = runtime_path(engine, a.runtime_path.as_deref());
+    if let (Some(w), false) = (warning, remove) {
+        tracing::warn!("{w}");
     }
     let opts = Options {
         runtime_name: a.runtime_name.clone(),
