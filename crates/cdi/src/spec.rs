@@ -355,7 +355,7 @@ impl Spec {
                 column: e.column(),
                 message: strip_location(&e.to_string()),
             }),
-            Format::Yaml => serde_yaml::from_slice(bytes).map_err(|e| {
+            Format::Yaml => serde_norway::from_slice(bytes).map_err(|e| {
                 let (line, column) = e
                     .location()
                     .map(|l| (l.line(), l.column()))
@@ -415,7 +415,7 @@ impl Spec {
 
     /// YAML with a leading `---` document marker, like NVIDIA's writer.
     pub fn to_yaml(&self) -> String {
-        let body = serde_yaml::to_string(self).unwrap_or_default();
+        let body = serde_norway::to_string(self).unwrap_or_default();
         format!("---\n{body}")
     }
 

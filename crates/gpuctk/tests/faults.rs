@@ -497,7 +497,7 @@ fn cdi_generate_survives_kills_and_errors() {
     let mut c = w.sweep();
     c.tmpfs = w.tiny_tmpfs();
     for v in [&w.watched[0].old, &w.watched[0].new] {
-        let _: Value = serde_yaml::from_slice(v.as_ref().unwrap()).unwrap();
+        let _: Value = serde_norway::from_slice(v.as_ref().unwrap()).unwrap();
     }
     report("cdi generate --output", &c);
 }

@@ -181,7 +181,7 @@ pub fn assert_cdi_schema(spec: &serde_json::Value) {
 
 /// Parse YAML into a JSON value.
 pub fn yaml(text: &str) -> serde_json::Value {
-    serde_yaml::from_str(text).expect("valid yaml")
+    serde_norway::from_str(text).expect("valid yaml")
 }
 
 /// The names in `dir` (empty when it does not exist), sorted.

@@ -107,7 +107,7 @@ fn our_specs_validate_against_the_published_schema() {
     assert_eq!(minimum_version(&spec), version::V1_1_0);
     let from_json: serde_json::Value = serde_json::from_str(&spec.to_json_pretty()).unwrap();
     schema_check(&from_json).unwrap();
-    let from_yaml: serde_json::Value = serde_yaml::from_str(&spec.to_yaml()).unwrap();
+    let from_yaml: serde_json::Value = serde_norway::from_str(&spec.to_yaml()).unwrap();
     schema_check(&from_yaml).unwrap();
     assert_eq!(from_json, from_yaml);
     for text in [spec.to_json_pretty(), spec.to_yaml()] {
@@ -142,8 +142,8 @@ fn nvidia_reference_spec() {
     for text in [spec.to_yaml(), spec.to_json_pretty()] {
         assert_eq!(Spec::from_bytes(text.as_bytes(), None).unwrap(), spec);
     }
-    let ours: serde_json::Value = serde_yaml::from_str(&spec.to_yaml()).unwrap();
-    let theirs: serde_json::Value = serde_yaml::from_str(&raw).unwrap();
+    let ours: serde_json::Value = serde_norway::from_str(&spec.to_yaml()).unwrap();
+    let theirs: serde_json::Value = serde_norway::from_str(&raw).unwrap();
     assert_eq!(ours, theirs);
     let keys =
         |v: &serde_json::Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
