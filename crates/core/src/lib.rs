@@ -7,6 +7,7 @@ pub mod decide;
 pub mod ops;
 pub mod plan;
 pub mod request;
+pub mod require;
 pub mod route;
 pub mod select;
 pub mod spec;
@@ -18,6 +19,7 @@ pub use plan::{plan, GpuEdits, Plan, PlanOptions};
 pub use request::{
     gate, parse_request, Delivery, DeviceId, Devices, Grant, Policy, Request, RequestError, Sources,
 };
+pub use require::{check as check_requirements, DeviceFacts, Facts, RequireError, Version};
 pub use route::{route, stale_reason, Mode, Route, RouteError};
 pub use select::{cdi_name_to_device, select_gpus, SelectError};
 pub use spec::{

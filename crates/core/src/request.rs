@@ -29,6 +29,11 @@ pub struct Policy {
     /// annotations from unprivileged containers although env requests from them are refused,
     /// for engines where only the device plugin can set annotations.
     pub accept_annotations_unprivileged: bool,
+    /// `supported-driver-capabilities` (default all seven): the capabilities a container may
+    /// get. What it asks for (or the default, or a legacy image's everything) is intersected
+    /// with this set; a requested one outside it is dropped with a remark in
+    /// [`Request::ignored`] (NVIDIA's hook refuses the container instead).
+    pub supported_driver_capabilities: CapabilitySet,
 }
 
 impl Default for Policy {
@@ -40,6 +45,7 @@ impl Default for Policy {
             annotation_prefixes: vec!["cdi.k8s.io/".to_string()],
             disable_require: false,
             accept_annotations_unprivileged: false,
+            supported_driver_capabilities: CapabilitySet::all(),
         }
     }
 }
@@ -113,7 +119,8 @@ pub struct Request {
     pub devices: Devices,
     /// Where they came from.
     pub source: Source,
-    /// `NVIDIA_DRIVER_CAPABILITIES`.
+    /// `NVIDIA_DRIVER_CAPABILITIES` (unset or empty: `utility,compute`; unset on a legacy
+    /// image: all), within `supported-driver-capabilities`.
     pub capabilities: CapabilitySet,
     /// `NVIDIA_REQUIRE_*` constraints (name, expression), plus `cuda>=X.Y` for legacy images.
     pub requirements: Vec<(String, String)>,
@@ -123,7 +130,8 @@ pub struct Request {
     pub legacy_image: bool,
     /// The container has `CAP_SYS_ADMIN` in its bounding set, NVIDIA's test for privileged.
     pub privileged: bool,
-    /// Requests dropped by policy, as warnings to log.
+    /// Requests dropped by policy, and unknown or unsupported capabilities dropped, as
+    /// warnings to log.
     pub ignored: Vec<String>,
 }
 
@@ -131,6 +139,16 @@ impl Request {
     /// Whether the container asked for anything at all.
     pub fn wants_gpus(&self) -> bool {
         self.devices != Devices::Unrequested
+    }
+
+    /// The requirements to check with [`crate::require::check`]: none when
+    /// `NVIDIA_DISABLE_REQUIRE` or the `disable-require` key turned checking off.
+    pub fn active_requirements(&self) -> &[(String, String)] {
+        if self.disable_require {
+            &[]
+        } else {
+            &self.requirements
+        }
     }
 
     /// Whether every requested device is a CDI name.
@@ -160,7 +178,8 @@ pub enum RequestError {
         /// The value.
         value: String,
     },
-    /// `NVIDIA_DRIVER_CAPABILITIES` is malformed.
+    /// A capability list is malformed. [`parse_request`] never returns it: an unknown
+    /// capability in `NVIDIA_DRIVER_CAPABILITIES` is a remark in [`Request::ignored`].
     #[error(transparent)]
     Capabilities(#[from] CapabilityError),
     /// A device list longer than we read.
@@ -555,11 +574,13 @@ pub fn parse_request(
     };
     let grant = gate(sources, policy, privileged, delivery);
 
-    let capabilities = match get(&env, "NVIDIA_DRIVER_CAPABILITIES") {
-        Some(v) => CapabilitySet::parse(v)?,
-        None if legacy_image => CapabilitySet::all(),
-        None => CapabilitySet::default_set(),
-    };
+    let mut ignored = grant.refused;
+    let capabilities = capabilities_of(
+        get(&env, "NVIDIA_DRIVER_CAPABILITIES"),
+        legacy_image,
+        &policy.supported_driver_capabilities,
+        &mut ignored,
+    );
     let mut requirements: Vec<(String, String)> = env
         .iter()
         .filter(|(k, v)| {
@@ -586,8 +607,46 @@ pub fn parse_request(
         disable_require,
         legacy_image,
         privileged,
-        ignored: grant.refused,
+        ignored,
     })
+}
+
+/// The capabilities a container gets, as NVIDIA's hook computes them: the env value (empty or
+/// unset: `utility,compute`; unset on a legacy image: all), intersected with `supported`.
+/// Unknown names and names outside `supported` are dropped with a remark in `remarks`.
+fn capabilities_of(
+    value: Option<&str>,
+    legacy_image: bool,
+    supported: &CapabilitySet,
+    remarks: &mut Vec<String>,
+) -> CapabilitySet {
+    let asked = match value {
+        Some(v) => {
+            let (set, warnings) = CapabilitySet::parse_env(v);
+            remarks.extend(warnings);
+            set
+        }
+        None if legacy_image => CapabilitySet::all(),
+        None => CapabilitySet::default_set(),
+    };
+    let granted = asked.intersection(supported);
+    // Only what the container named itself is worth a remark; `all` and the defaults are
+    // silently cut to the allowed set, as NVIDIA's.
+    let named = value.is_some_and(|v| !v.is_empty() && !v.split(',').any(|i| i.trim() == "all"));
+    if named {
+        let dropped: Vec<&str> = asked
+            .iter()
+            .filter(|c| !granted.requested(*c))
+            .map(|c| c.name())
+            .collect();
+        if !dropped.is_empty() {
+            remarks.push(format!(
+                "NVIDIA_DRIVER_CAPABILITIES: {} ignored: not in supported-driver-capabilities",
+                dropped.join(",")
+            ));
+        }
+    }
+    granted
 }
 
 #[cfg(test)]
@@ -671,12 +730,91 @@ mod tests {
         )
         .is_err());
         assert!(shim(&cfg(&["NVIDIA_VISIBLE_DEVICES=1:x"]), &Policy::default()).is_err());
-        let e = shim(
-            &cfg(&["NVIDIA_DRIVER_CAPABILITIES=compute,warp"]),
-            &Policy::default(),
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("NVIDIA_DRIVER_CAPABILITIES"));
+    }
+
+    /// Issue 10: an unknown capability is a remark that names it, not a refusal.
+    #[test]
+    fn unknown_capability_is_a_remark() {
+        let r = req(&[
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_DRIVER_CAPABILITIES=compute,warp",
+        ]);
+        assert_eq!(r.capabilities, CapabilitySet::parse("compute").unwrap());
+        assert_eq!(r.ignored.len(), 1, "{:?}", r.ignored);
+        assert!(
+            r.ignored[0].contains("NVIDIA_DRIVER_CAPABILITIES: unknown capability \"warp\""),
+            "{:?}",
+            r.ignored
+        );
+        // A value with no item selects nothing, as NVIDIA's; an empty one the default.
+        let r = req(&["NVIDIA_DRIVER_CAPABILITIES=,"]);
+        assert!(r.capabilities.is_empty() && r.ignored.is_empty());
+        let r = req(&["NVIDIA_DRIVER_CAPABILITIES="]);
+        assert_eq!(r.capabilities, CapabilitySet::default_set());
+    }
+
+    #[test]
+    fn supported_driver_capabilities_bound_every_request() {
+        let p = Policy {
+            supported_driver_capabilities: CapabilitySet::parse_supported("utility,video").unwrap(),
+            ..Policy::default()
+        };
+        let get = |env: &[&str]| shim(&cfg(env), &p).unwrap();
+        // The default (utility,compute) is cut silently.
+        let r = get(&[]);
+        assert_eq!(r.capabilities, CapabilitySet::parse("utility").unwrap());
+        assert!(r.ignored.is_empty(), "{:?}", r.ignored);
+        // `all`, and a legacy image's everything, mean everything allowed.
+        let r = get(&["NVIDIA_DRIVER_CAPABILITIES=all"]);
+        assert_eq!(
+            r.capabilities,
+            CapabilitySet::parse("utility,video").unwrap()
+        );
+        assert!(r.ignored.is_empty());
+        let r = get(&["CUDA_VERSION=11.8.0"]);
+        assert_eq!(
+            r.capabilities,
+            CapabilitySet::parse("utility,video").unwrap()
+        );
+        // Named ones outside the list are dropped with a remark naming them.
+        let r = get(&["NVIDIA_DRIVER_CAPABILITIES=graphics,video,compute"]);
+        assert_eq!(r.capabilities, CapabilitySet::parse("video").unwrap());
+        assert_eq!(
+            r.ignored,
+            vec![
+                "NVIDIA_DRIVER_CAPABILITIES: compute,graphics ignored: not in supported-driver-capabilities"
+                    .to_string()
+            ]
+        );
+        // video still brings the compute libraries, as libnvidia-container's --video does.
+        assert!(r.capabilities.contains(gpuctk_host::Capability::Compute));
+        // An empty allow-list gives nothing.
+        let p = Policy {
+            supported_driver_capabilities: CapabilitySet::empty(),
+            ..Policy::default()
+        };
+        assert!(shim(&cfg(&[]), &p).unwrap().capabilities.is_empty());
+    }
+
+    #[test]
+    fn disable_require_empties_the_active_requirements() {
+        let r = req(&[
+            "NVIDIA_REQUIRE_CUDA=cuda>=12.0",
+            "NVIDIA_REQUIRE_ARCH=arch>=8.0",
+        ]);
+        assert_eq!(r.active_requirements().len(), 2);
+        let r = req(&["NVIDIA_REQUIRE_CUDA=cuda>=12.0", "NVIDIA_DISABLE_REQUIRE=1"]);
+        assert!(r.active_requirements().is_empty() && r.requirements.len() == 1);
+        let p = Policy {
+            disable_require: true,
+            ..Policy::default()
+        };
+        let r = shim(&cfg(&["NVIDIA_REQUIRE_CUDA=cuda>=12.0"]), &p).unwrap();
+        assert!(r.active_requirements().is_empty());
+        // JETPACK is not a requirement for us either.
+        assert!(req(&["NVIDIA_REQUIRE_JETPACK=csv-mounts=all"])
+            .active_requirements()
+            .is_empty());
     }
 
     #[test]
