@@ -232,11 +232,14 @@ fn cdi_spec(data: &[u8], format: Format) {
     }
 }
 
-/// The policies a request is read under: NVIDIA's default, and every gate closed or opened.
+/// The policies a request is read under: NVIDIA's default, and every gate closed (with a
+/// driver-capability allow-list) or opened.
 fn policies() -> [Policy; 3] {
     let strict = Policy {
         accept_envvar_unprivileged: false,
         accept_volume_mounts: true,
+        supported_driver_capabilities: CapabilitySet::parse_supported("utility,video")
+            .expect("a valid allow-list"),
         ..Policy::default()
     };
     let open = Policy {
@@ -246,6 +249,7 @@ fn policies() -> [Policy; 3] {
         annotation_prefixes: vec!["cdi.k8s.io/".into(), "nvidia.cdi.k8s.io/".into()],
         disable_require: true,
         accept_annotations_unprivileged: true,
+        supported_driver_capabilities: CapabilitySet::all(),
     };
     [Policy::default(), strict, open]
 }
