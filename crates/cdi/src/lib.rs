@@ -16,7 +16,7 @@ pub mod validate;
 pub mod version;
 
 pub use apply::{apply_edits, fill_from_host, ApplyError};
-pub use names::{is_qualified_name, parse_qualified_name, NameError, QualifiedName};
+pub use names::{is_qualified_name, parse_qualified_name, LabelError, NameError, QualifiedName};
 pub use registry::{Registry, ResolveError, Resolved, DEFAULT_SPEC_DIRS};
 pub use spec::{
     write_spec, ContainerEdits, Device, DeviceNode, Error, Format, Hook, IntelRdt, Mount,

@@ -26,7 +26,7 @@ pub enum NameError {
         /// The vendor as given.
         name: String,
         /// What is wrong with it.
-        reason: String,
+        reason: LabelError,
     },
     /// The class part is malformed.
     #[error("invalid class {name:?}: {reason}")]
@@ -34,7 +34,7 @@ pub enum NameError {
         /// The class as given.
         name: String,
         /// What is wrong with it.
-        reason: String,
+        reason: LabelError,
     },
     /// The device name is malformed.
     #[error("invalid device name {name:?}: {reason}")]
@@ -42,7 +42,7 @@ pub enum NameError {
         /// The device name as given.
         name: String,
         /// What is wrong with it.
-        reason: String,
+        reason: LabelError,
     },
 }
 
@@ -137,34 +137,56 @@ pub fn validate_kind(kind: &str) -> Result<(), NameError> {
     parse_kind(kind).map(|_| ())
 }
 
-fn check_label(s: &str, allow_colon: bool, letter_first: bool) -> Result<(), String> {
-    let extra = if allow_colon { "_.:-" } else { "_.-" };
+/// What is wrong with one part of a CDI name: the vendor, the class or the device name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    /// The part is empty.
+    #[error("must not be empty")]
+    Empty,
+    /// A vendor or class starts with something other than a letter.
+    #[error("must start with a letter, not {0:?}")]
+    FirstNotLetter(char),
+    /// A device name starts with something other than a letter or digit.
+    #[error("must start with a letter or digit, not {0:?}")]
+    FirstNotAlphanumeric(char),
+    /// The part ends with something other than a letter or digit.
+    #[error("must end with a letter or digit, not {0:?}")]
+    LastNotAlphanumeric(char),
+    /// A character outside the part's alphabet.
+    #[error("character {bad:?} is not allowed (use letters, digits and {allowed})")]
+    BadChar {
+        /// The first character not allowed.
+        bad: char,
+        /// The punctuation the part may hold, quoted, e.g. `'_' '.' '-'`.
+        allowed: &'static str,
+    },
+}
+
+fn check_label(s: &str, allow_colon: bool, letter_first: bool) -> Result<(), LabelError> {
+    let (extra, allowed) = if allow_colon {
+        ("_.:-", "'_' '.' ':' '-'")
+    } else {
+        ("_.-", "'_' '.' '-'")
+    };
     let mut chars = s.chars();
     let Some(first) = chars.next() else {
-        return Err("must not be empty".to_string());
+        return Err(LabelError::Empty);
     };
     if letter_first && !first.is_ascii_alphabetic() {
-        return Err(format!("must start with a letter, not {first:?}"));
+        return Err(LabelError::FirstNotLetter(first));
     }
     if !letter_first && !first.is_ascii_alphanumeric() {
-        return Err(format!("must start with a letter or digit, not {first:?}"));
+        return Err(LabelError::FirstNotAlphanumeric(first));
     }
     let last = s.chars().last().unwrap_or(first);
     if s.chars().count() > 1 && !last.is_ascii_alphanumeric() {
-        return Err(format!("must end with a letter or digit, not {last:?}"));
+        return Err(LabelError::LastNotAlphanumeric(last));
     }
     if let Some(bad) = s
         .chars()
         .find(|c| !c.is_ascii_alphanumeric() && !extra.contains(*c))
     {
-        return Err(format!(
-            "character {bad:?} is not allowed (use letters, digits and {})",
-            extra
-                .chars()
-                .map(|c| format!("'{c}'"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        ));
+        return Err(LabelError::BadChar { bad, allowed });
     }
     Ok(())
 }
@@ -251,6 +273,36 @@ mod tests {
         assert!(e.to_string().contains("'*' is not allowed"), "{e}");
         let e = parse_qualified_name("nvidia.com/3d=0").unwrap_err();
         assert!(e.to_string().contains("must start with a letter"), "{e}");
+    }
+
+    #[test]
+    fn reasons_are_typed() {
+        assert_eq!(
+            validate_vendor_name(""),
+            Err(NameError::BadVendor {
+                name: String::new(),
+                reason: LabelError::Empty
+            })
+        );
+        assert_eq!(
+            validate_class_name("3d").unwrap_err(),
+            NameError::BadClass {
+                name: "3d".into(),
+                reason: LabelError::FirstNotLetter('3')
+            }
+        );
+        assert_eq!(
+            parse_qualified_name("nvidia.com/gpu=a*b")
+                .unwrap_err()
+                .to_string(),
+            "invalid device name \"a*b\": character '*' is not allowed (use letters, digits and \
+             '_' '.' ':' '-')"
+        );
+        assert_eq!(
+            validate_vendor_name("a:b").unwrap_err().to_string(),
+            "invalid vendor \"a:b\": character ':' is not allowed (use letters, digits and '_' \
+             '.' '-')"
+        );
     }
 
     #[test]

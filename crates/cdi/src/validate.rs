@@ -361,19 +361,39 @@ fn check_annotations(
     }
 }
 
+/// Why an annotation key is not a Kubernetes qualified name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum KeyError<'a> {
+    #[error("the prefix before '/' is empty")]
+    EmptyPrefix,
+    #[error("the prefix is longer than 253 characters")]
+    LongPrefix,
+    #[error("prefix {0:?} must be a lower-case DNS subdomain such as example.com")]
+    BadPrefix(&'a str),
+    #[error("the name is empty")]
+    EmptyName,
+    #[error("the name is longer than 63 characters")]
+    LongName,
+    #[error(
+        "name {0:?} must consist of letters, digits, '-', '_' or '.', and start and end with a \
+         letter or digit"
+    )]
+    BadName(&'a str),
+}
+
 /// A Kubernetes qualified name: an optional DNS-subdomain prefix and `/`, then a name of at most
 /// 63 characters made of letters, digits, `-`, `_` and `.`, starting and ending alphanumeric.
-fn check_qualified_key(k: &str) -> Result<(), String> {
+fn check_qualified_key(k: &str) -> Result<(), KeyError<'_>> {
     let (prefix, name) = match k.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, k),
     };
     if let Some(p) = prefix {
         if p.is_empty() {
-            return Err("the prefix before '/' is empty".into());
+            return Err(KeyError::EmptyPrefix);
         }
         if p.len() > 253 {
-            return Err("the prefix is longer than 253 characters".into());
+            return Err(KeyError::LongPrefix);
         }
         let ok_label = |l: &str| {
             !l.is_empty()
@@ -384,16 +404,14 @@ fn check_qualified_key(k: &str) -> Result<(), String> {
                 && !l.ends_with('-')
         };
         if !p.split('.').all(ok_label) {
-            return Err(format!(
-                "prefix {p:?} must be a lower-case DNS subdomain such as example.com"
-            ));
+            return Err(KeyError::BadPrefix(p));
         }
     }
     if name.is_empty() {
-        return Err("the name is empty".into());
+        return Err(KeyError::EmptyName);
     }
     if name.len() > 63 {
-        return Err("the name is longer than 63 characters".into());
+        return Err(KeyError::LongName);
     }
     let ok_char = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
     let bytes = name.as_bytes();
@@ -401,10 +419,7 @@ fn check_qualified_key(k: &str) -> Result<(), String> {
         || !bytes[0].is_ascii_alphanumeric()
         || !bytes[bytes.len() - 1].is_ascii_alphanumeric()
     {
-        return Err(format!(
-            "name {name:?} must consist of letters, digits, '-', '_' or '.', and start and \
-             end with a letter or digit"
-        ));
+        return Err(KeyError::BadName(name));
     }
     Ok(())
 }
@@ -546,6 +561,27 @@ mod tests {
         assert_eq!(m.len(), 3, "{m:?}");
         assert!(m.iter().any(|x| x.contains("lower-case DNS subdomain")));
         assert!(m.iter().any(|x| x.contains("at most 262144")));
+    }
+
+    #[test]
+    fn annotation_key_errors() {
+        let long_prefix = format!("{}/x", "a".repeat(254));
+        let long_name = "a".repeat(64);
+        assert_eq!(check_qualified_key("/x"), Err(KeyError::EmptyPrefix));
+        assert_eq!(check_qualified_key(&long_prefix), Err(KeyError::LongPrefix));
+        assert_eq!(
+            check_qualified_key("Ex.com/x"),
+            Err(KeyError::BadPrefix("Ex.com"))
+        );
+        assert_eq!(check_qualified_key("ex.com/"), Err(KeyError::EmptyName));
+        assert_eq!(check_qualified_key(&long_name), Err(KeyError::LongName));
+        assert_eq!(check_qualified_key("x/-a"), Err(KeyError::BadName("-a")));
+        assert_eq!(check_qualified_key("ex.com/a-b.c_d"), Ok(()));
+        assert_eq!(
+            KeyError::BadName("-a").to_string(),
+            "name \"-a\" must consist of letters, digits, '-', '_' or '.', and start and end \
+             with a letter or digit"
+        );
     }
 
     #[test]
