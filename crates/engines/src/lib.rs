@@ -30,6 +30,7 @@ pub mod crio;
 pub mod diff;
 pub mod docker;
 pub mod lock;
+pub mod ocihook;
 mod tomlutil;
 
 pub use apply::{apply, Applied, Backup};
@@ -233,6 +234,9 @@ pub enum EngineError {
     /// Editing CRI-O's config failed.
     #[error(transparent)]
     Crio(#[from] crio::CrioError),
+    /// The OCI hook file cannot be written or removed.
+    #[error(transparent)]
+    OciHook(#[from] ocihook::OciHookError),
     /// Writing the edits failed.
     #[error(transparent)]
     Apply(#[from] apply::ApplyError),

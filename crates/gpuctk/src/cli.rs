@@ -57,10 +57,20 @@ pub enum Command {
     Cdi(CdiCommand),
     /// Show what the host has: driver, GPUs, device nodes, driver files
     Info(InfoArgs),
+    /// Check the chain on this host: driver, device nodes, toolkit, engines, an image
+    Doctor(Box<DoctorArgs>),
     /// Build a fake GPU host or a container rootfs for tests and demos
+    #[cfg(feature = "mock")]
     #[command(subcommand, name = "mock-host")]
     MockHost(MockHostCommand),
-    /// Show the whole chain, host to container, on this machine (or a mock GPU host)
+    #[cfg_attr(
+        feature = "mock",
+        doc = "Show the whole chain, host to container, on this machine (or a mock GPU host)"
+    )]
+    #[cfg_attr(
+        not(feature = "mock"),
+        doc = "Show the whole chain, host to container, on this machine's driver"
+    )]
     Demo(DemoArgs),
     /// The runtime shim (what nvidia-container-runtime runs)
     #[command(subcommand)]
@@ -126,6 +136,26 @@ pub struct ConfigureArgs {
     /// Read the current config from the file, or from the engine (`containerd config dump`, `crio status config`)
     #[arg(long, value_enum, default_value = "file")]
     pub config_source: ConfigSource,
+    /// Register a runtime in the engine's config, or write an OCI hook file (podman's hooks dir) that runs the prestart hook
+    #[arg(long, value_enum, default_value = "config-file")]
+    pub config_mode: ConfigMode,
+    /// The OCI hook file (--config-mode oci-hook)
+    #[arg(long, value_name = "FILE", default_value = gpuctk_engines::ocihook::DEFAULT_PATH)]
+    pub oci_hook_path: PathBuf,
+    /// The prestart hook the OCI hook file runs (--config-mode oci-hook)
+    #[arg(long, value_name = "PATH", default_value = gpuctk_engines::ocihook::DEFAULT_HOOK)]
+    pub nvidia_runtime_hook_path: String,
+}
+
+/// `--config-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConfigMode {
+    /// Edit the engine's config file
+    ConfigFile,
+    /// Write an OCI hook file
+    OciHook,
+    /// Same as oci-hook (NVIDIA's older name)
+    Hook,
 }
 
 /// Arguments handed on untouched.
@@ -266,6 +296,47 @@ pub struct InfoArgs {
     pub json: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Root of the driver installation [default: the config's [nvidia-container-cli] root, else /]
+    #[arg(long, env = "NVIDIA_CTK_DRIVER_ROOT", value_name = "DIR")]
+    pub driver_root: Option<PathBuf>,
+    /// Root under which /dev/nvidia* live [default: the config's, else the driver root]
+    #[arg(long, env = "NVIDIA_CTK_DEV_ROOT", value_name = "DIR")]
+    pub dev_root: Option<PathBuf>,
+    /// Where procfs is mounted [default: the config's, else /proc]
+    #[arg(long, env = "GPUCTK_PROC_ROOT", value_name = "DIR")]
+    pub proc_root: Option<PathBuf>,
+    /// The toolkit's config.toml [default: the one the runtime reads]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A CDI spec directory (repeatable) [default: the config's spec-dirs]
+    #[arg(long = "spec-dir", value_name = "DIR")]
+    pub spec_dirs: Vec<PathBuf>,
+    /// docker's config
+    #[arg(long, value_name = "FILE", default_value = "/etc/docker/daemon.json")]
+    pub docker_config: PathBuf,
+    /// containerd's config
+    #[arg(long, value_name = "FILE", default_value = "/etc/containerd/config.toml")]
+    pub containerd_config: PathBuf,
+    /// CRI-O's config (its drop-ins are read from crio.conf.d next to it)
+    #[arg(long, value_name = "FILE", default_value = "/etc/crio/crio.conf")]
+    pub crio_config: PathBuf,
+    /// Also judge this container root filesystem: its CUDA, compat libraries, the verdict
+    #[arg(long, value_name = "DIR", conflicts_with = "bundle")]
+    pub rootfs: Option<PathBuf>,
+    /// Also judge this OCI bundle (config.json's root.path and process.env)
+    #[arg(long, value_name = "DIR")]
+    pub bundle: Option<PathBuf>,
+    /// The image's environment, KEY=VALUE lines (with --rootfs, or alone)
+    #[arg(long, value_name = "FILE", conflicts_with = "bundle")]
+    pub image_env: Option<PathBuf>,
+    /// Machine-readable output
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[cfg(feature = "mock")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LayoutArg {
     Debian,
@@ -273,6 +344,7 @@ pub enum LayoutArg {
     DriverContainer,
 }
 
+#[cfg(feature = "mock")]
 #[derive(Debug, Subcommand)]
 pub enum MockHostCommand {
     /// Build a fake GPU host in DIR: device nodes, procfs files, driver libraries, ld.so.cache
@@ -281,6 +353,7 @@ pub enum MockHostCommand {
     Rootfs(MockRootfsArgs),
 }
 
+#[cfg(feature = "mock")]
 #[derive(Debug, Args)]
 pub struct MockCreateArgs {
     /// Directory to create (absent or empty)
@@ -302,6 +375,7 @@ pub struct MockCreateArgs {
     pub ldconfig: PathBuf,
 }
 
+#[cfg(feature = "mock")]
 #[derive(Debug, Args)]
 pub struct MockRootfsArgs {
     /// Directory to create
@@ -317,12 +391,14 @@ pub struct MockRootfsArgs {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// GPUs of the mock host (when there is no real driver)
+    #[cfg(feature = "mock")]
     #[arg(long, default_value_t = 2)]
     pub gpus: u32,
-    /// Keep the mock host in this directory instead of a temp dir
+    /// Keep the demo's files (host, spec, bundle) in this directory instead of a temp dir
     #[arg(long, value_name = "DIR")]
     pub keep: Option<PathBuf>,
     /// Use the mock host even when a real driver is present
+    #[cfg(feature = "mock")]
     #[arg(long)]
     pub mock: bool,
 }

@@ -511,6 +511,55 @@ fn podman_cdi_devices_and_our_shim() {
         pick(h, &[0, 3])
     );
     assert_eq!(gpus_seen(&run(&[])), Vec::<String>::new());
+
+    // NVIDIA's oci-hook mode: podman runs our prestart hook from a hooks dir, for every
+    // container; the hook injects into those that ask.
+    let hooks = bed.t.join("hooks.d");
+    let hook_file = hooks.join("oci-nvidia-hook.json");
+    let hook_bin = bed.bin.join("nvidia-container-runtime-hook");
+    let configure = |verb: &str| {
+        ok(&[
+            "runtime",
+            verb,
+            "--config-mode",
+            "oci-hook",
+            "--oci-hook-path",
+            hook_file.to_str().unwrap(),
+            "--nvidia-runtime-hook-path",
+            hook_bin.to_str().unwrap(),
+        ])
+    };
+    configure("configure");
+    let hooked = |env: &str| {
+        out(&mut podman(
+            &bed,
+            &[
+                "--hooks-dir",
+                hooks.to_str().unwrap(),
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--ulimit",
+                "nofile=20000:20000",
+                "--ulimit",
+                "nproc=32768:32768",
+                "-e",
+                env,
+                IMAGE,
+                "/bin/sh",
+                "-c",
+                "nvidia-smi -L; /usr/bin/gpuctk-probe",
+            ],
+        ))
+    };
+    assert_eq!(
+        gpus_seen(&hooked("NVIDIA_VISIBLE_DEVICES=2")),
+        pick(h, &[2])
+    );
+    assert_eq!(gpus_seen(&hooked("X=1")), Vec::<String>::new());
+    configure("unconfigure");
+    assert!(!hook_file.exists(), "unconfigure removes the hook file");
 }
 
 // ------------------------------------------------------------------ containerd

@@ -15,7 +15,7 @@ use gpuctk_engines::{
     Options,
 };
 
-use crate::cli::{ConfigSource, ConfigureArgs, EngineArg};
+use crate::cli::{ConfigMode, ConfigSource, ConfigureArgs, EngineArg};
 
 /// The runtime's name, and what NVIDIA writes by default.
 const RUNTIME: &str = "nvidia-container-runtime";
@@ -100,7 +100,52 @@ fn current_from_command(engine: Engine) -> anyhow::Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
+/// `--config-mode oci-hook`: write (or remove) the OCI hook file that runs our prestart hook.
+fn run_oci_hook(a: &ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
+    use gpuctk_engines::ocihook;
+    let path = &a.oci_hook_path;
+    let _lock = if a.dry_run {
+        None
+    } else {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("--oci-hook-path: cannot create {}", dir.display()))?;
+        }
+        Some(ConfigLock::acquire(
+            path,
+            gpuctk_engines::lock::DEFAULT_TIMEOUT,
+        )?)
+    };
+    let current = read_optional(path).map_err(|e| {
+        anyhow!(
+            "--oci-hook-path {}: cannot read it: {e}; nothing was written",
+            path.display()
+        )
+    })?;
+    let edit = if remove {
+        ocihook::unconfigure(path, current.as_deref())?
+    } else {
+        let hook = &a.nvidia_runtime_hook_path;
+        if !Path::new(hook).is_file() {
+            tracing::warn!(
+                "--nvidia-runtime-hook-path {hook}: no file there; every container podman starts will fail until it exists"
+            );
+        }
+        Some(ocihook::configure(path, current.as_deref(), hook)?)
+    };
+    finish(
+        edit.into_iter().collect(),
+        a.dry_run,
+        remove,
+        path,
+        "podman",
+    )
+}
+
 pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
+    if a.config_mode != ConfigMode::ConfigFile {
+        return run_oci_hook(&a, remove);
+    }
     let engine = match a.runtime {
         EngineArg::Docker => Engine::Docker,
         EngineArg::Containerd => Engine::Containerd,
@@ -148,7 +193,18 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         configure(engine, &path, current.as_deref(), &opts)
     }
     .map_err(|e| anyhow!("{e}; nothing was written"))?;
-    let changing: Vec<_> = edits.iter().filter(|e| !e.is_noop()).cloned().collect();
+    finish(edits, a.dry_run, remove, &path, engine.as_str())
+}
+
+/// Print the diff (`--dry-run`) or write the edits, and say what was done.
+fn finish(
+    edits: Vec<gpuctk_engines::Edit>,
+    dry_run: bool,
+    remove: bool,
+    path: &Path,
+    engine: &str,
+) -> anyhow::Result<ExitCode> {
+    let changing: Vec<_> = edits.into_iter().filter(|e| !e.is_noop()).collect();
     let mut out = std::io::stdout().lock();
     if changing.is_empty() {
         writeln!(
@@ -159,7 +215,7 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         )?;
         return Ok(ExitCode::SUCCESS);
     }
-    if a.dry_run {
+    if dry_run {
         for e in &changing {
             out.write_all(e.unified_diff().as_bytes())?;
         }
@@ -189,6 +245,10 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
             )?,
         }
     }
-    writeln!(out, "restart {engine} to use the change")?;
+    if engine == "podman" {
+        writeln!(out, "podman reads it for every new container")?;
+    } else {
+        writeln!(out, "restart {engine} to use the change")?;
+    }
     Ok(ExitCode::SUCCESS)
 }
