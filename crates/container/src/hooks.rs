@@ -929,22 +929,45 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
+/// A compat library [`judge_cuda_compat`] found fit to use on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompatUse {
+    /// Its container path.
+    pub library: String,
+    /// Its version (the file suffix), e.g. `575.57.08`.
+    pub compat_version: String,
+    /// The compat root looked at, normalized (not resolved).
+    pub compat_root: String,
+    /// The `CUDA Version` of its forward-compat note, when it has one.
+    pub note_cuda_version: Option<String>,
+    /// Why it is used.
+    pub reason: String,
+}
+
+/// What [`judge_cuda_compat`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompatJudgement {
+    /// The compat library is to be used.
+    Use(CompatUse),
+    /// It is not (or there is none), and why.
+    Skip(CompatOutcome),
+}
+
 /// Decides, as NVIDIA's `enable-cuda-compat` does, whether the container's
-/// CUDA forward-compat libraries in `compat_root` (default
-/// [`DEFAULT_COMPAT_ROOT`]) should be used on this host, and if so writes
-/// `/etc/ld.so.conf.d/00-compat-<hash of the directory>.conf` (0644)
-/// holding the compat directory resolved inside the container, for
-/// [`update_ldcache`] to pick up.
-pub fn enable_cuda_compat(
+/// CUDA forward-compat libraries in `compat_root` should be used on this host,
+/// without writing anything into the container (what [`enable_cuda_compat`]
+/// and `gpuctk doctor` both ask).
+pub fn judge_cuda_compat(
     root: &Root,
     host_driver_version: Option<&str>,
     host_cuda_version: Option<&str>,
     compat_root: &str,
-) -> Result<CompatOutcome, HookError> {
+) -> Result<CompatJudgement, HookError> {
+    use CompatJudgement::Skip;
     let host_driver_version = host_driver_version.filter(|v| !v.is_empty());
     let host_cuda_version = host_cuda_version.filter(|v| !v.is_empty());
     if host_driver_version.is_none() && host_cuda_version.is_none() {
-        return Ok(CompatOutcome::NoVersionGiven);
+        return Ok(Skip(CompatOutcome::NoVersionGiven));
     }
     // NVIDIA's hook takes a relative root as relative to the container root.
     let compat_root = if compat_root.starts_with('/') || compat_root.is_empty() {
@@ -958,7 +981,7 @@ pub fn enable_cuda_compat(
     let names = match root.read_dir_names_limited(&compat_root, MAX_DIR_ENTRIES) {
         Ok(n) => n,
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) || unusable(&e) => {
-            return Ok(no_dir())
+            return Ok(Skip(no_dir()))
         }
         Err(e) => return Err(e.into()),
     };
@@ -970,7 +993,7 @@ pub fn enable_cuda_compat(
         })
         .collect();
     if found.len() != 1 {
-        return Ok(CompatOutcome::NoSingleLibrary { compat_root, found });
+        return Ok(Skip(CompatOutcome::NoSingleLibrary { compat_root, found }));
     }
     let name = &found[0];
     let compat_version = name["libcuda.so.".len()..].to_string();
@@ -984,7 +1007,7 @@ pub fn enable_cuda_compat(
     let file = match root.open_read(&library) {
         Ok(f) => f,
         Err(e) if e.is_not_found() || unusable(&e) => {
-            return Ok(not_used(format!("cannot open it: {e}")))
+            return Ok(Skip(not_used(format!("cannot open it: {e}"))))
         }
         Err(e) => return Err(e.into()),
     };
@@ -1028,9 +1051,45 @@ pub fn enable_cuda_compat(
         payload.as_ref(),
     ) {
         Ok(reason) => with_warning(reason),
-        Err(reason) => return Ok(not_used(with_warning(reason.to_string()))),
+        Err(reason) => return Ok(Skip(not_used(with_warning(reason.to_string())))),
     };
 
+    let note_cuda_version = payload
+        .as_ref()
+        .and_then(|p| note_field(p, "CUDA Version"))
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    Ok(CompatJudgement::Use(CompatUse {
+        library,
+        compat_version,
+        compat_root,
+        note_cuda_version,
+        reason,
+    }))
+}
+
+/// Decides as [`judge_cuda_compat`] whether the container's CUDA
+/// forward-compat libraries in `compat_root` (default
+/// [`DEFAULT_COMPAT_ROOT`]) should be used on this host, and if so writes
+/// `/etc/ld.so.conf.d/00-compat-<hash of the directory>.conf` (0644)
+/// holding the compat directory resolved inside the container, for
+/// [`update_ldcache`] to pick up.
+pub fn enable_cuda_compat(
+    root: &Root,
+    host_driver_version: Option<&str>,
+    host_cuda_version: Option<&str>,
+    compat_root: &str,
+) -> Result<CompatOutcome, HookError> {
+    let CompatUse {
+        library,
+        compat_version,
+        compat_root,
+        reason,
+        ..
+    } = match judge_cuda_compat(root, host_driver_version, host_cuda_version, compat_root)? {
+        CompatJudgement::Use(u) => u,
+        CompatJudgement::Skip(outcome) => return Ok(outcome),
+    };
     let compat_dir = root.canonicalize(&compat_root)?;
     let conf_file = format!(
         "{LD_SO_CONF_D}/{COMPAT_CONF_PREFIX}{:016x}.conf",

@@ -317,7 +317,11 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "FILE", default_value = "/etc/docker/daemon.json")]
     pub docker_config: PathBuf,
     /// containerd's config
-    #[arg(long, value_name = "FILE", default_value = "/etc/containerd/config.toml")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/containerd/config.toml"
+    )]
     pub containerd_config: PathBuf,
     /// CRI-O's config (its drop-ins are read from crio.conf.d next to it)
     #[arg(long, value_name = "FILE", default_value = "/etc/crio/crio.conf")]

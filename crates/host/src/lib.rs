@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 
 pub mod catalog;
+pub mod checks;
 pub mod cuda;
 pub mod discover;
 pub mod inventory;

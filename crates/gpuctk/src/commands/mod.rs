@@ -3,6 +3,7 @@
 
 mod cdi;
 mod demo;
+mod doctor;
 mod engine;
 mod info;
 mod mock;
@@ -23,6 +24,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cdi(CdiCommand::List(a)) => cdi::list(a),
         Command::Cdi(CdiCommand::Validate(a)) => cdi::validate(a),
         Command::Info(a) => info::run(a),
+        Command::Doctor(a) => doctor::run(*a),
         Command::MockHost(MockHostCommand::Create(a)) => mock::create(a),
         Command::MockHost(MockHostCommand::Rootfs(a)) => mock::rootfs(a),
         Command::Demo(a) => demo::run(a),
