@@ -129,6 +129,29 @@ impl Version {
     }
 }
 
+impl From<gpuctk_host::CudaVersion> for Version {
+    /// The CUDA version discovery derives from the driver branch. For a branch newer than its
+    /// table knows, that is the newest version the table knows: a lower bound.
+    fn from(v: gpuctk_host::CudaVersion) -> Version {
+        let mut parts = vec![u64::from(v.major), u64::from(v.minor)];
+        while parts.last() == Some(&0) {
+            parts.pop();
+        }
+        Version {
+            text: v.to_string(),
+            parts,
+        }
+    }
+}
+
+impl Version {
+    /// The driver version as a [`Version`] (`570.124.06`); `None` only if it is not digits and
+    /// dots, which discovery never gives.
+    pub fn from_driver(v: &gpuctk_host::DriverVersion) -> Option<Version> {
+        v.to_string().parse().ok()
+    }
+}
+
 impl FromStr for Version {
     type Err = VersionError;
 
@@ -808,6 +831,14 @@ mod tests {
         assert_eq!(Version::from_cuda_driver_version(12020).to_string(), "12.2");
         assert_eq!(Version::from_cuda_driver_version(12000), v("12"));
         assert_eq!(Version::from_cuda_driver_version(11080), v("11.8"));
+        let c = gpuctk_host::CudaVersion {
+            major: 12,
+            minor: 0,
+        };
+        assert_eq!(Version::from(c), v("12"));
+        assert_eq!(Version::from(c).to_string(), "12.0");
+        let d = gpuctk_host::DriverVersion::parse("535.183.01").unwrap();
+        assert_eq!(Version::from_driver(&d).unwrap().to_string(), "535.183.01");
     }
 
     #[test]
