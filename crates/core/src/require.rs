@@ -444,12 +444,24 @@ fn parse_condition(text: &str) -> Result<Condition, String> {
     })
 }
 
+/// `var` as messages show it: as is when it is printable ASCII of sane length (every real
+/// `NVIDIA_REQUIRE_*` name), else quoted and shortened, so that a hostile env name cannot forge
+/// log lines.
+fn var_name(var: &str) -> String {
+    if !var.is_empty() && var.len() <= SHOWN_CONDITION && var.bytes().all(|b| b.is_ascii_graphic())
+    {
+        var.to_string()
+    } else {
+        format!("{:?}", shown(var, SHOWN_CONDITION))
+    }
+}
+
 /// Parse the requirement `expression` of variable `var`. Linear in its length, which is capped
 /// at [`MAX_EXPRESSION`] bytes.
 pub fn parse(var: &str, expression: &str) -> Result<Requirement, RequireError> {
     if expression.len() > MAX_EXPRESSION {
         return Err(RequireError::TooLong {
-            var: var.to_string(),
+            var: var_name(var),
             len: expression.len(),
             cap: MAX_EXPRESSION,
         });
@@ -459,7 +471,7 @@ pub fn parse(var: &str, expression: &str) -> Result<Requirement, RequireError> {
         let mut conds = Vec::new();
         for c in alt.split(',').filter(|c| !c.is_empty()) {
             conds.push(parse_condition(c).map_err(|reason| RequireError::Invalid {
-                var: var.to_string(),
+                var: var_name(var),
                 expression: shown(expression, SHOWN_EXPRESSION),
                 condition: shown(c, SHOWN_CONDITION),
                 reason,
@@ -470,7 +482,7 @@ pub fn parse(var: &str, expression: &str) -> Result<Requirement, RequireError> {
         }
     }
     Ok(Requirement {
-        var: var.to_string(),
+        var: var_name(var),
         alternatives,
     })
 }
@@ -627,7 +639,9 @@ fn unmet(
                 None => format!("the host's driver supports CUDA {host}"),
             };
             match &f.compat_cuda {
-                Some(c) => s.push_str(&format!(" and the image's compat libcuda CUDA {c}")),
+                Some(c) => s.push_str(&format!(
+                    " and the image's compat libcuda provides CUDA {c}"
+                )),
                 None => s.push_str(" and the image has no usable compat libcuda"),
             }
             let fix = match (cx.cuda, want) {
@@ -894,6 +908,17 @@ mod tests {
         assert!(invalid("brand>tesla").contains("brand compares only with = or !="));
         assert!(invalid("arch>=sm_80").contains("not a version"));
         assert!(invalid("brand=tes\u{1b}[31mla").contains("not a brand name"));
+        // A hostile variable name is quoted.
+        let e = check(
+            &one("NVIDIA_REQUIRE_\n[x] forged", "cuda>=99"),
+            &host("12.4", "550"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("\"NVIDIA_REQUIRE_\\n[x] forged\": cuda>=99 not met"),
+            "{e}"
+        );
         // Every message is one line, even for hostile input.
         let m = invalid("cuda>=12 x\u{7f}\"\\y=1");
         assert!(!m.contains('\n'));
@@ -1095,7 +1120,7 @@ mod tests {
         let e = run("cuda>=12.9", &f).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "NVIDIA_REQUIRE_CUDA: cuda>=12.9 not met: driver 535.183.01 supports CUDA 12.2 and the image's compat libcuda CUDA 12.8; update the driver or use an image built for CUDA 12.8"
+            "NVIDIA_REQUIRE_CUDA: cuda>=12.9 not met: driver 535.183.01 supports CUDA 12.2 and the image's compat libcuda provides CUDA 12.8; update the driver or use an image built for CUDA 12.8"
         );
         // An older compat library does not lower the host's.
         f.compat_cuda = Some(v("11.8"));
