@@ -158,11 +158,17 @@ impl Bed {
 
     /// `nvidia-container-runtime run` the bundle and collect what the container printed.
     pub fn run(&self, id: &str) -> Ran {
+        self.run_image(id, &|_| {})
+    }
+
+    /// [`Bed::run`] on a fresh image that `image` adds to first.
+    pub fn run_image(&self, id: &str, image: &dyn Fn(&std::path::Path)) -> Ran {
         // A fresh image for every container, as an engine's overlay gives: the runtime leaves
         // mount points and our hooks leave links behind in the rootfs.
         let rootfs = self.bundle.join("rootfs");
         fs::remove_dir_all(&rootfs).unwrap();
         gpuctk_mockhost::create_rootfs(&rootfs, &gpuctk_mockhost::RootfsConfig::default()).unwrap();
+        image(&rootfs);
         // runc and crun name the container's cgroup after its id: ids must be unique across
         // tests running at the same time, or one container's cleanup kills another's.
         let id = format!(
@@ -1215,4 +1221,60 @@ fn passthrough_version_and_missing_runtime() {
     let line: Value =
         serde_json::from_str(fs::read_to_string(&log).unwrap().lines().last().unwrap()).unwrap();
     assert_eq!(line["level"], "error");
+}
+
+/// Issue 10: the image's own CUDA forward-compat `libcuda` is the one the container loads, and
+/// the one answering `cuDriverGetVersion`, exactly when NVIDIA's rule says so. Compat libraries
+/// older than, equal to and newer than the mock driver (570.124.06, CUDA 12.8), each carrying
+/// the note real libraries do; through the shim (runc) and as hook processes (crun).
+#[test]
+fn compat_libcuda_is_loaded_only_when_newer() {
+    const HOST_LIB: &str = "/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06";
+    for (runtime, in_shim) in [("runc", true), ("crun", false)] {
+        let bed = Bed::new(runtime, "debian", 1);
+        if !in_shim {
+            bed.hooks_as_processes();
+        }
+        for (version, cuda, used) in [
+            ("560.35.03", (12, 6), false),
+            ("570.124.06", (12, 8), false),
+            ("575.57.08", (12, 9), true),
+        ] {
+            bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
+            let lib = gpuctk_mockhost::compat_libcuda(version, cuda).unwrap();
+            let image = |r: &std::path::Path| {
+                let dir = r.join("usr/local/cuda-12.9/compat");
+                fs::create_dir_all(&dir).unwrap();
+                fs::write(dir.join(format!("libcuda.so.{version}")), &lib).unwrap();
+                symlink("cuda-12.9", r.join("usr/local/cuda")).unwrap();
+            };
+            let ran = bed.run_image(&format!("compat-{}", cuda.1), &image);
+            ran.ok();
+            let (want_lib, want_cuda) = if used {
+                (
+                    format!("/usr/local/cuda-12.9/compat/libcuda.so.{version}"),
+                    cuda.0 * 1000 + cuda.1 * 10,
+                )
+            } else {
+                (HOST_LIB.to_string(), 12080)
+            };
+            let cache = Command::new("ldconfig")
+                .arg("-p")
+                .arg("-C")
+                .arg(bed.bundle.join("rootfs/etc/ld.so.cache"))
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            let what = format!(
+                "{runtime} compat {version}: {}\ncache:\n{cache}",
+                ran.stdout
+            );
+            assert_eq!(ran.libcuda().map(|l| l.1), Some(want_lib), "{what}");
+            assert_eq!(
+                ran.probe.cu_driver_version,
+                Some((0, want_cuda as i32)),
+                "{what}"
+            );
+        }
+    }
 }

@@ -52,9 +52,50 @@ pub fn cuda_version_for_branch(major: u32) -> Option<CudaVersion> {
         .map(|&(_, major, minor)| CudaVersion { major, minor })
 }
 
+/// The CUDA version in the JSON description of libcuda's `.note.cuda.fwd_compatibility` note
+/// (real libraries of 575 and later carry one): the value of its `"CUDA version"` key, matched
+/// without regard to case as NVIDIA's decoder does. A small scan, linear in `desc`, not a JSON
+/// parser: the value is a plain `"MAJOR.MINOR"` string.
+pub fn cuda_version_from_note(desc: &[u8]) -> Option<CudaVersion> {
+    const KEY: &[u8] = b"\"cuda version\"";
+    let at = desc
+        .windows(KEY.len())
+        .position(|w| w.eq_ignore_ascii_case(KEY))?;
+    let rest = &desc[at + KEY.len()..];
+    let rest = rest
+        .trim_ascii_start()
+        .strip_prefix(b":")?
+        .trim_ascii_start();
+    let rest = rest.strip_prefix(b"\"")?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    let text = std::str::from_utf8(&rest[..end]).ok()?;
+    let (major, minor) = text.split_once('.')?;
+    Some(CudaVersion {
+        major: major.parse().ok()?,
+        minor: minor.parse().ok()?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_from_the_note() {
+        let v = |s: &str| cuda_version_from_note(s.as_bytes());
+        let want = Some(CudaVersion {
+            major: 12,
+            minor: 9,
+        });
+        assert_eq!(
+            v(r#"{"format":1,"CUDA version":"12.9","driver":[570]}"#),
+            want
+        );
+        assert_eq!(v(r#"{"CUDA Version" : "12.9"}   "#), want);
+        assert_eq!(v(r#"{"Driver":[570]}"#), None);
+        assert_eq!(v(r#"{"CUDA version":12.9}"#), None);
+        assert_eq!(v(r#"{"CUDA version":"x"}"#), None);
+    }
 
     #[test]
     fn branches_from_the_issue() {

@@ -16,7 +16,7 @@ use gpuctk_elf::Error as ElfError;
 use gpuctk_ldcache::{flags, NATIVE_FLAGS};
 
 use crate::catalog::{self, Capability};
-use crate::cuda::cuda_version_for_branch;
+use crate::cuda::{cuda_version_for_branch, CudaVersion};
 use crate::inventory::{DeviceNode, Gpu, HostFile, Inventory, Library, Roots};
 use crate::procfs::{self, DriverVersion, ProcError};
 use crate::resolve::{host_path, resolve_in_root};
@@ -135,9 +135,10 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
     let firmware = discover_firmware(&roots.driver_root, &version)?;
     let ipc = discover_ipc(&roots.driver_root);
 
+    let cuda_version = cuda_version_of(&libraries, version.major(), &mut warnings);
     Ok(Inventory {
         roots: roots.clone(),
-        cuda_version: cuda_version_for_branch(version.major()),
+        cuda_version,
         driver_version: version,
         gpus,
         control_nodes,
@@ -148,6 +149,36 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
         library_source,
         warnings,
     })
+}
+
+/// The CUDA version the driver provides: NVIDIA's branch table, confirmed (or corrected, for a
+/// branch newer than the table) by the note in the driver's own `libcuda` when it has one.
+fn cuda_version_of(
+    libraries: &[Library],
+    branch: u32,
+    warnings: &mut Vec<String>,
+) -> Option<CudaVersion> {
+    let table = cuda_version_for_branch(branch);
+    let libcuda = libraries
+        .iter()
+        .find(|l| l.name == "libcuda.so" && !l.is_32bit)?;
+    let note = fs::File::open(&libcuda.host_path)
+        .ok()
+        .and_then(|f| gpuctk_elf::note_section(&f, ".note.cuda.fwd_compatibility").ok())
+        .flatten()
+        .and_then(|notes| notes.into_iter().find(|n| n.owner == "NVIDIA Corporation"))
+        .and_then(|n| crate::cuda::cuda_version_from_note(&n.desc));
+    match (note, table) {
+        (Some(n), Some(t)) if n != t => {
+            warnings.push(format!(
+                "{}: its note says CUDA {n}, NVIDIA's table gives {t} for branch {branch}; using the note",
+                libcuda.host_path.display()
+            ));
+            Some(n)
+        }
+        (Some(n), _) => Some(n),
+        (None, t) => t,
+    }
 }
 
 fn read_majors(proc_root: &Path) -> Result<Vec<(u32, String)>, DiscoverError> {

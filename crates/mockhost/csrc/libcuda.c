@@ -8,6 +8,25 @@
 
 GM_DEFINE_CONFIG_BLOCK
 
+/*
+ * The forward-compatibility note real libcuda.so files (575 and later) carry: an ELF note in
+ * section .note.cuda.fwd_compatibility (SHT_NOTE, from its name), owned by "NVIDIA Corporation",
+ * whose description is JSON. The description area is patched per host after compilation (the
+ * marker replaced by the JSON, padded with spaces): must match NOTE_MARKER / NOTE_DESC_SIZE in
+ * src/patch.rs.
+ */
+#define GM_NOTE_DESC_SIZE 256
+struct gm_cuda_note {
+    uint32_t namesz;
+    uint32_t descsz;
+    uint32_t type;
+    char name[20]; /* "NVIDIA Corporation" and its NUL, padded to 4 */
+    char desc[GM_NOTE_DESC_SIZE];
+};
+__attribute__((used, section(".note.cuda.fwd_compatibility"), aligned(4)))
+static const struct gm_cuda_note gpuctk_cuda_note = {
+    19, GM_NOTE_DESC_SIZE, 1, "NVIDIA Corporation", "GPUCTK_MOCK_NOTE_V1"};
+
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_NOT_INITIALIZED 3

@@ -393,12 +393,41 @@ const DEBIAN_OS_RELEASE: &str = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\
 const RHEL_OS_RELEASE: &str = "NAME=\"Red Hat Enterprise Linux\"\nVERSION=\"9.4 (Plow)\"\nID=\"rhel\"\nID_LIKE=\"fedora\"\nVERSION_ID=\"9.4\"\nPRETTY_NAME=\"Red Hat Enterprise Linux 9.4 (Plow)\"\n";
 const UBUNTU_OS_RELEASE: &str = "PRETTY_NAME=\"Ubuntu 22.04.5 LTS\"\nNAME=\"Ubuntu\"\nVERSION_ID=\"22.04\"\nVERSION=\"22.04.5 LTS (Jammy Jellyfish)\"\nVERSION_CODENAME=jammy\nID=ubuntu\nID_LIKE=debian\n";
 
+/// A `libcuda.so.<driver_version>` as a CUDA forward-compat package puts it in an image
+/// (`/usr/local/cuda/compat`): the mock libcuda of that driver, answering `cuda_version` to
+/// `cuDriverGetVersion`, with the forward-compatibility note real libraries carry.
+pub fn compat_libcuda(driver_version: &str, cuda_version: (u32, u32)) -> Result<Vec<u8>, Error> {
+    let cfg = HostConfig::new(driver_version, cuda_version);
+    cfg.validate()?;
+    let lib = LIBRARIES
+        .iter()
+        .find(|l| l.stem == "libcuda")
+        .expect("the catalogue has libcuda");
+    let bytes = lib.render(&cfg.config_string(), driver_version)?;
+    let note = crate::patch::cuda_note_json(
+        driver_version,
+        &format!("{}.{}", cuda_version.0, cuda_version.1),
+    );
+    crate::patch::patch_note(&bytes, &note).map_err(|source| Error::Patch {
+        artifact: lib.file_name(driver_version),
+        source,
+    })
+}
+
 fn write_driver_tree(host: &MockHost, config: &str) -> Result<(), Error> {
     let ver = &host.driver_version;
     let lib = host.lib_path();
     sys::make_dir(&lib, 0o755)?;
     for l in LIBRARIES {
-        sys::write_file(&lib.join(l.file_name(ver)), &l.render(config, ver)?, 0o755)?;
+        let mut bytes = l.render(config, ver)?;
+        if l.stem == "libcuda" {
+            let note = crate::patch::cuda_note_json(ver, &host.cuda_version);
+            bytes = crate::patch::patch_note(&bytes, &note).map_err(|source| Error::Patch {
+                artifact: l.file_name(ver),
+                source,
+            })?;
+        }
+        sys::write_file(&lib.join(l.file_name(ver)), &bytes, 0o755)?;
         if l.dev_link {
             // What the installer ships; the soname link itself is ldconfig's job.
             sys::make_symlink(

@@ -26,10 +26,10 @@ mod sys;
 
 pub use error::Error;
 pub use host::{
-    create_host, load_host, HostConfig, Layout, MockGpu, MockHost, HOST_JSON, MAX_GPUS,
-    NVIDIACTL_MINOR, NVIDIA_MAJOR, NVIDIA_MODESET_MINOR,
+    compat_libcuda, create_host, load_host, HostConfig, Layout, MockGpu, MockHost, HOST_JSON,
+    MAX_GPUS, NVIDIACTL_MINOR, NVIDIA_MAJOR, NVIDIA_MODESET_MINOR,
 };
 pub use ids::{fnv1a64, gpu_bus_id, gpu_uuid};
-pub use patch::PatchError;
+pub use patch::{cuda_note_json, PatchError};
 pub use probe::{LibraryLoad, ProbeReport};
 pub use rootfs::{create_rootfs, create_rootfs_from, probe_binary, RootfsConfig, PROBE_PATH};

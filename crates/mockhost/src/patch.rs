@@ -88,6 +88,61 @@ pub(crate) fn patch_config(bytes: &[u8], config: &str) -> Result<Vec<u8>, PatchE
     Ok(out)
 }
 
+/// Marker in the description of libcuda's `.note.cuda.fwd_compatibility` note.
+pub(crate) const NOTE_MARKER: &[u8] = b"GPUCTK_MOCK_NOTE_V1";
+/// Room for the note's description (csrc/libcuda.c `GM_NOTE_DESC_SIZE`).
+pub(crate) const NOTE_DESC_SIZE: usize = 256;
+/// The note's owner, NUL-terminated and padded to 4 bytes, as it precedes the description.
+const NOTE_NAME: &[u8; 20] = b"NVIDIA Corporation\0\0";
+
+/// The JSON description of libcuda's forward-compatibility note, as real libraries (575 and
+/// later) write it: the CUDA version this libcuda provides, the host driver branches it runs
+/// on, and the device generations.
+pub fn cuda_note_json(driver_version: &str, cuda_version: &str) -> String {
+    let major: u32 = driver_version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    let mut branches: Vec<u32> = [535, 550, 560, 565, 570, 575, 580, 590]
+        .into_iter()
+        .filter(|b| *b <= major)
+        .collect();
+    if !branches.contains(&major) {
+        branches.push(major);
+    }
+    let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    format!(
+        "{{\"format\":1,\"CUDA version\":\"{cuda_version}\",\"driver\":[{}],\"device\":[{}]}}",
+        list(&branches),
+        list(&[1, 2, 7, 8, 9, 10, 11, 12, 13, 14])
+    )
+}
+
+/// Copy of `bytes` with the note's description set to `desc`, padded with spaces to the
+/// compiled size: still one JSON document for any reader, and the section still holds exactly
+/// one note (NUL padding would read as empty notes after it).
+pub(crate) fn patch_note(bytes: &[u8], desc: &str) -> Result<Vec<u8>, PatchError> {
+    if desc.len() > NOTE_DESC_SIZE {
+        return Err(PatchError::TooLong {
+            len: desc.len(),
+            max: NOTE_DESC_SIZE,
+        });
+    }
+    if desc.as_bytes().contains(&0) {
+        return Err(PatchError::ContainsNul);
+    }
+    let start = find_unique(bytes, NOTE_MARKER)?;
+    if start < 32 || start + NOTE_DESC_SIZE > bytes.len() || &bytes[start - 20..start] != NOTE_NAME
+    {
+        return Err(PatchError::Truncated);
+    }
+    let mut out = bytes.to_vec();
+    out[start..start + NOTE_DESC_SIZE].fill(b' ');
+    out[start..start + desc.len()].copy_from_slice(desc.as_bytes());
+    Ok(out)
+}
+
 /// Replace the unique `placeholder` with `value`, NUL-padded to the same
 /// length, so string-table offsets and sizes stay valid.
 pub(crate) fn patch_placeholder(

@@ -348,3 +348,57 @@ fn layout_names() {
     let err = "centos".parse::<Layout>().unwrap_err().to_string();
     assert!(err.contains("debian, rhel, driver-container"));
 }
+
+/// The mock libcuda carries the forward-compatibility note real libraries (575 and later) do:
+/// one SHT_NOTE section `.note.cuda.fwd_compatibility`, one note owned by "NVIDIA Corporation",
+/// JSON with the keys as shipped (`"CUDA version"`, `"driver"`), as `readelf -n` shows it; and a
+/// compat library built for an image answers its own versions.
+#[test]
+fn libcuda_carries_the_real_compat_note() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = create_host(&tmp.path().join("h"), &cfg()).unwrap();
+    let lib = host
+        .lib_path()
+        .join(format!("libcuda.so.{}", host.driver_version));
+    let notes = |bytes: &[u8]| {
+        gpuctk_elf::note_section(bytes, ".note.cuda.fwd_compatibility")
+            .unwrap()
+            .expect("the section")
+    };
+    let n = notes(&fs::read(&lib).unwrap());
+    assert_eq!(n.len(), 1, "{n:?}");
+    assert_eq!(n[0].owner, "NVIDIA Corporation");
+    let v: serde_json::Value = serde_json::from_slice(&n[0].desc).unwrap();
+    assert_eq!(v["CUDA version"], host.cuda_version.as_str());
+    let major: u64 = host
+        .driver_version
+        .split('.')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        v["driver"].as_array().unwrap().contains(&major.into()),
+        "{v}"
+    );
+    let readelf = std::process::Command::new("readelf")
+        .arg("-n")
+        .arg(&lib)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&readelf.stdout);
+    assert_eq!(text.matches("NVIDIA Corporation").count(), 1, "{text}");
+    assert!(
+        readelf.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&readelf.stderr)
+    );
+
+    let compat = gpuctk_mockhost::compat_libcuda("575.57.08", (12, 9)).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&notes(&compat)[0].desc).unwrap();
+    assert_eq!(v["CUDA version"], "12.9");
+    assert_eq!(
+        v["driver"],
+        serde_json::json!([535, 550, 560, 565, 570, 575])
+    );
+}
