@@ -15,6 +15,8 @@ mod commands;
 mod concurrency;
 /// Discovery errors that were swallowed (an unreadable firmware folder): generate fails.
 mod discovery_errors;
+/// `doctor`: a healthy mock host is all ok; each way of breaking it is named, with its fix.
+mod doctor;
 /// docker, podman, containerd and `runtime configure`.
 mod engines;
 /// Writers killed at every step and fed write, fsync and rename errors: no file lost or torn.

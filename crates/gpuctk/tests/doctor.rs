@@ -1,0 +1,626 @@
+//! `gpuctk doctor` on mock hosts: a healthy one is all ok (exit 0); each way of breaking it
+//! gives its finding, with a fix, and a non-zero exit (an unknown config key only warns).
+//! Every path doctor reads is in the test's temp dir: the engine configs, the config.toml, the
+//! spec dirs and the low-level runtime are passed explicitly, never the real host's.
+
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// A healthy mock host with everything doctor checks in place.
+struct Fixture {
+    t: TestDir,
+    host: Host,
+}
+
+fn executable(path: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn mknod(path: &Path, major: u32, minor: u32) {
+    let _ = std::fs::remove_file(path);
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mknod has no other preconditions.
+    let rc = unsafe {
+        libc::mknod(
+            c.as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(major, minor),
+        )
+    };
+    assert_eq!(rc, 0, "mknod {}", path.display());
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let t = TestDir::new();
+        let host = mock_host(&t, "host", 2, "570.124.06", "debian");
+        let f = Fixture { t, host };
+        // /dev/char links, as udev or nvidia-ctk would make them.
+        let dev = f.dev();
+        let uvm = f.uvm_major();
+        std::fs::create_dir_all(dev.join("char")).unwrap();
+        for (node, major, minor) in [
+            ("nvidia0", 195, 0),
+            ("nvidia1", 195, 1),
+            ("nvidiactl", 195, 255),
+            ("nvidia-modeset", 195, 254),
+            ("nvidia-uvm", uvm, 0),
+            ("nvidia-uvm-tools", uvm, 1),
+        ] {
+            symlink(
+                format!("../{node}"),
+                dev.join(format!("char/{major}:{minor}")),
+            )
+            .unwrap();
+        }
+        // A low-level runtime and the nvidia runtime docker is registered with.
+        executable(&f.t.join("bin/runc"));
+        executable(&f.t.join("bin/nvidia-container-runtime"));
+        f.write_config("");
+        std::fs::create_dir_all(f.t.join("cdi")).unwrap();
+        std::fs::create_dir_all(f.t.join("docker")).unwrap();
+        f.docker_runtime(&f.t.join("bin/nvidia-container-runtime"));
+        f
+    }
+
+    fn dev(&self) -> PathBuf {
+        Path::new(&self.host.dev_root()).join("dev")
+    }
+
+    fn proc(&self) -> PathBuf {
+        PathBuf::from(self.host.proc_root())
+    }
+
+    fn uvm_major(&self) -> u32 {
+        self.host.manifest["uvm_major"].as_u64().unwrap() as u32
+    }
+
+    /// config.toml: the fixture's runc, then `extra`.
+    fn write_config(&self, extra: &str) {
+        let runc = self.t.join("bin/runc");
+        std::fs::write(
+            self.t.join("config.toml"),
+            format!(
+                "[nvidia-container-runtime]\nruntimes = [\"{}\"]\n{extra}",
+                runc.display()
+            ),
+        )
+        .unwrap();
+    }
+
+    fn docker_runtime(&self, path: &Path) {
+        std::fs::write(
+            self.t.join("docker/daemon.json"),
+            format!(
+                "{{\n  \"runtimes\": {{\n    \"nvidia\": {{\"path\": \"{}\", \"args\": []}}\n  }}\n}}\n",
+                path.display()
+            ),
+        )
+        .unwrap();
+    }
+
+    /// A CDI spec of this host in the spec dir.
+    fn generate_spec(&self) -> PathBuf {
+        let out = self.t.join("cdi/nvidia.yaml");
+        let o = out.to_str().unwrap().to_string();
+        let roots = self.host.roots();
+        ok(&with(&["cdi", "generate", "--output", &o], &roots));
+        out
+    }
+
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let p = |s: &str| self.t.join(s).to_str().unwrap().to_string();
+        let mut v: Vec<String> = vec!["doctor".into()];
+        v.extend(self.host.roots());
+        v.extend([
+            "--config".into(),
+            p("config.toml"),
+            "--spec-dir".into(),
+            p("cdi"),
+            "--docker-config".into(),
+            p("docker/daemon.json"),
+            "--containerd-config".into(),
+            p("containerd/config.toml"),
+            "--crio-config".into(),
+            p("crio/crio.conf"),
+        ]);
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    }
+
+    /// `doctor --json` with `extra`: the run and the report.
+    fn json(&self, extra: &[&str]) -> (Run, Value) {
+        let mut args = self.args(extra);
+        args.push("--json".into());
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = run(&a);
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+        let v: Value = serde_json::from_str(&r.stdout)
+            .unwrap_or_else(|e| panic!("doctor --json: {e}\n{}\n{}", r.stdout, r.stderr));
+        (r, v)
+    }
+
+    fn text(&self, extra: &[&str]) -> Run {
+        let args = self.args(extra);
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&a)
+    }
+}
+
+/// The check `group/name` of a report (the first, for names that repeat).
+fn check<'a>(v: &'a Value, group: &str, name: &str) -> &'a Value {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["group"] == group && c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {group}/{name} in {v:#}"))
+}
+
+fn not_ok(v: &Value) -> Vec<&Value> {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] != "ok")
+        .collect()
+}
+
+/// `group/name` has `status`, a fix, and `found` holds each of `needles`; the exit code says
+/// whether anything failed.
+fn expect(run: &Run, v: &Value, group: &str, name: &str, status: &str, needles: &[&str]) {
+    let c = check(v, group, name);
+    assert_eq!(c["status"], status, "{group}/{name}: {c:#}");
+    assert!(c["fix"].as_str().is_some_and(|f| !f.is_empty()), "{c:#}");
+    for n in needles {
+        let all = format!("{} {}", c["found"], c["fix"]);
+        assert!(all.contains(n), "{group}/{name} lacks {n:?}: {c:#}");
+    }
+    if status == "fail" {
+        assert_ne!(run.code, 0, "a fail must exit non-zero: {}", run.stdout);
+        assert_eq!(v["status"], "fail");
+    }
+}
+
+#[test]
+fn healthy_host_is_all_ok() {
+    let f = Fixture::new();
+    f.generate_spec();
+    let (r, v) = f.json(&[]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(v["status"], "ok");
+    assert!(
+        not_ok(&v).is_empty(),
+        "{:#}",
+        Value::from(not_ok(&v).into_iter().cloned().collect::<Vec<_>>())
+    );
+    for (g, n) in [
+        ("driver", "kernel-module"),
+        ("driver", "libraries"),
+        ("driver", "gsp-firmware"),
+        ("devices", "nvidia0"),
+        ("devices", "nvidia1"),
+        ("devices", "nvidiactl"),
+        ("devices", "nvidia-uvm"),
+        ("devices", "char-links"),
+        ("devices", "persistenced"),
+        ("toolkit", "config"),
+        ("toolkit", "low-level-runtime"),
+        ("toolkit", "cdi-spec"),
+        ("engines", "docker"),
+        ("engines", "containerd"),
+        ("engines", "crio"),
+    ] {
+        let c = check(&v, g, n);
+        assert!(c["fix"].is_null(), "{c:#}");
+        assert!(!c["found"].as_str().unwrap().is_empty());
+    }
+    assert!(check(&v, "driver", "kernel-module")["found"]
+        .as_str()
+        .unwrap()
+        .contains("570.124.06"));
+    assert!(check(&v, "engines", "containerd")["found"]
+        .as_str()
+        .unwrap()
+        .contains("skipped"));
+    assert!(v["verdict"].is_null());
+
+    // The text form: one line per check, then the summary; and nvidia-ctk is the same binary.
+    let link = f.t.join("nvidia-ctk");
+    symlink(GPUCTK, &link).unwrap();
+    let args = f.args(&[]);
+    let out = std::process::Command::new(&link)
+        .args(&args)
+        .env_remove("NVIDIA_CTK_DRIVER_ROOT")
+        .env_remove("NVIDIA_CTK_DEV_ROOT")
+        .env_remove("GPUCTK_PROC_ROOT")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        v["checks"].as_array().unwrap().len() + 1,
+        "{text}"
+    );
+    assert!(
+        lines
+            .iter()
+            .take(lines.len() - 1)
+            .all(|l| l.starts_with("ok ")),
+        "{text}"
+    );
+    assert!(lines.last().unwrap().starts_with("ok: "), "{text}");
+}
+
+#[test]
+fn module_not_loaded() {
+    let f = Fixture::new();
+    std::fs::remove_file(f.proc().join("driver/nvidia/version")).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "kernel-module",
+        "fail",
+        &["not loaded", "modprobe nvidia"],
+    );
+}
+
+#[test]
+fn libraries_of_another_version() {
+    let f = Fixture::new();
+    // The module was upgraded, the user-space libraries were not.
+    let file = f.proc().join("driver/nvidia/version");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("570.124.06"));
+    std::fs::write(&file, text.replace("570.124.06", "575.57.08")).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "libraries",
+        "fail",
+        &[
+            "libcuda.so is 570.124.06",
+            "not 575.57.08",
+            "Driver/library version mismatch",
+        ],
+    );
+    // No firmware for the running version: a warning, with its fix.
+    expect(&r, &v, "driver", "gsp-firmware", "warn", &["575.57.08"]);
+}
+
+#[test]
+fn missing_gpu_node() {
+    let f = Fixture::new();
+    std::fs::remove_file(f.dev().join("nvidia1")).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "devices",
+        "nvidia1",
+        "fail",
+        &["dev/nvidia1", "mknod", "c 195 1"],
+    );
+    assert_eq!(check(&v, "devices", "nvidia0")["status"], "ok");
+}
+
+#[test]
+fn gpu_node_with_the_wrong_minor() {
+    let f = Fixture::new();
+    mknod(&f.dev().join("nvidia1"), 195, 7);
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "devices",
+        "nvidia1",
+        "fail",
+        &["195:7", "195:1", "rm "],
+    );
+}
+
+#[test]
+fn missing_dev_char_links() {
+    let f = Fixture::new();
+    std::fs::remove_dir_all(f.dev().join("char")).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "devices",
+        "char-links",
+        "fail",
+        &[
+            "char/195:0",
+            "daemon-reload",
+            "ln -s ../nvidia0",
+            "udev rule",
+        ],
+    );
+    // Every other device check is fine.
+    let bad: Vec<&Value> = not_ok(&v);
+    assert_eq!(bad.len(), 1, "{v:#}");
+}
+
+#[test]
+fn uvm_node_with_a_stale_major() {
+    let f = Fixture::new();
+    let stale = f.uvm_major() + 1;
+    mknod(&f.dev().join("nvidia-uvm"), stale, 0);
+    let (r, v) = f.json(&[]);
+    let want = format!("is {stale}:0");
+    let have = format!("{}:0", f.uvm_major());
+    expect(
+        &r,
+        &v,
+        "devices",
+        "nvidia-uvm",
+        "fail",
+        &[&want, &have, "stale", "mknod"],
+    );
+}
+
+#[test]
+fn unknown_config_key_only_warns() {
+    let f = Fixture::new();
+    f.write_config("log-levle = \"debug\"\n");
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "config",
+        "warn",
+        &["nvidia-container-runtime.log-levle", "line 3"],
+    );
+    assert_eq!(r.code, 0, "a warning alone exits 0: {}", r.stdout);
+    assert_eq!(v["status"], "warn");
+    // The text form carries the fix on the check's line.
+    let t = f.text(&[]);
+    let line = t
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("warn toolkit/config:"))
+        .unwrap_or_else(|| panic!("{}", t.stdout));
+    assert!(line.contains("; fix: "), "{line}");
+}
+
+#[test]
+fn stale_cdi_spec() {
+    let f = Fixture::new();
+    let spec = f.generate_spec();
+    let text = std::fs::read_to_string(&spec).unwrap();
+    assert!(text.contains("--host-driver-version=570.124.06"), "{text}");
+    std::fs::write(
+        &spec,
+        text.replace(
+            "--host-driver-version=570.124.06",
+            "--host-driver-version=560.35.03",
+        ),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-spec",
+        "fail",
+        &[
+            "generated for driver 560.35.03",
+            "570.124.06 is running",
+            "cdi generate",
+        ],
+    );
+}
+
+#[test]
+fn cdi_spec_naming_a_missing_host_file() {
+    let f = Fixture::new();
+    let spec = f.generate_spec();
+    let parsed = yaml(&std::fs::read_to_string(&spec).unwrap());
+    let gone = parsed["containerEdits"]["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["hostPath"].as_str())
+        .find(|p| p.contains("/usr/bin/"))
+        .expect("a binary mount")
+        .to_string();
+    std::fs::remove_file(&gone).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-spec",
+        "fail",
+        &[&gone, "no longer exists"],
+    );
+}
+
+#[test]
+fn docker_registration_of_a_missing_binary() {
+    let f = Fixture::new();
+    let missing = f.t.join("nowhere/nvidia-container-runtime");
+    f.docker_runtime(&missing);
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "docker",
+        "fail",
+        &[
+            missing.to_str().unwrap(),
+            "does not exist",
+            "runtime configure --runtime docker",
+        ],
+    );
+    // A bare name must resolve in PATH.
+    std::fs::write(
+        f.t.join("docker/daemon.json"),
+        r#"{"runtimes": {"nvidia": {"path": "gpuctk-test-no-such-runtime"}}}"#,
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "docker",
+        "fail",
+        &["not an executable in PATH"],
+    );
+}
+
+/// A bundle whose rootfs is an empty directory and whose env is `env`.
+fn bundle(f: &Fixture, env: &[&str]) -> PathBuf {
+    let b = f.t.join("bundle");
+    std::fs::create_dir_all(b.join("rootfs/usr/local")).unwrap();
+    let config = serde_json::json!({
+        "ociVersion": "1.0.2",
+        "root": {"path": "rootfs"},
+        "process": {"args": ["sh"], "env": env},
+    });
+    std::fs::write(b.join("config.json"), config.to_string()).unwrap();
+    b
+}
+
+/// The image's files, to see that judging it wrote nothing.
+fn tree(dir: &Path) -> Vec<String> {
+    fn walk(d: &Path, base: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            out.push(p.strip_prefix(base).unwrap().display().to_string());
+            if e.file_type().unwrap().is_dir() {
+                walk(&p, base, out);
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(dir, dir, &mut v);
+    v.sort();
+    v
+}
+
+#[test]
+fn image_newer_than_the_host_cuda_fails() {
+    let f = Fixture::new();
+    // Host 570: CUDA 12.8.
+    let b = bundle(&f, &["PATH=/usr/bin", "CUDA_VERSION=12.9.1"]);
+    let (r, v) = f.json(&["--bundle", b.to_str().unwrap()]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert_eq!(v["status"], "fail");
+    assert_eq!(v["verdict"]["status"], "fail", "{v:#}");
+    assert_eq!(v["verdict"]["cuda_starts"], false);
+    let reason = v["verdict"]["reason"].as_str().unwrap();
+    assert!(reason.contains("cuda>=12.9"), "{reason}");
+    assert!(v["verdict"]["fix"]
+        .as_str()
+        .unwrap()
+        .contains("NVIDIA_DISABLE_REQUIRE"));
+    assert_eq!(
+        check(&v, "image", "cuda-runtime")["found"],
+        "CUDA 12.9 (CUDA_VERSION)"
+    );
+    assert!(check(&v, "image", "host-cuda")["found"]
+        .as_str()
+        .unwrap()
+        .contains("CUDA 12.8"));
+    assert!(check(&v, "image", "compat")["found"]
+        .as_str()
+        .unwrap()
+        .contains("not used"));
+    // Only the verdict failed.
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+
+    // The same with --image-env (no rootfs).
+    let env = f.t.join("image.env");
+    std::fs::write(&env, "# an image\nCUDA_VERSION=12.9.1\n").unwrap();
+    let (r, v) = f.json(&["--image-env", env.to_str().unwrap()]);
+    assert_ne!(r.code, 0);
+    assert_eq!(v["verdict"]["status"], "fail");
+    let t = f.text(&["--image-env", env.to_str().unwrap()]);
+    assert!(
+        t.stdout
+            .lines()
+            .any(|l| l.starts_with("fail verdict: CUDA will not start")),
+        "{}",
+        t.stdout
+    );
+}
+
+#[test]
+fn image_with_disable_require_is_ok() {
+    let f = Fixture::new();
+    let b = bundle(&f, &["CUDA_VERSION=12.9.1", "NVIDIA_DISABLE_REQUIRE=1"]);
+    let (r, v) = f.json(&["--bundle", b.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(v["verdict"]["status"], "ok", "{v:#}");
+    assert_eq!(v["verdict"]["cuda_starts"], true);
+    let reason = v["verdict"]["reason"].as_str().unwrap();
+    assert!(reason.contains("NVIDIA_DISABLE_REQUIRE"), "{reason}");
+    assert!(reason.contains("minor version compatibility"), "{reason}");
+}
+
+#[test]
+fn image_with_a_newer_compat_libcuda_is_ok() {
+    let f = Fixture::new();
+    let b = bundle(&f, &["CUDA_VERSION=12.9.1"]);
+    let rootfs = b.join("rootfs");
+    // A CUDA 12.9 image: its runtime and the forward-compat libcuda of driver 575.
+    let cuda = rootfs.join("usr/local/cuda-12.9");
+    std::fs::create_dir_all(cuda.join("compat")).unwrap();
+    std::fs::create_dir_all(cuda.join("lib64")).unwrap();
+    // Not ELF: judged, as NVIDIA's hook does, by the driver majors in the file names (575 is
+    // newer than the host's 570), and branch 575 brings CUDA 12.9.
+    std::fs::write(
+        cuda.join("compat/libcuda.so.575.57.08"),
+        b"a compat libcuda",
+    )
+    .unwrap();
+    std::fs::write(cuda.join("lib64/libcudart.so.12.9.79"), b"not really").unwrap();
+    symlink("cuda-12.9", rootfs.join("usr/local/cuda")).unwrap();
+    let before = tree(&rootfs);
+
+    let (r, v) = f.json(&["--bundle", b.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(v["verdict"]["status"], "ok", "{v:#}");
+    let reason = v["verdict"]["reason"].as_str().unwrap();
+    assert!(reason.contains("compat"), "{reason}");
+    assert!(reason.contains("575.57.08"), "{reason}");
+    let compat = check(&v, "image", "compat")["found"].as_str().unwrap();
+    assert!(compat.contains("is used"), "{compat}");
+    assert!(check(&v, "image", "cuda-runtime")["found"]
+        .as_str()
+        .unwrap()
+        .contains("libcudart.so.12.9.79"));
+    // Judged, not enabled: nothing was written into the image.
+    assert_eq!(tree(&rootfs), before);
+
+    // --rootfs with --image-env gives the same verdict.
+    let env = f.t.join("image.env");
+    std::fs::write(&env, "CUDA_VERSION=12.9.1\n").unwrap();
+    let (r, v) = f.json(&[
+        "--rootfs",
+        rootfs.to_str().unwrap(),
+        "--image-env",
+        env.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(v["verdict"]["status"], "ok");
+}
