@@ -528,7 +528,9 @@ dev-root = "/host"
             ("disabled", CompatMode::Disabled, false),
         ] {
             let c = parse(
-                &format!("[nvidia-container-runtime.modes.legacy]\ncuda-compat-mode = \"{mode}\"\n"),
+                &format!(
+                    "[nvidia-container-runtime.modes.legacy]\ncuda-compat-mode = \"{mode}\"\n"
+                ),
                 p,
             )
             .unwrap();
