@@ -624,3 +624,78 @@ fn image_with_a_newer_compat_libcuda_is_ok() {
     assert_eq!(r.code, 0, "{}", r.stdout);
     assert_eq!(v["verdict"]["status"], "ok");
 }
+
+#[test]
+fn engine_registrations_written_by_runtime_configure() {
+    let f = Fixture::new();
+    let runtime = f.t.join("bin/nvidia-container-runtime");
+    let rt = runtime.to_str().unwrap();
+    std::fs::create_dir_all(f.t.join("containerd")).unwrap();
+    std::fs::create_dir_all(f.t.join("crio")).unwrap();
+    for (engine, config) in [
+        ("docker", "docker/daemon.json"),
+        ("containerd", "containerd/config.toml"),
+        ("crio", "crio/crio.conf"),
+    ] {
+        let c = f.t.join(config);
+        ok(&[
+            "runtime",
+            "configure",
+            "--runtime",
+            engine,
+            "--config",
+            c.to_str().unwrap(),
+            "--nvidia-runtime-path",
+            rt,
+        ]);
+    }
+    let (r, v) = f.json(&[]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    for engine in ["docker", "containerd", "crio"] {
+        let c = check(&v, "engines", engine);
+        assert_eq!(c["status"], "ok", "{c:#}");
+        assert!(c["found"].as_str().unwrap().contains(rt), "{c:#}");
+    }
+    assert!(check(&v, "engines", "crio")["found"]
+        .as_str()
+        .unwrap()
+        .contains("crio.conf.d"));
+
+    // The binary goes away: every engine's registration is broken.
+    std::fs::remove_file(&runtime).unwrap();
+    let (r, v) = f.json(&[]);
+    for engine in ["docker", "containerd", "crio"] {
+        expect(
+            &r,
+            &v,
+            "engines",
+            engine,
+            "fail",
+            &[rt, "runtime configure"],
+        );
+    }
+
+    // containerd with its runtime in an imported drop-in, config version 3.
+    executable(&runtime);
+    let dropins = f.t.join("containerd/conf.d");
+    std::fs::create_dir_all(&dropins).unwrap();
+    std::fs::write(
+        f.t.join("containerd/config.toml"),
+        "version = 3\nimports = [\"conf.d/*.toml\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dropins.join("99-nvidia.toml"),
+        format!(
+            "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]\nruntime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\nBinaryName = \"{rt}\"\n"
+        ),
+    )
+    .unwrap();
+    let (_, v) = f.json(&[]);
+    let c = check(&v, "engines", "containerd");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert!(
+        c["found"].as_str().unwrap().contains("99-nvidia.toml"),
+        "{c:#}"
+    );
+}

@@ -83,6 +83,8 @@ pub struct Verdict {
 pub struct Report {
     /// `fail` when any check failed (or the verdict did), else `warn` when any warned, else `ok`.
     pub status: Status,
+    /// The roots the checks read (flags, else the config, else the defaults).
+    pub roots: Roots,
     /// The checks in the order run.
     pub checks: Vec<Check>,
     /// The image's verdict, when an image was given.
@@ -232,6 +234,7 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
     }
     Report {
         status,
+        roots,
         checks: c.0,
         verdict,
     }
@@ -1495,6 +1498,52 @@ fn judge_image(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn v(major: u32, minor: u32) -> Option<CudaVersion> {
+        Some(CudaVersion { major, minor })
+    }
+
+    fn request(env: &[&str]) -> Request {
+        let config = serde_json::json!({"process": {"env": env}});
+        parse_request(&config, &Default::default(), Delivery::Shim).unwrap()
+    }
+
+    #[test]
+    fn verdicts() {
+        let legacy = request(&["CUDA_VERSION=12.9.1"]);
+        let d = Some("570.124.06");
+        // No driver: nothing starts.
+        let r = judge_image(None, None, v(12, 9), Some(&legacy), None);
+        assert!(!r.cuda_starts && r.status == Status::Fail);
+        // The legacy requirement cuda>=12.9 against CUDA 12.8.
+        let r = judge_image(d, v(12, 8), v(12, 9), Some(&legacy), None);
+        assert!(
+            !r.cuda_starts && r.reason.contains("cuda>=12.9"),
+            "{}",
+            r.reason
+        );
+        // A compat library bringing CUDA 12.9 meets it.
+        let compat = Compat {
+            library: "/usr/local/cuda/compat/libcuda.so.575.57.08".into(),
+            version: "575.57.08".into(),
+            cuda: v(12, 9),
+        };
+        let r = judge_image(d, v(12, 8), v(12, 9), Some(&legacy), Some(&compat));
+        assert!(r.cuda_starts && r.reason.contains("compat"), "{}", r.reason);
+        // Requirements off: a newer minor runs, a newer major does not.
+        let off = request(&["CUDA_VERSION=12.9.1", "NVIDIA_DISABLE_REQUIRE=true"]);
+        let r = judge_image(d, v(12, 8), v(12, 9), Some(&off), None);
+        assert!(r.cuda_starts && r.status == Status::Ok, "{}", r.reason);
+        let r = judge_image(d, v(12, 8), v(13, 0), Some(&off), None);
+        assert!(
+            !r.cuda_starts && r.reason.contains("insufficient"),
+            "{}",
+            r.reason
+        );
+        // An image that asks for nothing.
+        let r = judge_image(d, v(12, 8), None, Some(&request(&[])), None);
+        assert!(r.cuda_starts, "{}", r.reason);
+    }
 
     #[test]
     fn globs() {
