@@ -14,6 +14,7 @@ use gpuctk_host::{DiscoverError, Inventory};
 
 use crate::ops::InRootOp;
 use crate::request::{Delivery, DeviceId, Devices, Request};
+use crate::require::{self, DeviceFacts, Facts, RequireError, Version};
 use crate::route::{route, stale_reason, Mode, Route, RouteError};
 use crate::select::{select_gpus, SelectError};
 use crate::spec::spec_driver_version;
@@ -31,6 +32,13 @@ pub trait HostView {
     fn first_missing(&mut self, paths: &[(&str, &str)]) -> Option<String>;
     /// A remark worth a line in the log (a spec file that failed to load, a stale spec).
     fn warn(&mut self, msg: &str);
+    /// The CUDA version the running driver provides, without discovery (for a static spec):
+    /// `None` when it is not known exactly.
+    fn cuda_version(&mut self, driver: &str) -> Option<Version>;
+    /// The CUDA version of the image's forward-compat `libcuda`, when `enable-cuda-compat`
+    /// would use it on a host with this driver and CUDA version; `None` when the image has
+    /// none, it is not usable here, or the delivery cannot see the image.
+    fn image_compat_cuda(&mut self, driver: &str, cuda: Option<&str>) -> Option<Version>;
 }
 
 /// The configuration the decision depends on.
@@ -120,6 +128,10 @@ pub enum DecideError {
     /// A device id names no GPU here.
     #[error(transparent)]
     Select(#[from] SelectError),
+    /// The image's requirements (`NVIDIA_REQUIRE_*`, `CUDA_VERSION`, `--require`) are not met,
+    /// or malformed.
+    #[error(transparent)]
+    Require(#[from] RequireError),
 }
 
 /// Decides for `request`.
@@ -162,11 +174,39 @@ pub fn decide(
             source,
         })?;
     match stale(&reg, &resolved.spec_paths, &resolved.edits, host) {
-        None => Ok(Decision::Inject(Box::new(Injection {
-            edits: resolved.edits,
-            ops: Vec::new(),
-            origin: Origin::Registry,
-        }))),
+        None => {
+            if !request.active_requirements().is_empty() {
+                let driver = host.running_driver();
+                let cuda = driver.as_deref().and_then(|d| host.cuda_version(d));
+                let facts = Facts {
+                    cuda: cuda.clone(),
+                    driver: driver.as_deref().and_then(|d| d.parse().ok()),
+                    compat_cuda: None,
+                    devices: resolved
+                        .devices
+                        .iter()
+                        .map(|d| DeviceFacts {
+                            id: d.clone(),
+                            arch: None,
+                            brand: None,
+                        })
+                        .collect(),
+                };
+                check_requirements(
+                    request,
+                    settings,
+                    host,
+                    facts,
+                    driver.as_deref().unwrap_or(""),
+                    cuda.as_ref().map(Version::as_str),
+                )?;
+            }
+            Ok(Decision::Inject(Box::new(Injection {
+                edits: resolved.edits,
+                ops: Vec::new(),
+                origin: Origin::Registry,
+            })))
+        }
         Some(why) if mode == Mode::Auto => {
             host.warn(&format!(
                 "{why}; using just-in-time edits instead (refresh it with `gpuctk cdi generate`)"
@@ -213,6 +253,24 @@ fn jit(
             .map(|o| o.to_hook(settings.hook_path))
             .collect();
     }
+    if !request.active_requirements().is_empty() {
+        let driver = inv.driver_version.to_string();
+        let facts = Facts {
+            cuda: inv.cuda_version.map(Version::from),
+            driver: Version::from_driver(&inv.driver_version),
+            compat_cuda: None,
+            devices: selected
+                .iter()
+                .map(|i| DeviceFacts {
+                    id: format!("GPU {i}"),
+                    arch: None,
+                    brand: None,
+                })
+                .collect(),
+        };
+        let cuda = inv.cuda_version.map(|c| c.to_string());
+        check_requirements(request, settings, host, facts, &driver, cuda.as_deref())?;
+    }
     let mut edits = p.common;
     for idx in selected {
         if let Some(g) = p.gpus.iter().find(|g| g.index == idx) {
@@ -225,6 +283,25 @@ fn jit(
         ops: p.ops.into_iter().enumerate().collect(),
         origin,
     })
+}
+
+/// Checks the request's requirements against `facts`, counting the image's compat `libcuda`
+/// when the compat operation is planned and it would be used on this host.
+fn check_requirements(
+    request: &Request,
+    settings: &Settings<'_>,
+    host: &mut dyn HostView,
+    mut facts: Facts,
+    driver: &str,
+    cuda: Option<&str>,
+) -> Result<(), DecideError> {
+    if settings.cuda_compat && !driver.is_empty() {
+        facts.compat_cuda = host.image_compat_cuda(driver, cuda);
+    }
+    for w in require::check(request.active_requirements(), &facts)? {
+        host.warn(&w);
+    }
+    Ok(())
 }
 
 /// Whether the static specs used still fit this host ([`stale_reason`]).
@@ -281,6 +358,7 @@ mod tests {
         discovered: usize,
         registries: usize,
         warnings: Vec<String>,
+        compat: Option<&'static str>,
     }
 
     fn fake() -> Fake {
@@ -291,6 +369,7 @@ mod tests {
             discovered: 0,
             registries: 0,
             warnings: Vec::new(),
+            compat: None,
         }
     }
 
@@ -311,7 +390,10 @@ mod tests {
             Ok(Inventory {
                 roots: Roots::default(),
                 driver_version: DriverVersion::parse(self.running).unwrap(),
-                cuda_version: None,
+                cuda_version: Some(gpuctk_host::CudaVersion {
+                    major: 12,
+                    minor: 8,
+                }),
                 gpus: (0..2)
                     .map(|i| Gpu {
                         index: i,
@@ -375,6 +457,12 @@ containerEdits:
         }
         fn warn(&mut self, msg: &str) {
             self.warnings.push(msg.into());
+        }
+        fn cuda_version(&mut self, _driver: &str) -> Option<Version> {
+            Some("12.8".parse().unwrap())
+        }
+        fn image_compat_cuda(&mut self, _driver: &str, _cuda: Option<&str>) -> Option<Version> {
+            self.compat.map(|c| c.parse().unwrap())
         }
     }
 
@@ -462,6 +550,45 @@ containerEdits:
             InRootOp::EnableCudaCompat { ref host_driver_version, .. }
                 if host_driver_version.as_deref() == Some("570.124.06")
         ));
+    }
+
+    #[test]
+    fn requirements_are_enforced_on_every_route() {
+        let need = |expr: &str, devices: Devices| {
+            let mut r = req(devices);
+            r.requirements = vec![("NVIDIA_REQUIRE_CUDA".into(), expr.into())];
+            r
+        };
+        let gpu0 = || Devices::Ids(vec![DeviceId::Index(0)]);
+        let cdi0 = || Devices::Ids(vec![DeviceId::Cdi("nvidia.com/gpu=0".into())]);
+        for (mode, devices) in [(Mode::Auto, gpu0()), (Mode::Auto, cdi0()), (Mode::Cdi, cdi0())] {
+            for delivery in [Delivery::Shim, Delivery::PrestartHook] {
+                let s = settings(mode, delivery);
+                // The mock driver gives CUDA 12.8.
+                assert!(decide(&need("cuda>=12.8", devices.clone()), &s, &mut fake()).is_ok());
+                let e = decide(&need("cuda>=12.9", devices.clone()), &s, &mut fake()).unwrap_err();
+                assert!(matches!(e, DecideError::Require(_)), "{e}");
+                let m = e.to_string();
+                assert!(m.starts_with("NVIDIA_REQUIRE_CUDA: cuda>=12.9 not met"), "{m}");
+                // The image's compat libcuda, usable here, counts.
+                let mut h = fake();
+                h.compat = Some("12.9");
+                assert!(decide(&need("cuda>=12.9", devices.clone()), &s, &mut h).is_ok());
+                // ...unless compat is turned off.
+                let off = Settings {
+                    cuda_compat: false,
+                    ..s.clone()
+                };
+                assert!(decide(&need("cuda>=12.9", devices.clone()), &off, &mut h).is_err());
+                // NVIDIA_DISABLE_REQUIRE (or disable-require) turns the check off.
+                let mut r = need("cuda>=12.9", devices.clone());
+                r.disable_require = true;
+                assert!(decide(&r, &s, &mut fake()).is_ok());
+                // A malformed requirement is an error that names it.
+                let e = decide(&need("cuda>>12", devices.clone()), &s, &mut fake()).unwrap_err();
+                assert!(e.to_string().contains("NVIDIA_REQUIRE_CUDA"), "{e}");
+            }
+        }
     }
 
     #[test]

@@ -2,23 +2,27 @@
 //! `gpuctk-host` under the configured roots and spec dirs, and the typed operations of a
 //! static spec's hooks, decoded by the hook's own command line.
 
+use std::path::Path;
+
 use gpuctk_cdi::registry::Registry;
 use gpuctk_cdi::spec::ContainerEdits;
 use gpuctk_core::request::Delivery;
-use gpuctk_core::{Decision, HostView, InRootOp, Injection, Request, Settings};
+use gpuctk_core::{Decision, HostView, InRootOp, Injection, Request, Settings, Version};
 use gpuctk_host::{DiscoverError, DiscoverOptions, Inventory, Roots};
 
 use crate::config::Config;
 
-/// The host as `cfg` describes it.
+/// The host as `cfg` describes it, and the container's root where the delivery sees it.
 pub struct LiveHost<'a> {
     cfg: &'a Config,
+    rootfs: Option<&'a Path>,
 }
 
 impl<'a> LiveHost<'a> {
-    /// The host under `cfg`'s roots and spec dirs.
-    pub fn new(cfg: &'a Config) -> LiveHost<'a> {
-        LiveHost { cfg }
+    /// The host under `cfg`'s roots and spec dirs; `rootfs` is the container's root on the
+    /// host, when the delivery knows it.
+    pub fn new(cfg: &'a Config, rootfs: Option<&'a Path>) -> LiveHost<'a> {
+        LiveHost { cfg, rootfs }
     }
 }
 
@@ -50,6 +54,29 @@ impl HostView for LiveHost<'_> {
     fn warn(&mut self, msg: &str) {
         tracing::warn!("{msg}");
     }
+    fn cuda_version(&mut self, driver: &str) -> Option<Version> {
+        let major = driver.split('.').next()?.parse().ok()?;
+        gpuctk_host::cuda_version_known(major).map(Version::from)
+    }
+    fn image_compat_cuda(&mut self, driver: &str, cuda: Option<&str>) -> Option<Version> {
+        use gpuctk_container::hooks::{judge_cuda_compat, CompatJudgement, DEFAULT_COMPAT_ROOT};
+        let root = gpuctk_container::Root::open_container(self.rootfs?).ok()?;
+        let used = match judge_cuda_compat(&root, Some(driver), cuda, DEFAULT_COMPAT_ROOT) {
+            Ok(CompatJudgement::Use(u)) => u,
+            Ok(CompatJudgement::Skip(_)) => return None,
+            Err(e) => {
+                tracing::warn!("the image's CUDA compat libraries: {e}");
+                return None;
+            }
+        };
+        // The note says which CUDA the library provides; without one, its driver branch does.
+        used.note_cuda_version
+            .and_then(|v| v.parse().ok())
+            .or_else(|| {
+                let major = used.compat_version.split('.').next()?.parse().ok()?;
+                gpuctk_host::cuda_version_known(major).map(Version::from)
+            })
+    }
 }
 
 /// The hook binary written into hook entries.
@@ -59,8 +86,14 @@ pub fn hook_path(cfg: &Config) -> String {
         .unwrap_or_else(crate::commands::self_path)
 }
 
-/// What to do with `request` under `cfg`, for `delivery`.
-pub fn decide(request: &Request, cfg: &Config, delivery: Delivery) -> anyhow::Result<Decision> {
+/// What to do with `request` under `cfg`, for `delivery`; `rootfs` is the container's root on
+/// the host (its compat libraries count for its requirements), when the delivery knows it.
+pub fn decide(
+    request: &Request,
+    cfg: &Config,
+    delivery: Delivery,
+    rootfs: Option<&Path>,
+) -> anyhow::Result<Decision> {
     let hook_path = hook_path(cfg);
     let settings = Settings {
         mode: cfg.mode,
@@ -72,7 +105,7 @@ pub fn decide(request: &Request, cfg: &Config, delivery: Delivery) -> anyhow::Re
     Ok(gpuctk_core::decide(
         request,
         &settings,
-        &mut LiveHost::new(cfg),
+        &mut LiveHost::new(cfg, rootfs),
     )?)
 }
 

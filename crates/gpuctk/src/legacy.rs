@@ -108,8 +108,7 @@ fn prestart(config_path: Option<&Path>) -> anyhow::Result<()> {
         "the OCI spec",
     )?)
     .map_err(|e| anyhow!("{}: invalid JSON: {e}", spec_path.display()))?;
-    let request =
-        parse_request(&spec, &cfg.policy, Delivery::PrestartHook)?;
+    let request = parse_request(&spec, &cfg.policy, Delivery::PrestartHook)?;
     for w in &request.ignored {
         tracing::warn!("{w}");
     }
@@ -129,10 +128,11 @@ fn realize(
     no_cgroups: bool,
 ) -> anyhow::Result<()> {
     // The hook runs after runc read the spec: a legacy-mode request is served as `auto` would.
-    let injection = match crate::decision::decide(request, cfg, Delivery::PrestartHook)? {
-        Decision::Inject(injection) => injection,
-        Decision::Untouched | Decision::PrestartHook => return Ok(()),
-    };
+    let injection =
+        match crate::decision::decide(request, cfg, Delivery::PrestartHook, Some(rootfs))? {
+            Decision::Inject(injection) => injection,
+            Decision::Untouched | Decision::PrestartHook => return Ok(()),
+        };
     let ops = crate::decision::typed_ops(&injection);
     let edits = injection.edits;
     let mut target = Target::new(pid, rootfs);
@@ -224,6 +224,7 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     let mut pid = None;
     let mut rootfs = None;
     let mut no_cgroups = false;
+    let mut requirements = Vec::new();
     let mut i = 0;
     while i < args.len() {
         let a = args[i].clone();
@@ -234,11 +235,13 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
                 v.parse::<i32>()
                     .map_err(|_| anyhow!("--pid {v:?}: expected a process id"))?,
             );
-        } else if take_value(args, &mut i, "--require", Some("-r")).is_some()
-            || take_value(args, &mut i, "--ldconfig", Some("-l")).is_some()
+        } else if let Some(v) = take_value(args, &mut i, "--require", Some("-r")) {
+            // Repeatable; each must hold (libnvidia-container's rule).
+            requirements.push(("--require".to_string(), v));
+        } else if take_value(args, &mut i, "--ldconfig", Some("-l")).is_some()
             || take_value(args, &mut i, "--cuda-compat-mode", None).is_some()
         {
-            // Requirements are not evaluated yet; ldconfig is never run (the cache is written natively).
+            // ldconfig is never run: the cache is written natively.
         } else {
             match a.as_str() {
                 "--compute" | "-c" => caps.push(Capability::Compute),
@@ -294,8 +297,8 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         devices: grant.devices,
         source: grant.source,
         capabilities: set,
-        requirements: Vec::new(),
-        disable_require: true,
+        requirements,
+        disable_require: false,
         legacy_image: false,
         privileged: true,
         ignored: Vec::new(),

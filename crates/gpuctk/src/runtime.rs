@@ -296,20 +296,22 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
     for w in &request.ignored {
         tracing::warn!("{w}");
     }
-    let mut injection = match crate::decision::decide(&request, cfg, Delivery::Shim)? {
-        Decision::Untouched => {
-            tracing::debug!("{}: no GPU requested; spec left as is", path.display());
-            return Ok(());
-        }
-        Decision::PrestartHook => {
-            if add_prestart_hook(&mut spec, cfg) {
-                write_spec(&path, &spec)?;
-                tracing::info!("{}: added the legacy prestart hook", path.display());
+    let rootfs = rootfs_of(&spec, bundle);
+    let mut injection =
+        match crate::decision::decide(&request, cfg, Delivery::Shim, rootfs.as_deref())? {
+            Decision::Untouched => {
+                tracing::debug!("{}: no GPU requested; spec left as is", path.display());
+                return Ok(());
             }
-            return Ok(());
-        }
-        Decision::Inject(injection) => injection,
-    };
+            Decision::PrestartHook => {
+                if add_prestart_hook(&mut spec, cfg) {
+                    write_spec(&path, &spec)?;
+                    tracing::info!("{}: added the legacy prestart hook", path.display());
+                }
+                return Ok(());
+            }
+            Decision::Inject(injection) => injection,
+        };
     if cfg.hooks_in_shim {
         let ops = crate::decision::typed_ops(&injection);
         let done = hooks_in_shim(&spec, bundle, &mut injection.edits, ops)?;
@@ -330,6 +332,16 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
         edits.hooks.len()
     );
     Ok(())
+}
+
+/// The container's root on the host: `root.path`, relative to the bundle unless absolute.
+fn rootfs_of(spec: &serde_json::Value, bundle: &Path) -> Option<PathBuf> {
+    let root = spec.pointer("/root/path").and_then(|p| p.as_str())?;
+    Some(if Path::new(root).is_absolute() {
+        PathBuf::from(root)
+    } else {
+        bundle.join(root)
+    })
 }
 
 /// Whether a mount at `dest` hides container path `path` (or is it).
@@ -361,13 +373,8 @@ fn hooks_in_shim(
     {
         return Ok(0);
     }
-    let Some(root) = spec.pointer("/root/path").and_then(|p| p.as_str()) else {
+    let Some(rootfs) = rootfs_of(spec, bundle) else {
         return Ok(0);
-    };
-    let rootfs = if Path::new(root).is_absolute() {
-        PathBuf::from(root)
-    } else {
-        bundle.join(root)
     };
     let Ok(root) = gpuctk_container::Root::open_container(&rootfs) else {
         return Ok(0);

@@ -1278,3 +1278,84 @@ fn compat_libcuda_is_loaded_only_when_newer() {
         }
     }
 }
+
+/// Issue 10: requirements are enforced, whichever way the container is served. On the mock
+/// driver (570.124.06, CUDA 12.8): `cuda>=12.9` is refused with one line that names the
+/// variable and the fix, and leaves no container behind; the image's newer compat `libcuda`
+/// saves it (and is what answers); `NVIDIA_DISABLE_REQUIRE` lets it run on the host's; a
+/// legacy image's `CUDA_VERSION` is a requirement too; and the legacy prestart hook refuses
+/// the same way under runc and crun.
+#[test]
+fn requirements_refuse_are_saved_by_compat_or_are_turned_off() {
+    let compat = |r: &std::path::Path| {
+        let dir = r.join("usr/local/cuda/compat");
+        fs::create_dir_all(&dir).unwrap();
+        let lib = gpuctk_mockhost::compat_libcuda("575.57.08", (12, 9)).unwrap();
+        fs::write(dir.join("libcuda.so.575.57.08"), lib).unwrap();
+    };
+    let refused = |bed: &Bed, ran: &Ran, var: &str| {
+        assert_ne!(ran.code, 0, "{}", ran.stdout);
+        let line = format!("{var}: cuda>=12.9 not met");
+        assert!(ran.stderr.contains(&line), "{}", ran.stderr);
+        assert!(ran.stderr.contains("update the driver"), "{}", ran.stderr);
+        assert!(!ran.stdout.contains("libcuda ok"), "it ran: {}", ran.stdout);
+        assert!(
+            !bed.listed().contains("req"),
+            "a refused container was left behind: {}",
+            bed.listed()
+        );
+    };
+    let bed = Bed::new("runc", "debian", 1);
+    let need = [
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_REQUIRE_CUDA=cuda>=12.9",
+    ];
+    bed.set_env(&need);
+    refused(&bed, &bed.run("req-refused"), "NVIDIA_REQUIRE_CUDA");
+
+    bed.set_env(&need);
+    let ran = bed.run_image("req-compat", &compat);
+    ran.ok();
+    assert_eq!(
+        ran.libcuda().map(|l| l.1).as_deref(),
+        Some("/usr/local/cuda/compat/libcuda.so.575.57.08"),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(ran.probe.cu_driver_version, Some((0, 12090)));
+
+    bed.set_env(&[need[0], need[1], "NVIDIA_DISABLE_REQUIRE=true"]);
+    let ran = bed.run("req-disabled");
+    ran.ok();
+    assert_eq!(
+        ran.probe.cu_driver_version,
+        Some((0, 12080)),
+        "{}",
+        ran.stdout
+    );
+
+    // A legacy image (CUDA_VERSION, no NVIDIA_REQUIRE_CUDA) requires its CUDA version.
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all", "CUDA_VERSION=12.9.1"]);
+    refused(&bed, &bed.run("req-legacy-image"), "CUDA_VERSION");
+
+    // The legacy prestart hook decides the same way.
+    for runtime in ["runc", "crun"] {
+        let bed = Bed::new(runtime, "debian", 1);
+        let cfg = fs::read_to_string(&bed.config).unwrap().replace(
+            "[nvidia-container-runtime]\n",
+            "[nvidia-container-runtime]\nmode = \"legacy\"\n",
+        );
+        fs::write(&bed.config, cfg).unwrap();
+        bed.set_env(&need);
+        let ran = bed.run("req-hook");
+        assert_ne!(ran.code, 0, "{runtime}: {}", ran.stdout);
+        assert!(
+            ran.stderr
+                .contains("NVIDIA_REQUIRE_CUDA: cuda>=12.9 not met"),
+            "{runtime}: {}",
+            ran.stderr
+        );
+        bed.set_env(&need);
+        bed.run_image("req-hook-compat", &compat).ok();
+    }
+}

@@ -43,6 +43,16 @@ const TABLE: &[(u32, u32, u32)] = &[
     (580, 13, 0),
 ];
 
+/// The CUDA version a driver of branch `major` supports when the table knows it exactly:
+/// `None` before 418 and after the newest branch it lists (for those,
+/// [`cuda_version_for_branch`] is only a lower bound; their libcuda's note says).
+pub fn cuda_version_known(major: u32) -> Option<CudaVersion> {
+    let newest = TABLE.last().map_or(0, |t| t.0);
+    (major <= newest)
+        .then(|| cuda_version_for_branch(major))
+        .flatten()
+}
+
 /// The CUDA version a driver of branch `major` (e.g. 570) supports; `None` before 418.
 pub fn cuda_version_for_branch(major: u32) -> Option<CudaVersion> {
     TABLE

@@ -16,7 +16,7 @@ use gpuctk_elf::Error as ElfError;
 use gpuctk_ldcache::{flags, NATIVE_FLAGS};
 
 use crate::catalog::{self, Capability};
-use crate::cuda::{cuda_version_for_branch, CudaVersion};
+use crate::cuda::{cuda_version_known, CudaVersion};
 use crate::inventory::{DeviceNode, Gpu, HostFile, Inventory, Library, Roots};
 use crate::procfs::{self, DriverVersion, ProcError};
 use crate::resolve::{host_path, resolve_in_root};
@@ -158,10 +158,13 @@ fn cuda_version_of(
     branch: u32,
     warnings: &mut Vec<String>,
 ) -> Option<CudaVersion> {
-    let table = cuda_version_for_branch(branch);
-    let libcuda = libraries
+    let table = cuda_version_known(branch);
+    let Some(libcuda) = libraries
         .iter()
-        .find(|l| l.name == "libcuda.so" && !l.is_32bit)?;
+        .find(|l| l.name == "libcuda.so" && !l.is_32bit)
+    else {
+        return table;
+    };
     let note = fs::File::open(&libcuda.host_path)
         .ok()
         .and_then(|f| gpuctk_elf::note_section(&f, ".note.cuda.fwd_compatibility").ok())

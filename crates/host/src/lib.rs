@@ -11,7 +11,7 @@ pub mod procfs;
 pub mod resolve;
 
 pub use catalog::Capability;
-pub use cuda::{cuda_version_for_branch, CudaVersion};
+pub use cuda::{cuda_version_for_branch, cuda_version_known, CudaVersion};
 pub use discover::{discover, DiscoverError, DiscoverOptions};
 pub use inventory::{DeviceNode, Gpu, HostFile, Inventory, Library, Roots};
 pub use procfs::DriverVersion;
