@@ -278,18 +278,9 @@ fn check_driver(roots: &Roots, c: &mut Checks) -> HostFacts {
             }
         },
     };
+    // The branch table until discovery reads libcuda (whose note may say more).
     facts.cuda = cuda_version_for_branch(version.major());
-    c.ok(
-        G,
-        "kernel-module",
-        format!(
-            "NVIDIA {version} loaded (supports CUDA {})",
-            facts
-                .cuda
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "unknown".into())
-        ),
-    );
+    c.ok(G, "kernel-module", format!("NVIDIA {version} loaded"));
     facts.driver = Some(version.clone());
 
     let inv = match gpuctk_host::discover(roots, &DiscoverOptions::default()) {
@@ -304,6 +295,7 @@ fn check_driver(roots: &Roots, c: &mut Checks) -> HostFacts {
             return facts;
         }
     };
+    facts.cuda = inv.cuda_version.or(facts.cuda);
     let mut found = Vec::new();
     let mut problems = Vec::new();
     for name in ["libcuda.so", "libnvidia-ml.so"] {
@@ -330,9 +322,13 @@ fn check_driver(roots: &Roots, c: &mut Checks) -> HostFacts {
             G,
             "libraries",
             format!(
-                "{} match the module (found through {})",
+                "{} match the module (found through {}); CUDA {}",
                 found.join(", "),
-                inv.library_source
+                inv.library_source,
+                facts
+                    .cuda
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "version unknown".into())
             ),
         );
     } else {
