@@ -623,6 +623,22 @@ fn image_with_a_newer_compat_libcuda_is_ok() {
     ]);
     assert_eq!(r.code, 0, "{}", r.stdout);
     assert_eq!(v["verdict"]["status"], "ok");
+
+    // A compat library whose forward-compat note says it brings CUDA 12.8 (the mock host's
+    // libcuda, renamed): used, since it is newer than the driver, but not enough for 12.9.
+    let libcuda =
+        Path::new(&f.host.driver_root()).join("usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06");
+    std::fs::copy(&libcuda, cuda.join("compat/libcuda.so.575.57.08")).unwrap();
+    let (r, v) = f.json(&["--bundle", b.to_str().unwrap()]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    let compat = check(&v, "image", "compat")["found"].as_str().unwrap();
+    assert!(
+        compat.contains("is used") && compat.contains("CUDA 12.8"),
+        "{compat}"
+    );
+    assert_eq!(v["verdict"]["status"], "fail", "{v:#}");
+    let reason = v["verdict"]["reason"].as_str().unwrap();
+    assert!(reason.contains("cuda>=12.9"), "{reason}");
 }
 
 #[test]
