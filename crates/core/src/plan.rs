@@ -166,7 +166,13 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
     common.hooks = ops.iter().map(|o| o.to_hook(&opts.hook_path)).collect();
 
     let mut mounts: Vec<Mount> = Vec::new();
-    for b in inv.binaries.iter().filter(|b| wants(caps, b.capability)) {
+    // Binaries go to the capability as named: libnvidia-container gives the compute ones
+    // (MPS) to `compute` only, not to `video`, which brings the compute libraries.
+    for b in inv
+        .binaries
+        .iter()
+        .filter(|b| b.capability.is_none_or(|c| caps.requested(c)))
+    {
         mounts.push(mount(&b.host_path, &b.path, FILE_MOUNT_OPTIONS));
     }
     for l in &libs {

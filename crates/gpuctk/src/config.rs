@@ -356,6 +356,16 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     if let Some(v) = r.bool(root, "", "accept-nvidia-visible-devices-as-volume-mounts")? {
         c.policy.accept_volume_mounts = v;
     }
+    if let Some(v) = r.string(root, "", "supported-driver-capabilities")? {
+        c.policy.supported_driver_capabilities =
+            gpuctk_core::CapabilitySet::parse_supported(&v).map_err(|e| {
+                r.err(
+                    root.get("supported-driver-capabilities").unwrap(),
+                    "supported-driver-capabilities",
+                    &e.to_string(),
+                )
+            })?;
+    }
     let table = |name: &str| root.get(name).and_then(Item::as_table);
     if let Some(t) = table("nvidia-container-cli") {
         if let Some(v) = r.string(t, "nvidia-container-cli.", "root")? {
@@ -512,6 +522,23 @@ dev-root = "/host"
                 "made-up-key (line 4)",
                 "nvidia-container-runtime.modes.cdi.typo (line 19)"
             ]
+        );
+    }
+
+    #[test]
+    fn supported_driver_capabilities_limit_what_a_container_gets() {
+        let p = Path::new("/c.toml");
+        let c = parse("supported-driver-capabilities = \"utility,compute\"\n", p).unwrap();
+        let set = &c.policy.supported_driver_capabilities;
+        assert!(set.requested(gpuctk_host::Capability::Compute));
+        assert!(!set.requested(gpuctk_host::Capability::Graphics));
+        assert!(c.unknown_keys.is_empty());
+        let e = parse("\nsupported-driver-capabilities = \"compute,warp\"\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("/c.toml:2: supported-driver-capabilities") && e.contains("warp"),
+            "{e}"
         );
     }
 

@@ -246,9 +246,11 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
             match a.as_str() {
                 "--compute" | "-c" => caps.push(Capability::Compute),
                 "--utility" | "-u" => caps.push(Capability::Utility),
-                "--video" | "-v" => caps.extend([Capability::Video, Capability::Compute]),
+                // The set implies compute for video and graphics for display, as
+                // libnvidia-container's flags do.
+                "--video" | "-v" => caps.push(Capability::Video),
                 "--graphics" | "-g" => caps.push(Capability::Graphics),
-                "--display" | "-D" => caps.extend([Capability::Display, Capability::Graphics]),
+                "--display" | "-D" => caps.push(Capability::Display),
                 "--compat32" => caps.push(Capability::Compat32),
                 "--ngx" | "-n" => caps.push(Capability::Ngx),
                 "--no-cgroups" => no_cgroups = true,
