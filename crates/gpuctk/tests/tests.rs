@@ -21,6 +21,8 @@ mod doctor;
 mod engines;
 /// Writers killed at every step and fed write, fsync and rename errors: no file lost or torn.
 mod faults;
+/// The package build (`--no-default-features`) links no mock host and compiles cleanly.
+mod features;
 /// `cdi generate` on every layout, GPU count and driver version; the spec matches the host.
 mod generate;
 /// Discovery on the real Debian 535 driver packages, unpacked with dpkg-deb.

@@ -1,5 +1,9 @@
 //! `gpuctk demo`: walks the chain the way the seed document draws it, host first, on the real
 //! driver when there is one and on a mock GPU host otherwise, so it always shows something real.
+//!
+//! The mock GPU host (and the probe image) come with the `mock` cargo feature, on by default; a
+//! build without it runs the demo on a real driver only, in a busybox image with the host's glibc
+//! where the injected `nvidia-smi -L` must list every GPU.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -30,7 +34,16 @@ fn step(n: u32, title: &str) {
 }
 
 pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
-    let real = Path::new("/proc/driver/nvidia/version").exists() && !a.mock;
+    let driver = Path::new("/proc/driver/nvidia/version").exists();
+    #[cfg(feature = "mock")]
+    let real = driver && !a.mock;
+    #[cfg(not(feature = "mock"))]
+    let real = {
+        if !driver {
+            anyhow::bail!(NO_MOCK_HOST);
+        }
+        true
+    };
     let work = match &a.keep {
         Some(p) => {
             std::fs::create_dir_all(p).with_context(|| format!("--keep {}", p.display()))?;
@@ -55,20 +68,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
         println!("    using this machine's driver (/proc/driver/nvidia/version exists)");
         Roots::default()
     } else {
-        let dir = work.path.join("host");
-        let mut cfg = gpuctk_mockhost::HostConfig::new("570.124.06", (12, 8));
-        cfg.gpus = a.gpus;
-        let host =
-            gpuctk_mockhost::create_host(&dir, &cfg).context("building the mock GPU host")?;
-        println!(
-            "    no NVIDIA driver here: built a mock GPU host in {} (real device nodes, real ELF libraries, real ld.so.cache)",
-            dir.display()
-        );
-        Roots {
-            driver_root: host.driver_root,
-            dev_root: host.dev_root,
-            proc_root: host.proc_root,
-        }
+        mock_host(&work.path, &a)?
     };
     let inv = super::discover(&roots, &DiscoverOptions::default())?;
     println!(
@@ -133,7 +133,10 @@ pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
     let edits = resolved.edits;
     print_edits(&edits);
 
-    step(4, "the engine's bundle: rootfs (a small Debian-like image) + config.json asking NVIDIA_VISIBLE_DEVICES=all");
+    step(
+        4,
+        "the engine's bundle: rootfs (a small image) + config.json asking NVIDIA_VISIBLE_DEVICES=all",
+    );
     let bundle = work.path.join("bundle");
     let runc = crate::runtime::find_runtime(
         &["runc".to_string(), "crun".to_string()],
@@ -141,10 +144,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
     )
     .context("the demo runs a real container: install runc (./scripts/setup.sh)")?;
     make_bundle(&bundle, &runc)?;
-    println!(
-        "    {} (rootfs with busybox, glibc and /usr/bin/gpuctk-probe)",
-        bundle.display()
-    );
+    println!("    {} ({})", bundle.display(), image::WHAT);
 
     step(
         5,
@@ -199,7 +199,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
             .map_or(0, |a| a.len()),
     );
 
-    step(6, "inside the container: nvidia-smi -L (the injected driver) and the probe (open /dev/nvidia*, dlopen libcuda.so.1)");
+    step(6, image::INSIDE);
     for line in stdout.lines() {
         println!("    | {line}");
     }
@@ -209,41 +209,50 @@ pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
         }
         anyhow::bail!("the container failed ({})", out.status);
     }
-    let probe = gpuctk_mockhost::ProbeReport::parse(&stdout);
-    let seen = probe
-        .devices
-        .iter()
-        .filter(|(p, r)| {
-            p.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok()
-                && (r == "ENXIO" || r == "ok")
-        })
-        .count();
-    let libcuda = matches!(
-        probe.libcuda,
-        Some(gpuctk_mockhost::LibraryLoad::Loaded { .. })
-    );
-    println!(
-        "\nthe chain holds: {} GPU(s) on the host, {seen} usable in the container, libcuda.so.1 {}",
-        inv.gpus.len(),
-        if libcuda { "loaded" } else { "NOT loaded" }
-    );
+    let (summary, held) = image::judge(&stdout, inv.gpus.len());
+    println!("\nthe chain holds: {summary}");
     if work.keep {
         println!("kept: {}", work.path.display());
     }
-    if seen == 0 || seen != inv.gpus.len() || !libcuda {
+    if !held {
         anyhow::bail!("the container did not see the host's GPUs");
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// Builds the mock GPU host under `work`.
+#[cfg(feature = "mock")]
+fn mock_host(work: &Path, a: &DemoArgs) -> anyhow::Result<Roots> {
+    let dir = work.join("host");
+    let mut cfg = gpuctk_mockhost::HostConfig::new("570.124.06", (12, 8));
+    cfg.gpus = a.gpus;
+    let host = gpuctk_mockhost::create_host(&dir, &cfg).context("building the mock GPU host")?;
+    println!(
+        "    no NVIDIA driver here: built a mock GPU host in {} (real device nodes, real ELF libraries, real ld.so.cache)",
+        dir.display()
+    );
+    Ok(Roots {
+        driver_root: host.driver_root,
+        dev_root: host.dev_root,
+        proc_root: host.proc_root,
+    })
+}
+
+/// What a build without the mock host says, in one line, where there is no driver.
+#[cfg(not(feature = "mock"))]
+const NO_MOCK_HOST: &str = "no NVIDIA driver here (/proc/driver/nvidia/version is missing) and \
+    this build has no mock host: build gpuctk with the `mock` cargo feature (on by default, as in \
+    `cargo run --release -p gpuctk -- demo`) to run the demo on a mock GPU host";
+
+#[cfg(not(feature = "mock"))]
+fn mock_host(_work: &Path, _a: &DemoArgs) -> anyhow::Result<Roots> {
+    anyhow::bail!(NO_MOCK_HOST)
+}
+
 /// A bundle as an engine would lay it out: the mock image as rootfs and `runc spec`'s config
 /// with the GPU request in the env.
 fn make_bundle(bundle: &Path, runc: &Path) -> anyhow::Result<()> {
-    gpuctk_mockhost::create_rootfs(
-        &bundle.join("rootfs"),
-        &gpuctk_mockhost::RootfsConfig::default(),
-    )
-    .context("building the container rootfs")?;
+    image::create(&bundle.join("rootfs")).context("building the container rootfs")?;
     let st = std::process::Command::new(runc)
         .arg("spec")
         .arg("--bundle")
@@ -256,8 +265,7 @@ fn make_bundle(bundle: &Path, runc: &Path) -> anyhow::Result<()> {
     let path = bundle.join("config.json");
     let mut spec: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
     spec["process"]["terminal"] = serde_json::json!(false);
-    spec["process"]["args"] =
-        serde_json::json!(["/bin/sh", "-c", "nvidia-smi -L; /usr/bin/gpuctk-probe"]);
+    spec["process"]["args"] = serde_json::json!(["/bin/sh", "-c", image::COMMAND]);
     if let Some(env) = spec["process"]["env"].as_array_mut() {
         env.push(serde_json::json!("NVIDIA_VISIBLE_DEVICES=all"));
     }
@@ -290,4 +298,152 @@ fn print_edits(e: &ContainerEdits) {
         println!("      {shown}");
     }
     println!("    env: {}", e.env.join(" "));
+}
+
+/// The image with the mock host's probe: a small Debian-like rootfs whose
+/// `/usr/bin/gpuctk-probe` opens every `/dev/nvidia*` and dlopens `libcuda.so.1`.
+#[cfg(feature = "mock")]
+mod image {
+    use std::path::Path;
+
+    pub const WHAT: &str = "rootfs with busybox, glibc and /usr/bin/gpuctk-probe";
+    pub const INSIDE: &str = "inside the container: nvidia-smi -L (the injected driver) and the probe (open /dev/nvidia*, dlopen libcuda.so.1)";
+    pub const COMMAND: &str = "nvidia-smi -L; /usr/bin/gpuctk-probe";
+
+    pub fn create(rootfs: &Path) -> anyhow::Result<()> {
+        gpuctk_mockhost::create_rootfs(rootfs, &gpuctk_mockhost::RootfsConfig::default())?;
+        Ok(())
+    }
+
+    /// The summary line, and whether every GPU was usable and libcuda.so.1 loaded.
+    pub fn judge(stdout: &str, gpus: usize) -> (String, bool) {
+        let probe = gpuctk_mockhost::ProbeReport::parse(stdout);
+        let seen = probe
+            .devices
+            .iter()
+            .filter(|(p, r)| {
+                p.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok()
+                    && (r == "ENXIO" || r == "ok")
+            })
+            .count();
+        let libcuda = matches!(
+            probe.libcuda,
+            Some(gpuctk_mockhost::LibraryLoad::Loaded { .. })
+        );
+        (
+            format!(
+                "{gpus} GPU(s) on the host, {seen} usable in the container, libcuda.so.1 {}",
+                if libcuda { "loaded" } else { "NOT loaded" }
+            ),
+            seen != 0 && seen == gpus && libcuda,
+        )
+    }
+}
+
+/// The image of a build without the mock host: a static busybox and the host's glibc, enough
+/// for the injected `nvidia-smi` to run.
+#[cfg(not(feature = "mock"))]
+mod image {
+    use std::path::{Path, PathBuf};
+
+    use anyhow::Context;
+
+    pub const WHAT: &str = "rootfs with a static busybox and the host's glibc";
+    pub const INSIDE: &str =
+        "inside the container: nvidia-smi -L and ls /dev/nvidia* (the injected driver)";
+    pub const COMMAND: &str = "nvidia-smi -L; ls /dev/nvidia*";
+
+    const BUSYBOX: &str = "/bin/busybox";
+    const APPLETS: &[&str] = &["sh", "ls", "cat", "echo", "env"];
+    /// What nvidia-smi needs from glibc; ones a host does not have are left out.
+    const GLIBC: &[&str] = &[
+        "libc.so.6",
+        "libm.so.6",
+        "libdl.so.2",
+        "libpthread.so.0",
+        "librt.so.1",
+    ];
+
+    fn loader_and_dirs() -> (&'static str, [&'static str; 4]) {
+        if cfg!(target_arch = "aarch64") {
+            (
+                "/lib/ld-linux-aarch64.so.1",
+                [
+                    "/lib/aarch64-linux-gnu",
+                    "/usr/lib/aarch64-linux-gnu",
+                    "/lib64",
+                    "/usr/lib64",
+                ],
+            )
+        } else {
+            (
+                "/lib64/ld-linux-x86-64.so.2",
+                [
+                    "/lib/x86_64-linux-gnu",
+                    "/usr/lib/x86_64-linux-gnu",
+                    "/lib64",
+                    "/usr/lib64",
+                ],
+            )
+        }
+    }
+
+    pub fn create(rootfs: &Path) -> anyhow::Result<()> {
+        for d in ["bin", "dev", "proc", "sys", "etc", "tmp", "root", "usr/bin"] {
+            std::fs::create_dir_all(rootfs.join(d))
+                .with_context(|| format!("create {}", rootfs.join(d).display()))?;
+        }
+        std::fs::copy(BUSYBOX, rootfs.join("bin/busybox")).with_context(|| {
+            format!("{BUSYBOX}: the demo image needs a static busybox (./scripts/setup.sh)")
+        })?;
+        for applet in APPLETS {
+            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet))?;
+        }
+        let (loader, dirs) = loader_and_dirs();
+        copy_host_file(rootfs, Path::new(loader))?;
+        for name in GLIBC {
+            if let Some(p) = dirs
+                .iter()
+                .map(|d| Path::new(d).join(name))
+                .find(|p| p.exists())
+            {
+                copy_host_file(rootfs, &p)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies host file `logical` to its real path in `rootfs` and, where `logical` went through
+    /// a link, links it there too, so the host's loader finds it where it looks on the host.
+    fn copy_host_file(rootfs: &Path, logical: &Path) -> anyhow::Result<()> {
+        let real = std::fs::canonicalize(logical).with_context(|| {
+            format!(
+                "{}: the demo image takes the host's glibc",
+                logical.display()
+            )
+        })?;
+        let inside = |p: &Path| -> PathBuf { rootfs.join(p.strip_prefix("/").unwrap_or(p)) };
+        let dest = inside(&real);
+        if let Some(dir) = dest.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::copy(&real, &dest).with_context(|| format!("copy {}", real.display()))?;
+        let link = inside(logical);
+        if link != dest && std::fs::symlink_metadata(&link).is_err() {
+            if let Some(dir) = link.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::os::unix::fs::symlink(&real, &link)?;
+        }
+        Ok(())
+    }
+
+    /// The summary line, and whether `nvidia-smi -L` listed every GPU.
+    pub fn judge(stdout: &str, gpus: usize) -> (String, bool) {
+        let listed = stdout.lines().filter(|l| l.starts_with("GPU ")).count();
+        (
+            format!("{gpus} GPU(s) on the host, {listed} listed by nvidia-smi -L in the container"),
+            listed != 0 && listed == gpus,
+        )
+    }
 }

@@ -6,6 +6,7 @@ mod demo;
 mod doctor;
 mod engine;
 mod info;
+#[cfg(feature = "mock")]
 mod mock;
 
 use std::path::{Path, PathBuf};
@@ -15,7 +16,9 @@ use anyhow::Context;
 
 use gpuctk_host::{DiscoverOptions, Inventory, Roots};
 
-use crate::cli::{CdiCommand, Cli, Command, MockHostCommand, RootArgs, RuntimeCommand};
+#[cfg(feature = "mock")]
+use crate::cli::MockHostCommand;
+use crate::cli::{CdiCommand, Cli, Command, RootArgs, RuntimeCommand};
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -25,7 +28,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cdi(CdiCommand::Validate(a)) => cdi::validate(a),
         Command::Info(a) => info::run(a),
         Command::Doctor(a) => doctor::run(*a),
+        #[cfg(feature = "mock")]
         Command::MockHost(MockHostCommand::Create(a)) => mock::create(a),
+        #[cfg(feature = "mock")]
         Command::MockHost(MockHostCommand::Rootfs(a)) => mock::rootfs(a),
         Command::Demo(a) => demo::run(a),
         Command::Runtime(RuntimeCommand::Exec(a)) => Ok(crate::runtime::main(&a.args)),
