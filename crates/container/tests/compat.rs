@@ -231,6 +231,37 @@ fn chosen_compat_wins_in_the_cache_and_the_loader() {
         .iter()
         .any(|(n, _, p)| n == "libnvidia-ml.so.1" && p == "/usr/lib64/libnvidia-ml.so.1"));
 
+    // The real ldconfig on a copy of the same tree (the drop-ins we wrote included) puts the
+    // compat libcuda first too: the loader takes the first entry of a name.
+    let copy = tmp.path().join("copy");
+    run_ok(
+        "cp",
+        &["-a", rootfs.to_str().unwrap(), copy.to_str().unwrap()],
+    );
+    run_ok(ldconfig(), &["-r", copy.to_str().unwrap()]);
+    let first = |entries: &[(String, String, String)], name: &str| {
+        entries
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, p)| p.clone())
+    };
+    let real = ldconfig_p(&copy.join("etc/ld.so.cache"));
+    for name in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+        let theirs = first(&real, name).map(|p| {
+            // ldconfig names the soname link it made; the loader follows it to the file.
+            let target = std::fs::canonicalize(copy.join(p.trim_start_matches('/'))).unwrap();
+            format!("/{}", target.strip_prefix(&copy).unwrap().display())
+        });
+        let ours = first(&entries, name).map(|p| {
+            let target = std::fs::canonicalize(rootfs.join(p.trim_start_matches('/'))).unwrap();
+            format!("/{}", target.strip_prefix(&rootfs).unwrap().display())
+        });
+        assert_eq!(
+            ours, theirs,
+            "{name}: ours {entries:#?}\nldconfig's {real:#?}"
+        );
+    }
+
     let out = chroot(&rootfs, &[PROBE_PATH]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     // The fixture lacks the CUDA entry points, so the probe follows its
