@@ -1,7 +1,10 @@
 //! `cargo bench -p gpuctk --bench generate`: discovery and `cdi generate` on mock hosts of 1, 8
-//! and 64 GPUs. Prints medians, the 64/8 ratio (design target: near flat), and, as a baseline
-//! measured in the same run, the cost of spawning `/bin/true`, since a whole `gpuctk cdi
-//! generate` is a process. Needs root (mock hosts mknod their device nodes).
+//! and 64 GPUs. Prints medians (and, for the whole process, p90s), the 64/8 ratio (design
+//! target: near flat), and, as a baseline measured in the same run, the cost of spawning
+//! `/bin/true`, since a whole `gpuctk cdi generate` is a process. The target (8 GPUs in
+//! at most 2 ms as a whole process) is printed, never asserted. `GPUCTK_BENCH_BIN` measures
+//! another gpuctk binary (a static build, say). Needs root (mock hosts mknod their device
+//! nodes).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -14,17 +17,24 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-fn time<F: FnMut()>(iters: usize, mut f: F) -> Duration {
+fn samples<F: FnMut()>(iters: usize, mut f: F) -> Vec<Duration> {
     f();
-    median(
-        (0..iters)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed()
-            })
-            .collect(),
-    )
+    (0..iters)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect()
+}
+
+fn time<F: FnMut()>(iters: usize, f: F) -> Duration {
+    median(samples(iters, f))
+}
+
+fn p90(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[(v.len() * 9).div_ceil(10).max(1) - 1]
 }
 
 fn ms(d: Duration) -> f64 {
@@ -32,7 +42,8 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn main() {
-    let exe = env!("CARGO_BIN_EXE_gpuctk");
+    let exe = std::env::var("GPUCTK_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_gpuctk").to_string());
     let tmp = tempfile::tempdir().expect("temp dir");
     let baseline = time(50, || {
         Command::new("/bin/true").status().expect("/bin/true");
@@ -76,17 +87,26 @@ fn main() {
             "--output",
             out.to_str().unwrap(),
         ];
-        let whole = time(50, || {
-            let st = Command::new(exe).args(args).status().unwrap();
+        let all = samples(100, || {
+            let st = Command::new(&exe).args(args).status().unwrap();
             assert!(st.success());
         });
+        let whole = median(all.clone());
         println!(
-            "{gpus:>2} GPUs: discovery {:7.3} ms   plan+spec+yaml {:7.3} ms   `gpuctk cdi generate` {:7.3} ms ({:.2}x spawning /bin/true)",
+            "{gpus:>2} GPUs: discovery {:7.3} ms   plan+spec+yaml {:7.3} ms   `gpuctk cdi generate` median {:7.3} ms, p90 {:7.3} ms ({:.2}x spawning /bin/true)",
             ms(disc),
             ms(spec_t),
             ms(whole),
+            ms(p90(all)),
             ms(whole) / ms(baseline)
         );
+        if gpus == 8 {
+            println!(
+                "   target: 8 GPUs <= 2 ms as a whole process: {:.3} ms ({})",
+                ms(whole),
+                if ms(whole) <= 2.0 { "met" } else { "missed" }
+            );
+        }
         results.push((gpus, disc, whole));
     }
     let (_, d8, w8) = results[1];
