@@ -125,21 +125,26 @@ fn run_oci_hook(a: &ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
     let edit = if remove {
         ocihook::unconfigure(path, current.as_deref())?
     } else {
-        let hook = &a.nvidia_runtime_hook_path;
-        if !Path::new(hook).is_file() {
-            tracing::warn!(
-                "--nvidia-runtime-hook-path {hook}: no file there; every container podman starts will fail until it exists"
-            );
-        }
-        Some(ocihook::configure(path, current.as_deref(), hook)?)
+        Some(ocihook::configure(
+            path,
+            current.as_deref(),
+            &a.nvidia_runtime_hook_path,
+        )?)
     };
-    finish(
+    let done = finish(
         edit.into_iter().collect(),
         a.dry_run,
         remove,
         path,
         "podman",
-    )
+    )?;
+    let hook = &a.nvidia_runtime_hook_path;
+    if !remove && !Path::new(hook).is_file() {
+        tracing::warn!(
+            "--nvidia-runtime-hook-path {hook}: no file there; every container podman starts will fail until it exists"
+        );
+    }
+    Ok(done)
 }
 
 pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
@@ -156,9 +161,6 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| default_config_path(engine));
     let (runtime_path, warning) = runtime_path(engine, a.runtime_path.as_deref());
-    if let (Some(w), false) = (warning, remove) {
-        tracing::warn!("{w}");
-    }
     let opts = Options {
         runtime_name: a.runtime_name.clone(),
         runtime_path,
@@ -193,7 +195,12 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         configure(engine, &path, current.as_deref(), &opts)
     }
     .map_err(|e| anyhow!("{e}; nothing was written"))?;
-    finish(edits, a.dry_run, remove, &path, engine.as_str())
+    let done = finish(edits, a.dry_run, remove, &path, engine.as_str())?;
+    // After the work: a failure stays one line, and the warning is about what was written.
+    if let (Some(w), false) = (warning, remove) {
+        tracing::warn!("{w}");
+    }
+    Ok(done)
 }
 
 /// Print the diff (`--dry-run`) or write the edits, and say what was done.

@@ -126,17 +126,14 @@ impl Lab {
             src.to_str().unwrap(),
         ]);
 
+        // A compat libcuda newer than the driver, with the note real ones carry.
         let compat_lib = t.join("compat/libcuda.so.575.51.03");
         fs::create_dir_all(compat_lib.parent().unwrap()).unwrap();
-        let lib_dir = debian.manifest["lib_dir"].as_str().unwrap().to_string();
-        let host_libcuda = Path::new(&debian.driver_root())
-            .join(lib_dir.trim_start_matches('/'))
-            .join(format!("libcuda.so.{DRIVER}"));
-        fs::copy(&host_libcuda, &compat_lib).unwrap();
-        add_cuda_note(
+        fs::write(
             &compat_lib,
-            r#"{"Format":"1","CUDA Version":"12.9","Driver":[535,550,570],"Device":["all"]}"#,
-        );
+            gpuctk_mockhost::compat_libcuda("575.51.03", (12, 9)).unwrap(),
+        )
+        .unwrap();
 
         for (host, name) in [(&debian, "cdi-debian"), (&rhel, "cdi-rhel")] {
             let dir = t.join(name);
@@ -755,42 +752,6 @@ fn gcc(args: &[&str]) {
         "gcc {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// The bytes of one ELF note (4-byte aligned): owner, type, descriptor.
-fn note_bytes(owner: &str, note_type: u32, desc: &[u8]) -> Vec<u8> {
-    let mut name = owner.as_bytes().to_vec();
-    name.push(0);
-    let mut b = Vec::new();
-    b.extend_from_slice(&(name.len() as u32).to_le_bytes());
-    b.extend_from_slice(&(desc.len() as u32).to_le_bytes());
-    b.extend_from_slice(&note_type.to_le_bytes());
-    b.extend_from_slice(&name);
-    b.resize(b.len().div_ceil(4) * 4, 0);
-    b.extend_from_slice(desc);
-    b.resize(b.len().div_ceil(4) * 4, 0);
-    b
-}
-
-/// Add `.note.cuda.fwd_compatibility` with the JSON `desc` to `lib` (objcopy).
-fn add_cuda_note(lib: &Path, desc: &str) {
-    let note = lib.with_extension("note");
-    fs::write(&note, note_bytes("NVIDIA Corporation", 1, desc.as_bytes())).unwrap();
-    let sec = ".note.cuda.fwd_compatibility";
-    let out = Command::new("objcopy")
-        .arg("--add-section")
-        .arg(format!("{sec}={}", note.display()))
-        .arg("--set-section-flags")
-        .arg(format!("{sec}=readonly,contents"))
-        .arg(lib)
-        .output()
-        .expect("objcopy (apt-get install binutils)");
-    assert!(
-        out.status.success(),
-        "objcopy: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    fs::remove_file(note).unwrap();
 }
 
 /// ELF64 little-endian section headers: `(name, type, offset, size, header offset)`.
