@@ -191,6 +191,17 @@ pub enum LegacyError {
         #[source]
         source: HookError,
     },
+    /// An attached device program cannot be extended with our rules.
+    #[error("{}: device program {id}: {source}", path.display())]
+    Program {
+        /// The cgroup directory.
+        path: PathBuf,
+        /// The program's id.
+        id: u32,
+        /// Why.
+        #[source]
+        source: bpf::ProgramError,
+    },
     /// The container root is not where it should be in its namespace.
     #[error("container root {}: {reason}", rootfs.display())]
     NoRoot {

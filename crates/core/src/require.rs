@@ -261,7 +261,7 @@ pub enum RequireError {
         /// The condition, shortened.
         condition: String,
         /// What is wrong.
-        reason: String,
+        reason: ConditionError,
     },
     /// An expression longer than [`MAX_EXPRESSION`].
     #[error("{var}: {len} bytes, more than the {cap} a requirement may have")]
@@ -367,11 +367,43 @@ pub struct Requirement {
     pub alternatives: Vec<Vec<Condition>>,
 }
 
-fn parse_condition(text: &str) -> Result<Condition, String> {
+/// What is wrong with one condition.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConditionError {
+    /// No comparison in it.
+    #[error("no operator; a condition is key, operator, value, like cuda>=12.4 (keys: {KEYS})")]
+    NoOperator,
+    /// The operator opens it.
+    #[error("no key before {0:?} (keys: {KEYS})")]
+    NoKey(String),
+    /// A key we do not know.
+    #[error("unknown key {0:?} (keys: {KEYS})")]
+    UnknownKey(String),
+    /// An operator we do not know.
+    #[error("unknown operator {0:?} (operators: {OPERATORS})")]
+    UnknownOperator(String),
+    /// Nothing after the operator.
+    #[error("no value after {0:?}")]
+    NoValue(String),
+    /// Operator characters in the value.
+    #[error(
+        "a second operator in the value; one condition compares once, join conditions with ','"
+    )]
+    SecondOperator,
+    /// `brand` with an ordering operator.
+    #[error("brand compares only with = or != (not {0:?})")]
+    BrandOperator(String),
+    /// A brand that is not a name.
+    #[error("{0:?} is not a brand name: letters, digits, '_' and '-' only, like tesla")]
+    BrandName(String),
+    /// A version that is not one.
+    #[error(transparent)]
+    Version(#[from] VersionError),
+}
+
+fn parse_condition(text: &str) -> Result<Condition, ConditionError> {
     let Some(k) = text.find(OPERATOR_CHARS) else {
-        return Err(format!(
-            "no operator; a condition is key, operator, value, like cuda>=12.4 (keys: {KEYS})"
-        ));
+        return Err(ConditionError::NoOperator);
     };
     let (key_text, rest) = text.split_at(k);
     let op_len = rest
@@ -379,19 +411,14 @@ fn parse_condition(text: &str) -> Result<Condition, String> {
         .unwrap_or(rest.len());
     let (op_text, value) = rest.split_at(op_len);
     if key_text.is_empty() {
-        return Err(format!("no key before {op_text:?} (keys: {KEYS})"));
+        return Err(ConditionError::NoKey(op_text.to_string()));
     }
     let key = match key_text.to_ascii_lowercase().as_str() {
         "cuda" => Key::Cuda,
         "driver" => Key::Driver,
         "arch" => Key::Arch,
         "brand" => Key::Brand,
-        _ => {
-            return Err(format!(
-                "unknown key {:?} (keys: {KEYS})",
-                shown(key_text, SHOWN_CONDITION)
-            ))
-        }
+        _ => return Err(ConditionError::UnknownKey(shown(key_text, SHOWN_CONDITION))),
     };
     let op = match op_text {
         "=" | "==" => Op::Eq,
@@ -401,40 +428,32 @@ fn parse_condition(text: &str) -> Result<Condition, String> {
         ">" => Op::Gt,
         ">=" => Op::Ge,
         _ => {
-            return Err(format!(
-                "unknown operator {:?} (operators: {OPERATORS})",
-                shown(op_text, SHOWN_CONDITION)
-            ))
+            return Err(ConditionError::UnknownOperator(shown(
+                op_text,
+                SHOWN_CONDITION,
+            )))
         }
     };
     if value.is_empty() {
-        return Err(format!("no value after {op_text:?}"));
+        return Err(ConditionError::NoValue(op_text.to_string()));
     }
     if value.contains(OPERATOR_CHARS) {
-        return Err(
-            "a second operator in the value; one condition compares once, join conditions with ','"
-                .to_string(),
-        );
+        return Err(ConditionError::SecondOperator);
     }
     let value = match key {
         Key::Brand => {
             if !matches!(op, Op::Eq | Op::Ne) {
-                return Err(format!(
-                    "brand compares only with = or != (not {op_text:?})"
-                ));
+                return Err(ConditionError::BrandOperator(op_text.to_string()));
             }
             if !value
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
             {
-                return Err(format!(
-                    "{:?} is not a brand name: letters, digits, '_' and '-' only, like tesla",
-                    shown(value, SHOWN_CONDITION)
-                ));
+                return Err(ConditionError::BrandName(shown(value, SHOWN_CONDITION)));
             }
             Value::Name(value.to_string())
         }
-        _ => Value::Version(value.parse().map_err(|e: VersionError| e.0)?),
+        _ => Value::Version(value.parse()?),
     };
     Ok(Condition {
         key,

@@ -112,9 +112,32 @@ pub fn char_majors(proc_root: &Path) -> io::Result<Vec<(u32, String)>> {
     }
 }
 
+/// A GPU `information` file that cannot be used; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum InformationError {
+    /// It cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// It is not the NVIDIA module's format.
+    #[error("{}: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        source: procfs::ProcError,
+    },
+}
+
 /// Every GPU `<proc_root>/driver/nvidia/gpus/*/information` describes, in bus order, each with
 /// its file; a file that does not parse is an `Err` naming it.
-pub fn gpu_informations(proc_root: &Path) -> io::Result<Vec<Result<GpuInformation, String>>> {
+pub fn gpu_informations(
+    proc_root: &Path,
+) -> io::Result<Vec<Result<GpuInformation, InformationError>>> {
     let dir = proc_root.join("driver/nvidia/gpus");
     let mut names: Vec<String> = fs::read_dir(&dir)?
         .filter_map(Result::ok)
@@ -125,8 +148,12 @@ pub fn gpu_informations(proc_root: &Path) -> io::Result<Vec<Result<GpuInformatio
         .into_iter()
         .map(|n| {
             let file = dir.join(&n).join("information");
-            let text = fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-            procfs::parse_information(&text).map_err(|e| format!("{}: {e}", file.display()))
+            let text = fs::read_to_string(&file).map_err(|source| InformationError::Read {
+                path: file.clone(),
+                source,
+            })?;
+            procfs::parse_information(&text)
+                .map_err(|source| InformationError::Parse { path: file, source })
         })
         .collect())
 }

@@ -592,9 +592,10 @@ pub fn allow_v2(dir: &Path, rules: &[DeviceRule]) -> Result<V2Outcome, LegacyErr
         let old = prog_fd_by_id(id).map_err(bpf_err(dir, "BPF_PROG_GET_FD_BY_ID"))?;
         let (insns, gpl) =
             prog_insns(old.as_raw_fd()).map_err(bpf_err(dir, "BPF_OBJ_GET_INFO_BY_FD"))?;
-        let new_insns = extend_program(&insns, rules).map_err(|reason| LegacyError::Cgroup {
+        let new_insns = extend_program(&insns, rules).map_err(|source| LegacyError::Program {
             path: dir.to_path_buf(),
-            reason: format!("device program {id}: {reason}"),
+            id,
+            source,
         })?;
         let new = load_device_program(&new_insns, gpl).map_err(bpf_err(dir, "BPF_PROG_LOAD"))?;
         if flags & BPF_F_ALLOW_MULTI != 0 {

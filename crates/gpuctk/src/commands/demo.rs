@@ -127,9 +127,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
         "the container asks for nvidia.com/gpu=all: the edits its config.json gets",
     );
     let reg = Registry::load(std::slice::from_ref(&spec_dir));
-    let resolved = reg
-        .resolve(&["nvidia.com/gpu=all"])
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let resolved = reg.resolve(&["nvidia.com/gpu=all"])?;
     let edits = resolved.edits;
     print_edits(&edits);
 

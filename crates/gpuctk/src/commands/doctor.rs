@@ -454,7 +454,7 @@ fn check_devices(roots: &Roots, c: &mut Checks) {
                     Err(e) => c.fail(
                         G,
                         "gpus",
-                        e,
+                        e.to_string(),
                         "this file is not the NVIDIA module's: check --proc-root",
                     ),
                     Ok(info) => {
