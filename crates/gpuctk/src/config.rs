@@ -357,8 +357,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         c.policy.accept_volume_mounts = v;
     }
     if let Some(v) = r.string(root, "", "supported-driver-capabilities")? {
-        c.policy.supported_driver_capabilities =
-            gpuctk_core::CapabilitySet::parse_supported(&v).map_err(|e| {
+        c.policy.supported_driver_capabilities = gpuctk_core::CapabilitySet::parse_supported(&v)
+            .map_err(|e| {
                 r.err(
                     root.get("supported-driver-capabilities").unwrap(),
                     "supported-driver-capabilities",

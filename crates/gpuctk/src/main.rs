@@ -35,15 +35,15 @@ fn run_ctk(name: &str, args: &[OsString]) -> anyhow::Result<ExitCode> {
         .name(name)
         .bin_name(name)
         .try_get_matches_from(args)
-        .unwrap_or_else(|e| usage_error(e));
-    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(e));
+        .unwrap_or_else(|e| usage_error(name, e));
+    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(name, e));
     logging::init(cli.global.level());
     commands::run(cli)
 }
 
 /// Help and version go out as clap prints them; a usage error becomes one line, like every
 /// other error, so scripts can grep it.
-fn usage_error(e: clap::Error) -> ! {
+fn usage_error(name: &str, e: clap::Error) -> ! {
     use clap::error::ErrorKind;
     if matches!(
         e.kind(),
@@ -63,7 +63,7 @@ fn usage_error(e: clap::Error) -> ! {
         .map(|l| l.strip_prefix("error: ").unwrap_or(l))
         .collect::<Vec<_>>()
         .join(" ");
-    let _ = writeln!(std::io::stderr(), "gpuctk: error: {line} (see --help)");
+    let _ = writeln!(std::io::stderr(), "{name}: error: {line} (see --help)");
     std::process::exit(2);
 }
 
@@ -76,6 +76,13 @@ fn main() -> ExitCode {
     let name = basename(&argv0);
     let result = match name.as_str() {
         "nvidia-container-runtime" => return runtime::main(&args[1..]),
+        // The GPU Operator's `nvidia-cdi` and `nvidia-legacy` runtime classes.
+        "nvidia-container-runtime.cdi" => {
+            return runtime::main_as(&args[1..], Some(config::Mode::Cdi))
+        }
+        "nvidia-container-runtime.legacy" => {
+            return runtime::main_as(&args[1..], Some(config::Mode::Legacy))
+        }
         "nvidia-cdi-hook" => return hook::main(&args),
         "nvidia-container-runtime-hook" | "nvidia-container-toolkit" => {
             return legacy::hook_main(&args)
@@ -101,7 +108,7 @@ fn main() -> ExitCode {
                     line.push_str(&c);
                 }
             }
-            let _ = writeln!(std::io::stderr(), "gpuctk: error: {line}");
+            let _ = writeln!(std::io::stderr(), "{name}: error: {line}");
             ExitCode::FAILURE
         }
     }

@@ -19,9 +19,11 @@ use std::os::unix::process::CommandExt;
 use crate::config::{self, Config};
 use crate::runtime::{find_runtime, RuncArgs};
 
-/// Whether `parsed` is a call the shim only passes on.
+/// Whether `parsed` is a call the shim only passes on (anything but `create`/`run`, and their
+/// `--help`).
 pub fn applies(parsed: &RuncArgs) -> bool {
-    !matches!(parsed.command.as_deref(), Some("create" | "run"))
+    // `create --help` prints runc's help: no bundle to read.
+    parsed.help || !matches!(parsed.command.as_deref(), Some("create" | "run"))
 }
 
 /// Find the runtime and exec it with `args`; returns only on failure, with the message for

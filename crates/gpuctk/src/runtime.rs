@@ -16,7 +16,7 @@ use gpuctk_cdi::spec::ContainerEdits;
 use gpuctk_core::request::Delivery;
 use gpuctk_core::{parse_request, Decision, InRootOp};
 
-use crate::config::{self, Config};
+use crate::config::{self, Config, Mode};
 
 /// runc's global flags that take a value; the command is the first word that is not one of
 /// these or their value.
@@ -39,6 +39,8 @@ pub struct RuncArgs {
     pub log_json: bool,
     /// `--version`/`-v` anywhere before the command.
     pub version: bool,
+    /// `--help`/`-h` after the command: runc prints the command's help.
+    pub help: bool,
 }
 
 fn flag_value<'a>(
@@ -100,6 +102,9 @@ pub fn parse_runc_args(args: &[OsString]) -> RuncArgs {
             out.command = Some(a.to_string());
             i += 1;
             continue;
+        }
+        if a == "--help" || a == "-h" {
+            out.help = true;
         }
         if let Some((v, step)) =
             flag_value(args, i, "--bundle").or_else(|| flag_value(args, i, "-b"))
@@ -216,6 +221,12 @@ fn report(args: &RuncArgs, msg: &str) {
 
 /// `nvidia-container-runtime ARGS...` (`args` without argv[0]).
 pub fn main(args: &[OsString]) -> ExitCode {
+    main_as(args, None)
+}
+
+/// The shim with the mode forced, as NVIDIA's `nvidia-container-runtime.cdi` (`cdi`) and
+/// `nvidia-container-runtime.legacy` (`legacy`) do, whatever config.toml says.
+pub fn main_as(args: &[OsString], forced: Option<Mode>) -> ExitCode {
     let parsed = parse_runc_args(args);
     // Everything but create/run: find the runtime and exec it, nothing else (passthrough.rs).
     if crate::passthrough::applies(&parsed) {
@@ -223,13 +234,16 @@ pub fn main(args: &[OsString]) -> ExitCode {
         report(&parsed, &msg);
         return ExitCode::FAILURE;
     }
-    let cfg = match config::load_from_env() {
+    let mut cfg = match config::load_from_env() {
         Ok(c) => c,
         Err(e) => {
             report(&parsed, &e.to_string());
             return ExitCode::FAILURE;
         }
     };
+    if let Some(m) = forced {
+        cfg.mode = m;
+    }
     crate::logging::init_runtime(&cfg);
     for k in &cfg.unknown_keys {
         tracing::warn!(

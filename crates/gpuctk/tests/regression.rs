@@ -287,3 +287,27 @@ fn hostile_spec_files_are_capped_and_do_not_stall_requests() {
     let edited = std::fs::read_to_string(bundle.join("config.json")).unwrap();
     assert!(edited.contains("/dev/nvidia1"), "{edited}");
 }
+
+/// Errors said `gpuctk:` when the binary ran as `nvidia-ctk`: scripts grep for the name they
+/// called. Usage errors and command errors both carry the name it was invoked as.
+#[test]
+fn errors_name_the_personality() {
+    let t = TestDir::new();
+    let ctk = t.join("nvidia-ctk");
+    std::os::unix::fs::symlink(GPUCTK, &ctk).unwrap();
+    let missing = t.join("no-driver-root");
+    let missing = missing.to_str().unwrap();
+    for args in [
+        &["no-such-command"][..],
+        &["cdi", "generate", "--driver-root", missing],
+    ] {
+        let out = std::process::Command::new(&ctk)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.starts_with("nvidia-ctk: error: "), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}

@@ -1359,3 +1359,77 @@ fn requirements_refuse_are_saved_by_compat_or_are_turned_off() {
         bed.run_image("req-hook-compat", &compat).ok();
     }
 }
+
+/// Issue 11: the GPU Operator's runtime classes run `nvidia-container-runtime.cdi` and
+/// `nvidia-container-runtime.legacy`, which force their mode whatever config.toml says; and
+/// `create --help` through the shim is runc's help, not an attempt to read `./config.json`.
+#[test]
+fn cdi_and_legacy_personalities_force_their_mode() {
+    let bed = Bed::new("runc", "debian", 2);
+    let bin = bed.shim.parent().unwrap().to_path_buf();
+    let as_name = |name: &str, args: &[&str]| {
+        let exe = bin.join(name);
+        if !exe.exists() {
+            symlink(GPUCTK, &exe).unwrap();
+        }
+        let c = bed.shim_cmd(args);
+        let mut d = Command::new(&exe);
+        d.args(c.get_args());
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => d.env(k, v),
+                None => d.env_remove(k),
+            };
+        }
+        d.output().unwrap()
+    };
+    let bundle = bed.bundle.to_str().unwrap().to_string();
+
+    // .legacy: the prestart hook, no CDI edits (config.toml says auto).
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=1"]);
+    let out = as_name(
+        "nvidia-container-runtime.legacy",
+        &["run", "--bundle", &bundle, "personality-legacy"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spec = bed.spec();
+    assert_eq!(
+        spec["hooks"]["prestart"][0]["args"][0],
+        "nvidia-container-runtime-hook"
+    );
+    assert!(spec["hooks"].get("createContainer").is_none(), "{spec}");
+
+    // .cdi: a bare id goes through the CDI spec dirs (empty here), so it is refused by name.
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=1"]);
+    let out = as_name(
+        "nvidia-container-runtime.cdi",
+        &["run", "--bundle", &bundle, "personality-cdi"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("nvidia.com/gpu=1"), "{err}");
+    // The same request through the plain shim is planned just in time.
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=1"]);
+    bed.run("personality-auto").ok();
+
+    // create --help: runc's own help, exit 0, from a directory without config.json.
+    let out = bed
+        .shim_cmd(&["create", "--help"])
+        .current_dir(bed.t.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("--bundle"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
