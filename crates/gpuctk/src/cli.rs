@@ -172,14 +172,9 @@ pub struct PassArgs {
 /// The three roots discovery reads.
 #[derive(Debug, Args, Clone)]
 pub struct RootArgs {
-    /// Root of the driver installation (/run/nvidia/driver with the GPU Operator)
-    #[arg(
-        long,
-        env = "NVIDIA_CTK_DRIVER_ROOT",
-        default_value = "/",
-        value_name = "DIR"
-    )]
-    pub driver_root: PathBuf,
+    /// Root of the driver installation (/run/nvidia/driver with the GPU Operator) [default: config.toml's [nvidia-container-cli] root, else /]
+    #[arg(long, env = "NVIDIA_CTK_DRIVER_ROOT", value_name = "DIR")]
+    pub driver_root: Option<PathBuf>,
     /// Root under which /dev/nvidia* live [default: the driver root]
     #[arg(long, env = "NVIDIA_CTK_DEV_ROOT", value_name = "DIR")]
     pub dev_root: Option<PathBuf>,
@@ -263,6 +258,9 @@ pub struct GenerateArgs {
     /// Also record the driver version as the annotation gpuctk/driver-version (needs cdiVersion 0.6.0)
     #[arg(long)]
     pub driver_version_annotation: bool,
+    /// Write the spec even when the driver root holds no libcuda of the running driver (no container could use CUDA with it)
+    #[arg(long)]
+    pub allow_missing_libcuda: bool,
     /// The hook binary written into the spec's hooks [default: this binary]
     #[arg(
         long = "nvidia-cdi-hook-path",

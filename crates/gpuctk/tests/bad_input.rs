@@ -109,32 +109,73 @@ fn ld_so_cache_offsets_past_the_end() {
     generate_fails(&h, &[], &[&f]);
 }
 
+/// A damaged driver library is skipped with a warning that names it (NVIDIA's discovery skips
+/// it too); without the driver's libcuda, `cdi generate` refuses, naming the driver root.
 #[test]
 fn corrupt_library_elf() {
     let t = TestDir::new();
     let h = mock_host(&t, "host", 1, "570.124.06", "debian");
-    let lib = format!(
-        "{}/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06",
-        h.driver_root()
+    let dir = format!("{}/usr/lib/x86_64-linux-gnu", h.driver_root());
+    let encode = format!("{dir}/libnvidia-encode.so.570.124.06");
+    fs::write(&encode, b"this is not an ELF file at all, just text").unwrap();
+    let r = ok(&with(&["cdi", "generate"], &h.roots()));
+    assert!(
+        r.stderr.contains(&encode) && r.stderr.contains("not an ELF file"),
+        "{}",
+        r.stderr
     );
+    assert!(
+        !r.stdout.contains("libnvidia-encode"),
+        "skipped: {}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("libcuda.so.570.124.06"));
+
+    let lib = format!("{dir}/libcuda.so.570.124.06");
     let bytes = fs::read(&lib).unwrap();
     fs::write(&lib, &bytes[..100]).unwrap();
-    generate_fails(&h, &[], &[&lib, "truncated", "reinstall"]);
-    fs::write(&lib, b"this is not an ELF file at all, just text").unwrap();
-    generate_fails(&h, &[], &[&lib, "not an ELF file"]);
+    let r = fails(
+        &with(&["cdi", "generate"], &h.roots()),
+        &["no libcuda.so.570.124.06", "--driver-root"],
+    );
+    assert!(
+        r.stderr.contains("truncated") && r.stderr.contains(&lib),
+        "{}",
+        r.stderr
+    );
+    // Asked for: written anyway.
+    ok(&with(
+        &["cdi", "generate", "--allow-missing-libcuda"],
+        &h.roots(),
+    ));
 }
 
 #[test]
 fn missing_output_dir() {
     let t = TestDir::new();
     let h = mock_host(&t, "host", 1, "570.124.06", "debian");
+    // A fresh host has no /var/run/cdi: it is created (NVIDIA does too)...
     let out = t.join("no/such/dir/nvidia.yaml");
-    generate_fails(
-        &h,
-        &["--output", out.to_str().unwrap()],
-        &["--output", "does not exist"],
-    );
-    assert!(!t.join("no").exists(), "nothing created");
+    ok(&with(
+        &["cdi", "generate", "--output", out.to_str().unwrap()],
+        &h.roots(),
+    ));
+    assert!(out.is_file());
+    // ...but only once there is a spec to write.
+    let out = t.join("other/dir/nvidia.yaml");
+    let wrong = t.join("empty-root");
+    fs::create_dir_all(wrong.join("etc")).unwrap();
+    let mut args = vec!["cdi", "generate", "--output", out.to_str().unwrap()];
+    args.extend_from_slice(&["--driver-root", wrong.to_str().unwrap()]);
+    let roots = [
+        "--dev-root".to_string(),
+        h.dev_root(),
+        "--proc-root".to_string(),
+        h.proc_root(),
+    ];
+    let r = fails(&with(&args, &roots), &["no libcuda"]);
+    one_line(&r);
+    assert!(!t.join("other").exists(), "nothing created");
     let is_dir = t.join("host");
     generate_fails(
         &h,

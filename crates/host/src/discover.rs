@@ -130,7 +130,7 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
 
     let gpus = discover_gpus(roots, nvidia_major, &mut warnings)?;
     let control_nodes = discover_control_nodes(roots, nvidia_major, uvm_major, &mut warnings);
-    let (libraries, library_source) = discover_libraries(roots, &version, opts)?;
+    let (libraries, library_source) = discover_libraries(roots, &version, opts, &mut warnings)?;
     let binaries = discover_binaries(&roots.driver_root);
     let firmware = discover_firmware(&roots.driver_root, &version)?;
     let ipc = discover_ipc(&roots.driver_root);
@@ -333,6 +333,7 @@ fn discover_libraries(
     roots: &Roots,
     version: &DriverVersion,
     opts: &DiscoverOptions,
+    warnings: &mut Vec<String>,
 ) -> Result<(Vec<Library>, String), DiscoverError> {
     let root = &roots.driver_root;
     let cache_file = root.join("etc/ld.so.cache");
@@ -418,19 +419,29 @@ fn discover_libraries(
             }
             let Some(resolved) = found else { continue };
             let hp = host_path(root, &resolved);
-            let info = fs::File::open(&hp)
+            // A damaged library is left out with a warning, as NVIDIA's discovery does; what
+            // cannot do without it (`cdi generate` without libcuda) says so itself.
+            let info = match fs::File::open(&hp)
                 .map_err(ElfError::from)
                 .and_then(|f| gpuctk_elf::library_info(&f))
-                .map_err(|source| DiscoverError::BadElf {
-                    file: hp.clone(),
-                    source,
-                })?;
-            if info.header.e_type != gpuctk_elf::ET_DYN {
-                return Err(DiscoverError::BadElf {
-                    file: hp,
-                    source: ElfError::Malformed("not a shared object (e_type is not ET_DYN)"),
-                });
-            }
+            {
+                Ok(info) if info.header.e_type == gpuctk_elf::ET_DYN => info,
+                Ok(_) => {
+                    let source = ElfError::Malformed("not a shared object (e_type is not ET_DYN)");
+                    warnings.push(format!(
+                        "{}; skipped",
+                        DiscoverError::BadElf { file: hp, source }
+                    ));
+                    continue;
+                }
+                Err(source) => {
+                    warnings.push(format!(
+                        "{}; skipped",
+                        DiscoverError::BadElf { file: hp, source }
+                    ));
+                    continue;
+                }
+            };
             if info.header.is_64() == is_32bit {
                 // A 64-bit file listed as 32-bit (or the reverse) is a broken cache; skip it.
                 continue;

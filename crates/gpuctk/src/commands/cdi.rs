@@ -14,6 +14,16 @@ use crate::cli::{GenerateArgs, ListArgs, SpecFormat, Strategy, ValidateArgs};
 /// The spec a `cdi generate` with these arguments writes.
 pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
     let inv = a.roots.discover()?;
+    // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
+    // always a wrong driver root.
+    if !a.allow_missing_libcuda && !inv.libraries.iter().any(|l| l.name == "libcuda.so") {
+        bail!(
+            "no libcuda.so.{} under driver root {} ({}): check --driver-root (or [nvidia-container-cli] root in config.toml; the GPU Operator's is /run/nvidia/driver), or pass --allow-missing-libcuda to write the spec anyway",
+            inv.driver_version,
+            inv.roots.driver_root.display(),
+            inv.library_source
+        );
+    }
     let plan = plan(
         &inv,
         &PlanOptions {
@@ -74,6 +84,15 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
             std::io::stdout().write_all(spec.to_format(format).as_bytes())?;
         }
         Some(path) => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).with_context(|| {
+                    format!(
+                        "--output {}: cannot create directory {}",
+                        path.display(),
+                        dir.display()
+                    )
+                })?;
+            }
             write_spec(&path, &spec, format)?;
             tracing::info!(
                 "wrote {} ({} devices, cdiVersion {})",
@@ -92,9 +111,13 @@ fn check_output_dir(out: &Path) -> anyhow::Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
+    // A fresh host has no /var/run/cdi yet: it is created once the spec is ready.
+    if !dir.exists() {
+        return Ok(());
+    }
     if !dir.is_dir() {
         bail!(
-            "--output {}: directory {} does not exist (create it first)",
+            "--output {}: {} is not a directory",
             out.display(),
             dir.display()
         );

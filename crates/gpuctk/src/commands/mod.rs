@@ -45,22 +45,33 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 impl RootArgs {
-    /// The roots these flags name; the dev root defaults to the driver root, as NVIDIA's.
-    pub fn roots(&self) -> Roots {
-        Roots {
-            driver_root: self.driver_root.clone(),
-            dev_root: self
-                .dev_root
-                .clone()
-                .unwrap_or_else(|| self.driver_root.clone()),
-            proc_root: self.proc_root.clone(),
-        }
+    /// The roots these flags name. The driver root is the flag, else config.toml's
+    /// `[nvidia-container-cli] root` (GPU Operator nodes set `/run/nvidia/driver` there), else
+    /// `/`, as NVIDIA's; the dev root defaults to the driver root.
+    pub fn roots(&self) -> anyhow::Result<Roots> {
+        let driver_root = match &self.driver_root {
+            Some(r) => r.clone(),
+            None => crate::config::load_from_env()?.driver_root,
+        };
+        // Relative roots are taken from the working directory, once, here.
+        let abs = |p: &Path, flag: &str| {
+            std::path::absolute(p).with_context(|| format!("{flag} {}", p.display()))
+        };
+        let driver_root = abs(&driver_root, "--driver-root")?;
+        Ok(Roots {
+            dev_root: match &self.dev_root {
+                Some(d) => abs(d, "--dev-root")?,
+                None => driver_root.clone(),
+            },
+            driver_root,
+            proc_root: abs(&self.proc_root, "--proc-root")?,
+        })
     }
 
     /// Discover the host these flags point at, logging discovery's warnings.
     pub fn discover(&self) -> anyhow::Result<Inventory> {
         discover(
-            &self.roots(),
+            &self.roots()?,
             &DiscoverOptions {
                 library_search_paths: self.library_search_paths.clone(),
             },
