@@ -355,3 +355,44 @@ fn dev_root_defaults_to_driver_root_and_hostpath_is_dropped_at_slash() {
         format!("{}/dev/nvidia0", h.driver_root()).as_str()
     );
 }
+
+/// GPU Operator nodes set the driver root once, in config.toml (`[nvidia-container-cli] root =
+/// "/run/nvidia/driver"`): `cdi generate` without `--driver-root` takes it from there, as
+/// NVIDIA's does; the flag still wins.
+#[test]
+fn driver_root_from_config_toml() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 2, "570.124.06", "debian");
+    let cfg = t.join("config.toml");
+    std::fs::write(
+        &cfg,
+        format!("[nvidia-container-cli]\nroot = \"{}\"\n", h.driver_root()),
+    )
+    .unwrap();
+    let args = [
+        "cdi",
+        "generate",
+        "--dev-root",
+        &h.dev_root(),
+        "--proc-root",
+        &h.proc_root(),
+    ];
+    let out = gpuctk(&args).env("GPUCTK_CONFIG", &cfg).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("libcuda.so.570.124.06"), "{text}");
+    // The flag wins over the file.
+    let mut with_flag = args.to_vec();
+    let empty = t.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    with_flag.extend_from_slice(&["--driver-root", empty.to_str().unwrap()]);
+    let out = gpuctk(&with_flag)
+        .env("GPUCTK_CONFIG", &cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
