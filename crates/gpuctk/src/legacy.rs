@@ -30,6 +30,35 @@ fn one_line(e: &anyhow::Error) -> String {
     msg
 }
 
+const HOOK_USAGE: &str =
+    "usage: nvidia-container-runtime-hook [-debug] [-config FILE] prestart|poststart|poststop
+
+The legacy OCI hook (what `docker run --gpus` runs): `prestart` reads the OCI state on stdin
+and injects the GPUs the container asks for into it; poststart and poststop do nothing.
+
+  -config FILE   the config.toml to read (default /etc/nvidia-container-runtime/config.toml)
+  -debug         debug logging
+  -version       print the version";
+
+const CLI_USAGE: &str = "usage: nvidia-container-cli [GLOBAL OPTION...] info|list|configure [OPTION...] [ROOTFS]
+
+Global options:
+  -r, --root=DIR          the driver's root (default: config.toml's [nvidia-container-cli] root, else /)
+  -d, --debug=FILE        accepted
+  -l, --ldcache=FILE      accepted (the driver root's cache is read)
+  -u, --user[=UID:GID]    accepted
+  -k, --load-kmods        accepted (no module is loaded)
+  -n, --no-pivot          accepted
+  -V, --version           print the version
+
+Commands:
+  info [--csv]            the driver and GPUs
+  list [-d LIST] [--libraries] [--binaries] [--ipcs] [--firmwares] [--compat32]
+                          the driver files and device nodes a container gets
+  configure --pid=PID [-d LIST] [--compute --utility --video --graphics --display --compat32 --ngx]
+            [--require=EXPR]... [--no-cgroups] [--ldconfig=PATH] ROOTFS
+                          inject into a created container";
+
 /// `nvidia-container-runtime-hook [-debug] [-config FILE] prestart|poststart|poststop`.
 pub fn hook_main(args: &[OsString]) -> ExitCode {
     let mut config_path: Option<PathBuf> = None;
@@ -43,6 +72,10 @@ pub fn hook_main(args: &[OsString]) -> ExitCode {
             "-config" | "--config" => {
                 config_path = args.get(i + 1).map(PathBuf::from);
                 i += 1;
+            }
+            "-h" | "-help" | "--help" => {
+                println!("{HOOK_USAGE}");
+                return ExitCode::SUCCESS;
             }
             "-version" | "--version" => {
                 println!(
@@ -182,6 +215,10 @@ fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
     let mut i = 0;
     // Global options.
     while i < args.len() && args[i].starts_with('-') {
+        if matches!(args[i].as_str(), "--help" | "-h" | "-?" | "--usage") {
+            println!("{CLI_USAGE}");
+            return Ok(ExitCode::SUCCESS);
+        }
         if let Some(root) = take_value(args, &mut i, "--root", Some("-r")) {
             cfg.driver_root = PathBuf::from(root);
         } else if args[i] == "--version" || args[i] == "-V" {
@@ -211,6 +248,13 @@ fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
     };
     let rest = &args[i + 1..];
     match command.as_str() {
+        _ if rest
+            .iter()
+            .any(|a| a == "--help" || a == "-?" || a == "--usage") =>
+        {
+            println!("{CLI_USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
         "configure" => configure(&cfg, rest),
         "info" => info(&cfg, rest),
         "list" => list(&cfg, rest),

@@ -311,3 +311,38 @@ fn errors_name_the_personality() {
         assert_eq!(err.lines().count(), 1, "{err}");
     }
 }
+
+/// `--help` failed where NVIDIA's prints usage: `nvidia-container-cli --help` (and a command's
+/// `--help`) and `nvidia-container-runtime-hook --help` (which said `unknown command ""`). Both
+/// print their usage on stdout and exit 0; the shim's `create --help` is runc's (runtime.rs).
+#[test]
+fn help_works_under_every_personality() {
+    let t = TestDir::new();
+    for (name, args) in [
+        ("nvidia-container-cli", &["--help"][..]),
+        ("nvidia-container-cli", &["configure", "--help"]),
+        ("nvidia-container-runtime-hook", &["--help"]),
+        ("nvidia-container-runtime-hook", &["-help"]),
+        ("nvidia-cdi-hook", &["--help"]),
+        ("nvidia-ctk", &["--help"]),
+    ] {
+        let exe = t.join(name);
+        if !exe.exists() {
+            std::os::unix::fs::symlink(GPUCTK, &exe).unwrap();
+        }
+        let out = std::process::Command::new(&exe)
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.to_lowercase().contains("usage"),
+            "{name} {args:?}: {text}"
+        );
+    }
+}
