@@ -50,6 +50,8 @@ pub struct Registry {
     dirs: Vec<PathBuf>,
     specs: Vec<LoadedSpec>,
     devices: BTreeMap<String, DeviceRef>,
+    /// Names defined by more than one spec of the same directory: ignored, with the files.
+    conflicts: BTreeMap<String, Vec<PathBuf>>,
     errors: Vec<(PathBuf, String)>,
 }
 
@@ -246,6 +248,12 @@ impl Registry {
             if let Some((_, top)) = by_prio.iter().next_back() {
                 if top.len() == 1 {
                     self.devices.insert(name, top[0]);
+                } else {
+                    let files = top
+                        .iter()
+                        .map(|r| self.specs[r.spec].path.clone())
+                        .collect();
+                    self.conflicts.insert(name, files);
                 }
             }
         }
@@ -340,6 +348,13 @@ impl Registry {
     }
 
     fn why_unknown(&self, q: &QualifiedName) -> String {
+        if let Some(files) = self.conflicts.get(&q.to_string()) {
+            let files: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+            return format!(
+                "defined by {} (the same spec directory): remove all but one of them",
+                files.join(" and ")
+            );
+        }
         let kind = q.kind();
         let have = self.names_of_kind(&kind);
         let mut msg = if !have.is_empty() {

@@ -87,9 +87,13 @@ fn same_dir_conflict_drops_device_and_blames_both_files() {
             errs[0]
         );
     }
+    // Regression: the request was told the device is "not defined"; it is defined twice.
     let e = reg.resolve(&["nvidia.com/gpu=0"]).unwrap_err().to_string();
     assert!(
-        e.starts_with("unresolvable CDI device nvidia.com/gpu=0: nvidia.com/gpu has 1, 2"),
+        e.starts_with("unresolvable CDI device nvidia.com/gpu=0: defined by ")
+            && e.contains(&a.display().to_string())
+            && e.contains(&b.display().to_string())
+            && e.contains("remove all but one"),
         "{e}"
     );
     // A higher-priority dir overrides the conflict.
