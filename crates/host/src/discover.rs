@@ -25,10 +25,10 @@ use crate::resolve::{host_path, resolve_in_root};
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoverError {
     /// The driver root does not exist.
-    #[error("driver root {0} does not exist (check --driver-root or [nvidia-container-cli] root)")]
+    #[error("driver root {0} does not exist (it is [nvidia-container-cli] root in config.toml, or --driver-root where the command has one)")]
     DriverRootMissing(PathBuf),
     /// No `driver/nvidia/version` under the proc root.
-    #[error("{0} not found: no NVIDIA kernel module is loaded (load it with modprobe nvidia, or point --proc-root at the right procfs)")]
+    #[error("{0} not found: no NVIDIA kernel module is loaded (load it with modprobe nvidia; if procfs is elsewhere, it is [gpuctk] proc-root in config.toml, or --proc-root where the command has one)")]
     NoDriver(PathBuf),
     /// A proc file has unexpected content.
     #[error(
