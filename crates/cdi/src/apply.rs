@@ -95,11 +95,9 @@ fn needs_host_info(n: &DeviceNode) -> bool {
     !(!t.is_empty() && (t == "p" || n.major.unwrap_or(0) != 0))
 }
 
-/// Linux `dev_t` split, as glibc's `gnu_dev_major`/`gnu_dev_minor`.
+/// Linux `dev_t` split (libc's `major`/`minor`, the one place the workspace does it).
 fn split_dev(dev: u64) -> (i64, i64) {
-    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & 0xffff_f000);
-    let minor = (dev & 0xff) | ((dev >> 12) & 0xffff_ff00);
-    (major as i64, minor as i64)
+    (i64::from(libc::major(dev)), i64::from(libc::minor(dev)))
 }
 
 /// Fill a node's missing `type`, `major`/`minor` and `fileMode` from the host device at

@@ -48,6 +48,12 @@ pub struct Config {
     pub cuda_compat_mode: CompatMode,
     /// `[features] disable-cuda-compat-lib-hook`.
     pub disable_compat_hook: bool,
+    /// `[nvidia-container-cli] no-cgroups`: legacy injection leaves the device cgroup alone
+    /// (rootless engines).
+    pub no_cgroups: bool,
+    /// Keys NVIDIA's toolkit reads that gpuctk accepts but does not apply, as `key (line N)`,
+    /// for one warning each.
+    pub not_applied: Vec<String>,
 }
 
 /// NVIDIA's `cuda-compat-mode`: how an image's CUDA forward-compat `libcuda` is brought in.
@@ -66,6 +72,20 @@ pub enum CompatMode {
 }
 
 impl Config {
+    /// One warning per key that is not known, or known and not applied.
+    pub fn warn_keys(&self) {
+        let file = self.path.as_deref().unwrap_or(Path::new("config.toml"));
+        for k in &self.unknown_keys {
+            tracing::warn!("{}: unknown key {k} ignored", file.display());
+        }
+        for k in &self.not_applied {
+            tracing::warn!(
+                "{}: {k} is one of NVIDIA's keys that gpuctk does not apply; it has no effect",
+                file.display()
+            );
+        }
+    }
+
     /// Whether the `enable-cuda-compat` operation is planned.
     pub fn cuda_compat(&self) -> bool {
         self.cuda_compat_mode != CompatMode::Disabled && !self.disable_compat_hook
@@ -91,6 +111,8 @@ impl Default for Config {
             hooks_in_shim: true,
             cuda_compat_mode: CompatMode::Ldconfig,
             disable_compat_hook: false,
+            no_cgroups: false,
+            not_applied: Vec::new(),
         }
     }
 }
@@ -301,6 +323,81 @@ const KNOWN: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// NVIDIA's keys that we accept without applying: a table prefix and its keys (`*`: every key
+/// of that table but the ones listed in [`APPLIED_IN_WILDCARD`]).
+const NOT_APPLIED: &[(&str, &[&str])] = &[
+    (
+        "nvidia-container-cli.",
+        &[
+            "path",
+            "environment",
+            "debug",
+            "ldcache",
+            "load-kmods",
+            "no-pivot",
+            "user",
+            "ldconfig",
+        ],
+    ),
+    ("nvidia-container-runtime.modes.csv.", &["*"]),
+    ("nvidia-container-runtime.modes.jit-cdi.", &["*"]),
+    (
+        "nvidia-container-runtime-hook.",
+        &["path", "skip-mode-detection"],
+    ),
+    ("nvidia-ctk.", &["path"]),
+    ("features.", &["*"]),
+];
+
+/// Keys under a `*` table of [`NOT_APPLIED`] that are applied.
+const APPLIED_IN_WILDCARD: &[&str] = &["features.disable-cuda-compat-lib-hook"];
+
+fn collect_not_applied(root: &Table, text: &str, out: &mut Vec<String>) {
+    for (prefix, keys) in NOT_APPLIED {
+        let mut t = Some(root);
+        for part in prefix.trim_end_matches('.').split('.') {
+            t = t.and_then(|t| t.get(part)).and_then(Item::as_table);
+        }
+        let Some(t) = t else { continue };
+        for (k, item) in t.iter() {
+            let full = format!("{prefix}{k}");
+            let listed = keys.contains(&"*") || keys.contains(&k);
+            if listed && !APPLIED_IN_WILDCARD.contains(&full.as_str()) {
+                let line = item.span().map(|s| line_of(text, s.start)).unwrap_or(0);
+                out.push(format!("{full} (line {line})"));
+            }
+        }
+    }
+}
+
+/// Edit distance, for "did you mean": linear in memory, keys are short.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The known key of the same table closest to a misspelt one, if close enough.
+fn did_you_mean(k: &str, keys: &[&str]) -> Option<String> {
+    if k.len() > 64 {
+        return None;
+    }
+    keys.iter()
+        .map(|c| (distance(k, c), *c))
+        .filter(|(d, c)| *d > 0 && *d <= 2.max(c.len() / 4))
+        .min()
+        .map(|(_, c)| c.to_string())
+}
+
 fn collect_unknown(t: &Table, prefix: &str, text: &str, out: &mut Vec<String>) {
     let known = KNOWN.iter().find(|(p, _)| *p == prefix).map(|(_, k)| *k);
     for (k, item) in t.iter() {
@@ -308,7 +405,10 @@ fn collect_unknown(t: &Table, prefix: &str, text: &str, out: &mut Vec<String>) {
         match known {
             Some(keys) if !keys.contains(&k) => {
                 let line = item.span().map(|s| line_of(text, s.start)).unwrap_or(0);
-                out.push(format!("{full} (line {line})"));
+                match did_you_mean(k, keys) {
+                    Some(m) => out.push(format!("{full} (line {line}; did you mean {prefix}{m}?)")),
+                    None => out.push(format!("{full} (line {line})")),
+                }
             }
             _ => {}
         }
@@ -372,6 +472,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             if !v.is_empty() {
                 c.driver_root = PathBuf::from(v);
             }
+        }
+        if let Some(v) = r.bool(t, "nvidia-container-cli.", "no-cgroups")? {
+            c.no_cgroups = v;
         }
     }
     if let Some(t) = table("nvidia-container-runtime") {
@@ -472,6 +575,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         }
     }
     collect_unknown(root, "", text, &mut c.unknown_keys);
+    collect_not_applied(root, text, &mut c.not_applied);
     Ok(c)
 }
 
@@ -539,6 +643,47 @@ dev-root = "/host"
         assert!(
             e.starts_with("/c.toml:2: supported-driver-capabilities") && e.contains("warp"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn keys_not_applied_and_misspelt_are_named() {
+        let c = parse(
+            r#"
+accept-nvidia-visible-devices-as-volume-mount = true
+
+[nvidia-container-cli]
+ldconfig = "@/sbin/ldconfig"
+no-cgroups = true
+
+[nvidia-container-runtime]
+runtime = ["crun"]
+
+[nvidia-container-runtime.modes.jit-cdi]
+nvcdi-feature-flags = ["x"]
+
+[features]
+disable-cuda-compat-lib-hook = true
+allow-gdrcopy = true
+"#,
+            Path::new("/c.toml"),
+        )
+        .unwrap();
+        assert!(c.no_cgroups && c.disable_compat_hook);
+        assert_eq!(
+            c.not_applied,
+            [
+                "nvidia-container-cli.ldconfig (line 5)",
+                "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags (line 12)",
+                "features.allow-gdrcopy (line 16)",
+            ]
+        );
+        assert_eq!(
+            c.unknown_keys,
+            [
+                "accept-nvidia-visible-devices-as-volume-mount (line 2; did you mean accept-nvidia-visible-devices-as-volume-mounts?)",
+                "nvidia-container-runtime.runtime (line 9; did you mean nvidia-container-runtime.runtimes?)",
+            ]
         );
     }
 

@@ -120,10 +120,12 @@ pub fn hook_main(args: &[OsString]) -> ExitCode {
 }
 
 fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
-    Ok(match explicit {
+    let cfg = match explicit {
         Some(p) => config::load(p, true)?,
         None => config::load_from_env()?,
-    })
+    };
+    cfg.warn_keys();
+    Ok(cfg)
 }
 
 fn prestart(config_path: Option<&Path>) -> anyhow::Result<()> {
@@ -150,7 +152,7 @@ fn prestart(config_path: Option<&Path>) -> anyhow::Result<()> {
         return Ok(());
     }
     let rootfs = container_root(&state)?;
-    realize(&cfg, &request, pid, &rootfs, false)
+    realize(&cfg, &request, pid, &rootfs, cfg.no_cgroups)
 }
 
 fn realize(
@@ -212,6 +214,7 @@ fn take_value(args: &[String], i: &mut usize, long: &str, short: Option<&str>) -
 
 fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
     let mut cfg = config::load_from_env()?;
+    cfg.warn_keys();
     let mut i = 0;
     // Global options.
     while i < args.len() && args[i].starts_with('-') {
@@ -349,7 +352,7 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         privileged: true,
         ignored: Vec::new(),
     };
-    realize(cfg, &request, pid, &rootfs, no_cgroups)?;
+    realize(cfg, &request, pid, &rootfs, no_cgroups || cfg.no_cgroups)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -245,12 +245,7 @@ pub fn main_as(args: &[OsString], forced: Option<Mode>) -> ExitCode {
         cfg.mode = m;
     }
     crate::logging::init_runtime(&cfg);
-    for k in &cfg.unknown_keys {
-        tracing::warn!(
-            "{}: unknown key {k} ignored",
-            cfg.path.as_deref().unwrap_or(Path::new("config")).display()
-        );
-    }
+    cfg.warn_keys();
     let runtime = match find_runtime(&cfg.runtimes, std::env::var_os("PATH").as_deref()) {
         Ok(r) => r,
         Err(e) => {

@@ -643,11 +643,24 @@ fn check_config(a: &DoctorArgs, c: &mut Checks) -> Config {
             );
             cfg
         }
+        Ok(cfg) if !cfg.not_applied.is_empty() => {
+            c.warn(
+                G,
+                "config",
+                format!(
+                    "{}: NVIDIA key(s) gpuctk does not apply: {}",
+                    path.display(),
+                    cfg.not_applied.join(", ")
+                ),
+                "remove them, or see docs/compat.md for what gpuctk does instead: they have no effect here",
+            );
+            cfg
+        }
         Ok(cfg) => {
             c.ok(
                 G,
                 "config",
-                format!("{} parses, no unknown key", path.display()),
+                format!("{} parses, every key applied", path.display()),
             );
             cfg
         }
