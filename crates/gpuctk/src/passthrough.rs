@@ -83,6 +83,7 @@ const KEY: &str = "runtimes";
 /// value it cannot read elsewhere (a syntax error) is skipped to the end of its line; anything
 /// that could change what the key means is [`Scan::Unsure`].
 pub fn scan_runtimes(text: &str) -> Scan {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     // A multi-line string can hold lines that look like tables or keys.
     if text.contains("\"\"\"") || text.contains("'''") {
         return Scan::Unsure;
@@ -290,6 +291,13 @@ mod tests {
         assert_eq!(
             scan_runtimes("[nvidia-container-runtime]\nruntimes = []"),
             found(&[])
+        );
+        // Windows line ends and a byte-order mark.
+        assert_eq!(
+            scan_runtimes(
+                "\u{feff}[nvidia-container-runtime]\r\nruntimes = [\"a\",\r\n \"b\"]\r\n"
+            ),
+            found(&["a", "b"])
         );
     }
 
