@@ -77,6 +77,46 @@ pub enum Command {
     Runtime(RuntimeCommand),
     /// The OCI hooks of our CDI specs (what nvidia-cdi-hook runs): gpuctk hook NAME --help
     Hook(PassArgs),
+    /// Print or edit config.toml (nvidia-ctk config)
+    Config(ConfigCmdArgs),
+}
+
+/// `config [--set KEY[=VALUE]]... [--in-place | --output FILE]`, or `config default`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ConfigCmdArgs {
+    /// The config file to read [default: the one the runtime reads]
+    #[arg(
+        long = "config-file",
+        alias = "config",
+        short = 'c',
+        value_name = "FILE"
+    )]
+    pub config_file: Option<PathBuf>,
+    /// Set KEY (dotted, e.g. nvidia-container-cli.no-cgroups) to VALUE; a bare KEY means true; lists are separated by ':' (repeatable)
+    #[arg(long = "set", value_name = "KEY[=VALUE]")]
+    pub set: Vec<String>,
+    /// The separator of list values in --set
+    #[arg(long, default_value = ":", hide = true)]
+    pub set_list_separator: String,
+    /// Write the result back to the config file (atomically)
+    #[arg(long, short = 'i')]
+    pub in_place: bool,
+    /// Write the result to FILE instead of stdout
+    #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "in_place")]
+    pub output: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Option<ConfigCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the default config.toml
+    Default {
+        /// Write it to FILE instead of stdout
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -203,3 +203,63 @@ fn mock_rootfs_has_probe_and_busybox() {
         assert!(fs::symlink_metadata(dir.join(f)).is_ok(), "{f} missing");
     }
 }
+
+/// `config default` writes a config that loads without a warning; `config --set ... --in-place`
+/// changes only what it is told and keeps the rest (comments included); a wrong key or value
+/// fails in one line and writes nothing.
+#[test]
+fn config_default_and_set() {
+    let t = TestDir::new();
+    let f = t.join("etc/config.toml");
+    ok(&["config", "default", "--output", f.to_str().unwrap()]);
+    let before = std::fs::read_to_string(&f).unwrap();
+    assert!(
+        before.contains("runtimes = [\"runc\", \"crun\"]"),
+        "{before}"
+    );
+    let cfg = f.to_str().unwrap();
+    ok(&[
+        "config",
+        "--config-file",
+        cfg,
+        "--set",
+        "nvidia-container-cli.no-cgroups",
+        "--set",
+        "nvidia-container-runtime.runtimes=crun:runc",
+        "--in-place",
+    ]);
+    let after = std::fs::read_to_string(&f).unwrap();
+    assert!(after.contains("no-cgroups = true"), "{after}");
+    assert!(after.contains("runtimes = [\"crun\", \"runc\"]"), "{after}");
+    assert!(after.contains("# nvidia-container-cli (the NVIDIA Container Toolkit's keys)"));
+    // The shim reads what was written, with no warning.
+    let r = gpuctk(&["runtime", "exec", "--", "--version"])
+        .env("GPUCTK_CONFIG", &f)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    for bad in [
+        "nvidia-container-runtime.runtime=crun",
+        "nvidia-container-runtime.mode=fast",
+        "disable-require=maybe",
+    ] {
+        let r = fails(&["config", "--config-file", cfg, "--set", bad, "-i"], &[]);
+        assert_eq!(r.stderr.lines().count(), 1, "{bad}: {}", r.stderr);
+        assert_eq!(
+            std::fs::read_to_string(&f).unwrap(),
+            after,
+            "{bad}: written"
+        );
+    }
+    let r = fails(
+        &[
+            "config",
+            "-c",
+            cfg,
+            "--set",
+            "nvidia-container-runtime.runtime=crun",
+        ],
+        &["did you mean nvidia-container-runtime.runtimes"],
+    );
+    assert!(r.stderr.contains("nothing was written"), "{}", r.stderr);
+}

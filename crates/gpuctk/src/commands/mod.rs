@@ -2,6 +2,7 @@
 //! errors go up as `anyhow` and `main` prints them as one line.
 
 mod cdi;
+mod config_cmd;
 mod demo;
 mod doctor;
 mod engine;
@@ -36,6 +37,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runtime(RuntimeCommand::Exec(a)) => Ok(crate::runtime::main(&a.args)),
         Command::Runtime(RuntimeCommand::Configure(a)) => engine::run(a, false),
         Command::Runtime(RuntimeCommand::Unconfigure(a)) => engine::run(a, true),
+        Command::Config(a) => config_cmd::run(a),
         Command::Hook(a) => {
             let mut args = vec![std::ffi::OsString::from("nvidia-cdi-hook")];
             args.extend(a.args);
