@@ -561,7 +561,11 @@ containerEdits:
         };
         let gpu0 = || Devices::Ids(vec![DeviceId::Index(0)]);
         let cdi0 = || Devices::Ids(vec![DeviceId::Cdi("nvidia.com/gpu=0".into())]);
-        for (mode, devices) in [(Mode::Auto, gpu0()), (Mode::Auto, cdi0()), (Mode::Cdi, cdi0())] {
+        for (mode, devices) in [
+            (Mode::Auto, gpu0()),
+            (Mode::Auto, cdi0()),
+            (Mode::Cdi, cdi0()),
+        ] {
             for delivery in [Delivery::Shim, Delivery::PrestartHook] {
                 let s = settings(mode, delivery);
                 // The mock driver gives CUDA 12.8.
@@ -569,7 +573,10 @@ containerEdits:
                 let e = decide(&need("cuda>=12.9", devices.clone()), &s, &mut fake()).unwrap_err();
                 assert!(matches!(e, DecideError::Require(_)), "{e}");
                 let m = e.to_string();
-                assert!(m.starts_with("NVIDIA_REQUIRE_CUDA: cuda>=12.9 not met"), "{m}");
+                assert!(
+                    m.starts_with("NVIDIA_REQUIRE_CUDA: cuda>=12.9 not met"),
+                    "{m}"
+                );
                 // The image's compat libcuda, usable here, counts.
                 let mut h = fake();
                 h.compat = Some("12.9");
