@@ -72,20 +72,6 @@ pub enum CompatMode {
 }
 
 impl Config {
-    /// One warning per key that is not known, or known and not applied.
-    pub fn warn_keys(&self) {
-        let file = self.path.as_deref().unwrap_or(Path::new("config.toml"));
-        for k in &self.unknown_keys {
-            tracing::warn!("{}: unknown key {k} ignored", file.display());
-        }
-        for k in &self.not_applied {
-            tracing::warn!(
-                "{}: {k} is one of NVIDIA's keys that gpuctk does not apply; it has no effect",
-                file.display()
-            );
-        }
-    }
-
     /// Whether the `enable-cuda-compat` operation is planned.
     pub fn cuda_compat(&self) -> bool {
         self.cuda_compat_mode != CompatMode::Disabled && !self.disable_compat_hook

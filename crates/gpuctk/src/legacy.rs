@@ -124,7 +124,7 @@ fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
         Some(p) => config::load(p, true)?,
         None => config::load_from_env()?,
     };
-    cfg.warn_keys();
+    crate::logging::warn_config_keys(&cfg);
     Ok(cfg)
 }
 
@@ -214,7 +214,7 @@ fn take_value(args: &[String], i: &mut usize, long: &str, short: Option<&str>) -
 
 fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
     let mut cfg = config::load_from_env()?;
-    cfg.warn_keys();
+    crate::logging::warn_config_keys(&cfg);
     let mut i = 0;
     // Global options.
     while i < args.len() && args[i].starts_with('-') {

@@ -68,3 +68,21 @@ pub fn pass_on_through_crun(line: &str) {
         let _ = writeln!(f, "{line}");
     }
 }
+
+/// One warning per config.toml key that is not known, or known and not applied. (Here, not in
+/// `config.rs`, which the fuzzing crate compiles without tracing.)
+pub fn warn_config_keys(cfg: &crate::config::Config) {
+    let file = cfg
+        .path
+        .as_deref()
+        .unwrap_or(std::path::Path::new("config.toml"));
+    for k in &cfg.unknown_keys {
+        tracing::warn!("{}: unknown key {k} ignored", file.display());
+    }
+    for k in &cfg.not_applied {
+        tracing::warn!(
+            "{}: {k} is one of NVIDIA's keys that gpuctk does not apply; it has no effect",
+            file.display()
+        );
+    }
+}

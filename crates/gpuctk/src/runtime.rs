@@ -245,7 +245,7 @@ pub fn main_as(args: &[OsString], forced: Option<Mode>) -> ExitCode {
         cfg.mode = m;
     }
     crate::logging::init_runtime(&cfg);
-    cfg.warn_keys();
+    crate::logging::warn_config_keys(&cfg);
     let runtime = match find_runtime(&cfg.runtimes, std::env::var_os("PATH").as_deref()) {
         Ok(r) => r,
         Err(e) => {

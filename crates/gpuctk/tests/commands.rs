@@ -263,3 +263,25 @@ fn config_default_and_set() {
     );
     assert!(r.stderr.contains("nothing was written"), "{}", r.stderr);
 }
+
+/// A driver branch newer than gpuctk's CUDA table: the CUDA version comes from the note in the
+/// driver's own libcuda (real 575+ libraries carry one; the mock's does too).
+#[test]
+fn cuda_version_of_a_driver_newer_than_the_table_comes_from_libcuda() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 1, "590.44.01", "debian");
+    let r = ok(&with(&["info", "--json"], &h.roots()));
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        v["cuda_version"]["major"],
+        h.manifest["cuda_version"]
+            .as_str()
+            .unwrap()
+            .split('.')
+            .next()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    );
+    assert!(!r.stderr.contains("unknown"), "{}", r.stderr);
+}

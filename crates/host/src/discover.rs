@@ -151,37 +151,33 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
     })
 }
 
-/// The CUDA version the driver provides: NVIDIA's branch table, confirmed (or corrected, for a
-/// branch newer than the table) by the note in the driver's own `libcuda` when it has one.
+/// The CUDA version the driver provides: NVIDIA's branch table where it knows the branch; for
+/// a branch newer than the table, the note in the driver's own `libcuda` (575 and later carry
+/// one). The note is read only then, so a known driver costs no extra read on the create path.
 fn cuda_version_of(
     libraries: &[Library],
     branch: u32,
     warnings: &mut Vec<String>,
 ) -> Option<CudaVersion> {
-    let table = cuda_version_known(branch);
-    let Some(libcuda) = libraries
+    if let Some(known) = cuda_version_known(branch) {
+        return Some(known);
+    }
+    let libcuda = libraries
         .iter()
-        .find(|l| l.name == "libcuda.so" && !l.is_32bit)
-    else {
-        return table;
-    };
+        .find(|l| l.name == "libcuda.so" && !l.is_32bit)?;
     let note = fs::File::open(&libcuda.host_path)
         .ok()
         .and_then(|f| gpuctk_elf::note_section(&f, ".note.cuda.fwd_compatibility").ok())
         .flatten()
         .and_then(|notes| notes.into_iter().find(|n| n.owner == "NVIDIA Corporation"))
         .and_then(|n| crate::cuda::cuda_version_from_note(&n.desc));
-    match (note, table) {
-        (Some(n), Some(t)) if n != t => {
-            warnings.push(format!(
-                "{}: its note says CUDA {n}, NVIDIA's table gives {t} for branch {branch}; using the note",
-                libcuda.host_path.display()
-            ));
-            Some(n)
-        }
-        (Some(n), _) => Some(n),
-        (None, t) => t,
+    if note.is_none() {
+        warnings.push(format!(
+            "{}: driver branch {branch} is newer than gpuctk's CUDA table and its libcuda has no forward-compatibility note: its CUDA version is unknown (cuda requirements are not checked)",
+            libcuda.host_path.display()
+        ));
     }
+    note
 }
 
 fn read_majors(proc_root: &Path) -> Result<Vec<(u32, String)>, DiscoverError> {
