@@ -175,8 +175,21 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
         });
     }
     if devices.is_empty() {
+        let without_node: Vec<String> = inv
+            .gpus
+            .iter()
+            .filter(|g| g.node.is_none())
+            .map(|g| format!("/dev/nvidia{}", g.minor))
+            .collect();
         return Err(SpecError::Empty(if inv.gpus.is_empty() {
             "the driver reports no GPUs".to_string()
+        } else if plan.gpus.is_empty() && !without_node.is_empty() {
+            format!(
+                "the driver reports {} GPU(s) but their device nodes are missing under {}: {} (create them with nvidia-modprobe -c MINOR, or check --dev-root)",
+                inv.gpus.len(),
+                inv.roots.dev_root.display(),
+                without_node.join(", ")
+            )
         } else {
             "no GPU selected (a CDI spec needs at least one device)".to_string()
         }));

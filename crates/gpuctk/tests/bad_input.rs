@@ -297,3 +297,25 @@ fn unknown_flag_values() {
     let r = fails(&["cdi", "frobnicate"], &["frobnicate"]);
     one_line(&r);
 }
+
+/// With the GPUs' device nodes missing, `cdi generate` said "no GPU selected"; it names the
+/// nodes that are missing and where it looked.
+#[test]
+fn missing_gpu_nodes_are_named() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 2, "570.124.06", "debian");
+    for n in ["nvidia0", "nvidia1"] {
+        fs::remove_file(format!("{}/dev/{n}", h.dev_root())).unwrap();
+    }
+    // Discovery warns per GPU; the error, the last line, names them all and where it looked.
+    let r = fails(&with(&["cdi", "generate"], &h.roots()), &[]);
+    let last = r.stderr.lines().last().unwrap_or("");
+    for needle in [
+        "device nodes are missing",
+        "/dev/nvidia0",
+        "/dev/nvidia1",
+        &h.dev_root(),
+    ] {
+        assert!(last.contains(needle), "{needle}: {}", r.stderr);
+    }
+}
