@@ -79,6 +79,83 @@ pub enum Command {
     Hook(PassArgs),
     /// Print or edit config.toml (nvidia-ctk config)
     Config(ConfigCmdArgs),
+    /// Device nodes and /dev/char links (nvidia-ctk system)
+    #[command(subcommand)]
+    System(SystemCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SystemCommand {
+    /// Create /dev/char/MAJOR:MINOR links to the NVIDIA device nodes (without them a systemd daemon-reload takes GPUs away from running containers)
+    CreateDevCharSymlinks(DevCharArgs),
+    /// Create the NVIDIA device nodes the loaded driver implies
+    CreateDeviceNodes(DeviceNodesArgs),
+}
+
+/// Flags shared by the system commands.
+#[derive(Debug, Args)]
+pub struct SystemRoots {
+    /// Root of the driver installation, where /dev is
+    #[arg(
+        long,
+        alias = "root",
+        env = "NVIDIA_DRIVER_ROOT",
+        default_value = "/",
+        value_name = "DIR"
+    )]
+    pub driver_root: PathBuf,
+    /// Where procfs is mounted (gpuctk's flag)
+    #[arg(
+        long,
+        env = "GPUCTK_PROC_ROOT",
+        default_value = "/proc",
+        value_name = "DIR"
+    )]
+    pub proc_root: PathBuf,
+    /// Load the NVIDIA kernel modules first (modprobe nvidia, nvidia-uvm, nvidia-modeset)
+    #[arg(long, env = "LOAD_KERNEL_MODULES")]
+    pub load_kernel_modules: bool,
+    /// The modprobe to run
+    #[arg(long, default_value = "modprobe", value_name = "PATH")]
+    pub modprobe: String,
+    /// Say what would be done, do nothing
+    #[arg(long, env = "DRY_RUN")]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DevCharArgs {
+    /// Where the links go
+    #[arg(
+        long,
+        env = "DEV_CHAR_PATH",
+        default_value = "/dev/char",
+        value_name = "DIR"
+    )]
+    pub dev_char_path: PathBuf,
+    /// Link every node the driver implies (GPUs in procfs and the control nodes), present or not
+    #[arg(long, env = "CREATE_ALL")]
+    pub create_all: bool,
+    /// With --create-all: also create the missing control device nodes
+    #[arg(long, env = "CREATE_DEVICE_NODES")]
+    pub create_device_nodes: bool,
+    #[command(flatten)]
+    pub roots: SystemRoots,
+}
+
+#[derive(Debug, Args)]
+pub struct DeviceNodesArgs {
+    /// Root under which /dev is [default: the driver root]
+    #[arg(long, env = "NVIDIA_DEV_ROOT", value_name = "DIR")]
+    pub dev_root: Option<PathBuf>,
+    /// The control nodes: nvidiactl, nvidia-modeset, nvidia-uvm, nvidia-uvm-tools
+    #[arg(long)]
+    pub control_devices: bool,
+    /// The GPUs' nodes, /dev/nvidiaN for each GPU procfs lists (gpuctk's flag; with neither flag, both)
+    #[arg(long)]
+    pub gpu_devices: bool,
+    #[command(flatten)]
+    pub roots: SystemRoots,
 }
 
 /// `config [--set KEY[=VALUE]]... [--in-place | --output FILE]`, or `config default`.

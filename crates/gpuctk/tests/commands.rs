@@ -285,3 +285,96 @@ fn cuda_version_of_a_driver_newer_than_the_table_comes_from_libcuda() {
     );
     assert!(!r.stderr.contains("unknown"), "{}", r.stderr);
 }
+
+/// `nvidia-ctk system create-dev-char-symlinks` and `create-device-nodes` on a mock host: the
+/// links point at the nodes, a second run changes nothing, a wrong link is replaced; nodes are
+/// made with the majors procfs gives, a right one is left alone, a wrong one is refused.
+#[test]
+fn system_dev_char_links_and_device_nodes() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 2, "570.124.06", "debian");
+    let dev_root = h.dev_root();
+    let chars = t.join("char");
+    let args = [
+        "system",
+        "create-dev-char-symlinks",
+        "--driver-root",
+        &dev_root,
+        "--dev-char-path",
+        chars.to_str().unwrap(),
+    ];
+    let r = ok(&args);
+    assert!(r.stdout.contains("linked"), "{}", r.stdout);
+    let link = |n: &str| std::fs::read_link(chars.join(n)).unwrap();
+    assert_eq!(
+        link("195:0"),
+        std::path::Path::new(&dev_root).join("dev/nvidia0")
+    );
+    assert_eq!(
+        link("195:1"),
+        std::path::Path::new(&dev_root).join("dev/nvidia1")
+    );
+    assert_eq!(
+        link("195:255"),
+        std::path::Path::new(&dev_root).join("dev/nvidiactl")
+    );
+    let r = ok(&args);
+    assert!(!r.stdout.contains("linked"), "idempotent: {}", r.stdout);
+    std::fs::remove_file(chars.join("195:0")).unwrap();
+    std::os::unix::fs::symlink("/wrong", chars.join("195:0")).unwrap();
+    ok(&args);
+    assert_eq!(
+        link("195:0"),
+        std::path::Path::new(&dev_root).join("dev/nvidia0")
+    );
+
+    // --create-all links what the driver implies, present or not; --dry-run writes nothing.
+    let none = t.join("char-dry");
+    let r = ok(&[
+        "system",
+        "create-dev-char-symlinks",
+        "--driver-root",
+        t.join("empty-root").to_str().unwrap(),
+        "--proc-root",
+        &h.proc_root(),
+        "--dev-char-path",
+        none.to_str().unwrap(),
+        "--create-all",
+        "--dry-run",
+    ]);
+    assert_eq!(r.stdout.matches("would link").count(), 6, "{}", r.stdout);
+    assert!(!none.exists());
+
+    // Nodes on an empty root, from the mock host's procfs.
+    let root = t.join("fresh");
+    std::fs::create_dir_all(&root).unwrap();
+    let nodes = [
+        "system",
+        "create-device-nodes",
+        "--driver-root",
+        root.to_str().unwrap(),
+        "--proc-root",
+        &h.proc_root(),
+    ];
+    ok(&nodes);
+    let rdev = |n: &str| {
+        let md = std::fs::metadata(root.join("dev").join(n)).unwrap();
+        assert!(md.file_type().is_char_device(), "{n}");
+        assert_eq!(md.mode() & 0o777, 0o666, "{n}");
+        (libc::major(md.rdev()), libc::minor(md.rdev()))
+    };
+    assert_eq!(rdev("nvidia0"), (195, 0));
+    assert_eq!(rdev("nvidia1"), (195, 1));
+    assert_eq!(rdev("nvidiactl"), (195, 255));
+    assert_eq!(rdev("nvidia-uvm").1, 0);
+    assert_eq!(
+        rdev("nvidia-uvm").0,
+        h.manifest["uvm_major"].as_u64().unwrap() as u32
+    );
+    ok(&nodes);
+    // A node of the wrong numbers is not replaced.
+    std::fs::remove_file(root.join("dev/nvidia1")).unwrap();
+    std::fs::write(root.join("dev/nvidia1"), "not a node").unwrap();
+    fails(&nodes, &["nvidia1", "not the character device 195:1"]);
+}

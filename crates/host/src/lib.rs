@@ -7,6 +7,7 @@ pub mod checks;
 pub mod cuda;
 pub mod discover;
 pub mod inventory;
+pub mod nodes;
 pub mod procfs;
 pub mod resolve;
 

@@ -568,7 +568,7 @@ fn check_devices(roots: &Roots, c: &mut Checks) {
                 bad.join(", ")
             ),
             format!(
-                "for now: mkdir -p {dir} && {}; to keep them across reboots and driver reloads, install a udev rule, e.g. /lib/udev/rules.d/71-nvidia-dev-char.rules with ACTION==\"add\", DEVPATH==\"/bus/pci/drivers/nvidia\", RUN+=\"/usr/bin/nvidia-ctk system create-dev-char-symlinks --create-all\" (NVIDIA's toolkit; this binary has no system command)",
+                "for now: mkdir -p {dir} && {}; to keep them across reboots and driver reloads, install a udev rule, e.g. /lib/udev/rules.d/71-nvidia-dev-char.rules with ACTION==\"add\", DEVPATH==\"/bus/pci/drivers/nvidia\", RUN+=\"/usr/bin/nvidia-ctk system create-dev-char-symlinks --create-all\" (gpuctk answers to nvidia-ctk; `gpuctk system create-dev-char-symlinks` makes them now)",
                 fixes.join(" && "),
                 dir = roots.dev_root.join("dev/char").display()
             ),

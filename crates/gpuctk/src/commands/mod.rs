@@ -9,6 +9,7 @@ mod engine;
 mod info;
 #[cfg(feature = "mock")]
 mod mock;
+mod system;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,7 +20,7 @@ use gpuctk_host::{DiscoverOptions, Inventory, Roots};
 
 #[cfg(feature = "mock")]
 use crate::cli::MockHostCommand;
-use crate::cli::{CdiCommand, Cli, Command, RootArgs, RuntimeCommand};
+use crate::cli::{CdiCommand, Cli, Command, RootArgs, RuntimeCommand, SystemCommand};
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -38,6 +39,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runtime(RuntimeCommand::Configure(a)) => engine::run(a, false),
         Command::Runtime(RuntimeCommand::Unconfigure(a)) => engine::run(a, true),
         Command::Config(a) => config_cmd::run(a),
+        Command::System(SystemCommand::CreateDevCharSymlinks(a)) => system::dev_char(a),
+        Command::System(SystemCommand::CreateDeviceNodes(a)) => system::device_nodes(a),
         Command::Hook(a) => {
             let mut args = vec![std::ffi::OsString::from("nvidia-cdi-hook")];
             args.extend(a.args);

@@ -1,0 +1,159 @@
+//! The NVIDIA device nodes a host has, and the ones its driver says it should have: the facts
+//! behind `nvidia-ctk system create-device-nodes` and `create-dev-char-symlinks`. Reading only;
+//! the commands make the nodes and links.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use crate::procfs;
+use crate::resolve::host_path;
+
+/// A character device node, by its name under `/dev`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// The name under `/dev`, e.g. `nvidia0`, `nvidia-caps/nvidia-cap1`.
+    pub name: String,
+    /// Its major.
+    pub major: u32,
+    /// Its minor.
+    pub minor: u32,
+}
+
+/// Nodes that are not GPUs' or control nodes and that NVIDIA's link creation leaves alone.
+const SKIPPED_PREFIXES: [&str; 3] = ["nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink"];
+
+/// The most entries of `/dev` (or `/dev/nvidia-caps`) looked at.
+const MAX_DEV_ENTRIES: usize = 16384;
+
+fn char_nodes_in(dir: &Path, prefix: &str, under: &str, out: &mut Vec<Node>) -> io::Result<()> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for e in rd.take(MAX_DEV_ENTRIES) {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(prefix) || SKIPPED_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        // The node itself, not a link to one.
+        let Ok(md) = fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if md.file_type().is_char_device() {
+            out.push(Node {
+                name: format!("{under}{name}"),
+                major: libc::major(md.rdev()),
+                minor: libc::minor(md.rdev()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The NVIDIA character devices under `<dev_root>/dev` (`nvidia*` and `nvidia-caps/nvidia-*`),
+/// sorted by name.
+pub fn existing_nodes(dev_root: &Path) -> io::Result<Vec<Node>> {
+    let dev = host_path(dev_root, Path::new("/dev"));
+    let mut out = Vec::new();
+    char_nodes_in(&dev, "nvidia", "", &mut out)?;
+    char_nodes_in(
+        &dev.join("nvidia-caps"),
+        "nvidia-",
+        "nvidia-caps/",
+        &mut out,
+    )?;
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Why the expected nodes cannot be told.
+#[derive(Debug, thiserror::Error)]
+pub enum NodesError {
+    /// procfs cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A GPU's information file is not the module's.
+    #[error("{}: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        source: procfs::ProcError,
+    },
+}
+
+/// The nodes the loaded driver implies, from procfs: `nvidiaN` for each GPU it lists, and, with
+/// `control`, `nvidiactl` (255) and `nvidia-modeset` (254) on the `nvidia` major (or
+/// `nvidia-frontend`), `nvidia-uvm` (0) and `nvidia-uvm-tools` (1) on the `nvidia-uvm` major
+/// when that module is loaded. Majors come from `<proc_root>/devices`, 195 when not listed.
+pub fn expected_nodes(
+    proc_root: &Path,
+    gpus: bool,
+    control: bool,
+) -> Result<Vec<Node>, NodesError> {
+    let devices = proc_root.join("devices");
+    let majors = match fs::read(&devices) {
+        Ok(b) => procfs::parse_char_devices(&String::from_utf8_lossy(&b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(source) => {
+            return Err(NodesError::Read {
+                path: devices,
+                source,
+            })
+        }
+    };
+    let major_of = |names: &[&str]| {
+        majors
+            .iter()
+            .find(|(_, n)| names.contains(&n.as_str()))
+            .map(|(m, _)| *m)
+    };
+    let nvidia = major_of(&["nvidia", "nvidia-frontend"]).unwrap_or(195);
+    let node = |name: &str, major, minor| Node {
+        name: name.to_string(),
+        major,
+        minor,
+    };
+    let mut out = Vec::new();
+    if gpus {
+        let dir = proc_root.join("driver/nvidia/gpus");
+        let rd = fs::read_dir(&dir).map_err(|source| NodesError::Read {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut names: Vec<String> = rd
+            .take(4096)
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        for n in names {
+            let file = dir.join(&n).join("information");
+            let text = fs::read_to_string(&file).map_err(|source| NodesError::Read {
+                path: file.clone(),
+                source,
+            })?;
+            let info = procfs::parse_information(&text)
+                .map_err(|source| NodesError::Parse { path: file, source })?;
+            out.push(node(&format!("nvidia{}", info.minor), nvidia, info.minor));
+        }
+    }
+    if control {
+        out.push(node("nvidiactl", nvidia, 255));
+        out.push(node("nvidia-modeset", nvidia, 254));
+        if let Some(uvm) = major_of(&["nvidia-uvm"]) {
+            out.push(node("nvidia-uvm", uvm, 0));
+            out.push(node("nvidia-uvm-tools", uvm, 1));
+        }
+    }
+    Ok(out)
+}
