@@ -250,6 +250,9 @@ pub struct ConfigureArgs {
     /// Print a unified diff and write nothing
     #[arg(long)]
     pub dry_run: bool,
+    /// Machine-readable output: {"changes": [{"file", "action", "diff"}]} (with --dry-run, what would change)
+    #[arg(long)]
+    pub json: bool,
     /// Read the current config from the file, or from the engine (`containerd config dump`, `crio status config`)
     #[arg(long, value_enum, default_value = "file")]
     pub config_source: ConfigSource,
@@ -393,6 +396,9 @@ pub struct ListArgs {
     /// A CDI spec directory (repeatable; later ones take priority)
     #[arg(long = "spec-dir", env = "NVIDIA_CTK_CDI_SPEC_DIRS", value_delimiter = ',', default_values = ["/etc/cdi", "/var/run/cdi"], value_name = "DIR")]
     pub spec_dirs: Vec<PathBuf>,
+    /// Machine-readable output: {"devices": [...], "errors": [{"file", "error"}]}
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -400,6 +406,9 @@ pub struct ValidateArgs {
     /// Spec files (.yaml, .yml or .json)
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
+    /// Machine-readable output: one object per file with "valid" and "issues"
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -2,13 +2,20 @@
 
 use tracing::Level;
 
+/// Colour on stderr only for a terminal, and never with `NO_COLOR` set to anything
+/// (no-color.org).
+fn color() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 /// Install the stderr subscriber once.
 pub fn init(level: Level) {
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(level)
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(color())
         .without_time()
         .try_init();
 }

@@ -378,3 +378,65 @@ fn system_dev_char_links_and_device_nodes() {
     std::fs::write(root.join("dev/nvidia1"), "not a node").unwrap();
     fails(&nodes, &["nvidia1", "not the character device 195:1"]);
 }
+
+/// `--json` for `cdi list`, `cdi validate` and `runtime configure`: stable fields a script can
+/// read, the same facts as the text.
+#[test]
+fn json_output_of_list_validate_and_configure() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 2, "570.124.06", "debian");
+    let dir = t.join("cdi");
+    let spec = dir.join("nvidia.yaml");
+    ok(&with(
+        &["cdi", "generate", "--output", spec.to_str().unwrap()],
+        &h.roots(),
+    ));
+    std::fs::write(dir.join("broken.yaml"), "cdiVersion: [").unwrap();
+    let r = ok(&["cdi", "list", "--spec-dir", dir.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert!(v["devices"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!("nvidia.com/gpu=1")));
+    assert!(v["errors"][0]["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("broken.yaml"));
+
+    let bad = dir.join("broken.yaml");
+    let out = gpuctk(&[
+        "cdi",
+        "validate",
+        "--json",
+        spec.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["files"][0]["valid"], true);
+    assert_eq!(v["files"][0]["devices"], 5);
+    assert_eq!(v["files"][1]["valid"], false);
+    assert!(!v["files"][1]["issues"][0]["message"]
+        .as_str()
+        .unwrap()
+        .is_empty());
+
+    let daemon = t.join("daemon.json");
+    let r = ok(&[
+        "runtime",
+        "configure",
+        "--config",
+        daemon.to_str().unwrap(),
+        "--nvidia-runtime-path",
+        "/usr/bin/nvidia-container-runtime",
+        "--dry-run",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(v["changes"][0]["action"], "write");
+    assert!(v["changes"][0]["diff"].as_str().unwrap().contains("+{"));
+    assert!(!daemon.exists(), "--dry-run writes nothing");
+}

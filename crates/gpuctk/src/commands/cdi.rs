@@ -146,6 +146,18 @@ fn check_output_dir(out: &Path) -> anyhow::Result<()> {
 
 pub fn list(a: ListArgs) -> anyhow::Result<ExitCode> {
     let reg = Registry::load(&a.spec_dirs);
+    if a.json {
+        let v = serde_json::json!({
+            "devices": reg.device_names(),
+            "errors": reg
+                .errors()
+                .iter()
+                .map(|(p, e)| serde_json::json!({"file": p.display().to_string(), "error": e}))
+                .collect::<Vec<_>>(),
+        });
+        writeln!(std::io::stdout().lock(), "{v:#}")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     for (path, err) in reg.errors() {
         tracing::warn!("{}: {err}", path.display());
     }
@@ -157,6 +169,9 @@ pub fn list(a: ListArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn validate(a: ValidateArgs) -> anyhow::Result<ExitCode> {
+    if a.json {
+        return validate_json(&a);
+    }
     let mut failed = 0usize;
     let mut out = std::io::stdout().lock();
     for file in &a.files {
@@ -191,4 +206,47 @@ pub fn validate(a: ValidateArgs) -> anyhow::Result<ExitCode> {
         bail!("{failed} of {} spec files are invalid", a.files.len());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `cdi validate --json`: `{"files": [{"file", "valid", "cdiVersion"?, "kind"?, "devices"?,
+/// "issues": [{"device", "field", "message"}]}]}`; non-zero exit when one is invalid.
+fn validate_json(a: &ValidateArgs) -> anyhow::Result<ExitCode> {
+    let mut files = Vec::new();
+    let mut failed = false;
+    for file in &a.files {
+        let f = file.display().to_string();
+        let entry = match Spec::load(file) {
+            Err(e) => serde_json::json!({
+                "file": f,
+                "valid": false,
+                "issues": [{"device": null, "field": "", "message": e.to_string()}],
+            }),
+            Ok(spec) => {
+                let issues = gpuctk_cdi::validate::validate(&spec);
+                serde_json::json!({
+                    "file": f,
+                    "valid": issues.is_empty(),
+                    "cdiVersion": spec.cdi_version,
+                    "kind": spec.kind,
+                    "devices": spec.devices.len(),
+                    "issues": issues
+                        .iter()
+                        .map(|i| serde_json::json!({"device": i.device, "field": i.field, "message": i.message}))
+                        .collect::<Vec<_>>(),
+                })
+            }
+        };
+        failed |= entry["valid"] == serde_json::json!(false);
+        files.push(entry);
+    }
+    writeln!(
+        std::io::stdout().lock(),
+        "{:#}",
+        serde_json::json!({ "files": files })
+    )?;
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -134,6 +134,7 @@ fn run_oci_hook(a: &ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
     let done = finish(
         edit.into_iter().collect(),
         a.dry_run,
+        a.json,
         remove,
         path,
         "podman",
@@ -195,7 +196,7 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         configure(engine, &path, current.as_deref(), &opts)
     }
     .map_err(|e| anyhow!("{e}; nothing was written"))?;
-    let done = finish(edits, a.dry_run, remove, &path, engine.as_str())?;
+    let done = finish(edits, a.dry_run, a.json, remove, &path, engine.as_str())?;
     // After the work: a failure stays one line, and the warning is about what was written.
     if let (Some(w), false) = (warning, remove) {
         tracing::warn!("{w}");
@@ -207,12 +208,31 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
 fn finish(
     edits: Vec<gpuctk_engines::Edit>,
     dry_run: bool,
+    json: bool,
     remove: bool,
     path: &Path,
     engine: &str,
 ) -> anyhow::Result<ExitCode> {
     let changing: Vec<_> = edits.into_iter().filter(|e| !e.is_noop()).collect();
     let mut out = std::io::stdout().lock();
+    if json {
+        if !dry_run {
+            apply(&changing)?;
+        }
+        let changes: Vec<serde_json::Value> = changing
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "file": e.path.display().to_string(),
+                    "action": if e.delete { "remove" } else { "write" },
+                    "diff": e.unified_diff(),
+                })
+            })
+            .collect();
+        let v = serde_json::json!({ "dry_run": dry_run, "changes": changes });
+        writeln!(out, "{v:#}")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if changing.is_empty() {
         writeln!(
             out,
