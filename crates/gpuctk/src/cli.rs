@@ -98,7 +98,7 @@ pub struct SystemRoots {
     /// Root of the driver installation, where /dev is
     #[arg(
         long,
-        alias = "root",
+        visible_alias = "root",
         env = "NVIDIA_DRIVER_ROOT",
         default_value = "/",
         value_name = "DIR"
@@ -370,10 +370,10 @@ pub struct GenerateArgs {
     )]
     pub device_ids: Vec<String>,
     /// CDI vendor
-    #[arg(long, alias = "cdi-vendor", default_value = "nvidia.com")]
+    #[arg(long, visible_alias = "cdi-vendor", default_value = "nvidia.com")]
     pub vendor: String,
     /// CDI class
-    #[arg(long, alias = "cdi-class", default_value = "gpu")]
+    #[arg(long, visible_alias = "cdi-class", default_value = "gpu")]
     pub class: String,
     /// Also record the driver version as the annotation gpuctk/driver-version (needs cdiVersion 0.6.0)
     #[arg(long)]
@@ -384,7 +384,7 @@ pub struct GenerateArgs {
     /// The hook binary written into the spec's hooks [default: this binary]
     #[arg(
         long = "nvidia-cdi-hook-path",
-        alias = "nvidia-ctk-path",
+        visible_alias = "nvidia-ctk-path",
         env = "NVIDIA_CTK_CDI_HOOK_PATH",
         value_name = "PATH"
     )]

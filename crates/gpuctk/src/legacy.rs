@@ -53,10 +53,10 @@ Global options:
 
 Commands:
   info [--csv]            the driver and GPUs
-  list [-d LIST] [--libraries] [--binaries] [--ipcs] [--firmwares] [--compat32]
+  list [-d, --device=LIST] [--libraries] [--binaries] [--ipcs] [--firmwares] [--compat32]
                           the driver files and device nodes a container gets
-  configure --pid=PID [-d LIST] [--compute --utility --video --graphics --display --compat32 --ngx]
-            [--require=EXPR]... [--no-cgroups] [--ldconfig=PATH] ROOTFS
+  configure --pid=PID [-d, --device=LIST] [--compute --utility --video --graphics --display
+            --compat32 --ngx] [--require=EXPR]... [--no-cgroups] [--ldconfig=PATH] ROOTFS
                           inject into a created container";
 
 /// `nvidia-container-runtime-hook [-debug] [-config FILE] prestart|poststart|poststop`.

@@ -11,6 +11,9 @@ mod attacks;
 mod bad_input;
 /// `cdi list`, `cdi validate`, `info`, `demo` and the `nvidia-ctk` personality.
 mod commands;
+/// docs/compat.md's done rows against the binary: each flag in its command's help, each
+/// config key loading without a warning.
+mod compat_table;
 /// 50 at once: runtime configures, shim creates, prestart hooks, readers of a spec being rewritten.
 mod concurrency;
 /// Discovery errors that were swallowed (an unreadable firmware folder): generate fails.

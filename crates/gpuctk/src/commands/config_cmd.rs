@@ -207,6 +207,7 @@ pub fn run(a: ConfigCmdArgs) -> anyhow::Result<ExitCode> {
     if let Some(k) = cfg.unknown_keys.first() {
         bail!("--set: unknown key {k}; nothing was written");
     }
+    crate::logging::warn_config_keys(&cfg);
     match (&a.output, a.in_place) {
         (Some(p), _) => write_out(p, &out)?,
         (None, true) => write_out(&path, &out)?,
