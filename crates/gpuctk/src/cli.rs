@@ -389,6 +389,59 @@ pub struct GenerateArgs {
         value_name = "PATH"
     )]
     pub hook_path: Option<String>,
+    /// Discovery mode: auto or nvml (gpuctk reads procfs for both); NVIDIA's csv, wsl, management, imex, gds, mofed, gdrcopy and nvswitch are refused with a message
+    #[arg(
+        long,
+        visible_alias = "discovery-mode",
+        env = "NVIDIA_CTK_CDI_GENERATE_MODE",
+        default_value = "auto",
+        value_name = "MODE"
+    )]
+    pub mode: String,
+    /// Leave out a hook: create-symlinks, enable-cuda-compat, update-ldcache, or all (repeatable or comma list; NVIDIA's other hook names are accepted, gpuctk does not write them)
+    #[arg(
+        long = "disable-hook",
+        visible_alias = "disable-hooks",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub disable_hooks: Vec<String>,
+    /// Write an optional hook: gpuctk's hooks are all written by default, so only a name it does not write (a warning) changes anything
+    #[arg(
+        long = "enable-hook",
+        visible_alias = "enable-hooks",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub enable_hooks: Vec<String>,
+    /// NVIDIA's nvcdi feature flags: accepted, none applies to gpuctk's spec (a warning names each)
+    #[arg(
+        long = "feature-flag",
+        visible_alias = "feature-flags",
+        value_delimiter = ',',
+        value_name = "FLAG"
+    )]
+    pub feature_flags: Vec<String>,
+    /// Where NVIDIA looks for graphics configs (EGL, Vulkan JSON): accepted, not used (gpuctk does not inject them yet)
+    #[arg(
+        long = "config-search-path",
+        env = "NVIDIA_CTK_CDI_CONFIG_SEARCH_PATHS",
+        value_delimiter = ',',
+        value_name = "DIR"
+    )]
+    pub config_search_paths: Vec<String>,
+    /// The ldconfig NVIDIA's update-ldcache hook runs: accepted, unused (the cache is written natively)
+    #[arg(long, env = "NVIDIA_CTK_CDI_LDCONFIG_PATH", value_name = "PATH")]
+    pub ldconfig_path: Option<String>,
+    /// CSV mode's files (Tegra): only with --mode csv, which gpuctk does not support
+    #[arg(long = "csv.file", value_name = "FILE")]
+    pub csv_files: Vec<String>,
+    /// CSV mode's ignore patterns (Tegra): only with --mode csv
+    #[arg(long = "csv.ignore-pattern", value_name = "PATTERN")]
+    pub csv_ignore_patterns: Vec<String>,
+    /// CSV mode's compat root (Tegra): only with --mode csv
+    #[arg(long = "csv.compat-container-root", value_name = "DIR")]
+    pub csv_compat_container_root: Option<String>,
 }
 
 #[derive(Debug, Args)]

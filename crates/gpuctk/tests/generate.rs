@@ -396,3 +396,41 @@ fn driver_root_from_config_toml() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+/// NVIDIA's `cdi generate` flags: `--disable-hook` leaves hooks out (by name or `all`),
+/// `--mode nvml` is ours, the modes gpuctk does not have are refused by name, and the flags
+/// without meaning here are accepted with a warning.
+#[test]
+fn nvidia_generate_flags() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 1, "570.124.06", "debian");
+    let gen = |extra: &[&str]| {
+        let mut args = vec!["cdi", "generate"];
+        args.extend_from_slice(extra);
+        run(&with(&args, &h.roots()))
+    };
+    let r = gen(&["--disable-hook", "enable-cuda-compat"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.contains("enable-cuda-compat") && r.stdout.contains("create-symlinks"));
+    let r = gen(&["--disable-hooks", "all"]);
+    assert!(r.code == 0 && !r.stdout.contains("hooks:"), "{}", r.stdout);
+    let r = gen(&[
+        "--mode",
+        "nvml",
+        "--feature-flag",
+        "x",
+        "--config-search-path",
+        "/x",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("--feature-flag x") && r.stderr.contains("--config-search-path"));
+    for (args, needle) in [
+        (&["--mode", "csv"][..], "--mode csv: not supported"),
+        (&["--csv.file", "/x"], "--csv.*"),
+    ] {
+        let r = gen(args);
+        assert_ne!(r.code, 0);
+        assert!(r.stderr.contains(needle), "{}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    }
+}

@@ -12,7 +12,63 @@ use gpuctk_core::{build_spec, plan, CapabilitySet, NameStrategy, PlanOptions, Sp
 use crate::cli::{GenerateArgs, ListArgs, SpecFormat, Strategy, ValidateArgs};
 
 /// The spec a `cdi generate` with these arguments writes.
+/// Our hooks, by the names `--disable-hook` takes.
+const OUR_HOOKS: [&str; 3] = ["create-symlinks", "enable-cuda-compat", "update-ldcache"];
+
+/// NVIDIA's flags that have no meaning for gpuctk's spec: refused where they would change what
+/// a user gets (another discovery mode), a warning where they would not.
+fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
+    match a.mode.as_str() {
+        "auto" | "nvml" => {}
+        other => bail!(
+            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs; use --mode auto or nvml)"
+        ),
+    }
+    if !a.csv_files.is_empty()
+        || !a.csv_ignore_patterns.is_empty()
+        || a.csv_compat_container_root.is_some()
+    {
+        bail!("--csv.*: only for --mode csv (Tegra), which gpuctk does not support");
+    }
+    for h in &a.enable_hooks {
+        if !OUR_HOOKS.contains(&h.as_str()) {
+            tracing::warn!("--enable-hook {h}: gpuctk does not write this hook; ignored");
+        }
+    }
+    for f in &a.feature_flags {
+        tracing::warn!("--feature-flag {f}: none of NVIDIA's nvcdi feature flags applies to gpuctk's spec; ignored");
+    }
+    if !a.config_search_paths.is_empty() {
+        tracing::warn!(
+            "--config-search-path: gpuctk does not inject graphics configs yet; ignored"
+        );
+    }
+    if a.ldconfig_path.is_some() {
+        tracing::info!(
+            "--ldconfig-path: no ldconfig is run (the cache is written natively); ignored"
+        );
+    }
+    Ok(())
+}
+
+/// `plan` without the hooks `--disable-hook` names.
+fn without_disabled_hooks(
+    mut p: gpuctk_core::Plan,
+    disabled: &[String],
+    hook_path: &str,
+) -> gpuctk_core::Plan {
+    if disabled.is_empty() {
+        return p;
+    }
+    let all = disabled.iter().any(|d| d == "all");
+    p.ops
+        .retain(|o| !all && !disabled.iter().any(|d| d == o.name()));
+    p.common.hooks = p.ops.iter().map(|o| o.to_hook(hook_path)).collect();
+    p
+}
+
 pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
+    check_nvidia_flags(a)?;
     let inv = a.roots.discover()?;
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
     // always a wrong driver root.
@@ -24,12 +80,17 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
             inv.library_source
         );
     }
-    let plan = plan(
-        &inv,
-        &PlanOptions {
-            hook_path: a.hook_path.clone().unwrap_or_else(super::self_path),
-            capabilities: CapabilitySet::all(),
-        },
+    let hook_path = a.hook_path.clone().unwrap_or_else(super::self_path);
+    let plan = without_disabled_hooks(
+        plan(
+            &inv,
+            &PlanOptions {
+                hook_path: hook_path.clone(),
+                capabilities: CapabilitySet::all(),
+            },
+        ),
+        &a.disable_hooks,
+        &hook_path,
     );
     let strategies = a
         .strategies
