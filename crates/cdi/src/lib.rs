@@ -12,6 +12,7 @@ pub mod limits;
 pub mod names;
 pub mod registry;
 pub mod spec;
+pub mod transform;
 pub mod validate;
 pub mod version;
 

@@ -320,6 +320,9 @@ pub struct RootArgs {
 pub enum CdiCommand {
     /// Write a CDI spec for the GPUs of this host
     Generate(Box<GenerateArgs>),
+    /// Rewrite a spec: cdi transform root --from DIR --to DIR
+    #[command(subcommand)]
+    Transform(TransformCommand),
     /// List the CDI device names found in the spec dirs
     List(ListArgs),
     /// Check CDI spec files: schema and meaning; each error names file, device and field
@@ -442,6 +445,39 @@ pub struct GenerateArgs {
     /// CSV mode's compat root (Tegra): only with --mode csv
     #[arg(long = "csv.compat-container-root", value_name = "DIR")]
     pub csv_compat_container_root: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TransformCommand {
+    /// Move the spec's paths from one root to another, on whole path components
+    Root(TransformRootArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RelativeTo {
+    /// Host paths: mount and device-node host paths, host hooks
+    Host,
+    /// Container paths: mount and device-node paths, the arguments of container hooks
+    Container,
+}
+
+#[derive(Debug, Args)]
+pub struct TransformRootArgs {
+    /// The root to replace
+    #[arg(long, value_name = "DIR")]
+    pub from: String,
+    /// The root to put instead
+    #[arg(long, value_name = "DIR")]
+    pub to: String,
+    /// The spec to read (- for stdin)
+    #[arg(long, default_value = "-", value_name = "FILE")]
+    pub input: String,
+    /// Where to write it [default: stdout]
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Which paths move
+    #[arg(long, value_enum, default_value = "host")]
+    pub relative_to: RelativeTo,
 }
 
 #[derive(Debug, Args)]

@@ -434,3 +434,74 @@ fn nvidia_generate_flags() {
         assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
     }
 }
+
+/// `cdi transform root`: a spec generated on a host whose driver sits under a directory is
+/// moved to another root, host paths only (container paths and hooks stay), on whole path
+/// components; from a file or stdin, YAML or JSON.
+#[test]
+fn transform_root_moves_host_paths() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 1, "570.124.06", "debian");
+    let spec = t.join("nvidia.yaml");
+    ok(&with(
+        &["cdi", "generate", "--output", spec.to_str().unwrap()],
+        &h.roots(),
+    ));
+    let root = h.driver_root();
+    let r = ok(&[
+        "cdi",
+        "transform",
+        "root",
+        "--from",
+        &root,
+        "--to",
+        "/run/nvidia/driver",
+        "--input",
+        spec.to_str().unwrap(),
+    ]);
+    let v = yaml(&r.stdout);
+    let mounts = v["containerEdits"]["mounts"].as_array().unwrap();
+    let cuda = mounts
+        .iter()
+        .find(|m| {
+            m["containerPath"]
+                .as_str()
+                .unwrap()
+                .ends_with("libcuda.so.570.124.06")
+        })
+        .unwrap();
+    assert_eq!(
+        cuda["hostPath"],
+        "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06"
+    );
+    assert_eq!(
+        cuda["containerPath"],
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06"
+    );
+    assert!(!r.stdout.contains(&format!("{root}/")), "{}", r.stdout);
+    // Container side, from stdin, to JSON by the output's extension.
+    let out = t.join("moved.json");
+    let mut c = gpuctk(&[
+        "cdi",
+        "transform",
+        "root",
+        "--from",
+        "/usr/lib/x86_64-linux-gnu",
+        "--to",
+        "/usr/lib64",
+        "--relative-to",
+        "container",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    c.stdin(std::fs::File::open(&spec).unwrap());
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let text = v.to_string();
+    assert!(
+        text.contains("\"containerPath\":\"/usr/lib64/libcuda.so.570.124.06\""),
+        "{text}"
+    );
+    assert!(text.contains("--folder\",\"/usr/lib64\""), "{text}");
+}

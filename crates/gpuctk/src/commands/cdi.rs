@@ -311,3 +311,44 @@ fn validate_json(a: &ValidateArgs) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     })
 }
+
+/// `cdi transform root`: read a spec (file or stdin), move its paths, write it (file or stdout)
+/// in the input's format unless the output's extension says otherwise.
+pub fn transform_root(a: crate::cli::TransformRootArgs) -> anyhow::Result<ExitCode> {
+    use gpuctk_cdi::transform::{transform_root, RelativeTo};
+    use std::io::Read;
+    let (bytes, in_format) = if a.input == "-" {
+        let mut b = Vec::new();
+        std::io::stdin()
+            .take(gpuctk_cdi::limits::MAX_SPEC_SIZE + 1)
+            .read_to_end(&mut b)?;
+        if b.len() as u64 > gpuctk_cdi::limits::MAX_SPEC_SIZE {
+            bail!(
+                "--input -: more than {} bytes; not a CDI spec",
+                gpuctk_cdi::limits::MAX_SPEC_SIZE
+            );
+        }
+        (b, None)
+    } else {
+        let p = Path::new(&a.input);
+        (gpuctk_cdi::limits::read_spec_file(p)?, Format::from_path(p))
+    };
+    let mut spec =
+        Spec::from_bytes(&bytes, in_format).with_context(|| format!("--input {}", a.input))?;
+    let rel = match a.relative_to {
+        crate::cli::RelativeTo::Host => RelativeTo::Host,
+        crate::cli::RelativeTo::Container => RelativeTo::Container,
+    };
+    transform_root(&mut spec, &a.from, &a.to, rel);
+    let format = a
+        .output
+        .as_deref()
+        .and_then(Format::from_path)
+        .or(in_format)
+        .unwrap_or(Format::Yaml);
+    match &a.output {
+        Some(p) => write_spec(p, &spec, format)?,
+        None => std::io::stdout().write_all(spec.to_format(format).as_bytes())?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -27,6 +27,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Cdi(CdiCommand::Generate(a)) => cdi::generate(*a),
         Command::Cdi(CdiCommand::List(a)) => cdi::list(a),
+        Command::Cdi(CdiCommand::Transform(crate::cli::TransformCommand::Root(a))) => {
+            cdi::transform_root(a)
+        }
         Command::Cdi(CdiCommand::Validate(a)) => cdi::validate(a),
         Command::Info(a) => info::run(a),
         Command::Doctor(a) => doctor::run(*a),
