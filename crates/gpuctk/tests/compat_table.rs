@@ -102,6 +102,7 @@ fn every_done_flag_is_accepted() {
         &["cdi", "generate"][..],
         &["cdi", "list"],
         &["cdi", "validate"],
+        &["cdi", "transform", "root"],
         &["runtime", "configure"],
         &["runtime", "unconfigure"],
         &["system", "create-dev-char-symlinks"],
