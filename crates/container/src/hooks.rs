@@ -257,6 +257,8 @@ pub fn update_ldcache_pending(
 
     let mut seen = BTreeSet::new();
     let mut present_folders = Vec::new();
+    // Folders read whole: every library in them is among our entries.
+    let mut scanned: HashSet<String> = HashSet::new();
     let dirs: Vec<(String, bool)> = report
         .compat_dirs
         .iter()
@@ -272,6 +274,7 @@ pub fn update_ldcache_pending(
         let Some(found) = scan_dir(root, &dir, cap, pending.in_dir(&dir), &mut report)? else {
             continue;
         };
+        scanned.insert(dir.clone());
         if !is_compat {
             present_folders.push(dir.clone());
         }
@@ -294,6 +297,23 @@ pub fn update_ldcache_pending(
         .entries
         .retain(|o| !ours.contains(&(o.key.as_str(), o.flags, o.hwcap)));
     report.replaced = before - cache.entries.len();
+    // The image's entries into a folder we read whole that our scan did not find again are
+    // stale: a library gone, or the empty mount point an earlier injection left in a root that
+    // persists (enroot), which the loader would take for a "file too short". ldconfig, which
+    // rebuilds from scratch, drops them too.
+    let our_paths: HashSet<&str> = report.entries.iter().map(|e| e.value.as_str()).collect();
+    let before = cache.entries.len();
+    cache.entries.retain(|o| {
+        let dir = o.value.rsplit_once('/').map_or("", |(d, _)| d);
+        let dir = if dir.is_empty() { "/" } else { dir };
+        !scanned.contains(dir) || our_paths.contains(o.value.as_str())
+    });
+    let stale = before - cache.entries.len();
+    if stale > 0 {
+        report.notes.push(format!(
+            "{stale} entries of the image's cache into the folders read no longer name a library; dropped"
+        ));
+    }
     cache.entries.extend(report.entries.iter().cloned());
     if cache.generator.is_none() {
         cache.generator = Some(GENERATOR.to_string());

@@ -213,8 +213,8 @@ fn take_value(args: &[String], i: &mut usize, long: &str, short: Option<&str>) -
 }
 
 fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
-    let mut cfg = config::load_from_env()?;
-    crate::logging::warn_config_keys(&cfg);
+    let mut root = None;
+    let mut debug = None;
     let mut i = 0;
     // Global options.
     while i < args.len() && args[i].starts_with('-') {
@@ -222,15 +222,15 @@ fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
             println!("{CLI_USAGE}");
             return Ok(ExitCode::SUCCESS);
         }
-        if let Some(root) = take_value(args, &mut i, "--root", Some("-r")) {
-            cfg.driver_root = PathBuf::from(root);
+        if let Some(r) = take_value(args, &mut i, "--root", Some("-r")) {
+            root = Some(PathBuf::from(r));
         } else if args[i] == "--version" || args[i] == "-V" {
             println!("cli-version: {} (gpuctk)", env!("CARGO_PKG_VERSION"));
             return Ok(ExitCode::SUCCESS);
-        } else if take_value(args, &mut i, "--debug", Some("-d")).is_some()
-            || take_value(args, &mut i, "--ldcache", Some("-l")).is_some()
-        {
-            // Accepted; we log through tracing and read the driver root's cache ourselves.
+        } else if let Some(f) = take_value(args, &mut i, "--debug", Some("-d")) {
+            debug = Some(PathBuf::from(f));
+        } else if take_value(args, &mut i, "--ldcache", Some("-l")).is_some() {
+            // Accepted: the driver root's own cache is read.
         } else if args[i].starts_with("--user")
             || args[i] == "-u"
             || matches!(
@@ -238,11 +238,22 @@ fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
                 "--load-kmods" | "-k" | "--no-pivot" | "-n" | "--no-create-imex-channels"
             )
         {
-            // Accepted for compatibility: nothing to load or pivot here.
+            // Accepted for compatibility: nothing to load or pivot here; the files made are
+            // owned by whoever runs us (in enroot's user namespace, the container's user).
         } else {
             bail!("unrecognized option '{}'", args[i]);
         }
         i += 1;
+    }
+    // `--debug FILE`: the log goes there, at debug level (enroot passes /dev/stderr).
+    match &debug {
+        Some(f) => crate::logging::init_file(f, tracing::Level::DEBUG),
+        None => crate::logging::init(tracing::Level::WARN),
+    }
+    let mut cfg = config::load_from_env()?;
+    crate::logging::warn_config_keys(&cfg);
+    if let Some(r) = root {
+        cfg.driver_root = r;
     }
     let Some(command) = args.get(i) else {
         bail!(
@@ -318,12 +329,14 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     }
     // Not the host's `/` nor a system directory, whatever path names it (issue 8).
     gpuctk_container::root::check_container_root(&rootfs)?;
-    let pid = pid.ok_or_else(|| {
-        anyhow!("configure: --pid is required (standalone mode is not supported)")
-    })?;
+    // Without --pid (enroot, Apptainer): the container is ROOTFS in our own mount namespace,
+    // which the caller has already entered, as libnvidia-container's standalone mode takes it.
+    let pid = pid.unwrap_or_else(|| std::process::id() as i32);
     let devices = match devices.as_deref() {
         None | Some("") => Devices::NoGpus,
-        Some(v) => parse_devices(v, "--device")?,
+        // enroot and pyxis escape the commas of a list (`1\,3`), as libnvidia-container's
+        // option parser expects.
+        Some(v) => parse_devices(&v.replace("\\,", ","), "--device")?,
     };
     // `--device` is the engine's own argument (containerd, enroot), not the image's: it passes
     // the gate as a privileged request, and no other source is read on this path.

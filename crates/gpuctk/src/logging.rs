@@ -20,6 +20,25 @@ pub fn init(level: Level) {
         .try_init();
 }
 
+/// Log to `path` (appended), or stderr when it cannot be opened: `nvidia-container-cli --debug`.
+pub fn init_file(path: &std::path::Path, level: Level) {
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        Ok(f) => {
+            let _ = tracing_subscriber::fmt()
+                .with_writer(std::sync::Mutex::new(f))
+                .with_max_level(level)
+                .with_ansi(false)
+                .with_target(false)
+                .try_init();
+        }
+        Err(_) => init(level),
+    }
+}
+
 /// The runtime's logging: NVIDIA's `[nvidia-container-runtime] debug` file and `log-level`,
 /// else warnings to stderr (the engine keeps the runtime's stderr).
 pub fn init_runtime(cfg: &crate::config::Config) {

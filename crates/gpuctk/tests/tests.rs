@@ -28,6 +28,9 @@ mod faults;
 mod features;
 /// `cdi generate` on every layout, GPU count and driver version; the spec matches the host.
 mod generate;
+/// enroot and Apptainer's `nvidia-container-cli configure` without `--pid`: root in a user
+/// namespace, an unprivileged user, root without one.
+mod hpc;
 /// Discovery on the real Debian 535 driver packages, unpacked with dpkg-deb.
 mod real_driver;
 /// One test per fixed bug.

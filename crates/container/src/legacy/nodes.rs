@@ -7,6 +7,8 @@ use super::*;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct NodePlan {
     pub(super) path: String,
+    /// The node on the host, bound in where `mknod` is not permitted (a user namespace).
+    pub(super) host_path: String,
     /// `S_IFCHR` or `S_IFBLK`.
     pub(super) kind: u32,
     pub(super) major: u32,
@@ -76,6 +78,7 @@ pub(super) fn plan_node(n: &DeviceNode) -> Result<NodePlan, LegacyError> {
     };
     Ok(NodePlan {
         path: n.path.clone(),
+        host_path: n.host_path.clone().unwrap_or_else(|| n.path.clone()),
         kind,
         major,
         minor,
@@ -130,7 +133,7 @@ pub(super) fn make_node(
     let (dir, name, cname) = parent_of(root_fd, root, &n.path)?;
     let dfd = dir.as_raw_fd();
     let rdev = libc::makedev(n.major, n.minor);
-    match fstatat_nofollow(dfd, &cname) {
+    let created = match fstatat_nofollow(dfd, &cname) {
         Ok(st) => {
             let kind = st.st_mode & libc::S_IFMT;
             if kind != n.kind || st.st_rdev != rdev {
@@ -147,19 +150,41 @@ pub(super) fn make_node(
                     ),
                 });
             }
+            // The right node is there (a /dev bound from the host, a second run): its mode is
+            // changed only if it must be, and a node we may not change (a user namespace) is
+            // used as it is, as libnvidia-container does.
+            if st.st_mode & 0o777 != n.mode {
+                // SAFETY: valid descriptor and NUL-terminated single name (a device node we
+                // just checked, not a symlink).
+                match check(unsafe { libc::fchmodat(dfd, cname.as_ptr(), n.mode, 0) }) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+                    Err(e) => return Err(io("chmod")(e)),
+                }
+            }
+            return Ok(());
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
             // SAFETY: valid descriptor and NUL-terminated single name.
-            check(unsafe { libc::mknodat(dfd, cname.as_ptr(), n.kind | n.mode, rdev) })
-                .map_err(io("mknod"))?;
-            let dup = dir.try_clone().map_err(io("dup"))?;
-            undo.push(Undo::Created(dup, name));
+            match check(unsafe { libc::mknodat(dfd, cname.as_ptr(), n.kind | n.mode, rdev) }) {
+                Ok(()) => true,
+                // A user namespace may not make device nodes: bind the host's instead.
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                    bind_host_node(&dir, &name, &cname, n, undo)?;
+                    return Ok(());
+                }
+                Err(e) => return Err(io("mknod")(e)),
+            }
         }
         Err(e) => return Err(io("lstat")(e)),
+    };
+    if created {
+        let dup = dir.try_clone().map_err(io("dup"))?;
+        undo.push(Undo::Created(dup, name));
     }
     // mknod is subject to the umask; set the mode exactly.
     // SAFETY: valid descriptor and NUL-terminated single name (a device
-    // node we just checked, not a symlink).
+    // node we just made, not a symlink).
     check(unsafe { libc::fchmodat(dfd, cname.as_ptr(), n.mode, 0) }).map_err(io("chmod"))?;
     if n.uid.is_some() || n.gid.is_some() {
         let uid = n.uid.unwrap_or(u32::MAX);
@@ -168,5 +193,91 @@ pub(super) fn make_node(
         check(unsafe { libc::fchownat(dfd, cname.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) })
             .map_err(io("chown"))?;
     }
+    Ok(())
+}
+
+/// Bind the host's node `n.host_path` onto a new empty file `name` in `dir`, as
+/// libnvidia-container does in a user namespace: the node must be a character or block device
+/// of the planned numbers.
+fn bind_host_node(
+    dir: &OwnedFd,
+    name: &OsString,
+    cname: &CString,
+    n: &NodePlan,
+    undo: &mut Vec<Undo>,
+) -> Result<(), LegacyError> {
+    let io = |op: &'static str| {
+        let what = format!("device node {} (bound from {})", n.path, n.host_path);
+        move |source| LegacyError::Io { what, op, source }
+    };
+    let host = cstring(std::ffi::OsStr::new(&n.host_path), &n.host_path)?;
+    // SAFETY: valid NUL-terminated path.
+    let src = owned_or_err(unsafe {
+        libc::open(
+            host.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    } as libc::c_long)
+    .map_err(io("open"))?;
+    let st = fstat(src.as_raw_fd()).map_err(io("stat"))?;
+    if st.st_mode & libc::S_IFMT != n.kind || st.st_rdev != libc::makedev(n.major, n.minor) {
+        return Err(LegacyError::Device {
+            path: n.path.clone(),
+            reason: format!(
+                "mknod is not permitted here and the host's {} is not the device {}:{}",
+                n.host_path, n.major, n.minor
+            ),
+        });
+    }
+    // SAFETY: valid descriptor and empty NUL-terminated path.
+    let tree = owned_or_err(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            src.as_raw_fd(),
+            c"".as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as u32 | libc::AT_EMPTY_PATH as u32,
+        )
+    })
+    .map_err(io("open_tree"))?;
+    let dfd = dir.as_raw_fd();
+    // SAFETY: valid descriptor and NUL-terminated single name.
+    let fd = unsafe {
+        libc::openat(
+            dfd,
+            cname.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    };
+    owned_or_err(fd as libc::c_long).map_err(io("create mount point"))?;
+    undo.push(Undo::Created(
+        dir.try_clone().map_err(io("dup"))?,
+        name.clone(),
+    ));
+    let target = openat2(
+        dfd,
+        cname,
+        libc::O_PATH | libc::O_NOFOLLOW,
+        libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH,
+    )
+    .map_err(io("open mount point"))?;
+    // SAFETY: valid descriptors and empty NUL-terminated paths.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            target.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(io("move_mount")(io::Error::last_os_error()));
+    }
+    undo.push(Undo::Mount(
+        dir.try_clone().map_err(io("dup"))?,
+        name.clone(),
+    ));
     Ok(())
 }
