@@ -14,7 +14,9 @@
 //! file and stop on any error.
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 
 use crate::config::{self, Config};
 use crate::runtime::{find_runtime, RuncArgs};
@@ -26,12 +28,89 @@ pub fn applies(parsed: &RuncArgs) -> bool {
     parsed.help || !matches!(parsed.command.as_deref(), Some("create" | "run"))
 }
 
+/// Where the runtime a container was created with is recorded: next to the runtime's state
+/// directory (`--root`, which the engine gives every call on the container), so the record
+/// lives and goes with that state; `/run/gpuctk/runtimes` when no `--root` is given.
+fn record_dir(parsed: &RuncArgs) -> PathBuf {
+    match &parsed.root {
+        Some(root) => {
+            let mut s = root.as_os_str().to_os_string();
+            s.push(".gpuctk");
+            PathBuf::from(s)
+        }
+        None => PathBuf::from("/run/gpuctk/runtimes"),
+    }
+}
+
+/// A container id usable as a file name (runc allows `[\w+.-]`).
+fn safe_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 255
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'+'))
+}
+
+/// The words after the command that do not look like flags: the container id is one of them.
+fn positionals<'a>(args: &'a [OsString], parsed: &RuncArgs) -> impl Iterator<Item = &'a str> {
+    let from = parsed.command_index.map_or(args.len(), |i| i + 1);
+    args[from.min(args.len())..]
+        .iter()
+        .filter_map(|a| a.to_str())
+        .filter(|a| !a.starts_with('-'))
+}
+
+/// At `create`/`run`: remember `runtime` for the container id, so that every later call on it
+/// goes to the same runtime (see [`recorded_runtime`]).
+pub fn record_runtime(
+    args: &[OsString],
+    parsed: &RuncArgs,
+    runtime: &std::path::Path,
+) -> std::io::Result<()> {
+    // The id is the last word of create/run (`create [opts] <id>`).
+    let Some(id) = positionals(args, parsed).last().filter(|id| safe_id(id)) else {
+        return Ok(());
+    };
+    let dir = record_dir(parsed);
+    std::fs::create_dir_all(&dir)?;
+    let opts = gpuctk_atomicfile::Options {
+        no_sync: true,
+        ..Default::default()
+    };
+    gpuctk_atomicfile::replace(&dir.join(id), runtime.as_os_str().as_encoded_bytes(), &opts)
+        .map_err(std::io::Error::other)
+}
+
+/// The runtime recorded for the container this call names, if any and still executable.
+fn recorded_runtime(args: &[OsString], parsed: &RuncArgs) -> Option<PathBuf> {
+    let dir = record_dir(parsed);
+    for id in positionals(args, parsed).filter(|id| safe_id(id)) {
+        let Ok(bytes) = std::fs::read(dir.join(id)) else {
+            continue;
+        };
+        if bytes.len() > 4096 {
+            continue;
+        }
+        let p = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
+        use std::os::unix::fs::PermissionsExt;
+        if std::fs::metadata(&p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0) {
+            return Some(p);
+        }
+    }
+    None
+}
+
 /// Find the runtime and exec it with `args`; returns only on failure, with the message for
-/// the engine.
+/// the engine. A container created through the shim goes to the runtime it was created with.
 pub fn exec(args: &[OsString], parsed: &RuncArgs) -> String {
-    let runtime = match find_runtime(&runtimes(), std::env::var_os("PATH").as_deref()) {
-        Ok(r) => r,
-        Err(e) => return e.to_string(),
+    let runtime = match recorded_runtime(args, parsed) {
+        Some(r) => r,
+        None => match find_runtime(&runtimes(), std::env::var_os("PATH").as_deref()) {
+            Ok(r) => r,
+            Err(e) => return e.to_string(),
+        },
     };
     if parsed.version {
         println!(

@@ -41,6 +41,10 @@ pub struct RuncArgs {
     pub version: bool,
     /// `--help`/`-h` after the command: runc prints the command's help.
     pub help: bool,
+    /// The global `--root` (the runtime's state directory).
+    pub root: Option<PathBuf>,
+    /// Where the command is in the argv.
+    pub command_index: Option<usize>,
 }
 
 fn flag_value<'a>(
@@ -89,6 +93,7 @@ pub fn parse_runc_args(args: &[OsString]) -> RuncArgs {
                 let (v, step) = flag_value(args, i, flag).unwrap();
                 match *flag {
                     "--log" => out.log = v.map(PathBuf::from),
+                    "--root" => out.root = v.map(PathBuf::from),
                     "--log-format" => out.log_json = v.is_some_and(|v| v == "json"),
                     _ => {}
                 }
@@ -100,6 +105,7 @@ pub fn parse_runc_args(args: &[OsString]) -> RuncArgs {
                 continue;
             }
             out.command = Some(a.to_string());
+            out.command_index = Some(i);
             i += 1;
             continue;
         }
@@ -260,6 +266,12 @@ pub fn main_as(args: &[OsString], forced: Option<Mode>) -> ExitCode {
         );
     }
     if matches!(parsed.command.as_deref(), Some("create" | "run")) {
+        // Later calls on this container (start, kill, delete) must reach the same runtime,
+        // whatever config their environment finds (podman passes start and delete almost
+        // none).
+        if let Err(e) = crate::passthrough::record_runtime(args, &parsed, &runtime) {
+            tracing::warn!("cannot record the runtime of this container: {e}");
+        }
         let bundle = match &parsed.bundle {
             Some(b) => b.clone(),
             None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),

@@ -1433,3 +1433,55 @@ fn cdi_and_legacy_personalities_force_their_mode() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Issue 11 (rootless podman): podman gives `start` and `delete` almost no environment, so
+/// they could find another config.toml than `create` did and go to another runtime ("container
+/// does not exist", a container left behind). Every call on a container goes to the runtime
+/// that created it.
+#[test]
+fn later_calls_go_to_the_runtime_create_used() {
+    let bed = Bed::new("crun", "debian", 1);
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0"]);
+    let id = format!(
+        "{}-sticky",
+        bed.t.path().file_name().unwrap().to_string_lossy()
+    );
+    let bundle = bed.bundle.to_str().unwrap().to_string();
+    // The container's init keeps create's stdio until it starts: a file, not a pipe.
+    let err = bed.t.join("create.err");
+    let st = bed
+        .shim_cmd(&["create", "--bundle", &bundle, &id])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(&err).unwrap())
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "{}",
+        fs::read_to_string(&err).unwrap_or_default()
+    );
+    // What start and delete find: a config that names runc.
+    let other = bed.t.join("other.toml");
+    fs::write(
+        &other,
+        "[nvidia-container-runtime]\nruntimes = [\"runc\"]\n",
+    )
+    .unwrap();
+    for verb in [&["start"][..], &["delete", "--force"]] {
+        let mut args = vec!["--root", bed.state_root.to_str().unwrap()];
+        args.extend_from_slice(verb);
+        args.push(&id);
+        let out = Command::new(&bed.shim)
+            .args(&args)
+            .env("GPUCTK_CONFIG", &other)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{verb:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(!bed.listed().contains(&id), "left behind: {}", bed.listed());
+}
