@@ -266,12 +266,6 @@ pub fn main_as(args: &[OsString], forced: Option<Mode>) -> ExitCode {
         );
     }
     if matches!(parsed.command.as_deref(), Some("create" | "run")) {
-        // Later calls on this container (start, kill, delete) must reach the same runtime,
-        // whatever config their environment finds (podman passes start and delete almost
-        // none).
-        if let Err(e) = crate::passthrough::record_runtime(args, &parsed, &runtime) {
-            tracing::warn!("cannot record the runtime of this container: {e}");
-        }
         let bundle = match &parsed.bundle {
             Some(b) => b.clone(),
             None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
@@ -287,6 +281,14 @@ pub fn main_as(args: &[OsString], forced: Option<Mode>) -> ExitCode {
             }
             report(&parsed, &msg);
             return ExitCode::FAILURE;
+        }
+    }
+    if matches!(parsed.command.as_deref(), Some("create" | "run")) {
+        // Later calls on this container (start, kill, delete) must reach the same runtime,
+        // whatever config their environment finds (podman passes start and delete almost
+        // none). After the spec is written: a failed create records nothing.
+        if let Err(e) = crate::passthrough::record_runtime(args, &parsed, &runtime) {
+            tracing::warn!("cannot record the runtime of this container: {e}");
         }
     }
     let err = std::process::Command::new(&runtime)

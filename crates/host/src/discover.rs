@@ -430,6 +430,11 @@ fn discover_libraries(
                     ));
                     continue;
                 }
+                // A read that fails (EIO, ENOSPC from a flaky filesystem) is not a damaged
+                // file: the host is not what it seems, so discovery stops.
+                Err(source @ ElfError::Io(_)) => {
+                    return Err(DiscoverError::BadElf { file: hp, source })
+                }
                 Err(source) => {
                     warnings.push(format!(
                         "{}; skipped",
