@@ -173,34 +173,25 @@ pub fn decide(
             from: from.clone(),
             source,
         })?;
-    match stale(&reg, &resolved.spec_paths, &resolved.edits, host) {
+    // The running driver, read once: for staleness and for the requirements.
+    let running = host.running_driver();
+    match stale(
+        &reg,
+        &resolved.spec_paths,
+        &resolved.edits,
+        running.as_deref(),
+        host,
+    ) {
         None => {
-            if !request.active_requirements().is_empty() {
-                let driver = host.running_driver();
-                let cuda = driver.as_deref().and_then(|d| host.cuda_version(d));
-                let facts = Facts {
-                    cuda: cuda.clone(),
-                    driver: driver.as_deref().and_then(|d| d.parse().ok()),
-                    compat_cuda: None,
-                    devices: resolved
-                        .devices
-                        .iter()
-                        .map(|d| DeviceFacts {
-                            id: d.clone(),
-                            arch: None,
-                            brand: None,
-                        })
-                        .collect(),
-                };
-                check_requirements(
-                    request,
-                    settings,
-                    host,
-                    facts,
-                    driver.as_deref().unwrap_or(""),
-                    cuda.as_ref().map(Version::as_str),
-                )?;
-            }
+            let cuda = running.as_deref().and_then(|d| host.cuda_version(d));
+            check_requirements(
+                request,
+                settings,
+                host,
+                running.as_deref(),
+                cuda,
+                resolved.devices.clone(),
+            )?;
             Ok(Decision::Inject(Box::new(Injection {
                 edits: resolved.edits,
                 ops: Vec::new(),
@@ -245,32 +236,19 @@ fn jit(
         },
     );
     if !settings.cuda_compat {
-        p.ops
-            .retain(|o| !matches!(o, InRootOp::EnableCudaCompat { .. }));
-        p.common.hooks = p
-            .ops
-            .iter()
-            .map(|o| o.to_hook(settings.hook_path))
-            .collect();
+        p.retain_ops(
+            |o| !matches!(o, InRootOp::EnableCudaCompat { .. }),
+            settings.hook_path,
+        );
     }
-    if !request.active_requirements().is_empty() {
-        let driver = inv.driver_version.to_string();
-        let facts = Facts {
-            cuda: inv.cuda_version.map(Version::from),
-            driver: Version::from_driver(&inv.driver_version),
-            compat_cuda: None,
-            devices: selected
-                .iter()
-                .map(|i| DeviceFacts {
-                    id: format!("GPU {i}"),
-                    arch: None,
-                    brand: None,
-                })
-                .collect(),
-        };
-        let cuda = inv.cuda_version.map(|c| c.to_string());
-        check_requirements(request, settings, host, facts, &driver, cuda.as_deref())?;
-    }
+    check_requirements(
+        request,
+        settings,
+        host,
+        Some(&inv.driver_version.to_string()),
+        inv.cuda_version.map(Version::from),
+        selected.iter().map(|i| format!("GPU {i}")).collect(),
+    )?;
     let mut edits = p.common;
     for idx in selected {
         if let Some(g) = p.gpus.iter().find(|g| g.index == idx) {
@@ -285,19 +263,40 @@ fn jit(
     })
 }
 
-/// Checks the request's requirements against `facts`, counting the image's compat `libcuda`
-/// when the compat operation is planned and it would be used on this host.
+/// Checks the request's requirements, if it has any, against the driver, its CUDA version and
+/// the selected devices (`devices`, as messages name them; arch and brand unknown without
+/// NVML), counting the image's compat `libcuda` when the compat operation is planned and it
+/// would be used on this host.
 fn check_requirements(
     request: &Request,
     settings: &Settings<'_>,
     host: &mut dyn HostView,
-    mut facts: Facts,
-    driver: &str,
-    cuda: Option<&str>,
+    driver: Option<&str>,
+    cuda: Option<Version>,
+    devices: Vec<String>,
 ) -> Result<(), DecideError> {
-    if settings.cuda_compat && !driver.is_empty() {
-        facts.compat_cuda = host.image_compat_cuda(driver, cuda);
+    if request.active_requirements().is_empty() {
+        return Ok(());
     }
+    let compat_cuda = match driver {
+        Some(d) if settings.cuda_compat => {
+            host.image_compat_cuda(d, cuda.as_ref().map(Version::as_str))
+        }
+        _ => None,
+    };
+    let facts = Facts {
+        cuda,
+        driver: driver.and_then(|d| d.parse().ok()),
+        compat_cuda,
+        devices: devices
+            .into_iter()
+            .map(|id| DeviceFacts {
+                id,
+                arch: None,
+                brand: None,
+            })
+            .collect(),
+    };
     for w in require::check(request.active_requirements(), &facts)? {
         host.warn(&w);
     }
@@ -309,6 +308,7 @@ fn stale(
     reg: &Registry,
     specs: &[std::path::PathBuf],
     edits: &ContainerEdits,
+    running: Option<&str>,
     host: &mut dyn HostView,
 ) -> Option<String> {
     let made_for: Vec<(String, Option<String>)> = specs
@@ -318,7 +318,6 @@ fn stale(
             Some((p.display().to_string(), spec_driver_version(spec)))
         })
         .collect();
-    let running = host.running_driver();
     let paths: Vec<(&str, &str)> = edits
         .mounts
         .iter()
@@ -332,7 +331,7 @@ fn stale(
         )
         .collect();
     let missing = host.first_missing(&paths);
-    stale_reason(&made_for, running.as_deref(), missing.as_deref())
+    stale_reason(&made_for, running, missing.as_deref())
 }
 
 #[cfg(test)]

@@ -46,6 +46,14 @@ pub struct Plan {
     pub gpus: Vec<GpuEdits>,
 }
 
+impl Plan {
+    /// Keep only the operations `keep` accepts; the common hooks, their encoding, follow.
+    pub fn retain_ops(&mut self, keep: impl Fn(&InRootOp) -> bool, hook_path: &str) {
+        self.ops.retain(|o| keep(o));
+        self.common.hooks = self.ops.iter().map(|o| o.to_hook(hook_path)).collect();
+    }
+}
+
 /// A device node as a CDI edit, with everything the runtime needs so it never has to stat.
 pub fn cdi_node(n: &DeviceNode) -> CdiNode {
     let host = n.host_path.to_string_lossy().into_owned();

@@ -87,15 +87,16 @@ pub fn record_runtime(
 fn recorded_runtime(args: &[OsString], parsed: &RuncArgs) -> Option<PathBuf> {
     let dir = record_dir(parsed);
     for id in positionals(args, parsed).filter(|id| safe_id(id)) {
-        let Ok(bytes) = std::fs::read(dir.join(id)) else {
-            continue;
-        };
-        if bytes.len() > 4096 {
+        // A path, read capped (the directory is the engine's, the rule is every reader's).
+        let mut bytes = Vec::new();
+        let read = std::fs::File::open(dir.join(id)).and_then(|f| {
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, 4097), &mut bytes)
+        });
+        if read.is_err() || bytes.len() > 4096 {
             continue;
         }
         let p = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
-        use std::os::unix::fs::PermissionsExt;
-        if std::fs::metadata(&p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0) {
+        if gpuctk_host::checks::is_executable(&p) {
             return Some(p);
         }
     }

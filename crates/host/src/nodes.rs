@@ -7,7 +7,6 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use crate::procfs;
 use crate::resolve::host_path;
 
 /// A character device node, by its name under `/dev`.
@@ -81,14 +80,9 @@ pub enum NodesError {
         /// Why.
         source: io::Error,
     },
-    /// A GPU's information file is not the module's.
-    #[error("{}: {source}", path.display())]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        source: procfs::ProcError,
-    },
+    /// A GPU's information file cannot be used.
+    #[error(transparent)]
+    Information(#[from] crate::checks::InformationError),
 }
 
 /// The nodes the loaded driver implies, from procfs: `nvidiaN` for each GPU it lists, and, with
@@ -100,17 +94,10 @@ pub fn expected_nodes(
     gpus: bool,
     control: bool,
 ) -> Result<Vec<Node>, NodesError> {
-    let devices = proc_root.join("devices");
-    let majors = match fs::read(&devices) {
-        Ok(b) => procfs::parse_char_devices(&String::from_utf8_lossy(&b)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-        Err(source) => {
-            return Err(NodesError::Read {
-                path: devices,
-                source,
-            })
-        }
-    };
+    let majors = crate::checks::char_majors(proc_root).map_err(|source| NodesError::Read {
+        path: proc_root.join("devices"),
+        source,
+    })?;
     let major_of = |names: &[&str]| {
         majors
             .iter()
@@ -125,26 +112,14 @@ pub fn expected_nodes(
     };
     let mut out = Vec::new();
     if gpus {
-        let dir = proc_root.join("driver/nvidia/gpus");
-        let rd = fs::read_dir(&dir).map_err(|source| NodesError::Read {
-            path: dir.clone(),
-            source,
-        })?;
-        let mut names: Vec<String> = rd
-            .take(4096)
-            .filter_map(Result::ok)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        for n in names {
-            let file = dir.join(&n).join("information");
-            let text = fs::read_to_string(&file).map_err(|source| NodesError::Read {
-                path: file.clone(),
+        let infos =
+            crate::checks::gpu_informations(proc_root).map_err(|source| NodesError::Read {
+                path: proc_root.join("driver/nvidia/gpus"),
                 source,
             })?;
-            let info = procfs::parse_information(&text)
-                .map_err(|source| NodesError::Parse { path: file, source })?;
-            out.push(node(&format!("nvidia{}", info.minor), nvidia, info.minor));
+        for info in infos {
+            let minor = info?.minor;
+            out.push(node(&format!("nvidia{minor}"), nvidia, minor));
         }
     }
     if control {

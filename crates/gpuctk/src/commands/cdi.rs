@@ -51,22 +51,6 @@ fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `plan` without the hooks `--disable-hook` names.
-fn without_disabled_hooks(
-    mut p: gpuctk_core::Plan,
-    disabled: &[String],
-    hook_path: &str,
-) -> gpuctk_core::Plan {
-    if disabled.is_empty() {
-        return p;
-    }
-    let all = disabled.iter().any(|d| d == "all");
-    p.ops
-        .retain(|o| !all && !disabled.iter().any(|d| d == o.name()));
-    p.common.hooks = p.ops.iter().map(|o| o.to_hook(hook_path)).collect();
-    p
-}
-
 pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
     check_nvidia_flags(a)?;
     let inv = a.roots.discover()?;
@@ -81,17 +65,21 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
         );
     }
     let hook_path = a.hook_path.clone().unwrap_or_else(super::self_path);
-    let plan = without_disabled_hooks(
-        plan(
-            &inv,
-            &PlanOptions {
-                hook_path: hook_path.clone(),
-                capabilities: CapabilitySet::all(),
-            },
-        ),
-        &a.disable_hooks,
-        &hook_path,
+    let mut plan = plan(
+        &inv,
+        &PlanOptions {
+            hook_path: hook_path.clone(),
+            capabilities: CapabilitySet::all(),
+        },
     );
+    // `--disable-hook NAME` (or `all`) leaves those hooks out.
+    if !a.disable_hooks.is_empty() {
+        let all = a.disable_hooks.iter().any(|d| d == "all");
+        plan.retain_ops(
+            |o| !all && !a.disable_hooks.iter().any(|d| d == o.name()),
+            &hook_path,
+        );
+    }
     let strategies = a
         .strategies
         .iter()

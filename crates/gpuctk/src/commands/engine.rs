@@ -20,18 +20,11 @@ use crate::cli::{ConfigMode, ConfigSource, ConfigureArgs, EngineArg};
 /// The runtime's name, and what NVIDIA writes by default.
 const RUNTIME: &str = "nvidia-container-runtime";
 
-/// Whether `p` is an executable regular file.
-fn executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
+use gpuctk_host::checks::is_executable as executable;
 
 /// `name` looked up in this process's `PATH`.
 fn in_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|c| executable(c))
+    gpuctk_host::checks::which(name, std::env::var_os("PATH").as_deref())
 }
 
 /// The runtime path to register, as NVIDIA chooses it, with a warning when it does not lead to
