@@ -210,7 +210,17 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
     // The config check ran first (the roots come from it) but is shown with the toolkit's.
     let config_checks = std::mem::take(&mut c.0);
     let host = check_driver(&roots, &mut c);
-    check_devices(&roots, &mut c);
+    if host.driver.is_none() && !roots.proc_root.join("driver/nvidia").exists() {
+        // Without the module every node check fails for the same reason: say it once.
+        c.fail(
+            "devices",
+            "nodes",
+            "not checked: the NVIDIA kernel module is not loaded (see driver/kernel-module)",
+            "load the driver first, then run gpuctk doctor again",
+        );
+    } else {
+        check_devices(&roots, &mut c);
+    }
     c.0.extend(config_checks);
     check_low_level_runtime(&cfg, path_env.as_deref(), &mut c);
     let spec_dirs = if a.spec_dirs.is_empty() {
