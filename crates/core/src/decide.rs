@@ -620,12 +620,20 @@ containerEdits:
         let mut h = fake();
         let d = decide(&none, &settings(Mode::Auto, Delivery::PrestartHook), &mut h).unwrap();
         assert!(!nodes(&d).iter().any(|n| n.contains("nvidia-cap1")));
-        assert!(h.warnings[0].contains("no GPU selected"), "{:?}", h.warnings);
+        assert!(
+            h.warnings[0].contains("no GPU selected"),
+            "{:?}",
+            h.warnings
+        );
 
         let mut mig = r.clone();
         mig.devices = Devices::Ids(vec![DeviceId::Index(0), DeviceId::Mig(0, 1)]);
-        let e = decide(&mig, &settings(Mode::Auto, Delivery::PrestartHook), &mut fake())
-            .unwrap_err();
+        let e = decide(
+            &mig,
+            &settings(Mode::Auto, Delivery::PrestartHook),
+            &mut fake(),
+        )
+        .unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("NVIDIA_VISIBLE_DEVICES: 0:1 is a MIG device; the global MIG"),

@@ -1269,8 +1269,10 @@ mod tests {
         );
         let r = shim(&c, &Policy::default()).unwrap();
         assert!(r.mig.is_empty());
-        assert!(r.ignored.iter().any(|w| w
-            == "NVIDIA_MIG_MONITOR_DEVICES ignored: the container is unprivileged"));
+        assert!(r
+            .ignored
+            .iter()
+            .any(|w| w == "NVIDIA_MIG_MONITOR_DEVICES ignored: the container is unprivileged"));
         // Empty is unset; anything but `all` is refused with the variable's name.
         assert!(req(&["NVIDIA_MIG_CONFIG_DEVICES="]).mig.is_empty());
         let e = shim(&cfg(&["NVIDIA_MIG_MONITOR_DEVICES=0"]), &Policy::default()).unwrap_err();

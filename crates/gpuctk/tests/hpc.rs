@@ -86,8 +86,10 @@ impl Site {
                 &imex.to_string(),
             ]);
             Host {
-                manifest: serde_json::from_slice(&std::fs::read(dir.join("mock-host.json")).unwrap())
-                    .unwrap(),
+                manifest: serde_json::from_slice(
+                    &std::fs::read(dir.join("mock-host.json")).unwrap(),
+                )
+                .unwrap(),
             }
         };
         let cli = t.join("bin/nvidia-container-cli");
@@ -590,7 +592,8 @@ fn imex_channels_through_the_cli() {
     );
     assert_ne!(r.code, 0, "{}", r.stdout);
     assert!(
-        r.stderr.contains("--imex-channel: bad IMEX channel \"1048576\""),
+        r.stderr
+            .contains("--imex-channel: bad IMEX channel \"1048576\""),
         "{}",
         r.stderr
     );

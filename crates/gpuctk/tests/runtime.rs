@@ -1553,8 +1553,7 @@ fn mig_and_imex_env_through_the_hook_and_the_shim() {
         assert_eq!(r.probe.device(n), Some("ENXIO"), "{n}: {}", r.stdout);
     }
     assert_eq!(
-        r.smi,
-        "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\nread-only\n",
+        r.smi, "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\nread-only\n",
         "{}",
         r.stdout
     );

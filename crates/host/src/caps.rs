@@ -142,10 +142,11 @@ pub fn caps_proc_dir(roots: &Roots) -> PathBuf {
 
 fn major_of(roots: &Roots, name: &'static str) -> Result<u32, CapsError> {
     let path = roots.proc_root.join("devices");
-    let majors = crate::checks::char_majors(&roots.proc_root).map_err(|source| CapsError::Read {
-        path: path.clone(),
-        source,
-    })?;
+    let majors =
+        crate::checks::char_majors(&roots.proc_root).map_err(|source| CapsError::Read {
+            path: path.clone(),
+            source,
+        })?;
     majors
         .iter()
         .find(|(_, n)| n == name)
@@ -244,14 +245,18 @@ mod tests {
                 modify: true
             }
         );
-        assert!(parse_cap_file("DeviceFileMinor: x\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
-            .unwrap_err()
-            .contains("DeviceFileMinor"));
+        assert!(
+            parse_cap_file("DeviceFileMinor: x\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+                .unwrap_err()
+                .contains("DeviceFileMinor")
+        );
         assert!(parse_cap_file("DeviceFileMinor: 2\nDeviceFileMode: 292\n")
             .unwrap_err()
             .contains("no DeviceFileModify"));
-        assert!(parse_cap_file("DeviceFileMinor: 2\nDeviceFileMode: 99999\nDeviceFileModify: 0\n")
-            .is_err());
+        assert!(
+            parse_cap_file("DeviceFileMinor: 2\nDeviceFileMode: 99999\nDeviceFileModify: 0\n")
+                .is_err()
+        );
     }
 
     fn roots(dir: &Path) -> Roots {
@@ -281,7 +286,10 @@ mod tests {
         .unwrap();
         std::fs::write(t.join("proc/devices"), "Character devices:\n195 nvidia\n").unwrap();
         let e = mig_capability(&r, MigCapability::Monitor).unwrap_err();
-        assert!(e.to_string().contains("no character device nvidia-caps"), "{e}");
+        assert!(
+            e.to_string().contains("no character device nvidia-caps"),
+            "{e}"
+        );
         std::fs::write(
             t.join("proc/devices"),
             "Character devices:\n195 nvidia\n237 nvidia-caps\n",
@@ -289,7 +297,8 @@ mod tests {
         .unwrap();
         let e = mig_capability(&r, MigCapability::Monitor).unwrap_err();
         assert!(
-            e.to_string().contains("mknod -m 444 /dev/nvidia-caps/nvidia-cap2 c 237 2"),
+            e.to_string()
+                .contains("mknod -m 444 /dev/nvidia-caps/nvidia-cap2 c 237 2"),
             "{e}"
         );
         let e = imex_channel(&r, 1 << 20).unwrap_err();

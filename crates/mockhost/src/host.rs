@@ -421,10 +421,7 @@ fn write_proc(host: &MockHost) -> Result<(), Error> {
             0o444,
         )?;
     }
-    for (name, minor) in [
-        ("config", MIG_CONFIG_MINOR),
-        ("monitor", MIG_MONITOR_MINOR),
-    ] {
+    for (name, minor) in [("config", MIG_CONFIG_MINOR), ("monitor", MIG_MONITOR_MINOR)] {
         sys::write_file(
             &nv.join("capabilities/mig").join(name),
             procfs::cap_file(minor).as_bytes(),

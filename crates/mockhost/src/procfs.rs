@@ -207,7 +207,10 @@ mod tests {
         let text = devices_file(508, 507, 506);
         assert!(text.contains("507 nvidia-caps\n"));
         assert!(text.contains("506 nvidia-caps-imex-channels\n"));
-        assert_eq!(cap_file(1), "DeviceFileMinor: 1\nDeviceFileMode: 292\nDeviceFileModify: 1\n");
+        assert_eq!(
+            cap_file(1),
+            "DeviceFileMinor: 1\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+        );
         assert_eq!(pick_free_major("", &[508, 511]), Some(510));
         assert!(text.contains("195 nvidia-frontend\n"));
         assert!(text.contains("508 nvidia-uvm\n"));

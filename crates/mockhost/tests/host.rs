@@ -440,8 +440,14 @@ fn mig_capabilities_and_imex_channels() {
             md.mode() & 0o777,
         )
     };
-    assert_eq!(node("dev/nvidia-caps/nvidia-cap1"), (host.caps_major, 1, 0o444));
-    assert_eq!(node("dev/nvidia-caps/nvidia-cap2"), (host.caps_major, 2, 0o444));
+    assert_eq!(
+        node("dev/nvidia-caps/nvidia-cap1"),
+        (host.caps_major, 1, 0o444)
+    );
+    assert_eq!(
+        node("dev/nvidia-caps/nvidia-cap2"),
+        (host.caps_major, 2, 0o444)
+    );
     assert_eq!(
         node("dev/nvidia-caps-imex-channels/channel2"),
         (host.imex_major, 2, 0o666)
