@@ -37,6 +37,9 @@ pub struct Policy {
     /// with this set; a requested one outside it is dropped with a remark in
     /// [`Request::ignored`] (NVIDIA's hook refuses the container instead).
     pub supported_driver_capabilities: CapabilitySet,
+    /// `features.ignore-imex-channel-requests`: the container's IMEX channel requests
+    /// (`NVIDIA_IMEX_CHANNELS`, `imex/<id>` mounts) are dropped with a remark.
+    pub ignore_imex_channel_requests: bool,
 }
 
 impl Default for Policy {
@@ -49,6 +52,7 @@ impl Default for Policy {
             disable_require: false,
             accept_annotations_unprivileged: false,
             supported_driver_capabilities: CapabilitySet::all(),
+            ignore_imex_channel_requests: false,
         }
     }
 }
@@ -748,6 +752,13 @@ pub fn parse_request(
     };
     let mut ignored = Vec::new();
     let imex_env = match get(&env, "NVIDIA_IMEX_CHANNELS") {
+        Some(v) if policy.ignore_imex_channel_requests && !v.trim().is_empty() => {
+            ignored.push(
+                "NVIDIA_IMEX_CHANNELS ignored: features.ignore-imex-channel-requests is true"
+                    .to_string(),
+            );
+            None
+        }
         Some(v) => Some((
             "NVIDIA_IMEX_CHANNELS".to_string(),
             parse_imex_channels(v, "NVIDIA_IMEX_CHANNELS", &mut ignored)?,
@@ -768,7 +779,7 @@ pub fn parse_request(
         annotations,
         mounts: from_mounts(config)?,
         env: env_request,
-        imex_mounts: imex_from_mounts(config)?,
+        imex_mounts: imex_from_mounts(config)?.filter(|_| !policy.ignore_imex_channel_requests),
         imex_env,
         mig,
     };
@@ -1321,6 +1332,18 @@ mod tests {
         assert_eq!(r.ignored.len(), 2, "{:?}", r.ignored);
         // The default policy takes the env (mounts are not accepted).
         assert_eq!(shim(&c, &Policy::default()).unwrap().imex_channels, [5]);
+        // features.ignore-imex-channel-requests drops both, with a remark.
+        let ignore = Policy {
+            ignore_imex_channel_requests: true,
+            ..restricted()
+        };
+        let r = shim(&c, &ignore).unwrap();
+        assert!(r.imex_channels.is_empty());
+        assert!(
+            r.ignored[0].contains("features.ignore-imex-channel-requests"),
+            "{:?}",
+            r.ignored
+        );
     }
 
     /// Regression (issue 8): 150,000 distinct indices took 10 to 18 s (quadratic de-duplication).

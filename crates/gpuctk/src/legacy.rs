@@ -296,11 +296,17 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         if let Some(v) = take_value(args, &mut i, "--device", Some("-d")) {
             devices = Some(v);
         } else if let Some(v) = take_value(args, &mut i, "--mig-config", None) {
-            if parse_mig(&v, "--mig-config")? {
+            // Repeated, it is asked once.
+            if parse_mig(&v, "--mig-config")?
+                && !mig.iter().any(|(_, c)| *c == MigCapability::Config)
+            {
                 mig.push(("--mig-config".to_string(), MigCapability::Config));
             }
         } else if let Some(v) = take_value(args, &mut i, "--mig-monitor", None) {
-            if parse_mig(&v, "--mig-monitor")? {
+            // Repeated, it is asked once.
+            if parse_mig(&v, "--mig-monitor")?
+                && !mig.iter().any(|(_, c)| *c == MigCapability::Monitor)
+            {
                 mig.push(("--mig-monitor".to_string(), MigCapability::Monitor));
             }
         } else if let Some(v) = take_value(args, &mut i, "--imex-channel", None) {
@@ -475,11 +481,11 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         if let Some(v) = take_value(args, &mut i, "--device", Some("-d")) {
             device = v;
         } else if let Some(v) = take_value(args, &mut i, "--mig-config", None) {
-            if parse_mig(&v, "--mig-config")? {
+            if parse_mig(&v, "--mig-config")? && !mig.contains(&MigCapability::Config) {
                 mig.push(MigCapability::Config);
             }
         } else if let Some(v) = take_value(args, &mut i, "--mig-monitor", None) {
-            if parse_mig(&v, "--mig-monitor")? {
+            if parse_mig(&v, "--mig-monitor")? && !mig.contains(&MigCapability::Monitor) {
                 mig.push(MigCapability::Monitor);
             }
         } else if let Some(v) = take_value(args, &mut i, "--imex-channel", None) {

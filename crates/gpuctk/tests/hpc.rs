@@ -653,3 +653,46 @@ fn apptainer_nvccli() {
     assert_mig_capabilities(&r, "setuid", "ENXIO");
     assert_eq!(r.gpus(), [0, 1], "{}", r.stdout);
 }
+
+/// `nvidia-container-cli list --imex-channel --mig-config --mig-monitor`: after the GPU nodes,
+/// the channels' nodes, then each capability's node and file, as host paths.
+#[test]
+fn list_names_the_imex_channels_and_mig_capabilities() {
+    let s = Site::with_imex(2);
+    let out = Command::new(&s.cli)
+        .args([
+            "list",
+            "--device=1",
+            "--imex-channel=1",
+            "--mig-config=all",
+            "--mig-monitor=all",
+            "--ipcs",
+        ])
+        .env("GPUCTK_CONFIG", &s.config)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dev = s.host.dev_root();
+    let proc = s.host.proc_root();
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == format!("{dev}/dev/nvidia1"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(
+        lines[at + 1..at + 6],
+        [
+            format!("{dev}/dev/nvidia-caps-imex-channels/channel1"),
+            format!("{dev}/dev/nvidia-caps/nvidia-cap1"),
+            format!("{proc}/driver/nvidia/capabilities/mig/config"),
+            format!("{dev}/dev/nvidia-caps/nvidia-cap2"),
+            format!("{proc}/driver/nvidia/capabilities/mig/monitor"),
+        ],
+        "{stdout}"
+    );
+}
