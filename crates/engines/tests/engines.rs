@@ -1173,9 +1173,15 @@ fn containerd_passes_cdi_annotations_to_our_runtime() {
 [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]
   container_annotations = \"cdi.k8s.io/*\"
 ";
-    let e = configure_with(Engine::Containerd, Path::new("/c.toml"), Some(bad), &o, &no_files)
-        .unwrap_err()
-        .to_string();
+    let e = configure_with(
+        Engine::Containerd,
+        Path::new("/c.toml"),
+        Some(bad),
+        &o,
+        &no_files,
+    )
+    .unwrap_err()
+    .to_string();
     assert_eq!(
         e,
         "/c.toml: `plugins.io.containerd.grpc.v1.cri.containerd.runtimes.nvidia.container_annotations` is a string, expected an array of strings (fix or remove it)"

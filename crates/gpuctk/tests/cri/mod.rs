@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use client::{stream_text, ContainerSpec, Cri, PodSpec};
 
-use crate::engines::{gpus_seen, oci_archive, pick, wait_for, Bed, Daemon, Out};
+use crate::engines::{gpus_seen, oci_archive, pick, uuids_in, wait_for, Bed, Daemon, Out};
 use crate::util::*;
 
 /// The image the pods run (the mock rootfs: busybox, glibc, the probe; no nvidia-smi).
@@ -149,7 +149,8 @@ impl Node {
         let r = cri.run_to_exit(&pod_id, pod, &c, Duration::from_secs(120));
         let stopped = cri.stop_pod_sandbox(&pod_id);
         let removed = cri.remove_pod_sandbox(&pod_id);
-        let (code, log) = r.unwrap_or_else(|e| panic!("{} in {}: {e}\n{}", c.name, pod.name, self.log()));
+        let (code, log) =
+            r.unwrap_or_else(|e| panic!("{} in {}: {e}\n{}", c.name, pod.name, self.log()));
         stopped.unwrap();
         removed.unwrap();
         Out {
@@ -171,25 +172,34 @@ impl Node {
         assert!(cri.list_containers().unwrap().is_empty());
         assert!(cri.list_pod_sandboxes().unwrap().is_empty());
         drop(cri);
-        let runc_root = self.dir.join("runc/k8s.io");
+        let runc_root = self.runc_root();
         assert!(
             runtime_list("runc", &runc_root).is_empty(),
             "runc still knows containers in {}",
             runc_root.display()
         );
-        let daemon = self.daemon.take().unwrap();
-        let pid = daemon.child.id();
+        let leaked = self.mounts();
+        assert!(leaked.is_empty(), "mounts left: {leaked:#?}");
+        drop(self.daemon.take());
+    }
+
+    /// runc's state root for the CRI's containers (the shim's `Root` option, per namespace).
+    pub(crate) fn runc_root(&self) -> PathBuf {
+        self.dir.join("runc/k8s.io")
+    }
+
+    /// The mounts under the temp dir in containerd's mount namespace (where its shims and
+    /// containers' rootfs mounts live), but for the bed's own bind mount of config.toml's folder.
+    pub(crate) fn mounts(&self) -> Vec<String> {
+        let pid = self.daemon.as_ref().unwrap().child.id();
         let under = self.bed.t.path().to_string_lossy().into_owned();
-        let leaked: Vec<String> = fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        fs::read_to_string(format!("/proc/{pid}/mountinfo"))
             .unwrap()
             .lines()
             .filter(|l| l.contains(&under))
-            // The bed's own bind mount of config.toml's folder.
             .filter(|l| l.split(' ').nth(4) != Some("/etc/nvidia-container-runtime"))
             .map(str::to_string)
-            .collect();
-        assert!(leaked.is_empty(), "mounts left: {leaked:#?}");
-        drop(daemon);
+            .collect()
     }
 }
 
@@ -270,7 +280,11 @@ fn pause_archive(bed: &Bed) -> PathBuf {
         .args(["-static", "-O2", "-o"])
         .arg(root.join("pause"))
         .arg(&src));
-    assert_eq!(r.code, 0, "gcc -static (install gcc, libc6-dev): {}", r.stderr);
+    assert_eq!(
+        r.code, 0,
+        "gcc -static (install gcc, libc6-dev): {}",
+        r.stderr
+    );
     let layer = work.join("layer.tar");
     let st = Command::new("tar")
         .arg("-C")
@@ -330,10 +344,7 @@ fn cri_runtime_class_nvidia_env_and_default_runc() {
     let h = &node.bed.host;
 
     let pod = node.pod("all", "nvidia");
-    let r = node.run(
-        &pod,
-        workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]),
-    );
+    let r = node.run(&pod, workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]));
     assert_eq!(gpus_seen(&r), h.uuids(), "{}", node.log());
 
     let pod = node.pod("one", "nvidia");
@@ -348,6 +359,37 @@ fn cri_runtime_class_nvidia_env_and_default_runc() {
     let pod = node.pod("runc", "runc");
     let r = node.run(&pod, workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]));
     assert_eq!(gpus_seen(&r), Vec::<String>::new());
+
+    // A long-running GPU container stopped as the kubelet stops one: StopContainer's signals
+    // and the later deletes go through our shim to runc.
+    let pod = node.pod("stop", "nvidia");
+    let pod_id = cri.run_pod_sandbox(&pod).unwrap();
+    let mut c = workload("sleeper", &[("NVIDIA_VISIBLE_DEVICES", "0")]);
+    c.command = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        "nvidia-smi -L; exec sleep 600".into(),
+    ];
+    let id = cri.create_container(&pod_id, &pod, &c).unwrap();
+    cri.start_container(&id).unwrap();
+    let log = pod.log_dir.join(c.log_path());
+    wait_for(
+        "nvidia-smi's line in the log",
+        Duration::from_secs(60),
+        || client::read_log(&log).is_ok_and(|l| stream_text(&l, "stdout").contains("GPU 0:")),
+    );
+    assert!(runtime_list("runc", &node.runc_root()).contains(&id));
+    assert!(
+        node.mounts().iter().any(|m| m.contains(&id)),
+        "its rootfs is mounted while it runs: {:#?}",
+        node.mounts()
+    );
+    cri.stop_container(&id, 1).unwrap();
+    let st = cri.wait_exited(&id, Duration::from_secs(60)).unwrap();
+    assert_ne!(st.exit_code, 0, "killed, not finished: {st:?}");
+    let text = stream_text(&client::read_log(&log).unwrap(), "stdout");
+    assert_eq!(uuids_in(&text), pick(h, &[0]), "{text}");
+    // Left for shutdown to remove, as a kubelet's garbage collection would.
     node.shutdown();
 }
 
