@@ -204,7 +204,8 @@ impl Node {
 }
 
 impl Drop for Node {
-    /// On a failed test: remove what can be removed before the daemon goes.
+    /// On a failed test: remove what can be removed, then stop the daemon before the temp dir
+    /// (the bed, dropped after this) goes.
     fn drop(&mut self) {
         if let Some(cri) = self.cri.take() {
             for p in cri.list_pod_sandboxes().unwrap_or_default() {
@@ -212,6 +213,7 @@ impl Drop for Node {
                 let _ = cri.remove_pod_sandbox(&p.id);
             }
         }
+        drop(self.daemon.take());
     }
 }
 
