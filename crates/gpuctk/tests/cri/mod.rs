@@ -344,6 +344,22 @@ fn cri_runtime_class_nvidia_env_and_default_runc() {
     let v = cri.version().unwrap();
     assert_eq!(v.runtime_name, "containerd");
     let h = &node.bed.host;
+    // An error comes back as the gRPC status, with the runtime's message.
+    let pod = node.pod("noimage", "nvidia");
+    let pod_id = cri.run_pod_sandbox(&pod).unwrap();
+    let mut c = workload("smi", &[]);
+    c.image = "docker.io/library/gpuctk-absent:1".into();
+    match cri.create_container(&pod_id, &pod, &c) {
+        Err(client::CriError::Status { code, message, .. }) => {
+            assert!(
+                code != 0 && message.contains("gpuctk-absent"),
+                "{code} {message}"
+            )
+        }
+        other => panic!("an absent image: {other:?}"),
+    }
+    cri.stop_pod_sandbox(&pod_id).unwrap();
+    cri.remove_pod_sandbox(&pod_id).unwrap();
 
     let pod = node.pod("all", "nvidia");
     let r = node.run(&pod, workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]));
@@ -468,4 +484,27 @@ fn cri_device_plugin_volume_mounts_unprivileged() {
     let r = node.run(&pod, workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]));
     assert_eq!(gpus_seen(&r), Vec::<String>::new());
     node.shutdown();
+}
+
+/// The CRI log format: partial entries (`P`) join the next, each stream on its own; a line that
+/// is not in the format is an error naming the file and line.
+#[test]
+fn cri_log_format() {
+    let t = TestDir::new();
+    let f = t.join("c.log");
+    fs::write(
+        &f,
+        "2026-01-01T00:00:00.000000001Z stdout P GPU 0: \n\
+         2026-01-01T00:00:00.000000002Z stderr F warn\n\
+         2026-01-01T00:00:00.000000003Z stdout F mock (UUID: GPU-x)\n\
+         2026-01-01T00:00:00.000000004Z stdout F \n",
+    )
+    .unwrap();
+    let log = client::read_log(&f).unwrap();
+    assert_eq!(log.len(), 4);
+    assert_eq!(stream_text(&log, "stdout"), "GPU 0: mock (UUID: GPU-x)\n\n");
+    assert_eq!(stream_text(&log, "stderr"), "warn\n");
+    fs::write(&f, "2026-01-01T00:00:00Z stdout F ok\nnot a log line\n").unwrap();
+    let e = client::read_log(&f).unwrap_err().to_string();
+    assert!(e.contains("c.log line 2"), "{e}");
 }
