@@ -387,9 +387,13 @@ fn docker_runtime_flag_after_runtime_configure() {
         "--nvidia-runtime-path",
         shim.to_str().unwrap(),
         "--set-as-default",
+        "--cdi.enabled",
     ]);
     let v: serde_json::Value = serde_json::from_slice(&fs::read(&daemon_json).unwrap()).unwrap();
     assert_eq!(v["default-runtime"], "nvidia");
+    assert_eq!(v["features"]["cdi"], true);
+    let ledger = bed.t.join("daemon.json.gpuctk-added.json");
+    assert!(ledger.is_file(), "configure records what it added");
     {
         let docker = Docker::start(&bed, "docker2", Some(&daemon_json));
         docker.import(&bed.rootfs_tar());
@@ -410,8 +414,16 @@ fn docker_runtime_flag_after_runtime_configure() {
     assert_eq!(
         fs::read_to_string(&daemon_json).unwrap(),
         "{\n    \"log-level\": \"warn\"\n}\n",
-        "unconfigure restores the original"
+        "unconfigure restores the original: runtime, default and features.cdi all gone"
     );
+    assert!(!ledger.exists());
+    {
+        // And dockerd loads what unconfigure left.
+        let docker = Docker::start(&bed, "docker3", Some(&daemon_json));
+        let r = docker.cli(&["info", "--format", "{{json .Runtimes}}"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert!(!r.stdout.contains("nvidia"), "{}", r.stdout);
+    }
 }
 
 // ------------------------------------------------------------------ podman
