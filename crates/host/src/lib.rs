@@ -10,6 +10,7 @@ pub mod inventory;
 pub mod nodes;
 pub mod procfs;
 pub mod resolve;
+pub mod watch;
 
 pub use catalog::Capability;
 pub use cuda::{cuda_version_for_branch, cuda_version_known, CudaVersion};
