@@ -297,7 +297,7 @@ fn system_dev_char_watch_links_new_nodes_until_sigterm() {
     let root = h.dev_root();
     let dev = std::path::Path::new(&root).join("dev");
     let chars = t.join("char");
-    let mut child = gpuctk(&[
+    let child = gpuctk(&[
         "system",
         "create-dev-char-symlinks",
         "--driver-root",

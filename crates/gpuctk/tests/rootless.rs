@@ -88,14 +88,18 @@ impl User {
         for n in ["nvidia-container-runtime", "nvidia-cdi-hook"] {
             symlink("gpuctk", bin.join(n)).unwrap();
         }
-        // Traced low-level runtimes: the real crun and runc, after noting that they ran.
+        // Traced low-level runtimes: the real crun and runc, after noting that they ran (in a
+        // directory the user's namespace root may write).
+        let trace = t.join("trace");
+        fs::create_dir_all(&trace).unwrap();
+        chmod(&trace, 0o777);
         for rt in ["crun", "runc"] {
             let w = bin.join(format!("{rt}-traced"));
             fs::write(
                 &w,
                 format!(
                     "#!/bin/sh\necho \"$*\" >> {}/ran-{rt}\nexec {rt} \"$@\"\n",
-                    t.path().display()
+                    trace.display()
                 ),
             )
             .unwrap();
@@ -273,7 +277,7 @@ exec setpriv --reuid {uid} --regid {uid} --init-groups env -i HOME="{home}" USER
     }
 
     fn ran(&self, runtime: &str) -> String {
-        fs::read_to_string(self.t.join(&format!("ran-{runtime}"))).unwrap_or_default()
+        fs::read_to_string(self.t.join(&format!("trace/ran-{runtime}"))).unwrap_or_default()
     }
 }
 
