@@ -50,11 +50,12 @@ fn require_tools() {
 struct User {
     t: TestDir,
     uid: u32,
+    /// The first of its subordinate ids.
+    sub: u32,
     name: String,
     host: Host,
     bin: PathBuf,
     home: PathBuf,
-    run: PathBuf,
     enter: PathBuf,
 }
 
@@ -172,11 +173,11 @@ exec setpriv --reuid {uid} --regid {uid} --init-groups env -i HOME="{home}" USER
         User {
             t,
             uid,
+            sub,
             name,
             host,
             bin,
             home,
-            run,
             enter,
         }
     }
@@ -283,15 +284,28 @@ exec setpriv --reuid {uid} --regid {uid} --init-groups env -i HOME="{home}" USER
 
 impl Drop for User {
     fn drop(&mut self) {
-        // podman's rootless pause process holds the user's namespaces: stop it by its pid.
-        let pidfile = self.run.join("libpod/tmp/pause.pid");
-        if let Some(pid) = fs::read_to_string(pidfile)
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        {
-            // SAFETY: kill(2) on the pause process this test's podman started.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
+        // What this test's podman started runs as the user or as one of its subordinate ids,
+        // which no one else has: podman's rootless pause process (it holds the user's
+        // namespaces), and, after a failure, a conmon or a container left behind. Stop each by
+        // its pid.
+        let ours = |uid: u32| uid == self.uid || (self.sub..self.sub + 65_536).contains(&uid);
+        for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let uid = fs::read_to_string(e.path().join("status"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find(|l| l.starts_with("Uid:"))
+                        .and_then(|l| l.split_whitespace().nth(1))
+                        .and_then(|u| u.parse::<u32>().ok())
+                });
+            if uid.is_some_and(ours) {
+                // SAFETY: kill(2) on a process of this test's user.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
             }
         }
     }
