@@ -283,11 +283,17 @@ impl Doc {
 
 /// The CRI plugin table name for containerd's main config `current` (a missing one is written
 /// as version 2); unused for docker.
-fn plugin_of(engine: Engine, path: &Path, current: Option<&[u8]>) -> Result<&'static str, EngineError> {
+fn plugin_of(
+    engine: Engine,
+    path: &Path,
+    current: Option<&[u8]>,
+) -> Result<&'static str, EngineError> {
     if engine != Engine::Containerd {
         return Ok("");
     }
-    Ok(containerd::cri_plugin(containerd::version_of(path, current)?))
+    Ok(containerd::cri_plugin(containerd::version_of(
+        path, current,
+    )?))
 }
 
 /// The edit of the ledger from `before` to `records`: removed when no record is left.
@@ -314,7 +320,11 @@ pub(crate) fn on_configure(
     mut edits: Vec<Edit>,
 ) -> Result<Vec<Edit>, EngineError> {
     let wanted: Vec<(Setting, Json)> = [
-        (opts.set_as_default, Setting::DefaultRuntime, Json::from(opts.runtime_name.as_str())),
+        (
+            opts.set_as_default,
+            Setting::DefaultRuntime,
+            Json::from(opts.runtime_name.as_str()),
+        ),
         (opts.enable_cdi, Setting::Cdi, Json::Bool(true)),
     ]
     .into_iter()

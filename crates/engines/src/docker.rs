@@ -39,7 +39,10 @@ pub enum DockerError {
 }
 
 /// Parse `daemon.json`; an absent or blank file is `{}`.
-pub(crate) fn parse(path: &Path, current: Option<&[u8]>) -> Result<Map<String, Value>, DockerError> {
+pub(crate) fn parse(
+    path: &Path,
+    current: Option<&[u8]>,
+) -> Result<Map<String, Value>, DockerError> {
     let bytes = current.unwrap_or(b"");
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());

@@ -323,7 +323,14 @@ pub fn unconfigure_with(
         Engine::Containerd => containerd::unconfigure(config_path, cur, opts, read),
         Engine::Crio => crio::unconfigure(config_path, cur, opts, read),
     };
-    added::unconfigure(engine, config_path, current, opts, read, &engine_unconfigure)
+    added::unconfigure(
+        engine,
+        config_path,
+        current,
+        opts,
+        read,
+        &engine_unconfigure,
+    )
 }
 
 /// Read a drop-in through `read`, naming it on error.

@@ -38,7 +38,8 @@ thread_local! {
 }
 
 fn is_ledger(p: &Path) -> bool {
-    p.to_string_lossy().ends_with(gpuctk_engines::added::LEDGER_SUFFIX)
+    p.to_string_lossy()
+        .ends_with(gpuctk_engines::added::LEDGER_SUFFIX)
 }
 
 /// Reads the ledgers written so far; every other file is absent.
@@ -1240,14 +1241,24 @@ fn docker_keeps_the_users_own_cdi_and_a_value_changed_since() {
     // The user's own features.cdi: configure finds it on and records nothing.
     let own = "{\n    \"features\": {\n        \"cdi\": true\n    }\n}\n";
     fs::write(&p, own).unwrap();
-    run_locked(Engine::Docker, &p, &with_flags("nvidia", false, true), false);
+    run_locked(
+        Engine::Docker,
+        &p,
+        &with_flags("nvidia", false, true),
+        false,
+    );
     assert!(!ledger.exists());
     run_locked(Engine::Docker, &p, &with_flags("nvidia", false, true), true);
     assert_eq!(fs::read_to_string(&p).unwrap(), own);
 
     // Ours, then changed by the admin: their value stays.
     let p2 = d.path().join("other/daemon.json");
-    run_locked(Engine::Docker, &p2, &with_flags("nvidia", true, true), false);
+    run_locked(
+        Engine::Docker,
+        &p2,
+        &with_flags("nvidia", true, true),
+        false,
+    );
     assert!(
         !d.path().join("other/daemon.json.bak").exists(),
         "created from nothing: no .bak"
@@ -1294,9 +1305,17 @@ fn containerd_drop_in_default_goes_back_to_the_main_files() {
     let main = d.path().join("config.toml");
     let text = String::from_utf8(data("containerd-v2-imports.toml"))
         .unwrap()
-        .replace("/etc/containerd/conf.d", &d.path().join("conf.d").to_string_lossy());
+        .replace(
+            "/etc/containerd/conf.d",
+            &d.path().join("conf.d").to_string_lossy(),
+        );
     fs::write(&main, &text).unwrap();
-    run_locked(Engine::Containerd, &main, &with_flags("a", true, true), false);
+    run_locked(
+        Engine::Containerd,
+        &main,
+        &with_flags("a", true, true),
+        false,
+    );
     run_locked(Engine::Containerd, &main, &named("b"), false);
     let drop_in = d.path().join("conf.d/99-nvidia.toml");
     let got = fs::read_to_string(&drop_in).unwrap();
@@ -1339,7 +1358,10 @@ fn a_crash_between_ledger_and_config_is_harmless() {
         run_locked(engine, &p, &o, false);
         let cur = fs::read(&p).unwrap();
         let edits = gpuctk_engines::unconfigure(engine, &p, Some(&cur), &o).unwrap();
-        assert!(is_ledger(&edits.last().unwrap().path), "{engine}: ledger last");
+        assert!(
+            is_ledger(&edits.last().unwrap().path),
+            "{engine}: ledger last"
+        );
         apply(&edits[..edits.len() - 1]).unwrap();
         run_locked(engine, &p, &o, true);
         assert_bytes("crash 2", &fs::read(&p).unwrap(), &orig);
@@ -1362,7 +1384,12 @@ fn parallel_configures_with_default_and_cdi_unwind_to_the_original() {
                 for i in 0..12 {
                     let p = &p;
                     s.spawn(move || {
-                        run_locked(engine, p, &with_flags(&format!("rt{i}"), true, true), remove)
+                        run_locked(
+                            engine,
+                            p,
+                            &with_flags(&format!("rt{i}"), true, true),
+                            remove,
+                        )
                     });
                 }
             });
@@ -1376,7 +1403,12 @@ fn parallel_configures_with_default_and_cdi_unwind_to_the_original() {
 fn a_broken_ledger_is_named_with_the_fix() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("daemon.json");
-    run_locked(Engine::Docker, &p, &with_flags("nvidia", false, true), false);
+    run_locked(
+        Engine::Docker,
+        &p,
+        &with_flags("nvidia", false, true),
+        false,
+    );
     fs::write(gpuctk_engines::added::ledger_path(&p), "{").unwrap();
     let cur = fs::read(&p).unwrap();
     let e = gpuctk_engines::unconfigure(Engine::Docker, &p, Some(&cur), &named("nvidia"))

@@ -777,19 +777,30 @@ allow-gdrcopy = true
         let d = tempfile::tempdir().unwrap();
         let home: &'static str = Box::leak(d.path().to_str().unwrap().to_string().into_boxed_str());
         let xdg: &'static str = Box::leak(format!("{home}/.config").into_boxed_str());
-        let vars: &'static [(&'static str, &'static str)] =
-            Box::leak(Box::new([("HOME", home)]));
-        assert_eq!(config_path(&env(vars)), (PathBuf::from(DEFAULT_CONFIG), false));
-        let file = d.path().join(".config/nvidia-container-runtime/config.toml");
+        let vars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([("HOME", home)]));
+        assert_eq!(
+            config_path(&env(vars)),
+            (PathBuf::from(DEFAULT_CONFIG), false)
+        );
+        let file = d
+            .path()
+            .join(".config/nvidia-container-runtime/config.toml");
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, "").unwrap();
         assert_eq!(config_path(&env(vars)), (file.clone(), false));
-        let xvars: &'static [(&'static str, &'static str)] =
-            Box::leak(Box::new([("XDG_CONFIG_HOME", xdg), ("HOME", "/nonexistent")]));
+        let xvars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+            ("XDG_CONFIG_HOME", xdg),
+            ("HOME", "/nonexistent"),
+        ]));
         assert_eq!(config_path(&env(xvars)), (file, false));
         // A relative XDG_CONFIG_HOME is ignored, as the spec says.
-        let rel: &'static [(&'static str, &'static str)] =
-            Box::leak(Box::new([("XDG_CONFIG_HOME", "rel"), ("HOME", "/nonexistent")]));
-        assert_eq!(config_path(&env(rel)), (PathBuf::from(DEFAULT_CONFIG), false));
+        let rel: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+            ("XDG_CONFIG_HOME", "rel"),
+            ("HOME", "/nonexistent"),
+        ]));
+        assert_eq!(
+            config_path(&env(rel)),
+            (PathBuf::from(DEFAULT_CONFIG), false)
+        );
     }
 }

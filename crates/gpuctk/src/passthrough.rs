@@ -97,7 +97,12 @@ pub fn record_runtime(
         });
         match done {
             Ok(()) => return Ok(()),
-            Err(e) => last = Some(std::io::Error::new(e.kind(), format!("{}: {e}", dir.display()))),
+            Err(e) => {
+                last = Some(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", dir.display()),
+                ))
+            }
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no directory to record in")))

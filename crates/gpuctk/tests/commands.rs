@@ -325,8 +325,20 @@ fn system_dev_char_watch_links_new_nodes_until_sigterm() {
     let mknod = |p: &std::path::Path, major: u32, minor: u32| {
         let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
         // SAFETY: a valid path; mknod keeps nothing.
-        let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(major, minor)) };
-        assert_eq!(rc, 0, "mknod {}: {}", p.display(), std::io::Error::last_os_error());
+        let rc = unsafe {
+            libc::mknod(
+                c.as_ptr(),
+                libc::S_IFCHR | 0o666,
+                libc::makedev(major, minor),
+            )
+        };
+        assert_eq!(
+            rc,
+            0,
+            "mknod {}: {}",
+            p.display(),
+            std::io::Error::last_os_error()
+        );
     };
     // The nodes already there, then the watch is on.
     wait_link("195:0", &dev.join("nvidia0"));

@@ -272,7 +272,10 @@ fn json_by_extension_and_by_flag() {
     // rootless::cdi_generate_default_hook_path_and_warnings).
     let hooks = v2["containerEdits"]["hooks"].as_array().unwrap();
     assert!(
-        hooks[0]["path"].as_str().unwrap().ends_with("/nvidia-cdi-hook"),
+        hooks[0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("/nvidia-cdi-hook"),
         "{}",
         hooks[0]["path"]
     );

@@ -31,7 +31,15 @@ fn chown(p: &Path, uid: u32) {
 
 /// Every tool the test needs, or a failure naming the missing one.
 fn require_tools() {
-    for tool in ["podman", "newuidmap", "newgidmap", "setpriv", "unshare", "crun", "runc"] {
+    for tool in [
+        "podman",
+        "newuidmap",
+        "newgidmap",
+        "setpriv",
+        "unshare",
+        "crun",
+        "runc",
+    ] {
         let found = std::env::split_paths(SYSTEM_PATH).any(|d| d.join(tool).is_file());
         assert!(
             found,
@@ -323,7 +331,10 @@ fn podman_as_an_unprivileged_user_cdi_and_shim_under_crun_and_runc() {
         "podman unshare: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let lines: Vec<Vec<&str>> = map.lines().map(|l| l.split_whitespace().collect()).collect();
+    let lines: Vec<Vec<&str>> = map
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     assert_eq!(lines[0], ["0", &u.uid.to_string(), "1"], "{map}");
     assert_eq!(lines.len(), 2, "the subuid range is mapped too: {map}");
 
@@ -342,7 +353,10 @@ fn podman_as_an_unprivileged_user_cdi_and_shim_under_crun_and_runc() {
     assert!(!stderr.contains("hook path"), "{stderr}");
     let text = fs::read_to_string(&spec).unwrap();
     assert!(
-        text.contains(&format!("path: {}", u.bin.join("nvidia-cdi-hook").display())),
+        text.contains(&format!(
+            "path: {}",
+            u.bin.join("nvidia-cdi-hook").display()
+        )),
         "{text}"
     );
 
@@ -425,7 +439,8 @@ fn cdi_generate_default_hook_path_and_warnings() {
     assert_eq!(hook_in(&v), "/usr/bin/nvidia-cdi-hook");
     assert!(
         Path::new("/usr/bin/nvidia-cdi-hook").exists()
-            || err.contains("/usr/bin/nvidia-cdi-hook (the default") && err.contains("no executable"),
+            || err.contains("/usr/bin/nvidia-cdi-hook (the default")
+                && err.contains("no executable"),
         "{err}"
     );
     // In PATH, but behind a directory only root may enter: found, and a warning that rootless
@@ -447,7 +462,10 @@ fn cdi_generate_default_hook_path_and_warnings() {
     );
     // The same when given, and one line.
     let given = private.join("nvidia-cdi-hook");
-    let (_, err) = generate(SYSTEM_PATH, &["--nvidia-cdi-hook-path", given.to_str().unwrap()]);
+    let (_, err) = generate(
+        SYSTEM_PATH,
+        &["--nvidia-cdi-hook-path", given.to_str().unwrap()],
+    );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("others may not enter it"), "{err}");
     // With every hook disabled there is nothing to warn about.

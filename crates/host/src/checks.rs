@@ -133,25 +133,33 @@ pub enum InformationError {
     },
 }
 
-/// Every GPU `<proc_root>/driver/nvidia/gpus/*/information` describes, in bus order, each with
-/// its file; a file that does not parse is an `Err` naming it.
+/// Every GPU `<proc_root>/driver/nvidia/gpus/*/information` describes, in the order of their
+/// directories' names (bus ids), each with its file; a file that cannot be read or does not
+/// parse is an `Err` naming it. An error listing the directory (not only opening it) is the
+/// `io::Error`. The one reader of these files, for `doctor`, the node list and discovery.
 pub fn gpu_informations(
     proc_root: &Path,
 ) -> io::Result<Vec<Result<GpuInformation, InformationError>>> {
     let dir = proc_root.join("driver/nvidia/gpus");
-    let mut names: Vec<String> = fs::read_dir(&dir)?
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    let mut names: Vec<std::ffi::OsString> = crate::discover::read_dir_entries(&dir)?
+        .into_iter()
+        .map(|e| e.name)
         .collect();
     names.sort();
     Ok(names
         .into_iter()
         .map(|n| {
             let file = dir.join(&n).join("information");
-            let text = fs::read_to_string(&file).map_err(|source| InformationError::Read {
+            let bytes = fs::read(&file).map_err(|source| InformationError::Read {
                 path: file.clone(),
                 source,
             })?;
+            let Ok(text) = String::from_utf8(bytes) else {
+                return Err(InformationError::Parse {
+                    path: file,
+                    source: procfs::ProcError::NotText,
+                });
+            };
             procfs::parse_information(&text)
                 .map_err(|source| InformationError::Parse { path: file, source })
         })

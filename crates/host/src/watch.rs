@@ -179,13 +179,7 @@ impl DirWatch {
         // Large enough for many events with names up to NAME_MAX.
         let mut buf = vec![0u8; 64 * 1024];
         // SAFETY: reading into a buffer we own, of the length given.
-        let n = unsafe {
-            libc::read(
-                self.inotify.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
+        let n = unsafe { libc::read(self.inotify.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock {

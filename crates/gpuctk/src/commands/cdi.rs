@@ -83,7 +83,9 @@ fn hook_warning(hook: &str, defaulted: bool) -> Option<String> {
     ))
 }
 
-pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
+/// The spec, and a warning about its hook path to print once it is written (so a failure stays
+/// one line).
+pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
     check_nvidia_flags(a)?;
     let inv = a.roots.discover()?;
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
@@ -112,11 +114,11 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
             &hook_path,
         );
     }
-    if !plan.ops.is_empty() {
-        if let Some(w) = hook_warning(&hook_path, a.hook_path.is_none()) {
-            tracing::warn!("{w}");
-        }
-    }
+    let warning = if plan.ops.is_empty() {
+        None
+    } else {
+        hook_warning(&hook_path, a.hook_path.is_none())
+    };
     let strategies = a
         .strategies
         .iter()
@@ -150,7 +152,7 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
                 .join("; ")
         );
     }
-    Ok(spec)
+    Ok((spec, warning))
 }
 
 pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
@@ -164,7 +166,7 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
     if let Some(out) = &output {
         check_output_dir(out)?;
     }
-    let spec = generated_spec(&a)?;
+    let (spec, warning) = generated_spec(&a)?;
     match output {
         None => {
             std::io::stdout().write_all(spec.to_format(format).as_bytes())?;
@@ -187,6 +189,9 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
                 spec.cdi_version
             );
         }
+    }
+    if let Some(w) = warning {
+        tracing::warn!("{w}");
     }
     Ok(ExitCode::SUCCESS)
 }

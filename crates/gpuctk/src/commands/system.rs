@@ -235,7 +235,8 @@ fn watch(a: &DevCharArgs, first: Vec<Node>) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             Woken::Appeared(entries) => {
-                let ours = |n: &std::ffi::OsStr| n.is_empty() || n.as_bytes().starts_with(b"nvidia");
+                let ours =
+                    |n: &std::ffi::OsStr| n.is_empty() || n.as_bytes().starts_with(b"nvidia");
                 if !entries.iter().any(|(_, n)| ours(n)) {
                     continue;
                 }
