@@ -379,6 +379,10 @@ pub(crate) fn on_configure(
     Ok(edits)
 }
 
+/// An engine's own unconfigure, from the main config's content and a drop-in reader.
+pub(crate) type EngineUnconfigure<'a> =
+    &'a dyn Fn(Option<&[u8]>, crate::ReadFile<'_>) -> Result<Vec<Edit>, EngineError>;
+
 /// Unconfigure `opts.runtime_name` with the settings it alone recorded put back first, so the
 /// engine's own unconfigure then finds them not naming it. `unconfigure` is the engine's.
 pub(crate) fn unconfigure(
@@ -387,7 +391,7 @@ pub(crate) fn unconfigure(
     current: Option<&[u8]>,
     opts: &Options,
     read: crate::ReadFile<'_>,
-    unconfigure: &dyn Fn(Option<&[u8]>, crate::ReadFile<'_>) -> Result<Vec<Edit>, EngineError>,
+    unconfigure: EngineUnconfigure<'_>,
 ) -> Result<Vec<Edit>, EngineError> {
     let lpath = ledger_path(config_path);
     let lbefore = read_drop_in(read, &lpath)?;

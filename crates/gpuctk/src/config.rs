@@ -774,17 +774,18 @@ allow-gdrcopy = true
             (PathBuf::from("/a"), true)
         );
         // The per-user file: $XDG_CONFIG_HOME, else $HOME/.config; only when it exists.
-        let d = tempfile::tempdir().unwrap();
-        let home: &'static str = Box::leak(d.path().to_str().unwrap().to_string().into_boxed_str());
+        // No tempfile here: this file is also compiled into the fuzzing crate.
+        let d = std::env::temp_dir().join(format!("gpuctk-config-home-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let home: &'static str = Box::leak(d.to_str().unwrap().to_string().into_boxed_str());
         let xdg: &'static str = Box::leak(format!("{home}/.config").into_boxed_str());
         let vars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([("HOME", home)]));
         assert_eq!(
             config_path(&env(vars)),
             (PathBuf::from(DEFAULT_CONFIG), false)
         );
-        let file = d
-            .path()
-            .join(".config/nvidia-container-runtime/config.toml");
+        let file = d.join(".config/nvidia-container-runtime/config.toml");
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, "").unwrap();
         assert_eq!(config_path(&env(vars)), (file.clone(), false));
@@ -802,5 +803,6 @@ allow-gdrcopy = true
             config_path(&env(rel)),
             (PathBuf::from(DEFAULT_CONFIG), false)
         );
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }
