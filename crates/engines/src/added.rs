@@ -83,6 +83,9 @@ struct Record {
     previous: Option<Json>,
     /// The runtime names that asked for it.
     by: Vec<String>,
+    /// The table (object) holding the key was not there either: undoing removes it too, once
+    /// empty, where a table the user wrote stays even when empty.
+    created_table: bool,
 }
 
 fn parse_ledger(path: &Path, bytes: Option<&[u8]>) -> Result<Vec<Record>, LedgerError> {
@@ -119,6 +122,7 @@ fn parse_ledger(path: &Path, bytes: Option<&[u8]>) -> Result<Vec<Record>, Ledger
                 value,
                 previous: r.get("previous").cloned(),
                 by,
+                created_table: r.get("created_table").and_then(Json::as_bool) == Some(true),
             })
         })
         .collect()
@@ -138,6 +142,9 @@ fn render_ledger(config_path: &Path, records: &[Record]) -> Vec<u8> {
                 "by".into(),
                 Json::Array(r.by.iter().map(|n| Json::from(n.as_str())).collect()),
             );
+            if r.created_table {
+                m.insert("created_table".into(), Json::Bool(true));
+            }
             Json::Object(m)
         })
         .collect();
@@ -195,6 +202,22 @@ impl Doc {
         }
     }
 
+    /// Whether the table (object) that holds `s` is there: with a header or keys of its own.
+    fn has_table(&self, s: Setting) -> bool {
+        match self {
+            Doc::Json(m) => match s {
+                Setting::DefaultRuntime => true,
+                Setting::Cdi => m.contains_key("features"),
+            },
+            Doc::Toml(doc, plugin) => {
+                let (table, _) = Doc::toml_place(s, plugin);
+                tomlutil::get_table(doc.as_table(), &table).is_some_and(|t| {
+                    !t.is_implicit() || t.iter().any(|(_, it)| !matches!(it, Item::Table(_)))
+                })
+            }
+        }
+    }
+
     fn get(&self, s: Setting) -> Option<Json> {
         match self {
             Doc::Json(m) => match s {
@@ -217,8 +240,14 @@ impl Doc {
         }
     }
 
-    /// Put `v` back (`None`: remove the key, and a table that only held it).
-    fn restore(&mut self, path: &Path, s: Setting, v: Option<&Json>) -> Result<(), EngineError> {
+    /// Put `v` back (`None`: remove the key, and with `drop_table` its table once empty).
+    fn restore(
+        &mut self,
+        path: &Path,
+        s: Setting,
+        v: Option<&Json>,
+        drop_table: bool,
+    ) -> Result<(), EngineError> {
         match self {
             Doc::Json(m) => match (s, v) {
                 (Setting::DefaultRuntime, Some(v)) => {
@@ -233,7 +262,7 @@ impl Doc {
                 (Setting::Cdi, None) => {
                     if let Some(f) = m.get_mut("features").and_then(Json::as_object_mut) {
                         f.shift_remove("cdi");
-                        if f.is_empty() {
+                        if f.is_empty() && drop_table {
                             m.shift_remove("features");
                         }
                     }
@@ -261,8 +290,8 @@ impl Doc {
                     None => {
                         if let Some(t) = tomlutil::get_table_mut(doc.as_table_mut(), &table) {
                             t.remove(key);
-                            // A table left without values loses its header.
-                            if t.iter().all(|(_, it)| matches!(it, Item::Table(_))) {
+                            // A table configure created, left without values, loses its header.
+                            if drop_table && t.iter().all(|(_, it)| matches!(it, Item::Table(_))) {
                                 t.set_implicit(true);
                             }
                         }
@@ -370,6 +399,7 @@ pub(crate) fn on_configure(
                 value: v,
                 previous: cur,
                 by: vec![name.to_string()],
+                created_table: !before.has_table(s),
             }),
         }
     }
@@ -424,12 +454,18 @@ pub(crate) fn unconfigure(
         }
         let r = records.remove(i);
         if original.is_some() && doc.get(r.setting).as_ref() == Some(&r.value) {
-            doc.restore(&settings_path, r.setting, r.previous.as_ref())?;
+            doc.restore(
+                &settings_path,
+                r.setting,
+                r.previous.as_ref(),
+                r.created_table,
+            )?;
             restored = true;
         }
         for later in records.iter_mut().filter(|l| l.setting == r.setting) {
             if later.previous.as_ref() == Some(&r.value) {
                 later.previous = r.previous.clone();
+                later.created_table |= r.created_table;
             }
         }
     }

@@ -1419,3 +1419,39 @@ fn a_broken_ledger_is_named_with_the_fix() {
         "{e}"
     );
 }
+
+#[test]
+fn a_table_the_user_wrote_stays_even_when_emptied() {
+    // An explicit, empty CRI header and an empty docker "features": the user's, kept.
+    let toml = "version = 2\n\n[plugins]\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n      default_runtime_name = \"runc\"\n";
+    let json = "{\n    \"features\": {}\n}\n";
+    // And none at all: the tables configure added go with their keys.
+    let bare_json = "{\n    \"debug\": true\n}\n";
+    let bare_toml = "version = 2\n";
+    for (engine, file, text) in [
+        (Engine::Containerd, "config.toml", toml),
+        (Engine::Containerd, "config.toml", bare_toml),
+        (Engine::Docker, "daemon.json", json),
+        (Engine::Docker, "daemon.json", bare_json),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(file);
+        fs::write(&p, text).unwrap();
+        run_locked(engine, &p, &with_flags("a", true, true), false);
+        run_locked(engine, &p, &with_flags("b", true, true), false);
+        run_locked(engine, &p, &named("a"), true);
+        run_locked(engine, &p, &named("b"), true);
+        let got = fs::read_to_string(&p).unwrap();
+        if text == bare_toml {
+            // The runtimes table configure added keeps its (now empty) parents' place in the
+            // plugins tree: only what the ledger records is checked here.
+            assert!(
+                !got.contains("enable_cdi") && !got.contains("default_runtime_name"),
+                "{got}"
+            );
+        } else {
+            assert_eq!(got, text, "{engine}");
+        }
+        assert!(!gpuctk_engines::added::ledger_path(&p).exists());
+    }
+}

@@ -774,4 +774,37 @@ fn runtime_configure_containerd_is_idempotent_and_reversible() {
         original,
         "unconfigure restores the bytes"
     );
+
+    // As default, with CDI: containerd reads it so; unconfigure gives the user's default (and
+    // its comment) back and turns CDI off again, and containerd reads that too.
+    let dump = || {
+        let o = Command::new("containerd")
+            .args(["--config", c, "config", "dump"])
+            .output()
+            .expect("containerd (apt-get install containerd)");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    ok(&with(
+        &args,
+        &["--set-as-default".to_string(), "--cdi.enabled".to_string()],
+    ));
+    let d = dump();
+    assert!(d.contains("default_runtime_name = \"nvidia\""), "{d}");
+    // containerd 1.6 has no enable_cdi (1.7 added it) and ignores the key: the file has it.
+    assert!(fs::read_to_string(&cfg)
+        .unwrap()
+        .contains("enable_cdi = true"));
+    assert!(t.join("config.toml.gpuctk-added.json").is_file());
+    ok(&[
+        "runtime",
+        "unconfigure",
+        "--runtime=containerd",
+        "--config",
+        c,
+    ]);
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), original);
+    assert!(!t.join("config.toml.gpuctk-added.json").exists());
+    let d = dump();
+    assert!(d.contains("default_runtime_name = \"runc\""), "{d}");
 }
