@@ -38,11 +38,21 @@ if ! ls "$DEBS"/libcuda1_*.deb "$DEBS"/libnvidia-ml1_*.deb "$DEBS"/nvidia-smi_*.
     apt_dir=$(mktemp -d)
     trap 'rm -rf "$apt_dir"' EXIT
     mkdir -p "$apt_dir/sources" "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$DEBS"
+    # The archive is the one this machine's own apt sources use for its release's main component
+    # (any mirror or snapshot serves non-free beside main). A machine that is not Debian has no
+    # Debian source: GPUCTK_DEBIAN_MIRROR names one (default deb.debian.org, bookworm).
     suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-    case "$(. /etc/os-release && echo "$ID")" in
-        debian) uri=http://deb.debian.org/debian comp=non-free ;;
-        *) suite=bookworm uri=http://deb.debian.org/debian comp=non-free ;;
-    esac
+    comp=non-free
+    uri=${GPUCTK_DEBIAN_MIRROR:-}
+    if [ -z "$uri" ] && [ "$(. /etc/os-release && echo "$ID")" = debian ]; then
+        uri=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT) $(IDENTIFIER)' 2>/dev/null \
+            | awk -v s="$suite" '$2 == s && $3 == "main" && $4 == "Packages" { print $1; exit }')
+    fi
+    if [ -z "$uri" ]; then
+        [ "$(. /etc/os-release && echo "$ID")" = debian ] || suite=bookworm
+        uri=http://deb.debian.org/debian
+        echo "setup.sh: no Debian source for $suite main in this machine's apt sources; using $uri (set GPUCTK_DEBIAN_MIRROR to change it)" >&2
+    fi
     cat >"$apt_dir/sources/nonfree.sources" <<SRC
 Types: deb
 URIs: $uri

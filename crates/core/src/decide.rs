@@ -10,7 +10,7 @@
 
 use gpuctk_cdi::registry::{Registry, ResolveError};
 use gpuctk_cdi::spec::ContainerEdits;
-use gpuctk_host::{DiscoverError, Inventory};
+use gpuctk_host::{CapsError, DeviceNode, DiscoverError, Inventory, MigCapability};
 
 use crate::ops::InRootOp;
 use crate::request::{Delivery, DeviceId, Devices, Request};
@@ -39,6 +39,13 @@ pub trait HostView {
     /// would use it on a host with this driver and CUDA version; `None` when the image has
     /// none, it is not usable here, or the delivery cannot see the image.
     fn image_compat_cuda(&mut self, driver: &str, cuda: Option<&str>) -> Option<Version>;
+    /// The host's MIG capabilities directory and the node that grants `cap`.
+    fn mig_capability(
+        &mut self,
+        cap: MigCapability,
+    ) -> Result<(std::path::PathBuf, DeviceNode), CapsError>;
+    /// The node of IMEX channel `id`.
+    fn imex_channel(&mut self, id: u32) -> Result<DeviceNode, CapsError>;
 }
 
 /// The configuration the decision depends on.
@@ -125,6 +132,17 @@ pub enum DecideError {
     /// Discovery failed.
     #[error(transparent)]
     Discover(#[from] DiscoverError),
+    /// A MIG capability or IMEX channel the host does not have.
+    #[error(transparent)]
+    Caps(#[from] CapsError),
+    /// The global MIG capabilities with MIG devices selected, which libnvidia-container refuses.
+    #[error("{from}: {item} is a MIG device; the global MIG capabilities (MIG config, MIG monitor) go with whole GPUs only: select the GPU, or drop the MIG capability request")]
+    MigWithMigDevices {
+        /// Where the device request came from.
+        from: String,
+        /// The MIG device.
+        item: String,
+    },
     /// A device id names no GPU here.
     #[error(transparent)]
     Select(#[from] SelectError),
@@ -192,8 +210,15 @@ pub fn decide(
                 cuda,
                 resolved.devices.clone(),
             )?;
+            let mut edits = resolved.edits;
+            edits.append(&extra_edits(
+                request,
+                settings,
+                host,
+                resolved.devices.len(),
+            )?);
             Ok(Decision::Inject(Box::new(Injection {
-                edits: resolved.edits,
+                edits,
                 ops: Vec::new(),
                 origin: Origin::Registry,
             })))
@@ -224,6 +249,17 @@ fn jit(
     for w in &inv.warnings {
         host.warn(w);
     }
+    if !request.mig.is_empty() && settings.delivery == Delivery::PrestartHook {
+        if let Some(mig) = ids
+            .iter()
+            .find(|i| matches!(i, DeviceId::Mig(..) | DeviceId::MigUuid(_)))
+        {
+            return Err(DecideError::MigWithMigDevices {
+                from: request.source.to_string(),
+                item: mig.to_string(),
+            });
+        }
+    }
     let selected = match &request.devices {
         Devices::Ids(_) => select_gpus(&inv, ids, &request.source.to_string())?,
         Devices::NoGpus | Devices::Unrequested => Vec::new(),
@@ -250,17 +286,70 @@ fn jit(
         selected.iter().map(|i| format!("GPU {i}")).collect(),
     )?;
     let mut edits = p.common;
-    for idx in selected {
-        if let Some(g) = p.gpus.iter().find(|g| g.index == idx) {
+    for idx in &selected {
+        if let Some(g) = p.gpus.iter().find(|g| g.index == *idx) {
             edits.append(&g.edits);
         }
     }
+    edits.append(&extra_edits(request, settings, host, selected.len())?);
     // Per-GPU edits carry no hooks: the common hooks keep their indices.
     Ok(Injection {
         edits,
         ops: p.ops.into_iter().enumerate().collect(),
         origin,
     })
+}
+
+/// The edits for the MIG capabilities and IMEX channels `request` was granted, in a container
+/// that gets `gpus` GPUs. The MIG capabilities are served by the prestart hook only (NVIDIA's
+/// toolkit reads `NVIDIA_MIG_*_DEVICES` in legacy mode only) and with at least one GPU, as
+/// libnvidia-container gives them; IMEX channels by every delivery.
+fn extra_edits(
+    request: &Request,
+    settings: &Settings<'_>,
+    host: &mut dyn HostView,
+    gpus: usize,
+) -> Result<ContainerEdits, DecideError> {
+    let mut edits = ContainerEdits::default();
+    if !request.mig.is_empty() {
+        let names: Vec<&str> = request
+            .mig
+            .iter()
+            .map(|c| match c {
+                MigCapability::Config => "MIG config",
+                MigCapability::Monitor => "MIG monitor",
+            })
+            .collect();
+        if settings.delivery == Delivery::Shim {
+            host.warn(&format!(
+                "{} ignored: served in legacy mode only (by the prestart hook), as NVIDIA's toolkit does",
+                names.join(", ")
+            ));
+        } else if gpus == 0 {
+            host.warn(&format!(
+                "{} ignored: no GPU selected (libnvidia-container gives them with a GPU only)",
+                names.join(", ")
+            ));
+        } else {
+            let mut dir = std::path::PathBuf::new();
+            let mut nodes = Vec::new();
+            for cap in &request.mig {
+                let (d, n) = host.mig_capability(*cap)?;
+                dir = d;
+                nodes.push(n);
+            }
+            edits.append(&crate::plan::mig_edits(&dir, &nodes));
+        }
+    }
+    if !request.imex_channels.is_empty() {
+        let nodes = request
+            .imex_channels
+            .iter()
+            .map(|id| host.imex_channel(*id))
+            .collect::<Result<Vec<_>, _>>()?;
+        edits.append(&crate::plan::imex_edits(&nodes));
+    }
+    Ok(edits)
 }
 
 /// Checks the request's requirements, if it has any, against the driver, its CUDA version and
@@ -463,6 +552,98 @@ containerEdits:
         fn image_compat_cuda(&mut self, _driver: &str, _cuda: Option<&str>) -> Option<Version> {
             self.compat.map(|c| c.parse().unwrap())
         }
+        fn mig_capability(
+            &mut self,
+            cap: MigCapability,
+        ) -> Result<(PathBuf, DeviceNode), CapsError> {
+            let minor = match cap {
+                MigCapability::Config => 1,
+                MigCapability::Monitor => 2,
+            };
+            let mut n = node(&format!("/dev/nvidia-caps/nvidia-cap{minor}"), minor);
+            n.major = 237;
+            Ok((PathBuf::from("/proc/driver/nvidia/capabilities"), n))
+        }
+        fn imex_channel(&mut self, id: u32) -> Result<DeviceNode, CapsError> {
+            if id > 7 {
+                return Err(CapsError::ChannelRange { id });
+            }
+            let mut n = node(&format!("/dev/nvidia-caps-imex-channels/channel{id}"), id);
+            n.major = 238;
+            Ok(n)
+        }
+    }
+
+    /// The global MIG capabilities: the prestart hook gives the proc directory and the nodes
+    /// with a GPU; the shim (NVIDIA serves them in legacy mode only) and a GPU-less container
+    /// get a warning; with a MIG device selected they are refused. IMEX channels go everywhere.
+    #[test]
+    fn mig_capabilities_and_imex_channels() {
+        let mut r = req(Devices::Ids(vec![DeviceId::Index(0)]));
+        r.mig = vec![MigCapability::Config, MigCapability::Monitor];
+        r.imex_channels = vec![3];
+        let mut h = fake();
+        let d = decide(&r, &settings(Mode::Auto, Delivery::PrestartHook), &mut h).unwrap();
+        assert_eq!(
+            nodes(&d),
+            [
+                "/dev/nvidiactl",
+                "/dev/nvidia0",
+                "/dev/nvidia-caps/nvidia-cap1",
+                "/dev/nvidia-caps/nvidia-cap2",
+                "/dev/nvidia-caps-imex-channels/channel3"
+            ]
+        );
+        let Decision::Inject(i) = &d else { panic!() };
+        let m = i.edits.mounts.last().unwrap();
+        assert_eq!(m.container_path, "/proc/driver/nvidia/capabilities");
+        assert!(m.options.iter().any(|o| o == "ro"));
+
+        let mut h = fake();
+        let d = decide(&r, &settings(Mode::Auto, Delivery::Shim), &mut h).unwrap();
+        assert_eq!(
+            nodes(&d),
+            [
+                "/dev/nvidiactl",
+                "/dev/nvidia0",
+                "/dev/nvidia-caps-imex-channels/channel3"
+            ]
+        );
+        assert!(
+            h.warnings[0].contains("MIG config, MIG monitor ignored: served in legacy mode only"),
+            "{:?}",
+            h.warnings
+        );
+
+        let mut none = r.clone();
+        none.devices = Devices::NoGpus;
+        let mut h = fake();
+        let d = decide(&none, &settings(Mode::Auto, Delivery::PrestartHook), &mut h).unwrap();
+        assert!(!nodes(&d).iter().any(|n| n.contains("nvidia-cap1")));
+        assert!(
+            h.warnings[0].contains("no GPU selected"),
+            "{:?}",
+            h.warnings
+        );
+
+        let mut mig = r.clone();
+        mig.devices = Devices::Ids(vec![DeviceId::Index(0), DeviceId::Mig(0, 1)]);
+        let e = decide(
+            &mig,
+            &settings(Mode::Auto, Delivery::PrestartHook),
+            &mut fake(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("NVIDIA_VISIBLE_DEVICES: 0:1 is a MIG device; the global MIG"),
+            "{e}"
+        );
+
+        let mut bad = r.clone();
+        bad.imex_channels = vec![9];
+        let e = decide(&bad, &settings(Mode::Auto, Delivery::Shim), &mut fake()).unwrap_err();
+        assert!(e.to_string().contains("IMEX channel 9"), "{e}");
     }
 
     fn req(devices: Devices) -> Request {
@@ -474,6 +655,8 @@ containerEdits:
             disable_require: false,
             legacy_image: false,
             privileged: false,
+            mig: Vec::new(),
+            imex_channels: Vec::new(),
             ignored: Vec::new(),
         }
     }

@@ -11,6 +11,7 @@ pub mod require;
 pub mod route;
 pub mod select;
 pub mod spec;
+pub mod verdict;
 
 pub use capabilities::CapabilitySet;
 pub use decide::{decide, DecideError, Decision, HostView, Injection, Origin, Settings};
@@ -26,3 +27,4 @@ pub use spec::{
     build_spec, spec_driver_version, NameStrategy, SpecError, SpecOptions,
     DRIVER_VERSION_ANNOTATION,
 };
+pub use verdict::{judge_cuda_start, CompatLibrary, CudaVerdict};

@@ -13,6 +13,11 @@ pub use crate::ops::{HOOK_ENV, HOOK_TIMEOUT_SECS};
 pub const FILE_MOUNT_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "rbind", "rprivate"];
 /// Mount options for IPC sockets and directories: writable, but nothing executes from them.
 pub const IPC_MOUNT_OPTIONS: &[&str] = &["nosuid", "nodev", "rbind", "rprivate", "noexec"];
+/// Mount options for the driver's MIG capabilities directory: read-only and inert, as
+/// libnvidia-container remounts it.
+pub const CAPS_MOUNT_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "noexec", "rbind", "rprivate"];
+/// Where the MIG capabilities directory goes in the container.
+pub const CAPS_CONTAINER_DIR: &str = "/proc/driver/nvidia/capabilities";
 
 /// What to plan for.
 #[derive(Debug, Clone)]
@@ -211,4 +216,23 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
         })
         .collect();
     Plan { common, ops, gpus }
+}
+
+/// The edits for the global MIG capabilities (`--mig-config`, `--mig-monitor`): the host's
+/// capabilities directory `caps_dir` bound read-only at `/proc/driver/nvidia/capabilities`, where
+/// `nvidia-smi` reads which node grants what, and each capability's `/dev/nvidia-caps` node.
+pub fn mig_edits(caps_dir: &std::path::Path, nodes: &[DeviceNode]) -> ContainerEdits {
+    let mut edits = ContainerEdits::default();
+    edits
+        .mounts
+        .push(mount(caps_dir, CAPS_CONTAINER_DIR, CAPS_MOUNT_OPTIONS));
+    edits.device_nodes.extend(nodes.iter().map(cdi_node));
+    edits
+}
+
+/// The edits for IMEX channels: each channel's node.
+pub fn imex_edits(nodes: &[DeviceNode]) -> ContainerEdits {
+    let mut edits = ContainerEdits::default();
+    edits.device_nodes.extend(nodes.iter().map(cdi_node));
+    edits
 }

@@ -7,6 +7,9 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
+use gpuctk_host::caps::MAX_IMEX_CHANNEL;
+use gpuctk_host::MigCapability;
+
 use crate::capabilities::{CapabilityError, CapabilitySet};
 
 /// The directory under which device requests arrive as volume mounts.
@@ -34,6 +37,9 @@ pub struct Policy {
     /// with this set; a requested one outside it is dropped with a remark in
     /// [`Request::ignored`] (NVIDIA's hook refuses the container instead).
     pub supported_driver_capabilities: CapabilitySet,
+    /// `features.ignore-imex-channel-requests`: the container's IMEX channel requests
+    /// (`NVIDIA_IMEX_CHANNELS`, `imex/<id>` mounts) are dropped with a remark.
+    pub ignore_imex_channel_requests: bool,
 }
 
 impl Default for Policy {
@@ -46,6 +52,7 @@ impl Default for Policy {
             disable_require: false,
             accept_annotations_unprivileged: false,
             supported_driver_capabilities: CapabilitySet::all(),
+            ignore_imex_channel_requests: false,
         }
     }
 }
@@ -130,6 +137,13 @@ pub struct Request {
     pub legacy_image: bool,
     /// The container has `CAP_SYS_ADMIN` in its bounding set, NVIDIA's test for privileged.
     pub privileged: bool,
+    /// The global MIG capabilities granted (`NVIDIA_MIG_CONFIG_DEVICES=all`,
+    /// `NVIDIA_MIG_MONITOR_DEVICES=all`, `--mig-config=all`, `--mig-monitor=all`): privileged
+    /// containers only.
+    pub mig: Vec<MigCapability>,
+    /// The IMEX channels granted (`NVIDIA_IMEX_CHANNELS`, `imex/<id>` device mounts,
+    /// `--imex-channel`), in request order without repeats.
+    pub imex_channels: Vec<u32>,
     /// Requests dropped by policy, and unknown or unsupported capabilities dropped, as
     /// warnings to log.
     pub ignored: Vec<String>,
@@ -203,6 +217,30 @@ pub enum RequestError {
     /// A field of config.json has the wrong type.
     #[error("config.json: {0}")]
     Spec(String),
+    /// A MIG capability request other than `all`.
+    #[error("{var}={value:?}: only `all` is accepted (the MIG capabilities are global)")]
+    BadMig {
+        /// The variable or flag.
+        var: String,
+        /// Its value.
+        value: String,
+    },
+    /// An IMEX channel that is not a number in the driver's range.
+    #[error("{var}: bad IMEX channel {item:?}: expected channel numbers 0 to {MAX_IMEX_CHANNEL}, comma separated")]
+    BadChannel {
+        /// The variable, flag or mount.
+        var: String,
+        /// The item.
+        item: String,
+    },
+    /// A MIG capability asked by an unprivileged container, which NVIDIA's hook refuses too.
+    #[error("{var}: MIG {what} needs a privileged container (CAP_SYS_ADMIN in its bounding set); run it privileged or unset {var}")]
+    MigUnprivileged {
+        /// The variable.
+        var: String,
+        /// `config` or `monitor`.
+        what: &'static str,
+    },
 }
 
 /// Longest `NVIDIA_VISIBLE_DEVICES`-style value we read (a host has at most a few hundred GPUs
@@ -399,6 +437,96 @@ fn from_annotations(
     Ok(Some((ids.ids, keys[0].to_string())))
 }
 
+/// The IMEX channel ids of a `NVIDIA_IMEX_CHANNELS`-style value (or `--imex-channel`), in order
+/// without repeats: `all` is not honoured (NVIDIA's env path ignores it too; a remark in
+/// `remarks`). Capped as device lists are.
+pub fn parse_imex_channels(
+    value: &str,
+    var: &str,
+    remarks: &mut Vec<String>,
+) -> Result<Vec<u32>, RequestError> {
+    if value.len() > MAX_DEVICE_VALUE {
+        return Err(RequestError::TooLong {
+            var: var.to_string(),
+            len: value.len(),
+            cap: MAX_DEVICE_VALUE,
+        });
+    }
+    let mut out: Vec<u32> = Vec::new();
+    let mut seen = HashSet::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if item == "all" {
+            remarks.push(format!(
+                "{var}: `all` ignored: name the IMEX channels (as NVIDIA's toolkit, which ignores it too)"
+            ));
+            continue;
+        }
+        let id = (item.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| item.parse::<u32>().ok())
+            .flatten()
+            .filter(|id| *id <= MAX_IMEX_CHANNEL)
+            .ok_or_else(|| RequestError::BadChannel {
+                var: var.to_string(),
+                item: item.chars().take(80).collect(),
+            })?;
+        if seen.insert(id) {
+            if out.len() >= MAX_DEVICE_ITEMS {
+                return Err(RequestError::TooMany {
+                    var: var.to_string(),
+                    cap: MAX_DEVICE_ITEMS,
+                });
+            }
+            out.push(id);
+        }
+    }
+    Ok(out)
+}
+
+/// A `NVIDIA_MIG_*_DEVICES`-style value (or `--mig-config`, `--mig-monitor`): set to `all`,
+/// unset or empty; anything else is refused, as the capabilities are global.
+pub fn parse_mig(value: &str, var: &str) -> Result<bool, RequestError> {
+    match value.trim() {
+        "" => Ok(false),
+        "all" => Ok(true),
+        _ => Err(RequestError::BadMig {
+            var: var.to_string(),
+            value: value.chars().take(80).collect(),
+        }),
+    }
+}
+
+/// The IMEX channels asked by `/dev/null` mounts under `<DEVICE_MOUNT_DIR>/imex/`.
+fn imex_from_mounts(config: &Value) -> Result<Option<Vec<u32>>, RequestError> {
+    let Some(mounts) = config.get("mounts").and_then(Value::as_array) else {
+        return Ok(None);
+    };
+    let prefix = format!("{DEVICE_MOUNT_DIR}/imex/");
+    let mut ids: Vec<u32> = Vec::new();
+    for m in mounts {
+        let (Some(dst), Some(src)) = (
+            m.get("destination").and_then(Value::as_str),
+            m.get("source").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        let Some(id) = dst.strip_prefix(&prefix).filter(|_| src == "/dev/null") else {
+            continue;
+        };
+        for id in parse_imex_channels(id, "an IMEX device mount", &mut Vec::new())? {
+            if !ids.contains(&id) {
+                if ids.len() >= MAX_DEVICE_ITEMS {
+                    return Err(RequestError::TooMany {
+                        var: "IMEX device mounts".into(),
+                        cap: MAX_DEVICE_ITEMS,
+                    });
+                }
+                ids.push(id);
+            }
+        }
+    }
+    Ok((!ids.is_empty()).then_some(ids))
+}
+
 fn from_mounts(config: &Value) -> Result<Option<Vec<DeviceId>>, RequestError> {
     let Some(mounts) = config.get("mounts").and_then(Value::as_array) else {
         return Ok(None);
@@ -449,6 +577,12 @@ pub struct Sources {
     /// `CUDA_VERSION` for a legacy image that asks for every GPU by default), its value and
     /// what it asks.
     pub env: Option<(String, String, Devices)>,
+    /// IMEX channels asked by `/dev/null` mounts under `<DEVICE_MOUNT_DIR>/imex/`.
+    pub imex_mounts: Option<Vec<u32>>,
+    /// IMEX channels asked by an env var or flag (its name, the channels).
+    pub imex_env: Option<(String, Vec<u32>)>,
+    /// Global MIG capabilities asked, each with the variable or flag that asked.
+    pub mig: Vec<(String, MigCapability)>,
 }
 
 /// What the gate let through.
@@ -460,6 +594,13 @@ pub struct Grant {
     pub source: Source,
     /// Requests refused by the policy, as warnings to log.
     pub refused: Vec<String>,
+    /// The IMEX channels granted.
+    pub imex_channels: Vec<u32>,
+    /// The MIG capabilities granted.
+    pub mig: Vec<MigCapability>,
+    /// The MIG capabilities refused (the container is unprivileged), each with its variable:
+    /// the prestart hook fails the container on them, as NVIDIA's does.
+    pub mig_refused: Vec<(String, MigCapability)>,
 }
 
 /// The privilege gate, the one place that decides which request source a container's devices
@@ -473,9 +614,67 @@ pub struct Grant {
 /// - device mounts: only with `accept-nvidia-visible-devices-as-volume-mounts`;
 /// - env (and a legacy CUDA image's implicit `all`): from privileged containers, or with
 ///   `accept-nvidia-visible-devices-envvar-when-unprivileged`.
+///
+/// IMEX channels follow the same rules as devices, mounts before the env, the first accepted
+/// source alone (the engine's `--imex-channel` flag arrives as a privileged env request). The
+/// global MIG capabilities are granted to privileged containers only, as NVIDIA's hook does.
 pub fn gate(sources: Sources, policy: &Policy, privileged: bool, delivery: Delivery) -> Grant {
     let mut refused = Vec::new();
-    if let Some((ids, key)) = sources.annotations {
+    let imex_channels = match sources.imex_mounts {
+        Some(ids) if policy.accept_volume_mounts => ids,
+        from_mounts => {
+            if from_mounts.is_some() {
+                refused.push(format!(
+                "IMEX channel requests as mounts under {DEVICE_MOUNT_DIR}/imex ignored: accept-nvidia-visible-devices-as-volume-mounts is false"
+                ));
+            }
+            match sources.imex_env {
+                Some((_, ids)) if privileged || policy.accept_envvar_unprivileged => ids,
+                Some((name, _)) => {
+                    refused.push(format!(
+                        "{name} ignored: the container is unprivileged and accept-nvidia-visible-devices-envvar-when-unprivileged is false"
+                    ));
+                    Vec::new()
+                }
+                None => Vec::new(),
+            }
+        }
+    };
+    let (mig, mig_refused) = if privileged {
+        (sources.mig.iter().map(|(_, c)| *c).collect(), Vec::new())
+    } else {
+        (Vec::new(), sources.mig)
+    };
+    let (devices, source) = gate_devices(
+        sources.annotations,
+        sources.mounts,
+        sources.env,
+        policy,
+        privileged,
+        delivery,
+        &mut refused,
+    );
+    Grant {
+        devices,
+        source,
+        refused,
+        imex_channels,
+        mig,
+        mig_refused,
+    }
+}
+
+/// The device part of [`gate`]: the first present and accepted source.
+fn gate_devices(
+    annotations: Option<(Vec<DeviceId>, String)>,
+    mounts: Option<Vec<DeviceId>>,
+    env: Option<(String, String, Devices)>,
+    policy: &Policy,
+    privileged: bool,
+    delivery: Delivery,
+    refused: &mut Vec<String>,
+) -> (Devices, Source) {
+    if let Some((ids, key)) = annotations {
         if delivery != Delivery::Shim {
             refused.push(format!(
                 "annotation {key} ignored: CDI annotations are read only by nvidia-container-runtime, not by this hook"
@@ -484,38 +683,26 @@ pub fn gate(sources: Sources, policy: &Policy, privileged: bool, delivery: Deliv
             || policy.accept_envvar_unprivileged
             || policy.accept_annotations_unprivileged
         {
-            return Grant {
-                devices: Devices::Ids(ids),
-                source: Source::Annotation(key),
-                refused,
-            };
+            return (Devices::Ids(ids), Source::Annotation(key));
         } else {
             refused.push(format!(
                 "annotation {key} ignored: the container is unprivileged, accept-nvidia-visible-devices-envvar-when-unprivileged is false and [gpuctk] accept-cdi-annotations-when-unprivileged is not set"
             ));
         }
     }
-    if let Some(ids) = sources.mounts {
+    if let Some(ids) = mounts {
         if policy.accept_volume_mounts {
-            return Grant {
-                devices: Devices::Ids(ids),
-                source: Source::Mounts,
-                refused,
-            };
+            return (Devices::Ids(ids), Source::Mounts);
         }
         refused.push(format!(
             "device requests as mounts under {DEVICE_MOUNT_DIR} ignored: accept-nvidia-visible-devices-as-volume-mounts is false"
         ));
     }
-    if let Some((name, value, devices)) = sources.env {
+    if let Some((name, value, devices)) = env {
         if devices == Devices::Unrequested {
             // `void` or empty asks for nothing: nothing to refuse.
         } else if privileged || policy.accept_envvar_unprivileged {
-            return Grant {
-                devices,
-                source: Source::Env(name),
-                refused,
-            };
+            return (devices, Source::Env(name));
         } else {
             let shown: String = value.chars().take(80).collect();
             refused.push(format!(
@@ -523,11 +710,7 @@ pub fn gate(sources: Sources, policy: &Policy, privileged: bool, delivery: Deliv
             ));
         }
     }
-    Grant {
-        devices: Devices::Unrequested,
-        source: Source::Nothing,
-        refused,
-    }
+    (Devices::Unrequested, Source::Nothing)
 }
 
 /// Read the request of the container whose `config.json` is `config`, as `delivery` sees it,
@@ -567,14 +750,57 @@ pub fn parse_request(
         )),
         None => None,
     };
+    let mut ignored = Vec::new();
+    let imex_env = match get(&env, "NVIDIA_IMEX_CHANNELS") {
+        Some(v) if policy.ignore_imex_channel_requests && !v.trim().is_empty() => {
+            ignored.push(
+                "NVIDIA_IMEX_CHANNELS ignored: features.ignore-imex-channel-requests is true"
+                    .to_string(),
+            );
+            None
+        }
+        Some(v) => Some((
+            "NVIDIA_IMEX_CHANNELS".to_string(),
+            parse_imex_channels(v, "NVIDIA_IMEX_CHANNELS", &mut ignored)?,
+        ))
+        .filter(|(_, ids)| !ids.is_empty()),
+        None => None,
+    };
+    let mut mig = Vec::new();
+    for (var, cap) in [
+        ("NVIDIA_MIG_CONFIG_DEVICES", MigCapability::Config),
+        ("NVIDIA_MIG_MONITOR_DEVICES", MigCapability::Monitor),
+    ] {
+        if parse_mig(get(&env, var).unwrap_or(""), var)? {
+            mig.push((var.to_string(), cap));
+        }
+    }
     let sources = Sources {
         annotations,
         mounts: from_mounts(config)?,
         env: env_request,
+        imex_mounts: imex_from_mounts(config)?.filter(|_| !policy.ignore_imex_channel_requests),
+        imex_env,
+        mig,
     };
     let grant = gate(sources, policy, privileged, delivery);
-
-    let mut ignored = grant.refused;
+    if let Some((var, cap)) = grant.mig_refused.first() {
+        match delivery {
+            // NVIDIA's hook refuses the container.
+            Delivery::PrestartHook => {
+                return Err(RequestError::MigUnprivileged {
+                    var: var.clone(),
+                    what: cap.name(),
+                })
+            }
+            Delivery::Shim => {
+                for (var, _) in &grant.mig_refused {
+                    ignored.push(format!("{var} ignored: the container is unprivileged"));
+                }
+            }
+        }
+    }
+    ignored.extend(grant.refused);
     let capabilities = capabilities_of(
         get(&env, "NVIDIA_DRIVER_CAPABILITIES"),
         legacy_image,
@@ -607,6 +833,8 @@ pub fn parse_request(
         disable_require,
         legacy_image,
         privileged,
+        mig: grant.mig,
+        imex_channels: grant.imex_channels,
         ignored,
     })
 }
@@ -1026,6 +1254,96 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `NVIDIA_MIG_*_DEVICES`: privileged containers only; the hook refuses an unprivileged one
+    /// (as NVIDIA's), the shim drops it with a remark; only `all` is a value.
+    #[test]
+    fn mig_capabilities_are_for_privileged_containers() {
+        let env = [
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_MIG_CONFIG_DEVICES=all",
+            "NVIDIA_MIG_MONITOR_DEVICES=all",
+        ];
+        let mut c = cfg(&env);
+        c["process"]["capabilities"]["bounding"] = json!(["CAP_SYS_ADMIN"]);
+        for delivery in [Delivery::Shim, Delivery::PrestartHook] {
+            let r = parse_request(&c, &Policy::default(), delivery).unwrap();
+            assert_eq!(r.mig, [MigCapability::Config, MigCapability::Monitor]);
+        }
+        let c = cfg(&env);
+        let e = parse_request(&c, &Policy::default(), Delivery::PrestartHook).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("NVIDIA_MIG_CONFIG_DEVICES: MIG config needs a privileged container"),
+            "{e}"
+        );
+        let r = shim(&c, &Policy::default()).unwrap();
+        assert!(r.mig.is_empty());
+        assert!(r
+            .ignored
+            .iter()
+            .any(|w| w == "NVIDIA_MIG_MONITOR_DEVICES ignored: the container is unprivileged"));
+        // Empty is unset; anything but `all` is refused with the variable's name.
+        assert!(req(&["NVIDIA_MIG_CONFIG_DEVICES="]).mig.is_empty());
+        let e = shim(&cfg(&["NVIDIA_MIG_MONITOR_DEVICES=0"]), &Policy::default()).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("NVIDIA_MIG_MONITOR_DEVICES=\"0\": only `all`"),
+            "{e}"
+        );
+    }
+
+    /// `NVIDIA_IMEX_CHANNELS` and `imex/<id>` mounts pass the gate as device requests do.
+    #[test]
+    fn imex_channels_follow_the_device_rules() {
+        let r = req(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=3,1,3"]);
+        assert_eq!(r.imex_channels, [3, 1]);
+        // `all` is not honoured on the env path, as NVIDIA's.
+        let r = req(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=all"]);
+        assert!(r.imex_channels.is_empty());
+        assert!(r.ignored[0].contains("`all` ignored"), "{:?}", r.ignored);
+        for bad in ["x", "1048576", "-1", "1:2"] {
+            let e = shim(
+                &cfg(&[&format!("NVIDIA_IMEX_CHANNELS={bad}")]),
+                &Policy::default(),
+            )
+            .unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("NVIDIA_IMEX_CHANNELS: bad IMEX channel"),
+                "{e}"
+            );
+        }
+        assert!(parse_imex_channels("1048575", "X", &mut Vec::new()).is_ok());
+        // Unprivileged under a strict policy: only the accepted mounts count.
+        let mut c = cfg(&["NVIDIA_IMEX_CHANNELS=5"]);
+        c["mounts"] = json!([
+            {"destination": "/var/run/nvidia-container-devices/imex/2", "source": "/dev/null"}
+        ]);
+        let r = shim(&c, &restricted()).unwrap();
+        assert_eq!(r.imex_channels, [2]);
+        let strict = Policy {
+            accept_envvar_unprivileged: false,
+            ..Policy::default()
+        };
+        let r = shim(&c, &strict).unwrap();
+        assert!(r.imex_channels.is_empty());
+        assert_eq!(r.ignored.len(), 2, "{:?}", r.ignored);
+        // The default policy takes the env (mounts are not accepted).
+        assert_eq!(shim(&c, &Policy::default()).unwrap().imex_channels, [5]);
+        // features.ignore-imex-channel-requests drops both, with a remark.
+        let ignore = Policy {
+            ignore_imex_channel_requests: true,
+            ..restricted()
+        };
+        let r = shim(&c, &ignore).unwrap();
+        assert!(r.imex_channels.is_empty());
+        assert!(
+            r.ignored[0].contains("features.ignore-imex-channel-requests"),
+            "{:?}",
+            r.ignored
+        );
     }
 
     /// Regression (issue 8): 150,000 distinct indices took 10 to 18 s (quadratic de-duplication).

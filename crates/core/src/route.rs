@@ -148,6 +148,8 @@ mod tests {
             disable_require: false,
             legacy_image: false,
             privileged: false,
+            mig: Vec::new(),
+            imex_channels: Vec::new(),
             ignored: Vec::new(),
         }
     }

@@ -250,6 +250,7 @@ fn policies() -> [Policy; 3] {
         disable_require: true,
         accept_annotations_unprivileged: true,
         supported_driver_capabilities: CapabilitySet::all(),
+        ignore_imex_channel_requests: false,
     };
     [Policy::default(), strict, open]
 }

@@ -593,6 +593,9 @@ pub struct MockCreateArgs {
     /// The ldconfig used to build the host's ld.so.cache
     #[arg(long, default_value = "ldconfig")]
     pub ldconfig: PathBuf,
+    /// IMEX channel nodes to make, /dev/nvidia-caps-imex-channels/channel0 up (0-2048)
+    #[arg(long, default_value_t = 0)]
+    pub imex_channels: u32,
 }
 
 #[cfg(feature = "mock")]

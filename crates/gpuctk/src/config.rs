@@ -348,7 +348,10 @@ const NOT_APPLIED: &[(&str, &[&str])] = &[
 ];
 
 /// Keys under a `*` table of [`NOT_APPLIED`] that are applied.
-const APPLIED_IN_WILDCARD: &[&str] = &["features.disable-cuda-compat-lib-hook"];
+const APPLIED_IN_WILDCARD: &[&str] = &[
+    "features.disable-cuda-compat-lib-hook",
+    "features.ignore-imex-channel-requests",
+];
 
 fn collect_not_applied(root: &Table, text: &str, out: &mut Vec<String>) {
     for (prefix, keys) in NOT_APPLIED {
@@ -553,6 +556,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     if let Some(t) = table("features") {
         if let Some(v) = r.bool(t, "features.", "disable-cuda-compat-lib-hook")? {
             c.disable_compat_hook = v;
+        }
+        if let Some(v) = r.bool(t, "features.", "ignore-imex-channel-requests")? {
+            c.policy.ignore_imex_channel_requests = v;
         }
     }
     if let Some(t) = table("gpuctk") {

@@ -8,7 +8,9 @@ use gpuctk_cdi::registry::Registry;
 use gpuctk_cdi::spec::ContainerEdits;
 use gpuctk_core::request::Delivery;
 use gpuctk_core::{Decision, HostView, InRootOp, Injection, Request, Settings, Version};
-use gpuctk_host::{DiscoverError, DiscoverOptions, Inventory, Roots};
+use gpuctk_host::{
+    CapsError, DeviceNode, DiscoverError, DiscoverOptions, Inventory, MigCapability, Roots,
+};
 
 use crate::config::Config;
 
@@ -76,6 +78,17 @@ impl HostView for LiveHost<'_> {
                 let major = used.compat_version.split('.').next()?.parse().ok()?;
                 gpuctk_host::cuda_version_known(major).map(Version::from)
             })
+    }
+    fn mig_capability(
+        &mut self,
+        cap: MigCapability,
+    ) -> Result<(std::path::PathBuf, DeviceNode), CapsError> {
+        let roots = roots(self.cfg);
+        let node = gpuctk_host::caps::mig_capability(&roots, cap)?;
+        Ok((gpuctk_host::caps::caps_proc_dir(&roots), node))
+    }
+    fn imex_channel(&mut self, id: u32) -> Result<DeviceNode, CapsError> {
+        gpuctk_host::caps::imex_channel(&roots(self.cfg), id)
     }
 }
 

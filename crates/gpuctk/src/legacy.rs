@@ -12,9 +12,9 @@ use std::process::ExitCode;
 use anyhow::{anyhow, bail, Context};
 use gpuctk_container::legacy::{inject, Target};
 use gpuctk_container::state::{container_root, State};
-use gpuctk_core::request::{parse_devices, Delivery, Devices};
+use gpuctk_core::request::{parse_devices, parse_imex_channels, parse_mig, Delivery, Devices};
 use gpuctk_core::{parse_request, CapabilitySet, Decision, Request};
-use gpuctk_host::Capability;
+use gpuctk_host::{Capability, MigCapability};
 
 use crate::config::{self, Config};
 
@@ -54,10 +54,14 @@ Global options:
 Commands:
   info [--csv]            the driver and GPUs
   list [-d, --device=LIST] [--libraries] [--binaries] [--ipcs] [--firmwares] [--compat32]
+       [--mig-config=all] [--mig-monitor=all] [--imex-channel=LIST]
                           the driver files and device nodes a container gets
-  configure --pid=PID [-d, --device=LIST] [--compute --utility --video --graphics --display
-            --compat32 --ngx] [--require=EXPR]... [--no-cgroups] [--ldconfig=PATH] ROOTFS
-                          inject into a created container";
+  configure [--pid=PID] [-d, --device=LIST] [--compute --utility --video --graphics --display
+            --compat32 --ngx] [--require=EXPR]... [--no-cgroups] [--ldconfig=PATH]
+            [--mig-config=all] [--mig-monitor=all] [--imex-channel=LIST] ROOTFS
+                          inject into a created container; --mig-config and --mig-monitor give
+                          /proc/driver/nvidia/capabilities and the MIG capability nodes (with a
+                          GPU, not with MIG devices), --imex-channel the IMEX channel nodes";
 
 /// `nvidia-container-runtime-hook [-debug] [-config FILE] prestart|poststart|poststop`.
 pub fn hook_main(args: &[OsString]) -> ExitCode {
@@ -283,11 +287,35 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     let mut rootfs = None;
     let mut no_cgroups = false;
     let mut requirements = Vec::new();
+    let mut mig = Vec::new();
+    let mut imex = Vec::new();
+    let mut remarks = Vec::new();
     let mut i = 0;
     while i < args.len() {
         let a = args[i].clone();
         if let Some(v) = take_value(args, &mut i, "--device", Some("-d")) {
             devices = Some(v);
+        } else if let Some(v) = take_value(args, &mut i, "--mig-config", None) {
+            // Repeated, it is asked once.
+            if parse_mig(&v, "--mig-config")?
+                && !mig.iter().any(|(_, c)| *c == MigCapability::Config)
+            {
+                mig.push(("--mig-config".to_string(), MigCapability::Config));
+            }
+        } else if let Some(v) = take_value(args, &mut i, "--mig-monitor", None) {
+            // Repeated, it is asked once.
+            if parse_mig(&v, "--mig-monitor")?
+                && !mig.iter().any(|(_, c)| *c == MigCapability::Monitor)
+            {
+                mig.push(("--mig-monitor".to_string(), MigCapability::Monitor));
+            }
+        } else if let Some(v) = take_value(args, &mut i, "--imex-channel", None) {
+            // enroot escapes list commas as it does for --device.
+            for id in parse_imex_channels(&v.replace("\\,", ","), "--imex-channel", &mut remarks)? {
+                if !imex.contains(&id) {
+                    imex.push(id);
+                }
+            }
         } else if let Some(v) = take_value(args, &mut i, "--pid", Some("-p")) {
             pid = Some(
                 v.parse::<i32>()
@@ -338,11 +366,17 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         // option parser expects.
         Some(v) => parse_devices(&v.replace("\\,", ","), "--device")?,
     };
-    // `--device` is the engine's own argument (containerd, enroot), not the image's: it passes
-    // the gate as a privileged request, and no other source is read on this path.
+    for r in &remarks {
+        tracing::warn!("{r}");
+    }
+    // `--device`, `--mig-*` and `--imex-channel` are the engine's own arguments (containerd,
+    // enroot, Apptainer), not the image's: they pass the gate as a privileged request, and no
+    // other source is read on this path.
     let grant = gpuctk_core::gate(
         gpuctk_core::Sources {
             env: Some(("--device".into(), String::new(), devices)),
+            imex_env: (!imex.is_empty()).then(|| ("--imex-channel".to_string(), imex)),
+            mig,
             ..Default::default()
         },
         &cfg.policy,
@@ -363,6 +397,8 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         disable_require: false,
         legacy_image: false,
         privileged: true,
+        mig: grant.mig,
+        imex_channels: grant.imex_channels,
         ignored: Vec::new(),
     };
     realize(cfg, &request, pid, &rootfs, no_cgroups || cfg.no_cgroups)?;
@@ -438,10 +474,26 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     let inv = inventory(cfg)?;
     let mut device = "all".to_string();
     let (mut libs, mut bins, mut ipcs, mut fw, mut compat32) = (false, false, false, false, false);
+    let mut mig = Vec::new();
+    let mut imex: Vec<u32> = Vec::new();
     let mut i = 0;
     while i < args.len() {
         if let Some(v) = take_value(args, &mut i, "--device", Some("-d")) {
             device = v;
+        } else if let Some(v) = take_value(args, &mut i, "--mig-config", None) {
+            if parse_mig(&v, "--mig-config")? && !mig.contains(&MigCapability::Config) {
+                mig.push(MigCapability::Config);
+            }
+        } else if let Some(v) = take_value(args, &mut i, "--mig-monitor", None) {
+            if parse_mig(&v, "--mig-monitor")? && !mig.contains(&MigCapability::Monitor) {
+                mig.push(MigCapability::Monitor);
+            }
+        } else if let Some(v) = take_value(args, &mut i, "--imex-channel", None) {
+            let mut remarks = Vec::new();
+            imex.extend(parse_imex_channels(&v, "--imex-channel", &mut remarks)?);
+            for r in remarks {
+                tracing::warn!("{r}");
+            }
         } else {
             match args[i].as_str() {
                 "--libraries" | "-l" => libs = true,
@@ -472,9 +524,29 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     for n in &inv.control_nodes {
         out.push_str(&format!("{}\n", n.host_path.display()));
     }
-    for idx in selected {
-        if let Some(n) = &inv.gpus[idx as usize].node {
+    for idx in &selected {
+        if let Some(n) = &inv.gpus[*idx as usize].node {
             out.push_str(&format!("{}\n", n.host_path.display()));
+        }
+    }
+    // Then the IMEX channels and the MIG capabilities (their node and their file), in
+    // libnvidia-container's order; the MIG ones with a GPU only, as `configure` gives them.
+    let roots = crate::decision::roots(cfg);
+    for id in imex {
+        let n = gpuctk_host::caps::imex_channel(&roots, id)?;
+        out.push_str(&format!("{}\n", n.host_path.display()));
+    }
+    if !selected.is_empty() {
+        for cap in mig {
+            let n = gpuctk_host::caps::mig_capability(&roots, cap)?;
+            out.push_str(&format!(
+                "{}\n{}\n",
+                n.host_path.display(),
+                gpuctk_host::caps::caps_proc_dir(&roots)
+                    .join("mig")
+                    .join(cap.name())
+                    .display()
+            ));
         }
     }
     if bins {

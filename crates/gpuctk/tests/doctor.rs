@@ -286,6 +286,26 @@ fn module_not_loaded() {
 }
 
 #[test]
+fn no_driver_at_all_is_one_device_finding_not_one_per_node() {
+    let f = Fixture::new();
+    std::fs::remove_dir_all(f.proc().join("driver/nvidia")).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(&r, &v, "driver", "kernel-module", "fail", &["not loaded"]);
+    let devices: Vec<_> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["group"] == "devices")
+        .collect();
+    assert_eq!(devices.len(), 1, "{devices:#?}");
+    assert_eq!(devices[0]["status"], "fail");
+    assert!(devices[0]["found"]
+        .as_str()
+        .unwrap()
+        .contains("module is not loaded"));
+}
+
+#[test]
 fn libraries_of_another_version() {
     let f = Fixture::new();
     // The module was upgraded, the user-space libraries were not.

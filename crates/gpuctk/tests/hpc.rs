@@ -41,6 +41,8 @@ struct Ran {
     stderr: String,
     probe: ProbeReport,
     smi: String,
+    /// What the `after` commands printed in the container.
+    after: String,
 }
 
 impl Ran {
@@ -58,6 +60,11 @@ impl Ran {
 
 impl Site {
     fn new() -> Site {
+        Site::with_imex(0)
+    }
+
+    /// A site whose host has `imex` IMEX channels.
+    fn with_imex(imex: u32) -> Site {
         let t = TestDir::new();
         // The unprivileged user must reach the mock host and its rootfs.
         std::fs::set_permissions(
@@ -65,7 +72,26 @@ impl Site {
             std::os::unix::fs::PermissionsExt::from_mode(0o755),
         )
         .unwrap();
-        let host = mock_host(&t, "host", 4, "570.124.06", "debian");
+        let host = if imex == 0 {
+            mock_host(&t, "host", 4, "570.124.06", "debian")
+        } else {
+            let dir = t.join("host");
+            ok(&[
+                "mock-host",
+                "create",
+                dir.to_str().unwrap(),
+                "--gpus",
+                "4",
+                "--imex-channels",
+                &imex.to_string(),
+            ]);
+            Host {
+                manifest: serde_json::from_slice(
+                    &std::fs::read(dir.join("mock-host.json")).unwrap(),
+                )
+                .unwrap(),
+            }
+        };
         let cli = t.join("bin/nvidia-container-cli");
         std::fs::create_dir_all(cli.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
@@ -118,6 +144,25 @@ impl Site {
         global: &[&str],
         cli_args: &[&str],
     ) -> Ran {
+        // enroot's 98-nvidia.sh.
+        let mut argv = vec!["--user"];
+        argv.extend_from_slice(global);
+        argv.extend(["configure", "--no-cgroups", "--ldconfig=@/sbin/ldconfig"]);
+        argv.extend_from_slice(cli_args);
+        self.run_argv(who, restrict_dev, rootfs, &argv, "", &[])
+    }
+
+    /// `nvidia-container-cli ARGV ROOTFS` with `env` added, then the probe, nvidia-smi and the
+    /// shell commands `after` chrooted in the rootfs.
+    fn run_argv(
+        &self,
+        who: As,
+        restrict_dev: bool,
+        rootfs: &Path,
+        argv: &[&str],
+        after: &str,
+        env: &[(&str, &str)],
+    ) -> Ran {
         let root = rootfs.to_str().unwrap();
         let dev = if restrict_dev {
             // 10-devices.sh: a tmpfs /dev with the basic nodes bound in.
@@ -129,16 +174,16 @@ impl Site {
             // The host's /dev (here the mock host's) bound into the container.
             format!("mount --rbind {}/dev {root}/dev", self.host.dev_root())
         };
-        let quoted: Vec<String> = cli_args
-            .iter()
-            .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
-            .collect();
+        let quote = |a: &str| format!("'{}'", a.replace('\'', "'\\''"));
+        let quoted: Vec<String> = argv.iter().map(|a| quote(a)).collect();
+        let inside = format!(
+            "/usr/bin/gpuctk-probe; echo ---smi---; nvidia-smi -L 2>&1 || true; echo ---after---; {after}"
+        );
         let script = format!(
-            "set -e; {dev}; {cli} --user {global} configure --no-cgroups --ldconfig=@/sbin/ldconfig {args} {root}; \
-             chroot {root} /bin/sh -c '/usr/bin/gpuctk-probe; echo ---smi---; nvidia-smi -L 2>&1 || true'",
+            "set -e; {dev}; {cli} {args} {root}; chroot {root} /bin/sh -c {inside}",
             cli = self.cli.display(),
-            global = global.join(" "),
             args = quoted.join(" "),
+            inside = quote(&inside),
         );
         let mut c = match who {
             As::RootInUserns => {
@@ -162,14 +207,17 @@ impl Site {
         };
         c.args(["sh", "-c", &script])
             .env("GPUCTK_CONFIG", &self.config)
-            .env_remove("NVIDIA_VISIBLE_DEVICES");
+            .env_remove("NVIDIA_VISIBLE_DEVICES")
+            .envs(env.iter().copied());
         let out = c.output().expect("unshare and setpriv (util-linux)");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let (probe, smi) = stdout.split_once("---smi---").unwrap_or((&stdout, ""));
+        let (smi, after) = smi.split_once("---after---").unwrap_or((smi, ""));
         Ran {
             code: out.status.code().unwrap_or(-1),
             probe: ProbeReport::parse(probe),
             smi: smi.to_string(),
+            after: after.to_string(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
             stdout: stdout.clone(),
         }
@@ -295,5 +343,356 @@ fn a_requirement_that_fails_stops_the_hook() {
         r.stderr.contains("--require: cuda>=13.0 not met"),
         "{}",
         r.stderr
+    );
+}
+
+/// What the container must see for the MIG capabilities: the driver's capability files under
+/// `/proc/driver/nvidia/capabilities`, read-only, and the `/dev/nvidia-caps` nodes they name.
+const MIG_AFTER: &str = "cat /proc/driver/nvidia/capabilities/mig/config; \
+     cat /proc/driver/nvidia/capabilities/mig/monitor; \
+     touch /proc/driver/nvidia/capabilities/x 2>/dev/null && echo writable || echo read-only";
+
+fn assert_mig_capabilities(r: &Ran, what: &str, open: &str) {
+    ok_run(r, what);
+    assert_eq!(
+        r.after.trim(),
+        "DeviceFileMinor: 1\nDeviceFileMode: 292\nDeviceFileModify: 1\n\
+         DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\nread-only",
+        "{what}: {}",
+        r.stdout
+    );
+    for n in [
+        "/dev/nvidia-caps/nvidia-cap1",
+        "/dev/nvidia-caps/nvidia-cap2",
+    ] {
+        assert_eq!(r.probe.device(n), Some(open), "{what}: {n}: {}", r.stdout);
+    }
+}
+
+/// Issue 12: enroot's `--mig-config=LIST --mig-monitor=LIST` (from `NVIDIA_MIG_CONFIG_DEVICES`
+/// and `NVIDIA_MIG_MONITOR_DEVICES`) were refused as unknown options. Now the container gets
+/// the capability files and nodes, as root in a user namespace (nodes bound from the host's),
+/// as root without one (nodes made), and as an unprivileged user.
+#[test]
+fn enroot_mig_flags_accepted() {
+    let s = Site::new();
+    let mig = ["--mig-config=all", "--mig-monitor=all"];
+    let r = s.run_argv(
+        As::RootInUserns,
+        true,
+        &s.rootfs("m1", As::RootInUserns),
+        &[
+            "--user",
+            "configure",
+            "--no-cgroups",
+            "--ldconfig=@/sbin/ldconfig",
+            "--device=0",
+            mig[0],
+            mig[1],
+            "--compute",
+            "--utility",
+        ],
+        MIG_AFTER,
+        &[],
+    );
+    assert_mig_capabilities(&r, "root in a user namespace", "ENXIO");
+    assert_eq!(r.gpus(), [0], "{}", r.stdout);
+    let r = s.run_argv(
+        As::Root,
+        true,
+        &s.rootfs("m2", As::Root),
+        &[
+            "--user",
+            "--debug=/dev/stderr",
+            "configure",
+            "--no-cgroups",
+            "--ldconfig=@/sbin/ldconfig",
+            "--device=1\\,2",
+            mig[0],
+            mig[1],
+            "--compute",
+            "--utility",
+        ],
+        MIG_AFTER,
+        &[],
+    );
+    assert_mig_capabilities(&r, "root", "ENXIO");
+    assert_eq!(r.gpus(), [1, 2], "{}", r.stdout);
+    // The unprivileged user: the files, and the host's 0444 nodes it may not open read-write.
+    let r = s.run_argv(
+        As::User,
+        true,
+        &s.rootfs("m3", As::User),
+        &[
+            "--user",
+            "configure",
+            "--no-cgroups",
+            "--ldconfig=@/sbin/ldconfig",
+            "--device=3",
+            "--mig-monitor=all",
+            "--compute",
+            "--utility",
+        ],
+        "cat /proc/driver/nvidia/capabilities/mig/monitor",
+        &[],
+    );
+    ok_run(&r, "user");
+    assert!(
+        r.after.contains("DeviceFileMinor: 2\n"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(
+        r.probe.device("/dev/nvidia-caps/nvidia-cap2"),
+        Some("EACCES"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.probe.device("/dev/nvidia-caps/nvidia-cap1").is_none());
+}
+
+/// libnvidia-container refuses the global MIG capabilities next to MIG devices; and a value
+/// other than `all`, or a host without the capability files, is one line naming what is wrong.
+#[test]
+fn mig_flags_refused() {
+    let s = Site::new();
+    let argv = |extra: &[&'static str]| {
+        let mut a = vec![
+            "--user",
+            "configure",
+            "--no-cgroups",
+            "--ldconfig=@/sbin/ldconfig",
+        ];
+        a.extend_from_slice(extra);
+        a
+    };
+    let r = s.run_argv(
+        As::RootInUserns,
+        true,
+        &s.rootfs("x1", As::RootInUserns),
+        &argv(&["--device=0:1", "--mig-config=all", "--compute"]),
+        "",
+        &[],
+    );
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("--device: 0:1 is a MIG device; the global MIG capabilities"),
+        "{}",
+        r.stderr
+    );
+    let r = s.run_argv(
+        As::RootInUserns,
+        true,
+        &s.rootfs("x2", As::RootInUserns),
+        &argv(&["--device=0", "--mig-config=0", "--compute"]),
+        "",
+        &[],
+    );
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("--mig-config=\"0\": only `all` is accepted"),
+        "{}",
+        r.stderr
+    );
+    // A driver without MIG capabilities: the file is named, nothing is left mounted.
+    std::fs::remove_file(
+        PathBuf::from(s.host.proc_root()).join("driver/nvidia/capabilities/mig/monitor"),
+    )
+    .unwrap();
+    let root = s.rootfs("x3", As::RootInUserns);
+    let r = s.run_argv(
+        As::RootInUserns,
+        true,
+        &root,
+        &argv(&["--device=0", "--mig-monitor=all", "--compute"]),
+        "",
+        &[],
+    );
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("driver/nvidia/capabilities/mig/monitor: No such file"),
+        "{}",
+        r.stderr
+    );
+    assert!(!root.join("proc/driver").exists());
+}
+
+/// `--imex-channel` (the legacy hook's flag for `NVIDIA_IMEX_CHANNELS`): the channels asked
+/// for, and no other, in a restricted `/dev`; a channel the host lacks names its node.
+#[test]
+fn imex_channels_through_the_cli() {
+    let s = Site::with_imex(4);
+    let argv = |extra: &[&'static str]| {
+        let mut a = vec![
+            "--user",
+            "configure",
+            "--no-cgroups",
+            "--ldconfig=@/sbin/ldconfig",
+            "--device=0",
+            "--compute",
+            "--utility",
+        ];
+        a.extend_from_slice(extra);
+        a
+    };
+    let r = s.run_argv(
+        As::RootInUserns,
+        true,
+        &s.rootfs("i1", As::RootInUserns),
+        &argv(&["--imex-channel=1\\,3"]),
+        "",
+        &[],
+    );
+    ok_run(&r, "imex");
+    let channels: Vec<&str> = r
+        .probe
+        .devices
+        .iter()
+        .filter(|(p, _)| p.starts_with("/dev/nvidia-caps-imex-channels/"))
+        .map(|(p, e)| {
+            assert_eq!(e, "ENXIO", "{p}");
+            p.as_str()
+        })
+        .collect();
+    assert_eq!(
+        channels,
+        [
+            "/dev/nvidia-caps-imex-channels/channel1",
+            "/dev/nvidia-caps-imex-channels/channel3"
+        ],
+        "{}",
+        r.stdout
+    );
+    let r = s.run_argv(
+        As::RootInUserns,
+        true,
+        &s.rootfs("i2", As::RootInUserns),
+        &argv(&["--imex-channel=7"]),
+        "",
+        &[],
+    );
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("dev/nvidia-caps-imex-channels/channel7")
+            && r.stderr.contains("mknod -m 666"),
+        "{}",
+        r.stderr
+    );
+    let r = s.run_argv(
+        As::RootInUserns,
+        true,
+        &s.rootfs("i3", As::RootInUserns),
+        &argv(&["--imex-channel=1048576"]),
+        "",
+        &[],
+    );
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("--imex-channel: bad IMEX channel \"1048576\""),
+        "{}",
+        r.stderr
+    );
+}
+
+/// Apptainer `--nvccli` (internal/pkg/util/gpu/nvidia.go, `NVCLIConfigure`): in a user namespace
+/// `nvidia-container-cli --user configure FLAGS ROOTFS`, in setuid mode the same without
+/// `--user`, as root; FLAGS are `--no-cgroups`, then `--device`, `--mig-config`, `--mig-monitor`
+/// in the order of the container's env, the capabilities (`--compute --utility` by default),
+/// each `--require`, and last `--ldconfig=@<host ldconfig>`; the environment is Apptainer's
+/// own plus `PATH=` its default path.
+#[test]
+fn apptainer_nvccli() {
+    let s = Site::new();
+    let path = [(
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    )];
+    let r = s.run_argv(
+        As::User,
+        true,
+        &s.rootfs("a1", As::User),
+        &[
+            "--user",
+            "configure",
+            "--no-cgroups",
+            "--device=2",
+            "--compute",
+            "--utility",
+            "--require=cuda>=12.0",
+            "--ldconfig=@/usr/sbin/ldconfig",
+        ],
+        "",
+        &path,
+    );
+    ok_run(&r, "user namespace");
+    assert_eq!(r.gpus(), [2], "{}", r.stdout);
+    assert!(r.smi.contains("GPU 0"), "{}", r.smi);
+    // setuid mode: as root, no user namespace, MIG capabilities from the env.
+    let r = s.run_argv(
+        As::Root,
+        true,
+        &s.rootfs("a2", As::Root),
+        &[
+            "configure",
+            "--no-cgroups",
+            "--device=0,1",
+            "--mig-config=all",
+            "--mig-monitor=all",
+            "--compute",
+            "--utility",
+            "--ldconfig=@/usr/sbin/ldconfig",
+        ],
+        MIG_AFTER,
+        &path,
+    );
+    assert_mig_capabilities(&r, "setuid", "ENXIO");
+    assert_eq!(r.gpus(), [0, 1], "{}", r.stdout);
+}
+
+/// `nvidia-container-cli list --imex-channel --mig-config --mig-monitor`: after the GPU nodes,
+/// the channels' nodes, then each capability's node and file, as host paths.
+#[test]
+fn list_names_the_imex_channels_and_mig_capabilities() {
+    let s = Site::with_imex(2);
+    let out = Command::new(&s.cli)
+        .args([
+            "list",
+            "--device=1",
+            "--imex-channel=1",
+            "--mig-config=all",
+            "--mig-monitor=all",
+            "--ipcs",
+        ])
+        .env("GPUCTK_CONFIG", &s.config)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dev = s.host.dev_root();
+    let proc = s.host.proc_root();
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == format!("{dev}/dev/nvidia1"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(
+        lines[at + 1..at + 6],
+        [
+            format!("{dev}/dev/nvidia-caps-imex-channels/channel1"),
+            format!("{dev}/dev/nvidia-caps/nvidia-cap1"),
+            format!("{proc}/driver/nvidia/capabilities/mig/config"),
+            format!("{dev}/dev/nvidia-caps/nvidia-cap2"),
+            format!("{proc}/driver/nvidia/capabilities/mig/monitor"),
+        ],
+        "{stdout}"
     );
 }

@@ -1485,3 +1485,112 @@ fn later_calls_go_to_the_runtime_create_used() {
     }
     assert!(!bed.listed().contains(&id), "left behind: {}", bed.listed());
 }
+
+/// `NVIDIA_MIG_CONFIG_DEVICES` / `NVIDIA_MIG_MONITOR_DEVICES` through the legacy prestart hook
+/// (NVIDIA serves them in legacy mode only): refused in an unprivileged container, as NVIDIA's
+/// hook refuses it; given to a privileged one (the capability files read-only and the
+/// `/dev/nvidia-caps` nodes, allowed by the device cgroup). Through the shim's just-in-time
+/// edits they are ignored with a warning, while `NVIDIA_IMEX_CHANNELS` gives its channels.
+#[test]
+fn mig_and_imex_env_through_the_hook_and_the_shim() {
+    let bed = Bed::new("runc", "debian", 2);
+    let legacy = fs::read_to_string(&bed.config).unwrap().replace(
+        "[nvidia-container-runtime]\n",
+        "[nvidia-container-runtime]\nmode = \"legacy\"\n",
+    );
+    let auto = fs::read_to_string(&bed.config).unwrap();
+    fs::write(&bed.config, &legacy).unwrap();
+    let env = [
+        "NVIDIA_VISIBLE_DEVICES=1",
+        "NVIDIA_MIG_CONFIG_DEVICES=all",
+        "NVIDIA_MIG_MONITOR_DEVICES=all",
+    ];
+    bed.set_env(&env);
+    let r = bed.run("mig-unprivileged");
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr.contains(
+            "NVIDIA_MIG_CONFIG_DEVICES: MIG config needs a privileged container (CAP_SYS_ADMIN"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stdout.contains("libcuda ok"), "it ran: {}", r.stdout);
+
+    let privileged = |s: &mut Value| {
+        // As a privileged container has them: the nodes are 0444, as the driver makes them,
+        // and the probe opens them read-write.
+        for set in ["bounding", "effective", "permitted"] {
+            let set = s["process"]["capabilities"][set].as_array_mut().unwrap();
+            set.push(json!("CAP_SYS_ADMIN"));
+            set.push(json!("CAP_DAC_OVERRIDE"));
+        }
+        s["process"]["args"] = json!([
+            "/bin/sh",
+            "-c",
+            "/usr/bin/gpuctk-probe; echo ---smi---; cat /proc/driver/nvidia/capabilities/mig/monitor; \
+             touch /proc/driver/nvidia/capabilities/x 2>/dev/null && echo writable || echo read-only"
+        ]);
+        // The mock driver is not in the kernel's procfs, where the hook binds the files over
+        // the driver's own folder: a tmpfs on /proc/driver stands for it (runc takes no bind
+        // mount inside /proc but this).
+        s["mounts"].as_array_mut().unwrap().push(json!({
+            "destination": "/proc/driver",
+            "type": "tmpfs",
+            "source": "tmpfs",
+            "options": ["nosuid", "nodev", "noexec", "mode=755"]
+        }));
+    };
+    bed.set_env(&env);
+    bed.edit(privileged);
+    let r = bed.run("mig-privileged");
+    r.ok();
+    assert_eq!(r.gpus(), [1], "{}", r.stdout);
+    for n in [
+        "/dev/nvidia-caps/nvidia-cap1",
+        "/dev/nvidia-caps/nvidia-cap2",
+    ] {
+        assert_eq!(r.probe.device(n), Some("ENXIO"), "{n}: {}", r.stdout);
+    }
+    assert_eq!(
+        r.smi, "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\nread-only\n",
+        "{}",
+        r.stdout
+    );
+
+    // The shim in its default mode: the MIG capabilities are ignored with a warning, the
+    // IMEX channel asked is given (the mock host's channel made here).
+    fs::write(&bed.config, &auto).unwrap();
+    let imex_major = bed.host.manifest["imex_major"].as_u64().unwrap() as u32;
+    let dir = PathBuf::from(bed.host.dev_root()).join("dev/nvidia-caps-imex-channels");
+    fs::create_dir_all(&dir).unwrap();
+    let st = Command::new("mknod")
+        .args(["-m", "666"])
+        .arg(dir.join("channel5"))
+        .args(["c", &imex_major.to_string(), "5"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    bed.set_env(&[env[0], env[1], "NVIDIA_IMEX_CHANNELS=5"]);
+    bed.edit(privileged);
+    let r = bed.run("mig-shim");
+    r.ok();
+    assert!(
+        r.stderr
+            .contains("MIG config ignored: served in legacy mode only"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        r.probe.device("/dev/nvidia-caps-imex-channels/channel5"),
+        Some("ENXIO"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.probe.device("/dev/nvidia-caps/nvidia-cap1").is_none());
+    let nodes = bed.spec()["linux"]["devices"].to_string();
+    assert!(
+        nodes.contains("/dev/nvidia-caps-imex-channels/channel5"),
+        "{nodes}"
+    );
+}

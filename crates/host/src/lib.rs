@@ -2,6 +2,7 @@
 //! read from procfs, `/dev` and the driver root's `ld.so.cache` into an [`Inventory`].
 #![deny(missing_docs)]
 
+pub mod caps;
 pub mod catalog;
 pub mod checks;
 pub mod cuda;
@@ -12,6 +13,7 @@ pub mod procfs;
 pub mod resolve;
 pub mod watch;
 
+pub use caps::{CapsError, MigCapability};
 pub use catalog::Capability;
 pub use cuda::{cuda_version_for_branch, cuda_version_known, CudaVersion};
 pub use discover::{discover, DiscoverError, DiscoverOptions};

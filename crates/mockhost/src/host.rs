@@ -21,6 +21,12 @@ pub const NVIDIACTL_MINOR: u32 = 255;
 pub const NVIDIA_MODESET_MINOR: u32 = 254;
 /// Most GPUs a mock host can have (bus ids must stay below 0x100).
 pub const MAX_GPUS: u32 = 64;
+/// Most IMEX channel nodes a mock host makes (the driver's default `ImexChannelCount`).
+pub const MAX_IMEX_CHANNELS: u32 = 2048;
+/// Minor of `/dev/nvidia-caps/nvidia-cap1`, the MIG config capability, as the driver numbers it.
+pub const MIG_CONFIG_MINOR: u32 = 1;
+/// Minor of `/dev/nvidia-caps/nvidia-cap2`, the MIG monitor capability.
+pub const MIG_MONITOR_MINOR: u32 = 2;
 /// Name of the metadata file written into the host directory.
 pub const HOST_JSON: &str = "mock-host.json";
 
@@ -105,6 +111,8 @@ pub struct HostConfig {
     pub seed: String,
     /// ldconfig to run: a bare name is looked up in $PATH, /sbin, /usr/sbin.
     pub ldconfig: PathBuf,
+    /// IMEX channel nodes to make, `channel0` up (the driver makes none by default).
+    pub imex_channels: u32,
 }
 
 impl HostConfig {
@@ -118,6 +126,7 @@ impl HostConfig {
             model: "NVIDIA A100-SXM4-80GB".to_string(),
             seed: "gpuctk".to_string(),
             ldconfig: PathBuf::from("ldconfig"),
+            imex_channels: 0,
         }
     }
 
@@ -133,6 +142,13 @@ impl HostConfig {
                 "driver version",
                 self.driver_version.clone(),
                 "expected digits in the form 570.124.06 or 550.54",
+            ));
+        }
+        if self.imex_channels > MAX_IMEX_CHANNELS {
+            return Err(invalid(
+                "IMEX channel count",
+                self.imex_channels.to_string(),
+                &format!("must be at most {MAX_IMEX_CHANNELS}"),
             ));
         }
         if self.gpus == 0 || self.gpus > MAX_GPUS {
@@ -220,6 +236,15 @@ pub struct MockHost {
     pub lib_dir: String,
     /// Major number given to nvidia-uvm.
     pub uvm_major: u32,
+    /// Major number of the MIG capability nodes (`nvidia-caps`); 0 in a manifest from before.
+    #[serde(default)]
+    pub caps_major: u32,
+    /// Major number of the IMEX channel nodes (`nvidia-caps-imex-channels`).
+    #[serde(default)]
+    pub imex_major: u32,
+    /// IMEX channel nodes made, `channel0` up.
+    #[serde(default)]
+    pub imex_channels: u32,
     /// The GPUs.
     pub gpus: Vec<MockGpu>,
 }
@@ -272,10 +297,15 @@ pub fn create_host(dir: &Path, cfg: &HostConfig) -> Result<MockHost, Error> {
     cfg.validate()?;
     // Pick the major before touching anything so a refusal leaves no debris.
     let real_devices = Path::new("/proc/devices");
-    let uvm_major = procfs::pick_uvm_major(&fs::read_to_string(real_devices).unwrap_or_default())
-        .ok_or_else(|| Error::NoFreeMajor {
+    let real = fs::read_to_string(real_devices).unwrap_or_default();
+    let no_major = || Error::NoFreeMajor {
         path: real_devices.into(),
-    })?;
+    };
+    let uvm_major = procfs::pick_uvm_major(&real).ok_or_else(no_major)?;
+    // The capability majors come after it, from the same free range.
+    let caps_major = procfs::pick_free_major(&real, &[uvm_major]).ok_or_else(no_major)?;
+    let imex_major =
+        procfs::pick_free_major(&real, &[uvm_major, caps_major]).ok_or_else(no_major)?;
     let root = sys::prepare_empty_dir(dir)?;
     let driver_root = match cfg.layout.driver_root_rel() {
         "" => root.clone(),
@@ -292,6 +322,9 @@ pub fn create_host(dir: &Path, cfg: &HostConfig) -> Result<MockHost, Error> {
         proc_root: root.join("proc"),
         lib_dir: cfg.layout.lib_dir().to_string(),
         uvm_major,
+        caps_major,
+        imex_major,
+        imex_channels: cfg.imex_channels,
         gpus: (0..cfg.gpus)
             .map(|i| MockGpu {
                 index: i,
@@ -347,6 +380,29 @@ fn write_device_nodes(host: &MockHost) -> Result<(), Error> {
     )?;
     sys::make_char_device(&dev.join("nvidia-uvm"), host.uvm_major, 0, 0o666)?;
     sys::make_char_device(&dev.join("nvidia-uvm-tools"), host.uvm_major, 1, 0o666)?;
+    // The MIG capability nodes nvidia-modprobe makes, with the mode their files give (0444).
+    let caps = dev.join("nvidia-caps");
+    sys::make_dir(&caps, 0o755)?;
+    for minor in [MIG_CONFIG_MINOR, MIG_MONITOR_MINOR] {
+        sys::make_char_device(
+            &caps.join(format!("nvidia-cap{minor}")),
+            host.caps_major,
+            minor,
+            procfs::CAP_FILE_MODE,
+        )?;
+    }
+    if host.imex_channels > 0 {
+        let imex = dev.join("nvidia-caps-imex-channels");
+        sys::make_dir(&imex, 0o755)?;
+        for id in 0..host.imex_channels {
+            sys::make_char_device(
+                &imex.join(format!("channel{id}")),
+                host.imex_major,
+                id,
+                0o666,
+            )?;
+        }
+    }
     Ok(())
 }
 
@@ -365,9 +421,16 @@ fn write_proc(host: &MockHost) -> Result<(), Error> {
             0o444,
         )?;
     }
+    for (name, minor) in [("config", MIG_CONFIG_MINOR), ("monitor", MIG_MONITOR_MINOR)] {
+        sys::write_file(
+            &nv.join("capabilities/mig").join(name),
+            procfs::cap_file(minor).as_bytes(),
+            0o444,
+        )?;
+    }
     sys::write_file(
         &host.proc_root.join("devices"),
-        procfs::devices_file(host.uvm_major).as_bytes(),
+        procfs::devices_file(host.uvm_major, host.caps_major, host.imex_major).as_bytes(),
         0o444,
     )
 }

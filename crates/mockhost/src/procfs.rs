@@ -133,8 +133,26 @@ pub(crate) fn pick_uvm_major(proc_devices: &str) -> Option<u32> {
         .find(|m| free(m))
 }
 
+/// The highest free major in the kernel's dynamic range (511 down to 234) that is neither
+/// taken on the real machine nor in `used`.
+pub(crate) fn pick_free_major(proc_devices: &str, used: &[u32]) -> Option<u32> {
+    let taken = char_majors(proc_devices);
+    (234..=511)
+        .rev()
+        .find(|m| *m != 195 && !taken.contains(m) && !used.contains(m))
+}
+
+/// The mode the driver gives the MIG capability nodes: `DeviceFileMode: 292`, 0444.
+pub(crate) const CAP_FILE_MODE: u32 = 0o444;
+
+/// `driver/nvidia/capabilities/mig/{config,monitor}`: the node's minor, its mode in decimal and
+/// whether the driver may modify it, as nv-caps.c prints them.
+pub(crate) fn cap_file(minor: u32) -> String {
+    format!("DeviceFileMinor: {minor}\nDeviceFileMode: {CAP_FILE_MODE}\nDeviceFileModify: 1\n")
+}
+
 /// `/proc/devices` for the mock host: ordinary entries plus the driver's.
-pub(crate) fn devices_file(uvm_major: u32) -> String {
+pub(crate) fn devices_file(uvm_major: u32, caps_major: u32, imex_major: u32) -> String {
     let mut chars: Vec<(u32, &str)> = vec![
         (1, "mem"),
         (4, "/dev/vc/0"),
@@ -154,6 +172,8 @@ pub(crate) fn devices_file(uvm_major: u32) -> String {
         (195, "nvidia-frontend"),
         (226, "drm"),
         (uvm_major, "nvidia-uvm"),
+        (caps_major, "nvidia-caps"),
+        (imex_major, "nvidia-caps-imex-channels"),
     ];
     // The kernel lists by major; the sort is stable so equal majors keep order.
     chars.sort_by_key(|(m, _)| *m);
@@ -184,7 +204,14 @@ mod tests {
 
     #[test]
     fn devices_file_round_trips() {
-        let text = devices_file(508);
+        let text = devices_file(508, 507, 506);
+        assert!(text.contains("507 nvidia-caps\n"));
+        assert!(text.contains("506 nvidia-caps-imex-channels\n"));
+        assert_eq!(
+            cap_file(1),
+            "DeviceFileMinor: 1\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+        );
+        assert_eq!(pick_free_major("", &[508, 511]), Some(510));
         assert!(text.contains("195 nvidia-frontend\n"));
         assert!(text.contains("508 nvidia-uvm\n"));
         assert!(text.contains("  1 mem\n"));

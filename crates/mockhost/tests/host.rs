@@ -402,3 +402,59 @@ fn libcuda_carries_the_real_compat_note() {
         serde_json::json!([535, 550, 560, 565, 570, 575])
     );
 }
+
+/// The MIG capability files in the driver's format, byte for byte, the `nvidia-caps` and
+/// `nvidia-caps-imex-channels` majors in /proc/devices, and the nodes they describe.
+#[test]
+fn mig_capabilities_and_imex_channels() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("host");
+    let mut cfg = HostConfig::new("570.124.06", (12, 8));
+    cfg.ldconfig = PathBuf::from(ldconfig());
+    cfg.imex_channels = 3;
+    let host = create_host(&dir, &cfg).unwrap();
+    let caps = host.proc_root.join("driver/nvidia/capabilities/mig");
+    assert_eq!(
+        fs::read_to_string(caps.join("config")).unwrap(),
+        "DeviceFileMinor: 1\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+    );
+    assert_eq!(
+        fs::read_to_string(caps.join("monitor")).unwrap(),
+        "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+    );
+    let devices = fs::read_to_string(host.proc_root.join("devices")).unwrap();
+    assert!(devices.contains(&format!("{} nvidia-caps\n", host.caps_major)));
+    assert!(devices.contains(&format!("{} nvidia-caps-imex-channels\n", host.imex_major)));
+    let majors = [host.uvm_major, host.caps_major, host.imex_major];
+    for m in majors {
+        assert!(!real_char_majors().contains(&m), "{m} is a real driver's");
+    }
+    assert!(majors[0] != majors[1] && majors[1] != majors[2] && majors[0] != majors[2]);
+    let node = |p: &str| {
+        let md = fs::metadata(host.dev_root.join(p)).unwrap();
+        assert!(md.file_type().is_char_device(), "{p}");
+        (
+            libc::major(md.rdev()),
+            libc::minor(md.rdev()),
+            md.mode() & 0o777,
+        )
+    };
+    assert_eq!(
+        node("dev/nvidia-caps/nvidia-cap1"),
+        (host.caps_major, 1, 0o444)
+    );
+    assert_eq!(
+        node("dev/nvidia-caps/nvidia-cap2"),
+        (host.caps_major, 2, 0o444)
+    );
+    assert_eq!(
+        node("dev/nvidia-caps-imex-channels/channel2"),
+        (host.imex_major, 2, 0o666)
+    );
+    assert!(!host
+        .dev_root
+        .join("dev/nvidia-caps-imex-channels/channel3")
+        .exists());
+    assert_eq!(load_host(&dir).unwrap(), host);
+}

@@ -19,8 +19,7 @@ use gpuctk_container::hooks::{judge_cuda_compat, CompatJudgement};
 use gpuctk_container::Root;
 use gpuctk_core::request::Delivery;
 use gpuctk_core::{
-    check_requirements, parse_request, spec_driver_version, stale_reason, Facts, Request,
-    RequireError, Version,
+    judge_cuda_start, parse_request, spec_driver_version, stale_reason, CompatLibrary, Request,
 };
 use gpuctk_host::checks::{self, CharLink, NodeState};
 use gpuctk_host::{cuda_version_for_branch, CudaVersion, DiscoverOptions, DriverVersion, Roots};
@@ -211,7 +210,17 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
     // The config check ran first (the roots come from it) but is shown with the toolkit's.
     let config_checks = std::mem::take(&mut c.0);
     let host = check_driver(&roots, &mut c);
-    check_devices(&roots, &mut c);
+    if host.driver.is_none() && !roots.proc_root.join("driver/nvidia").exists() {
+        // Without the module every node check fails for the same reason: say it once.
+        c.fail(
+            "devices",
+            "nodes",
+            "not checked: the NVIDIA kernel module is not loaded (see driver/kernel-module)",
+            "load the driver first, then run gpuctk doctor again",
+        );
+    } else {
+        check_devices(&roots, &mut c);
+    }
     c.0.extend(config_checks);
     check_low_level_runtime(&cfg, path_env.as_deref(), &mut c);
     let spec_dirs = if a.spec_dirs.is_empty() {
@@ -1237,13 +1246,6 @@ fn find_cudart(root: &Root) -> Option<(CudaVersion, String)> {
     best
 }
 
-/// The compat decision, as facts for the verdict.
-struct Compat {
-    library: String,
-    version: String,
-    cuda: Option<CudaVersion>,
-}
-
 fn check_image(a: &DoctorArgs, cfg: &Config, host: &HostFacts, c: &mut Checks) -> Verdict {
     const G: &str = "image";
     let image = match load_image(a) {
@@ -1366,7 +1368,7 @@ fn check_image(a: &DoctorArgs, cfg: &Config, host: &HostFacts, c: &mut Checks) -
                             u.reason
                         ),
                     );
-                    compat = Some(Compat {
+                    compat = Some(CompatLibrary {
                         library: u.library,
                         version: u.compat_version,
                         cuda,
@@ -1394,113 +1396,20 @@ fn check_image(a: &DoctorArgs, cfg: &Config, host: &HostFacts, c: &mut Checks) -
 
 // ---------------------------------------------------------------- judgements (pure)
 
-/// Will CUDA start in an image needing `image_cuda`, on a host running `driver` (supporting
-/// `host_cuda`), given its request (requirements, `NVIDIA_DISABLE_REQUIRE`) and the compat
-/// library the runtime would use.
+/// The verdict of [`gpuctk_core::judge_cuda_start`] as doctor reports it.
 fn judge_image(
     driver: Option<&str>,
     host_cuda: Option<CudaVersion>,
     image_cuda: Option<CudaVersion>,
     request: Option<&Request>,
-    compat: Option<&Compat>,
+    compat: Option<&CompatLibrary>,
 ) -> Verdict {
-    let fail = |reason: String, fix: String| Verdict {
-        status: Status::Fail,
-        cuda_starts: false,
-        reason,
-        fix: Some(fix),
-    };
-    let Some(driver) = driver else {
-        return fail(
-            "no NVIDIA driver is running on the host".into(),
-            "load the driver (see driver/kernel-module)".into(),
-        );
-    };
-    let Some(request) = request else {
-        return fail(
-            "the runtime refuses the image's request (see image/request)".into(),
-            "fix the image's NVIDIA_* variables".into(),
-        );
-    };
-    // What libcuda the container ends up with: the compat one when it is used and newer.
-    let compat_cuda = compat.and_then(|c| c.cuda);
-    let effective = match (host_cuda, compat_cuda) {
-        (Some(h), Some(c)) => Some(h.max(c)),
-        (h, c) => h.or(c),
-    };
-    let via = match compat {
-        Some(c) if compat_cuda.is_some() && compat_cuda >= host_cuda => {
-            format!(" through the image's compat {} ({})", c.library, c.version)
-        }
-        _ => String::new(),
-    };
-    let fix_for = |need: CudaVersion| {
-        format!(
-            "upgrade the host driver to a branch that supports CUDA {need}, add the CUDA forward-compat package (cuda-compat-{}-{}) to the image (datacenter GPUs), or use an image built for CUDA {} or older",
-            need.major,
-            need.minor,
-            host_cuda.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
-        )
-    };
-    // The requirement engine the runtime uses, with the compat library's CUDA counted.
-    let version = |v: Option<CudaVersion>| v.and_then(|v| v.to_string().parse::<Version>().ok());
-    let facts = Facts {
-        cuda: version(host_cuda),
-        driver: driver.parse::<Version>().ok(),
-        compat_cuda: version(compat_cuda),
-        devices: Vec::new(),
-    };
-    let mut remarks = String::new();
-    match check_requirements(request.active_requirements(), &facts) {
-        Ok(warnings) => {
-            for w in warnings {
-                let _ = write!(remarks, "; {w}");
-            }
-        }
-        Err(e) => {
-            let need = image_cuda.unwrap_or(CudaVersion { major: 0, minor: 0 });
-            let fix = match &e {
-                RequireError::Unmet { .. } => format!(
-                    "{}; or set NVIDIA_DISABLE_REQUIRE=1 in the container to skip the check",
-                    fix_for(need)
-                ),
-                _ => "correct the image's NVIDIA_REQUIRE_* variables".to_string(),
-            };
-            return fail(format!("the runtime refuses to start it: {e}"), fix);
-        }
-    }
-    if request.disable_require && !request.requirements.is_empty() {
-        remarks.push_str(" (requirements not checked: NVIDIA_DISABLE_REQUIRE)");
-    }
-    let skipped = remarks;
-    match (image_cuda, effective) {
-        (Some(need), Some(have)) if need.major > have.major => fail(
-            format!(
-                "its CUDA {need} runtime needs a CUDA {}.x driver, the host's{via} supports CUDA {have}: cudaErrorInsufficientDriver (CUDA driver version is insufficient for CUDA runtime version){skipped}",
-                need.major
-            ),
-            fix_for(need),
-        ),
-        (Some(need), Some(have)) if need > have => Verdict {
-            status: Status::Ok,
-            cuda_starts: true,
-            reason: format!(
-                "its CUDA {need} runtime runs on the host's CUDA {have}{via} by CUDA minor version compatibility (features of {need} and PTX newer than {have} are not available){skipped}"
-            ),
-            fix: None,
-        },
-        (Some(need), Some(have)) => Verdict {
-            status: Status::Ok,
-            cuda_starts: true,
-            reason: format!("its CUDA {need} runtime is supported by CUDA {have}{via} (driver {driver}){skipped}"),
-            fix: None,
-        },
-        _ => Verdict {
-            status: Status::Ok,
-            cuda_starts: true,
-            reason: format!("the driver {driver} is there and nothing in the image asks for more{via}{skipped}"),
-            fix: None,
-        },
+    let v = judge_cuda_start(driver, host_cuda, image_cuda, request, compat);
+    Verdict {
+        status: if v.starts { Status::Ok } else { Status::Fail },
+        cuda_starts: v.starts,
+        reason: v.reason,
+        fix: v.fix,
     }
 }
 
@@ -1512,46 +1421,14 @@ mod tests {
         Some(CudaVersion { major, minor })
     }
 
-    fn request(env: &[&str]) -> Request {
-        let config = serde_json::json!({"process": {"env": env}});
-        parse_request(&config, &Default::default(), Delivery::Shim).unwrap()
-    }
-
     #[test]
-    fn verdicts() {
-        let legacy = request(&["CUDA_VERSION=12.9.1"]);
-        let d = Some("570.124.06");
-        // No driver: nothing starts.
-        let r = judge_image(None, None, v(12, 9), Some(&legacy), None);
-        assert!(!r.cuda_starts && r.status == Status::Fail);
-        // The legacy requirement cuda>=12.9 against CUDA 12.8.
-        let r = judge_image(d, v(12, 8), v(12, 9), Some(&legacy), None);
-        assert!(
-            !r.cuda_starts && r.reason.contains("cuda>=12.9"),
-            "{}",
-            r.reason
-        );
-        // A compat library bringing CUDA 12.9 meets it.
-        let compat = Compat {
-            library: "/usr/local/cuda/compat/libcuda.so.575.57.08".into(),
-            version: "575.57.08".into(),
-            cuda: v(12, 9),
-        };
-        let r = judge_image(d, v(12, 8), v(12, 9), Some(&legacy), Some(&compat));
-        assert!(r.cuda_starts && r.reason.contains("compat"), "{}", r.reason);
-        // Requirements off: a newer minor runs, a newer major does not.
-        let off = request(&["CUDA_VERSION=12.9.1", "NVIDIA_DISABLE_REQUIRE=true"]);
-        let r = judge_image(d, v(12, 8), v(12, 9), Some(&off), None);
+    fn verdict_status_follows_core() {
+        let config = serde_json::json!({"process": {"env": ["CUDA_VERSION=12.9.1"]}});
+        let legacy = parse_request(&config, &Default::default(), Delivery::Shim).unwrap();
+        let r = judge_image(Some("570.124.06"), v(12, 8), v(12, 9), Some(&legacy), None);
+        assert!(!r.cuda_starts && r.status == Status::Fail, "{}", r.reason);
+        let r = judge_image(Some("570.124.06"), v(12, 9), v(12, 9), Some(&legacy), None);
         assert!(r.cuda_starts && r.status == Status::Ok, "{}", r.reason);
-        let r = judge_image(d, v(12, 8), v(13, 0), Some(&off), None);
-        assert!(
-            !r.cuda_starts && r.reason.contains("insufficient"),
-            "{}",
-            r.reason
-        );
-        // An image that asks for nothing.
-        let r = judge_image(d, v(12, 8), None, Some(&request(&[])), None);
-        assert!(r.cuda_starts, "{}", r.reason);
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
     };
     cfg.model = a.model.clone();
     cfg.ldconfig = a.ldconfig.clone();
+    cfg.imex_channels = a.imex_channels;
     Ok(cfg)
 }
 
