@@ -297,6 +297,8 @@ fn system_dev_char_watch_links_new_nodes_until_sigterm() {
     let root = h.dev_root();
     let dev = std::path::Path::new(&root).join("dev");
     let chars = t.join("char");
+    // The MIG capability folder appears while it watches (the mock host has one: gone first).
+    let _ = std::fs::remove_dir_all(dev.join("nvidia-caps"));
     let child = gpuctk(&[
         "system",
         "create-dev-char-symlinks",
