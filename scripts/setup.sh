@@ -11,7 +11,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman ca-certificates curl strace"
+PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman uidmap ca-certificates curl strace"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -57,7 +57,7 @@ pub enum ContainerdError {
 }
 
 /// The CRI plugin's table name for a config version.
-fn cri_plugin(version: i64) -> &'static str {
+pub(crate) fn cri_plugin(version: i64) -> &'static str {
     match version {
         1 => "cri",
         2 => "io.containerd.grpc.v1.cri",
@@ -77,6 +77,23 @@ fn config_version(path: &Path, doc: &DocumentMut) -> Result<i64, ContainerdError
             }),
         },
     }
+}
+
+/// The config version of the main config `current`: 2 for an absent or blank file, the version
+/// configure writes then.
+pub(crate) fn version_of(path: &Path, current: Option<&[u8]>) -> Result<i64, ContainerdError> {
+    match parse_main(path, current)? {
+        Some(doc) => config_version(path, &doc),
+        None => Ok(2),
+    }
+}
+
+/// Our drop-in, when the main config `current` imports a directory it would go to.
+pub(crate) fn drop_in_of(
+    path: &Path,
+    current: Option<&[u8]>,
+) -> Result<Option<PathBuf>, ContainerdError> {
+    Ok(parse_main(path, current)?.and_then(|doc| drop_in_target(path, &doc).map(|t| t.path)))
 }
 
 /// Parse the main config; `None` for an absent or blank file.
@@ -547,8 +564,10 @@ fn remove_runtime(doc: &mut DocumentMut, version: i64, name: &str) -> bool {
 }
 
 /// Remove what [`configure`] added: our runtime from the main file (and the default-runtime
-/// switch if it names us), and our drop-in when the main file imports one. `enable_cdi` is left
-/// as it is: we cannot tell whether configure or the admin turned it on, and CDI on is harmless.
+/// switch if it names us), and our drop-in when the main file imports one. `enable_cdi` and a
+/// default configure replaced are put back by [`crate::added`] from its ledger before this runs;
+/// with no ledger `enable_cdi` is left as it is (nothing tells whether configure or the admin
+/// turned it on).
 pub fn unconfigure(
     config_path: &Path,
     current: Option<&[u8]>,

@@ -39,7 +39,10 @@ pub enum DockerError {
 }
 
 /// Parse `daemon.json`; an absent or blank file is `{}`.
-fn parse(path: &Path, current: Option<&[u8]>) -> Result<Map<String, Value>, DockerError> {
+pub(crate) fn parse(
+    path: &Path,
+    current: Option<&[u8]>,
+) -> Result<Map<String, Value>, DockerError> {
     let bytes = current.unwrap_or(b"");
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
@@ -68,7 +71,7 @@ fn strip_position(msg: &str) -> String {
 }
 
 /// The object under `key`, created (at the end) when absent.
-fn object_mut<'a>(
+pub(crate) fn object_mut<'a>(
     path: &Path,
     m: &'a mut Map<String, Value>,
     key: &str,
@@ -84,7 +87,7 @@ fn object_mut<'a>(
 
 /// Pretty JSON, 4-space indent, trailing newline: serde_json's pretty layout (`{}` and `[]`
 /// for empty containers, `"key": value`) with the indent NVIDIA uses.
-fn render(m: &Map<String, Value>) -> Vec<u8> {
+pub(crate) fn render(m: &Map<String, Value>) -> Vec<u8> {
     fn write(out: &mut String, v: &Value, depth: usize) {
         let pad = |out: &mut String, d: usize| out.extend(std::iter::repeat_n("    ", d));
         match v {
@@ -155,9 +158,9 @@ pub fn configure(path: &Path, current: Option<&[u8]>, opts: &Options) -> Result<
 }
 
 /// Remove `runtimes.<name>` (and `runtimes` when that empties it) and a `default-runtime`
-/// naming it; docker's default is then `runc` again. `features.cdi` stays: nothing tells us
-/// whether configure or the admin set it, and CDI on is harmless (docker 28 turns it on by
-/// default).
+/// naming it; docker's default is then `runc` again. `features.cdi`, and a `default-runtime`
+/// configure replaced, are put back by [`crate::added`] from its ledger before this runs; with no
+/// ledger `features.cdi` stays (nothing tells whether configure or the admin set it).
 pub fn unconfigure(
     path: &Path,
     current: Option<&[u8]>,

@@ -13,6 +13,9 @@
 //! applies them while holding it. Drop-ins we own (CRI-O's `99-nvidia.toml`, containerd's imported
 //! one) are edited in place like the main file, so each run adds its runtime next to the others'.
 //!
+//! Settings configure changes besides its runtime entry (a default runtime, CDI on) are recorded
+//! in a ledger beside the config ([`added`]), from which unconfigure puts back what was there.
+//!
 //! Unlike NVIDIA, which decodes the whole file into a map and re-encodes it (dropping comments
 //! and reordering keys, pain point 11 in the facts), every edit here touches only the keys it
 //! owns: TOML goes through `toml_edit`, so everything else stays byte-for-byte; JSON keeps key
@@ -24,6 +27,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+pub mod added;
 pub mod apply;
 pub mod containerd;
 pub mod crio;
@@ -234,6 +238,9 @@ pub enum EngineError {
     /// Editing CRI-O's config failed.
     #[error(transparent)]
     Crio(#[from] crio::CrioError),
+    /// The ledger of settings configure changed is not readable.
+    #[error(transparent)]
+    Ledger(#[from] added::LedgerError),
     /// The OCI hook file cannot be written or removed.
     #[error(transparent)]
     OciHook(#[from] ocihook::OciHookError),
@@ -283,11 +290,12 @@ pub fn configure_with(
     opts: &Options,
     read: ReadFile<'_>,
 ) -> Result<Vec<Edit>, EngineError> {
-    match engine {
-        Engine::Docker => Ok(vec![docker::configure(config_path, current, opts)?]),
-        Engine::Containerd => containerd::configure(config_path, current, opts, read),
-        Engine::Crio => crio::configure(config_path, current, opts, read),
-    }
+    let edits = match engine {
+        Engine::Docker => vec![docker::configure(config_path, current, opts)?],
+        Engine::Containerd => containerd::configure(config_path, current, opts, read)?,
+        Engine::Crio => return crio::configure(config_path, current, opts, read),
+    };
+    added::on_configure(engine, config_path, current, opts, read, edits)
 }
 
 /// Remove what [`configure`] added. `opts.runtime_name` names the runtime to remove.
@@ -308,13 +316,21 @@ pub fn unconfigure_with(
     opts: &Options,
     read: ReadFile<'_>,
 ) -> Result<Vec<Edit>, EngineError> {
-    match engine {
-        Engine::Docker => Ok(docker::unconfigure(config_path, current, opts)?
+    let engine_unconfigure = |cur: Option<&[u8]>, read: ReadFile<'_>| match engine {
+        Engine::Docker => Ok(docker::unconfigure(config_path, cur, opts)?
             .into_iter()
             .collect()),
-        Engine::Containerd => containerd::unconfigure(config_path, current, opts, read),
-        Engine::Crio => crio::unconfigure(config_path, current, opts, read),
-    }
+        Engine::Containerd => containerd::unconfigure(config_path, cur, opts, read),
+        Engine::Crio => crio::unconfigure(config_path, cur, opts, read),
+    };
+    added::unconfigure(
+        engine,
+        config_path,
+        current,
+        opts,
+        read,
+        &engine_unconfigure,
+    )
 }
 
 /// Read a drop-in through `read`, naming it on error.

@@ -30,11 +30,57 @@ fn no_files(_: &Path) -> std::io::Result<Option<Vec<u8>>> {
     Ok(None)
 }
 
-fn conf(engine: Engine, path: &str, cur: Option<&[u8]>, o: &Options) -> Vec<Edit> {
-    configure_with(engine, Path::new(path), cur, o, &no_files).unwrap()
+thread_local! {
+    /// The ledgers (`gpuctk_engines::added`) `conf` and `unconf` wrote, by path: each test runs
+    /// on its own thread, so each has its own.
+    static LEDGERS: std::cell::RefCell<std::collections::HashMap<PathBuf, Vec<u8>>> =
+        Default::default();
 }
 
+fn is_ledger(p: &Path) -> bool {
+    p.to_string_lossy()
+        .ends_with(gpuctk_engines::added::LEDGER_SUFFIX)
+}
+
+/// Reads the ledgers written so far; every other file is absent.
+fn ledgers_only(p: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    Ok(LEDGERS.with(|l| l.borrow().get(p).cloned()))
+}
+
+/// Keep the ledger edits in `LEDGERS`, return the others.
+fn keep_ledgers(edits: Vec<Edit>) -> Vec<Edit> {
+    edits
+        .into_iter()
+        .filter(|e| {
+            if !is_ledger(&e.path) {
+                return true;
+            }
+            LEDGERS.with(|l| {
+                let mut l = l.borrow_mut();
+                assert_eq!(l.get(&e.path), e.before.as_ref(), "ledger before");
+                if e.delete {
+                    l.remove(&e.path);
+                } else {
+                    l.insert(e.path.clone(), e.after.clone());
+                }
+            });
+            false
+        })
+        .collect()
+}
+
+/// configure, with its ledger kept in `LEDGERS` (and not returned).
+fn conf(engine: Engine, path: &str, cur: Option<&[u8]>, o: &Options) -> Vec<Edit> {
+    keep_ledgers(configure_with(engine, Path::new(path), cur, o, &ledgers_only).unwrap())
+}
+
+/// unconfigure, reading and updating the ledgers `conf` kept.
 fn unconf(engine: Engine, path: &str, cur: Option<&[u8]>, o: &Options) -> Vec<Edit> {
+    keep_ledgers(unconfigure_with(engine, Path::new(path), cur, o, &ledgers_only).unwrap())
+}
+
+/// unconfigure as an older version's configure left it: no ledger.
+fn unconf_without_ledger(engine: Engine, path: &str, cur: Option<&[u8]>, o: &Options) -> Vec<Edit> {
     unconfigure_with(engine, Path::new(path), cur, o, &no_files).unwrap()
 }
 
@@ -202,17 +248,20 @@ fn unconfigure_restores_the_original_bytes() {
 
 #[test]
 fn set_as_default_on_a_file_without_the_key_reverts_to_runc() {
-    // v1 fixture: the containerd table has other keys but no default_runtime_name, so
-    // unconfigure cannot know the key was absent; it writes containerd's own default.
+    // v1 fixture: the containerd table has other keys but no default_runtime_name. With the
+    // ledger, unconfigure knows the key was absent and removes it; without one (a config an
+    // older version configured) it cannot know, and writes containerd's own default.
     let orig = data("containerd-v1.toml");
     let o = opts(true, false);
     let c = conf(Engine::Containerd, "/c.toml", Some(&orig), &o);
-    let u = unconf(Engine::Containerd, "/c.toml", Some(&c[0].after), &o);
-    let want = String::from_utf8(orig).unwrap().replace(
+    let u = unconf_without_ledger(Engine::Containerd, "/c.toml", Some(&c[0].after), &o);
+    let want = String::from_utf8(orig.clone()).unwrap().replace(
         "no_pivot = false\n",
         "no_pivot = false\n      default_runtime_name = \"runc\"\n",
     );
     assert_bytes("v1 default", &u[0].after, want.as_bytes());
+    let u = unconf(Engine::Containerd, "/c.toml", Some(&c[0].after), &o);
+    assert_bytes("v1 default, ledger", &u[0].after, &orig);
 }
 
 #[test]
@@ -231,11 +280,13 @@ fn containerd_default_in_a_table_of_its_own_is_removed_whole() {
 }
 
 #[test]
-fn cdi_is_left_on_by_unconfigure() {
+fn cdi_is_put_back_by_unconfigure_and_left_on_without_a_ledger() {
     let orig = data("containerd-v2.toml");
     let o = opts(false, true);
     let c = conf(Engine::Containerd, "/c.toml", Some(&orig), &o);
     let u = unconf(Engine::Containerd, "/c.toml", Some(&c[0].after), &o);
+    assert_bytes("cdi, ledger", &u[0].after, &orig);
+    let u = unconf_without_ledger(Engine::Containerd, "/c.toml", Some(&c[0].after), &o);
     let want = String::from_utf8(orig)
         .unwrap()
         .replace("enable_cdi = false", "enable_cdi = true");
@@ -570,10 +621,11 @@ fn docker_other_layouts() {
     let o = opts(true, false);
     let c = conf(Engine::Docker, "/d.json", Some(two), &o);
     let u = unconf(Engine::Docker, "/d.json", Some(&c[0].after), &o);
+    // The user's own default comes back, where it was.
     assert_bytes(
         "2-space",
         &u[0].after,
-        b"{\n    \"log-driver\": \"journald\"\n}\n",
+        b"{\n    \"log-driver\": \"journald\",\n    \"default-runtime\": \"runc\"\n}\n",
     );
     // An already-configured file in any layout is left byte-for-byte alone.
     let compact = format!("{{\"runtimes\":{{\"nvidia\":{{\"path\":\"{BIN}\",\"args\":[]}}}}}}");
@@ -1186,4 +1238,274 @@ fn containerd_passes_cdi_annotations_to_our_runtime() {
         e,
         "/c.toml: `plugins.io.containerd.grpc.v1.cri.containerd.runtimes.nvidia.container_annotations` is a string, expected an array of strings (fix or remove it)"
     );
+}
+
+// ---- the ledger of settings configure changed (gpuctk_engines::added) ----
+
+fn with_flags(name: &str, set_as_default: bool, enable_cdi: bool) -> Options {
+    Options {
+        runtime_name: name.into(),
+        ..opts(set_as_default, enable_cdi)
+    }
+}
+
+fn json_at(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn docker_unconfigure_puts_back_exactly_what_configure_changed() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("daemon.json");
+    let ledger = gpuctk_engines::added::ledger_path(&p);
+    let original = "{\n    \"log-level\": \"warn\",\n    \"default-runtime\": \"crun\"\n}\n";
+    fs::write(&p, original).unwrap();
+
+    // Two runtimes, each as default with CDI: the second default replaces the first.
+    run_locked(Engine::Docker, &p, &with_flags("a", true, true), false);
+    run_locked(Engine::Docker, &p, &with_flags("b", true, true), false);
+    let v = json_at(&p);
+    assert_eq!(v["default-runtime"], "b");
+    assert_eq!(v["features"]["cdi"], true);
+    assert!(ledger.is_file());
+    // Unconfigure the first: b stays the default, CDI stays on (b asked for it too).
+    run_locked(Engine::Docker, &p, &with_flags("a", false, false), true);
+    let v = json_at(&p);
+    assert_eq!(v["default-runtime"], "b");
+    assert_eq!(v["features"]["cdi"], true);
+    assert!(v["runtimes"].get("a").is_none());
+    // Unconfigure the second: the user's crun is the default again, where it was, and CDI is
+    // gone; so is the ledger.
+    run_locked(Engine::Docker, &p, &with_flags("b", false, false), true);
+    assert_eq!(fs::read_to_string(&p).unwrap(), original);
+    assert!(!ledger.exists(), "no ledger left behind");
+    assert_eq!(
+        fs::read_to_string(d.path().join("daemon.json.bak")).unwrap(),
+        original,
+        "the .bak keeps the user's original"
+    );
+    assert!(!d.path().join("daemon.json.gpuctk-added.json.bak").exists());
+}
+
+#[test]
+fn docker_keeps_the_users_own_cdi_and_a_value_changed_since() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("daemon.json");
+    let ledger = gpuctk_engines::added::ledger_path(&p);
+    // The user's own features.cdi: configure finds it on and records nothing.
+    let own = "{\n    \"features\": {\n        \"cdi\": true\n    }\n}\n";
+    fs::write(&p, own).unwrap();
+    run_locked(
+        Engine::Docker,
+        &p,
+        &with_flags("nvidia", false, true),
+        false,
+    );
+    assert!(!ledger.exists());
+    run_locked(Engine::Docker, &p, &with_flags("nvidia", false, true), true);
+    assert_eq!(fs::read_to_string(&p).unwrap(), own);
+
+    // Ours, then changed by the admin: their value stays.
+    let p2 = d.path().join("other/daemon.json");
+    run_locked(
+        Engine::Docker,
+        &p2,
+        &with_flags("nvidia", true, true),
+        false,
+    );
+    assert!(
+        !d.path().join("other/daemon.json.bak").exists(),
+        "created from nothing: no .bak"
+    );
+    let mut v = json_at(&p2);
+    v["features"]["cdi"] = false.into();
+    fs::write(&p2, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    run_locked(Engine::Docker, &p2, &with_flags("nvidia", true, true), true);
+    let v = json_at(&p2);
+    assert_eq!(v["features"]["cdi"], false, "{v}");
+    assert!(v.get("default-runtime").is_none(), "{v}");
+    assert!(v.get("runtimes").is_none(), "{v}");
+    assert!(!gpuctk_engines::added::ledger_path(&p2).exists());
+}
+
+#[test]
+fn default_chain_unwinds_in_either_order() {
+    for first_out in ["a", "b"] {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.toml");
+        let orig = data("containerd-v2.toml");
+        fs::write(&p, &orig).unwrap();
+        run_locked(Engine::Containerd, &p, &with_flags("a", true, true), false);
+        run_locked(Engine::Containerd, &p, &with_flags("b", true, true), false);
+        let text = fs::read_to_string(&p).unwrap();
+        assert!(text.contains("default_runtime_name = \"b\""), "{text}");
+        run_locked(Engine::Containerd, &p, &named(first_out), true);
+        let text = fs::read_to_string(&p).unwrap();
+        let want_default = if first_out == "a" { "b" } else { "a" };
+        assert!(
+            text.contains(&format!("default_runtime_name = \"{want_default}\"")),
+            "{first_out} out first:\n{text}"
+        );
+        assert!(text.contains("enable_cdi = true"), "{text}");
+        run_locked(Engine::Containerd, &p, &named(want_default), true);
+        assert_bytes("chain", &fs::read(&p).unwrap(), &orig);
+        assert!(!gpuctk_engines::added::ledger_path(&p).exists());
+    }
+}
+
+#[test]
+fn containerd_drop_in_default_goes_back_to_the_main_files() {
+    let d = tempfile::tempdir().unwrap();
+    let main = d.path().join("config.toml");
+    let text = String::from_utf8(data("containerd-v2-imports.toml"))
+        .unwrap()
+        .replace(
+            "/etc/containerd/conf.d",
+            &d.path().join("conf.d").to_string_lossy(),
+        );
+    fs::write(&main, &text).unwrap();
+    run_locked(
+        Engine::Containerd,
+        &main,
+        &with_flags("a", true, true),
+        false,
+    );
+    run_locked(Engine::Containerd, &main, &named("b"), false);
+    let drop_in = d.path().join("conf.d/99-nvidia.toml");
+    let got = fs::read_to_string(&drop_in).unwrap();
+    assert!(got.contains("default_runtime_name = \"a\""), "{got}");
+    run_locked(Engine::Containerd, &main, &named("a"), true);
+    let got = fs::read_to_string(&drop_in).unwrap();
+    assert!(has_runtime(Engine::Containerd, &got, "b"), "{got}");
+    assert!(got.contains("default_runtime_name = \"runc\""), "{got}");
+    assert!(!got.contains("enable_cdi"), "{got}");
+    run_locked(Engine::Containerd, &main, &named("b"), true);
+    assert!(!drop_in.exists());
+    assert_eq!(fs::read_to_string(&main).unwrap(), text);
+    assert!(!gpuctk_engines::added::ledger_path(&main).exists());
+}
+
+#[test]
+fn a_crash_between_ledger_and_config_is_harmless() {
+    for engine in [Engine::Docker, Engine::Containerd] {
+        let d = tempfile::tempdir().unwrap();
+        let (file, fixture) = match engine {
+            Engine::Docker => ("daemon.json", "daemon.json"),
+            _ => ("config.toml", "containerd-v2.toml"),
+        };
+        let p = d.path().join(file);
+        let orig = data(fixture);
+        fs::write(&p, &orig).unwrap();
+        let o = with_flags("nvidia", true, true);
+        // configure writes the ledger first; stop right after it.
+        let edits = read_edits(engine, &p, &o);
+        assert!(is_ledger(&edits[0].path), "{engine}: ledger first");
+        apply(&edits[..1]).unwrap();
+        // unconfigure finds the ledger's values not in the file: it changes nothing there
+        // and drops the ledger.
+        run_locked(engine, &p, &o, true);
+        assert_bytes("crash", &fs::read(&p).unwrap(), &orig);
+        assert!(!gpuctk_engines::added::ledger_path(&p).exists());
+
+        // configure complete; unconfigure writes the config first: stop right after it, then
+        // run it again.
+        run_locked(engine, &p, &o, false);
+        let cur = fs::read(&p).unwrap();
+        let edits = gpuctk_engines::unconfigure(engine, &p, Some(&cur), &o).unwrap();
+        assert!(
+            is_ledger(&edits.last().unwrap().path),
+            "{engine}: ledger last"
+        );
+        apply(&edits[..edits.len() - 1]).unwrap();
+        run_locked(engine, &p, &o, true);
+        assert_bytes("crash 2", &fs::read(&p).unwrap(), &orig);
+        assert!(!gpuctk_engines::added::ledger_path(&p).exists());
+    }
+}
+
+#[test]
+fn parallel_configures_with_default_and_cdi_unwind_to_the_original() {
+    for (engine, file, fixture) in [
+        (Engine::Docker, "daemon.json", "daemon.json"),
+        (Engine::Containerd, "config.toml", "containerd-v2.toml"),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(file);
+        let orig = data(fixture);
+        fs::write(&p, &orig).unwrap();
+        for remove in [false, true] {
+            std::thread::scope(|s| {
+                for i in 0..12 {
+                    let p = &p;
+                    s.spawn(move || {
+                        run_locked(
+                            engine,
+                            p,
+                            &with_flags(&format!("rt{i}"), true, true),
+                            remove,
+                        )
+                    });
+                }
+            });
+        }
+        assert_bytes(file, &fs::read(&p).unwrap(), &orig);
+        assert!(!gpuctk_engines::added::ledger_path(&p).exists());
+    }
+}
+
+#[test]
+fn a_broken_ledger_is_named_with_the_fix() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("daemon.json");
+    run_locked(
+        Engine::Docker,
+        &p,
+        &with_flags("nvidia", false, true),
+        false,
+    );
+    fs::write(gpuctk_engines::added::ledger_path(&p), "{").unwrap();
+    let cur = fs::read(&p).unwrap();
+    let e = gpuctk_engines::unconfigure(Engine::Docker, &p, Some(&cur), &named("nvidia"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("daemon.json.gpuctk-added.json") && e.contains("remove it"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_table_the_user_wrote_stays_even_when_emptied() {
+    // An explicit, empty CRI header and an empty docker "features": the user's, kept.
+    let toml = "version = 2\n\n[plugins]\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n      default_runtime_name = \"runc\"\n";
+    let json = "{\n    \"features\": {}\n}\n";
+    // And none at all: the tables configure added go with their keys.
+    let bare_json = "{\n    \"debug\": true\n}\n";
+    let bare_toml = "version = 2\n";
+    for (engine, file, text) in [
+        (Engine::Containerd, "config.toml", toml),
+        (Engine::Containerd, "config.toml", bare_toml),
+        (Engine::Docker, "daemon.json", json),
+        (Engine::Docker, "daemon.json", bare_json),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(file);
+        fs::write(&p, text).unwrap();
+        run_locked(engine, &p, &with_flags("a", true, true), false);
+        run_locked(engine, &p, &with_flags("b", true, true), false);
+        run_locked(engine, &p, &named("a"), true);
+        run_locked(engine, &p, &named("b"), true);
+        let got = fs::read_to_string(&p).unwrap();
+        if text == bare_toml {
+            // The runtimes table configure added keeps its (now empty) parents' place in the
+            // plugins tree: only what the ledger records is checked here.
+            assert!(
+                !got.contains("enable_cdi") && !got.contains("default_runtime_name"),
+                "{got}"
+            );
+        } else {
+            assert_eq!(got, text, "{engine}");
+        }
+        assert!(!gpuctk_engines::added::ledger_path(&p).exists());
+    }
 }

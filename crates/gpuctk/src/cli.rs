@@ -139,6 +139,9 @@ pub struct DevCharArgs {
     /// With --create-all: also create the missing control device nodes
     #[arg(long, env = "CREATE_DEVICE_NODES")]
     pub create_device_nodes: bool,
+    /// Then keep watching the driver root's /dev and link each new NVIDIA node as it appears, until SIGINT or SIGTERM
+    #[arg(long, env = "WATCH")]
+    pub watch: bool,
     #[command(flatten)]
     pub roots: SystemRoots,
 }
@@ -384,7 +387,7 @@ pub struct GenerateArgs {
     /// Write the spec even when the driver root holds no libcuda of the running driver (no container could use CUDA with it)
     #[arg(long)]
     pub allow_missing_libcuda: bool,
-    /// The hook binary written into the spec's hooks [default: this binary]
+    /// The hook binary written into the spec's hooks [default: nvidia-cdi-hook in PATH, else /usr/bin/nvidia-cdi-hook]
     #[arg(
         long = "nvidia-cdi-hook-path",
         visible_alias = "nvidia-ctk-path",

@@ -141,8 +141,12 @@ pub enum ConfigError {
 }
 
 /// The config path: `GPUCTK_CONFIG`, else `NVIDIA_CTK_CONFIG_FILE_PATH`, else
-/// `$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml`, else the default. The flag given
-/// says whether the file must exist (a path named by a variable must).
+/// `$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml` when it exists, else the default. The
+/// flag given says whether the file must exist (a path named by a variable must).
+///
+/// `XDG_CONFIG_HOME` unset means `$HOME/.config`, as the XDG base-directory spec says (NVIDIA
+/// goes straight to `/etc` then). That is what lets a rootless podman user choose a config:
+/// podman runs its runtime's `create` with `HOME` but without `XDG_CONFIG_HOME` (docs/engines.md).
 pub fn config_path(env: &dyn Fn(&str) -> Option<String>) -> (PathBuf, bool) {
     if let Some(p) = env("GPUCTK_CONFIG").filter(|p| !p.is_empty()) {
         return (PathBuf::from(p), true);
@@ -150,8 +154,16 @@ pub fn config_path(env: &dyn Fn(&str) -> Option<String>) -> (PathBuf, bool) {
     if let Some(p) = env("NVIDIA_CTK_CONFIG_FILE_PATH").filter(|p| !p.is_empty()) {
         return (PathBuf::from(p), true);
     }
-    if let Some(x) = env("XDG_CONFIG_HOME").filter(|p| !p.is_empty()) {
-        let p = Path::new(&x).join("nvidia-container-runtime/config.toml");
+    let xdg = env("XDG_CONFIG_HOME")
+        .filter(|p| Path::new(p).is_absolute())
+        .map(PathBuf::from)
+        .or_else(|| {
+            env("HOME")
+                .filter(|h| Path::new(h).is_absolute())
+                .map(|h| Path::new(&h).join(".config"))
+        });
+    if let Some(x) = xdg {
+        let p = x.join("nvidia-container-runtime/config.toml");
         if p.exists() {
             return (p, false);
         }
@@ -767,5 +779,36 @@ allow-gdrcopy = true
             config_path(&env(&[("NVIDIA_CTK_CONFIG_FILE_PATH", "/a")])),
             (PathBuf::from("/a"), true)
         );
+        // The per-user file: $XDG_CONFIG_HOME, else $HOME/.config; only when it exists.
+        // No tempfile here: this file is also compiled into the fuzzing crate.
+        let d = std::env::temp_dir().join(format!("gpuctk-config-home-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let home: &'static str = Box::leak(d.to_str().unwrap().to_string().into_boxed_str());
+        let xdg: &'static str = Box::leak(format!("{home}/.config").into_boxed_str());
+        let vars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([("HOME", home)]));
+        assert_eq!(
+            config_path(&env(vars)),
+            (PathBuf::from(DEFAULT_CONFIG), false)
+        );
+        let file = d.join(".config/nvidia-container-runtime/config.toml");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, "").unwrap();
+        assert_eq!(config_path(&env(vars)), (file.clone(), false));
+        let xvars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+            ("XDG_CONFIG_HOME", xdg),
+            ("HOME", "/nonexistent"),
+        ]));
+        assert_eq!(config_path(&env(xvars)), (file, false));
+        // A relative XDG_CONFIG_HOME is ignored, as the spec says.
+        let rel: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+            ("XDG_CONFIG_HOME", "rel"),
+            ("HOME", "/nonexistent"),
+        ]));
+        assert_eq!(
+            config_path(&env(rel)),
+            (PathBuf::from(DEFAULT_CONFIG), false)
+        );
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -30,15 +30,27 @@ pub fn applies(parsed: &RuncArgs) -> bool {
 
 /// Where the runtime a container was created with is recorded: next to the runtime's state
 /// directory (`--root`, which the engine gives every call on the container), so the record
-/// lives and goes with that state; `/run/gpuctk/runtimes` when no `--root` is given.
-fn record_dir(parsed: &RuncArgs) -> PathBuf {
+/// lives and goes with that state. Without `--root` (rootless podman gives none), the first of
+/// `/run/gpuctk/runtimes` and `$XDG_RUNTIME_DIR/gpuctk-runtimes` that can be written: a
+/// rootless runtime is root only in the user's namespace and cannot write `/run`, and podman
+/// gives every call on a container the user's `XDG_RUNTIME_DIR`. Reads look in both.
+fn record_dirs(parsed: &RuncArgs) -> Vec<PathBuf> {
     match &parsed.root {
         Some(root) => {
             let mut s = root.as_os_str().to_os_string();
             s.push(".gpuctk");
-            PathBuf::from(s)
+            vec![PathBuf::from(s)]
         }
-        None => PathBuf::from("/run/gpuctk/runtimes"),
+        None => {
+            let mut dirs = vec![PathBuf::from("/run/gpuctk/runtimes")];
+            if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+            {
+                dirs.push(x.join("gpuctk-runtimes"));
+            }
+            dirs
+        }
     }
 }
 
@@ -73,19 +85,41 @@ pub fn record_runtime(
     let Some(id) = positionals(args, parsed).last().filter(|id| safe_id(id)) else {
         return Ok(());
     };
-    let dir = record_dir(parsed);
-    std::fs::create_dir_all(&dir)?;
     let opts = gpuctk_atomicfile::Options {
         no_sync: true,
         ..Default::default()
     };
-    gpuctk_atomicfile::replace(&dir.join(id), runtime.as_os_str().as_encoded_bytes(), &opts)
-        .map_err(std::io::Error::other)
+    let mut last = None;
+    for dir in record_dirs(parsed) {
+        let done = std::fs::create_dir_all(&dir).and_then(|()| {
+            gpuctk_atomicfile::replace(&dir.join(id), runtime.as_os_str().as_encoded_bytes(), &opts)
+                .map_err(std::io::Error::other)
+        });
+        match done {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                last = Some(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", dir.display()),
+                ))
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no directory to record in")))
 }
 
 /// The runtime recorded for the container this call names, if any and still executable.
 fn recorded_runtime(args: &[OsString], parsed: &RuncArgs) -> Option<PathBuf> {
-    let dir = record_dir(parsed);
+    for dir in record_dirs(parsed) {
+        if let Some(r) = recorded_in(&dir, args, parsed) {
+            return Some(r);
+        }
+    }
+    None
+}
+
+/// The runtime recorded in `dir` for the container this call names.
+fn recorded_in(dir: &std::path::Path, args: &[OsString], parsed: &RuncArgs) -> Option<PathBuf> {
     for id in positionals(args, parsed).filter(|id| safe_id(id)) {
         // A path, read capped (the directory is the engine's, the rule is every reader's).
         let mut bytes = Vec::new();

@@ -286,6 +286,87 @@ fn cuda_version_of_a_driver_newer_than_the_table_comes_from_libcuda() {
     assert!(!r.stderr.contains("unknown"), "{}", r.stderr);
 }
 
+/// `create-dev-char-symlinks --watch`: the links of the nodes there, then of each NVIDIA node
+/// made while it runs (in `nvidia-caps/` too), none for other nodes; SIGTERM ends it with 0 and
+/// nothing but the links left.
+#[test]
+fn system_dev_char_watch_links_new_nodes_until_sigterm() {
+    use std::time::{Duration, Instant};
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 1, "570.124.06", "debian");
+    let root = h.dev_root();
+    let dev = std::path::Path::new(&root).join("dev");
+    let chars = t.join("char");
+    // The MIG capability folder appears while it watches (the mock host has one: gone first).
+    let _ = std::fs::remove_dir_all(dev.join("nvidia-caps"));
+    let child = gpuctk(&[
+        "system",
+        "create-dev-char-symlinks",
+        "--driver-root",
+        &root,
+        "--dev-char-path",
+        chars.to_str().unwrap(),
+        "--watch",
+    ])
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let wait_link = |name: &str, target: &std::path::Path| {
+        let start = Instant::now();
+        while std::fs::read_link(chars.join(name)).ok().as_deref() != Some(target) {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no link {name} -> {}",
+                target.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let mknod = |p: &std::path::Path, major: u32, minor: u32| {
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: a valid path; mknod keeps nothing.
+        let rc = unsafe {
+            libc::mknod(
+                c.as_ptr(),
+                libc::S_IFCHR | 0o666,
+                libc::makedev(major, minor),
+            )
+        };
+        assert_eq!(
+            rc,
+            0,
+            "mknod {}: {}",
+            p.display(),
+            std::io::Error::last_os_error()
+        );
+    };
+    // The nodes already there, then the watch is on.
+    wait_link("195:0", &dev.join("nvidia0"));
+    mknod(&dev.join("nvidia7"), 195, 7);
+    wait_link("195:7", &dev.join("nvidia7"));
+    // Not an NVIDIA node: no link.
+    mknod(&dev.join("other"), 1, 3);
+    std::fs::create_dir(dev.join("nvidia-caps")).unwrap();
+    mknod(&dev.join("nvidia-caps/nvidia-cap1"), 511, 1);
+    wait_link("511:1", &dev.join("nvidia-caps/nvidia-cap1"));
+    // SAFETY: kill(2) on the child we started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("stopped by signal 15"), "{stderr}");
+    let names = names_in(&chars);
+    assert!(!names.contains("1:3"), "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|n| n.split(':').all(|p| p.parse::<u32>().is_ok())),
+        "only links, no temp files: {names:?}"
+    );
+}
+
 /// `nvidia-ctk system create-dev-char-symlinks` and `create-device-nodes` on a mock host: the
 /// links point at the nodes, a second run changes nothing, a wrong link is replaced; nodes are
 /// made with the majors procfs gives, a right one is left alone, a wrong one is refused.

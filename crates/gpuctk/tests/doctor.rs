@@ -110,7 +110,17 @@ impl Fixture {
         let out = self.t.join("cdi/nvidia.yaml");
         let o = out.to_str().unwrap().to_string();
         let roots = self.host.roots();
-        ok(&with(&["cdi", "generate", "--output", &o], &roots));
+        ok(&with(
+            &[
+                "cdi",
+                "generate",
+                "--output",
+                &o,
+                "--nvidia-cdi-hook-path",
+                GPUCTK,
+            ],
+            &roots,
+        ));
         out
     }
 

@@ -387,9 +387,13 @@ fn docker_runtime_flag_after_runtime_configure() {
         "--nvidia-runtime-path",
         shim.to_str().unwrap(),
         "--set-as-default",
+        "--cdi.enabled",
     ]);
     let v: serde_json::Value = serde_json::from_slice(&fs::read(&daemon_json).unwrap()).unwrap();
     assert_eq!(v["default-runtime"], "nvidia");
+    assert_eq!(v["features"]["cdi"], true);
+    let ledger = bed.t.join("daemon.json.gpuctk-added.json");
+    assert!(ledger.is_file(), "configure records what it added");
     {
         let docker = Docker::start(&bed, "docker2", Some(&daemon_json));
         docker.import(&bed.rootfs_tar());
@@ -410,8 +414,16 @@ fn docker_runtime_flag_after_runtime_configure() {
     assert_eq!(
         fs::read_to_string(&daemon_json).unwrap(),
         "{\n    \"log-level\": \"warn\"\n}\n",
-        "unconfigure restores the original"
+        "unconfigure restores the original: runtime, default and features.cdi all gone"
     );
+    assert!(!ledger.exists());
+    {
+        // And dockerd loads what unconfigure left.
+        let docker = Docker::start(&bed, "docker3", Some(&daemon_json));
+        let r = docker.cli(&["info", "--format", "{{json .Runtimes}}"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert!(!r.stdout.contains("nvidia"), "{}", r.stdout);
+    }
 }
 
 // ------------------------------------------------------------------ podman
@@ -716,4 +728,37 @@ fn runtime_configure_containerd_is_idempotent_and_reversible() {
         original,
         "unconfigure restores the bytes"
     );
+
+    // As default, with CDI: containerd reads it so; unconfigure gives the user's default (and
+    // its comment) back and turns CDI off again, and containerd reads that too.
+    let dump = || {
+        let o = Command::new("containerd")
+            .args(["--config", c, "config", "dump"])
+            .output()
+            .expect("containerd (apt-get install containerd)");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    ok(&with(
+        &args,
+        &["--set-as-default".to_string(), "--cdi.enabled".to_string()],
+    ));
+    let d = dump();
+    assert!(d.contains("default_runtime_name = \"nvidia\""), "{d}");
+    // containerd 1.6 has no enable_cdi (1.7 added it) and ignores the key: the file has it.
+    assert!(fs::read_to_string(&cfg)
+        .unwrap()
+        .contains("enable_cdi = true"));
+    assert!(t.join("config.toml.gpuctk-added.json").is_file());
+    ok(&[
+        "runtime",
+        "unconfigure",
+        "--runtime=containerd",
+        "--config",
+        c,
+    ]);
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), original);
+    assert!(!t.join("config.toml.gpuctk-added.json").exists());
+    let d = dump();
+    assert!(d.contains("default_runtime_name = \"runc\""), "{d}");
 }

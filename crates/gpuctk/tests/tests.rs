@@ -38,5 +38,7 @@ mod hpc;
 mod real_driver;
 /// One test per fixed bug.
 mod regression;
+/// Rootless podman as an unprivileged user made by the test: CDI and the shim, crun and runc.
+mod rootless;
 /// The runtime shim and the hooks under real runc and crun.
 mod runtime;

@@ -133,25 +133,33 @@ pub enum InformationError {
     },
 }
 
-/// Every GPU `<proc_root>/driver/nvidia/gpus/*/information` describes, in bus order, each with
-/// its file; a file that does not parse is an `Err` naming it.
+/// Every GPU `<proc_root>/driver/nvidia/gpus/*/information` describes, in the order of their
+/// directories' names (bus ids), each with its file; a file that cannot be read or does not
+/// parse is an `Err` naming it. An error listing the directory (not only opening it) is the
+/// `io::Error`. The one reader of these files, for `doctor`, the node list and discovery.
 pub fn gpu_informations(
     proc_root: &Path,
 ) -> io::Result<Vec<Result<GpuInformation, InformationError>>> {
     let dir = proc_root.join("driver/nvidia/gpus");
-    let mut names: Vec<String> = fs::read_dir(&dir)?
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    let mut names: Vec<std::ffi::OsString> = crate::discover::read_dir_entries(&dir)?
+        .into_iter()
+        .map(|e| e.name)
         .collect();
     names.sort();
     Ok(names
         .into_iter()
         .map(|n| {
             let file = dir.join(&n).join("information");
-            let text = fs::read_to_string(&file).map_err(|source| InformationError::Read {
+            let bytes = fs::read(&file).map_err(|source| InformationError::Read {
                 path: file.clone(),
                 source,
             })?;
+            let Ok(text) = String::from_utf8(bytes) else {
+                return Err(InformationError::Parse {
+                    path: file,
+                    source: procfs::ProcError::NotText,
+                });
+            };
             procfs::parse_information(&text)
                 .map_err(|source| InformationError::Parse { path: file, source })
         })
@@ -224,6 +232,43 @@ pub fn is_executable(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Why a user other than the owner could not run `path`, or `None` when anyone can: the file
+/// is missing or not a regular file, lacks the execute bit for others, or a directory on the way
+/// (the file's own and, when it is a link, its target's) lacks the search bit for others. A
+/// rootless engine runs hooks as the user who started it, so a hook only root can reach fails
+/// every container that asks for it.
+pub fn why_others_cannot_run(path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("{}: {e}", path.display())),
+    };
+    if !meta.is_file() {
+        return Some(format!("{} is not a regular file", path.display()));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o001 == 0 {
+        return Some(format!(
+            "{} has mode {mode:04o}: others may not execute it",
+            path.display()
+        ));
+    }
+    let real = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    for p in [path, real.as_path()] {
+        for dir in p.ancestors().skip(1).filter(|d| !d.as_os_str().is_empty()) {
+            let Ok(m) = fs::metadata(dir) else { continue };
+            let mode = m.permissions().mode() & 0o7777;
+            if mode & 0o001 == 0 {
+                return Some(format!(
+                    "directory {} has mode {mode:04o}: others may not enter it",
+                    dir.display()
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// `name` looked up as a shell would: a name with a `/` as it is, else the first executable
 /// `<dir>/<name>` for the dirs of `path_env` (a `PATH` value).
 pub fn which(name: &str, path_env: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
@@ -242,6 +287,33 @@ pub fn which(name: &str, path_env: Option<&std::ffi::OsStr>) -> Option<PathBuf> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn others_cannot_run_a_hook_behind_a_private_dir() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let set = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+        set(d.path(), 0o755);
+        let open = d.path().join("open");
+        fs::create_dir(&open).unwrap();
+        set(&open, 0o755);
+        let hook = open.join("hook");
+        fs::write(&hook, "#!/bin/sh\n").unwrap();
+        set(&hook, 0o755);
+        // tempdir's own parents (/tmp) are open to all.
+        assert_eq!(why_others_cannot_run(&hook), None);
+        set(&hook, 0o750);
+        assert!(why_others_cannot_run(&hook).unwrap().contains("mode 0750"));
+        set(&hook, 0o755);
+        set(&open, 0o700);
+        let why = why_others_cannot_run(&hook).unwrap();
+        assert!(why.contains("directory") && why.contains("0700"), "{why}");
+        // Through a link in an open directory to a file behind the private one.
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&hook, &link).unwrap();
+        assert!(why_others_cannot_run(&link).unwrap().contains("0700"));
+        assert!(why_others_cannot_run(&d.path().join("none")).is_some());
+    }
     use std::os::unix::fs::symlink;
 
     #[test]

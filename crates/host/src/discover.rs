@@ -226,9 +226,8 @@ fn discover_gpus(
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Gpu>, DiscoverError> {
     let dir = roots.proc_root.join("driver/nvidia/gpus");
-    let mut infos = Vec::new();
-    let entries = match read_dir_entries(&dir) {
-        Ok(e) => e,
+    let listed = match crate::checks::gpu_informations(&roots.proc_root) {
+        Ok(l) => l,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             warnings.push(format!(
                 "{} not found: the driver reports no GPUs",
@@ -238,16 +237,20 @@ fn discover_gpus(
         }
         Err(e) => return Err(io_err(&dir)(e)),
     };
-    for entry in entries {
-        let file = dir.join(&entry.name).join("information");
-        let info = procfs::parse_information(&read_text(&file)?).map_err(|source| {
-            DiscoverError::BadProcFile {
-                file: file.clone(),
-                source,
-            }
-        })?;
-        infos.push(info);
-    }
+    // Discovery stops at the first file it cannot use; doctor reports each.
+    let mut infos = listed
+        .into_iter()
+        .map(|r| {
+            r.map_err(|e| match e {
+                crate::checks::InformationError::Read { path, source } => {
+                    DiscoverError::Io { path, source }
+                }
+                crate::checks::InformationError::Parse { path, source } => {
+                    DiscoverError::BadProcFile { file: path, source }
+                }
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     infos.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
     let mut gpus = Vec::with_capacity(infos.len());
     for (index, info) in infos.into_iter().enumerate() {
@@ -551,8 +554,8 @@ fn discover_firmware(root: &Path, version: &DriverVersion) -> Result<Vec<HostFil
 }
 
 /// One entry of a directory listing.
-struct DirEntry {
-    name: std::ffi::OsString,
+pub(crate) struct DirEntry {
+    pub(crate) name: std::ffi::OsString,
     /// A regular file, not following a symlink (what `DirEntry::file_type().is_file()` says).
     is_file: bool,
 }
@@ -560,7 +563,7 @@ struct DirEntry {
 /// The entries of `dir` (without `.` and `..`), with every error reported: `readdir`'s, and
 /// `closedir`'s, which `std::fs::ReadDir` turns into a panic when it is dropped (an EIO from
 /// `close` on a failing disk or network filesystem aborts the shim instead of failing it).
-fn read_dir_entries(dir: &Path) -> io::Result<Vec<DirEntry>> {
+pub(crate) fn read_dir_entries(dir: &Path) -> io::Result<Vec<DirEntry>> {
     let c_dir = CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
     // SAFETY: `c_dir` is a valid NUL-terminated string; the returned descriptor is checked.

@@ -11,6 +11,7 @@ pub mod inventory;
 pub mod nodes;
 pub mod procfs;
 pub mod resolve;
+pub mod watch;
 
 pub use caps::{CapsError, MigCapability};
 pub use catalog::Capability;

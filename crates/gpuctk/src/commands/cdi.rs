@@ -51,7 +51,41 @@ fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
+/// The hook written into a spec when `--nvidia-cdi-hook-path` is not given, as NVIDIA chooses it:
+/// `nvidia-cdi-hook` found in `PATH`, else `/usr/bin/nvidia-cdi-hook`. Not this binary's own
+/// path: a spec outlives the build or checkout that wrote it, and the runtime that runs the hook
+/// may be a user's who cannot reach that path.
+pub fn default_hook_path() -> String {
+    gpuctk_host::checks::which(HOOK, std::env::var_os("PATH").as_deref())
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| format!("/usr/bin/{HOOK}"))
+}
+
+const HOOK: &str = "nvidia-cdi-hook";
+
+/// Why the spec's hook may fail containers: it is missing, or a user other than its owner
+/// (rootless podman runs hooks as the user who started it) cannot run it.
+fn hook_warning(hook: &str, defaulted: bool) -> Option<String> {
+    let how = if defaulted {
+        format!(" (the default: {HOOK} in PATH, else /usr/bin/{HOOK})")
+    } else {
+        String::new()
+    };
+    let path = Path::new(hook);
+    if !gpuctk_host::checks::is_executable(path) {
+        return Some(format!(
+            "hook path {hook}{how}: no executable there; every container given a device from this spec will fail until it exists (pass --nvidia-cdi-hook-path)"
+        ));
+    }
+    let why = gpuctk_host::checks::why_others_cannot_run(path)?;
+    Some(format!(
+        "hook path {hook}{how}: {why}; containers of other users (rootless podman) given a device from this spec will fail; install the hook where every user can run it, or pass --nvidia-cdi-hook-path"
+    ))
+}
+
+/// The spec, and a warning about its hook path to print once it is written (so a failure stays
+/// one line).
+pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
     check_nvidia_flags(a)?;
     let inv = a.roots.discover()?;
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
@@ -64,7 +98,7 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
             inv.library_source
         );
     }
-    let hook_path = a.hook_path.clone().unwrap_or_else(super::self_path);
+    let hook_path = a.hook_path.clone().unwrap_or_else(default_hook_path);
     let mut plan = plan(
         &inv,
         &PlanOptions {
@@ -80,6 +114,11 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
             &hook_path,
         );
     }
+    let warning = if plan.ops.is_empty() {
+        None
+    } else {
+        hook_warning(&hook_path, a.hook_path.is_none())
+    };
     let strategies = a
         .strategies
         .iter()
@@ -113,7 +152,7 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<Spec> {
                 .join("; ")
         );
     }
-    Ok(spec)
+    Ok((spec, warning))
 }
 
 pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
@@ -127,7 +166,7 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
     if let Some(out) = &output {
         check_output_dir(out)?;
     }
-    let spec = generated_spec(&a)?;
+    let (spec, warning) = generated_spec(&a)?;
     match output {
         None => {
             std::io::stdout().write_all(spec.to_format(format).as_bytes())?;
@@ -150,6 +189,9 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
                 spec.cdi_version
             );
         }
+    }
+    if let Some(w) = warning {
+        tracing::warn!("{w}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -181,18 +181,72 @@ pub fn dev_char(a: DevCharArgs) -> anyhow::Result<ExitCode> {
         }
         existing_nodes(&r.driver_root).with_context(|| format!("listing {}", dev.display()))?
     };
+    if a.watch {
+        return watch(&a, nodes);
+    }
     if nodes.is_empty() {
         println!("no NVIDIA device nodes under {}", dev.display());
         return Ok(ExitCode::SUCCESS);
     }
-    if !r.dry_run {
+    link_nodes(&a, &nodes)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `/dev/char/MAJOR:MINOR` -> the node, for each of `nodes`.
+fn link_nodes(a: &DevCharArgs, nodes: &[Node]) -> anyhow::Result<()> {
+    let dev = a.roots.driver_root.join("dev");
+    if !a.roots.dry_run && !nodes.is_empty() {
         std::fs::create_dir_all(&a.dev_char_path)
             .with_context(|| format!("cannot create {}", a.dev_char_path.display()))?;
     }
-    for n in &nodes {
+    for n in nodes {
         let link = a.dev_char_path.join(format!("{}:{}", n.major, n.minor));
         let target: PathBuf = dev.join(&n.name);
-        make_link(&link, &target, r.dry_run)?;
+        make_link(&link, &target, a.roots.dry_run)?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
+}
+
+/// `--watch`: link `first` (what the flags asked for), then every NVIDIA node that appears in
+/// the driver root's `/dev` (or its `nvidia-caps/`), until SIGINT or SIGTERM; exit 0 then.
+/// The watch starts before the first links, so a node created meanwhile is not missed.
+fn watch(a: &DevCharArgs, first: Vec<Node>) -> anyhow::Result<ExitCode> {
+    use gpuctk_host::watch::{DirWatch, Woken};
+    let dev = a.roots.driver_root.join("dev");
+    let caps = dev.join("nvidia-caps");
+    let mut w = DirWatch::new()?;
+    w.add(&dev)?;
+    if caps.is_dir() {
+        w.add(&caps)?;
+    }
+    let existing = || {
+        existing_nodes(&a.roots.driver_root).with_context(|| format!("listing {}", dev.display()))
+    };
+    link_nodes(a, &first)?;
+    link_nodes(a, &existing()?)?;
+    eprintln!(
+        "watching {} for new NVIDIA device nodes (SIGINT or SIGTERM stops)",
+        dev.display()
+    );
+    loop {
+        match w.wait()? {
+            Woken::Stopped(sig) => {
+                eprintln!("stopped by signal {sig}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            Woken::Appeared(entries) => {
+                let ours =
+                    |n: &std::ffi::OsStr| n.is_empty() || n.as_bytes().starts_with(b"nvidia");
+                if !entries.iter().any(|(_, n)| ours(n)) {
+                    continue;
+                }
+                if entries.iter().any(|(d, n)| *d == dev && n == "nvidia-caps") {
+                    w.add(&caps)?;
+                }
+                // Relist rather than trust the event: a node may be replaced or still being
+                // made (udev sets its mode after creating it), and a list is idempotent.
+                link_nodes(a, &existing()?)?;
+            }
+        }
+    }
 }
