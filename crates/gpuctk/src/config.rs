@@ -144,10 +144,23 @@ pub enum ConfigError {
 /// `$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml` when it exists, else the default. The
 /// flag given says whether the file must exist (a path named by a variable must).
 ///
-/// `XDG_CONFIG_HOME` unset means `$HOME/.config`, as the XDG base-directory spec says (NVIDIA
-/// goes straight to `/etc` then). That is what lets a rootless podman user choose a config:
-/// podman runs its runtime's `create` with `HOME` but without `XDG_CONFIG_HOME` (docs/engines.md).
+/// For a user other than root, `XDG_CONFIG_HOME` unset means `$HOME/.config`, as the XDG
+/// base-directory spec says (NVIDIA goes straight to `/etc` then). That is what lets a rootless
+/// podman user choose a config: podman runs its runtime's `create` with `HOME` but without
+/// `XDG_CONFIG_HOME` (docs/engines.md). Root keeps NVIDIA's order, so a file in root's home
+/// never silently overrides the system config for every engine that runs as root.
 pub fn config_path(env: &dyn Fn(&str) -> Option<String>) -> (PathBuf, bool) {
+    // /proc/self belongs to the process's effective uid; no libc call here (this file is also
+    // compiled into the fuzzing crate).
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid() == 0
+    });
+    config_path_for(env, root)
+}
+
+/// [`config_path`] for a process that is root or not.
+fn config_path_for(env: &dyn Fn(&str) -> Option<String>, root: bool) -> (PathBuf, bool) {
     if let Some(p) = env("GPUCTK_CONFIG").filter(|p| !p.is_empty()) {
         return (PathBuf::from(p), true);
     }
@@ -159,7 +172,7 @@ pub fn config_path(env: &dyn Fn(&str) -> Option<String>) -> (PathBuf, bool) {
         .map(PathBuf::from)
         .or_else(|| {
             env("HOME")
-                .filter(|h| Path::new(h).is_absolute())
+                .filter(|h| !root && Path::new(h).is_absolute())
                 .map(|h| Path::new(&h).join(".config"))
         });
     if let Some(x) = xdg {
@@ -788,18 +801,24 @@ allow-gdrcopy = true
         let xdg: &'static str = Box::leak(format!("{home}/.config").into_boxed_str());
         let vars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([("HOME", home)]));
         assert_eq!(
-            config_path(&env(vars)),
+            config_path_for(&env(vars), false),
             (PathBuf::from(DEFAULT_CONFIG), false)
         );
         let file = d.join(".config/nvidia-container-runtime/config.toml");
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, "").unwrap();
-        assert_eq!(config_path(&env(vars)), (file.clone(), false));
+        assert_eq!(config_path_for(&env(vars), false), (file.clone(), false));
+        // Root reads $HOME/.config only when XDG_CONFIG_HOME names it, as NVIDIA.
+        assert_eq!(
+            config_path_for(&env(vars), true),
+            (PathBuf::from(DEFAULT_CONFIG), false)
+        );
         let xvars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
             ("XDG_CONFIG_HOME", xdg),
             ("HOME", "/nonexistent"),
         ]));
-        assert_eq!(config_path(&env(xvars)), (file, false));
+        assert_eq!(config_path_for(&env(xvars), false), (file.clone(), false));
+        assert_eq!(config_path_for(&env(xvars), true), (file, false));
         // A relative XDG_CONFIG_HOME is ignored, as the spec says.
         let rel: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
             ("XDG_CONFIG_HOME", "rel"),
