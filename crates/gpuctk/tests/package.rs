@@ -780,6 +780,12 @@ fn deb_install_docker_podman_remove_purge() {
         r.stdout,
         r.stderr
     );
+    // The installed config pointed at the mock host, with the installed binary.
+    let root = host.driver_root();
+    let proc_root = host.proc_root();
+    ns.must_sh(&format!(
+        "nvidia-ctk config --in-place --set nvidia-container-cli.root={root} --set gpuctk.proc-root={proc_root}"
+    ));
     let r = ns.must_sh("man -w nvidia-ctk nvidia-container-runtime nvidia-ctk-runtime-configure");
     assert_eq!(r.stdout.lines().count(), 3, "{}", r.stdout);
     assert!(
@@ -788,12 +794,85 @@ fn deb_install_docker_podman_remove_purge() {
         r.stdout
     );
 
-    // The installed config pointed at the mock host, with the installed binary.
-    let root = host.driver_root();
-    let proc_root = host.proc_root();
+    // The refresh service's condition: skipped (not failed) where no NVIDIA module is
+    // installed, run where one is, whatever the module's file name (modules.dep is in /usr's
+    // overlay; a loaded driver's procfs dir, on a GPU host, is hidden).
+    let service = ns.read(SERVICE).unwrap();
+    let condition = service
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecCondition=/bin/sh -c '"))
+        .and_then(|c| c.strip_suffix('\''))
+        .expect("ExecCondition=/bin/sh -c '...'");
+    let kver = ns.must_sh("uname -r").stdout.trim().to_string();
+    let condition = condition.replace("%v", &kver);
     ns.must_sh(&format!(
-        "nvidia-ctk config --in-place --set nvidia-container-cli.root={root} --set gpuctk.proc-root={proc_root}"
+        "mkdir -p /lib/modules/{kver}; if [ -d /proc/driver/nvidia ]; then mount -t tmpfs tmpfs /proc/driver; fi"
     ));
+    for (modules_dep, installed) in [
+        ("kernel/drivers/net/dummy.ko:\n", false),
+        (
+            "updates/dkms/nvidia-drm.ko: updates/dkms/nvidia-modeset.ko\n",
+            false,
+        ),
+        (
+            "kernel/drivers/net/dummy.ko:\nupdates/dkms/nvidia.ko:\n",
+            true,
+        ),
+        ("updates/dkms/nvidia-current.ko.zst:\n", true),
+    ] {
+        ns.must_sh(&format!(
+            "printf '{modules_dep}' > /lib/modules/{kver}/modules.dep"
+        ));
+        let r = out(&mut ns.cmd(&["sh", "-c", &condition]));
+        assert_eq!(
+            r.code == 0,
+            installed,
+            "ExecCondition on {modules_dep:?}: {}",
+            r.stderr
+        );
+    }
+    // Its command fails while the driver is not up (no procfs entries yet), so that systemd
+    // retries it (Restart=on-failure), and writes nothing.
+    let exec_start = service
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    assert!(!exec_start.contains(['"', '\'', '%', '$']), "{exec_start}");
+    fs::create_dir_all(t.join("proc-not-loaded")).unwrap();
+    let r = ns.sh(&format!(
+        "GPUCTK_PROC_ROOT={} NVIDIA_CTK_DRIVER_ROOT={root} exec {exec_start}",
+        t.join("proc-not-loaded").display()
+    ));
+    assert!(
+        r.code != 0,
+        "generate without a loaded driver: {}",
+        r.stdout
+    );
+    assert!(ns.read("/var/run/cdi/nvidia.yaml").is_none());
+    // The udev rule's command, pointed at the mock host by the variables its flags read.
+    let rules = ns.read(UDEV_RULE).unwrap();
+    let run_cmd = rules
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .flat_map(udev_line)
+        .find_map(|(k, _, v)| (k == "RUN").then_some(v))
+        .expect("RUN in the udev rule");
+    let dev_char = t.join("dev-char");
+    ns.must_sh(&format!(
+        "DEV_CHAR_PATH={} NVIDIA_DRIVER_ROOT={root} GPUCTK_PROC_ROOT={proc_root} exec {run_cmd}",
+        dev_char.display()
+    ));
+    for (link, node) in [
+        ("195:0", "nvidia0"),
+        ("195:1", "nvidia1"),
+        ("195:255", "nvidiactl"),
+    ] {
+        assert_eq!(
+            fs::read_link(dev_char.join(link)).ok(),
+            Some(Path::new(&root).join("dev").join(node)),
+            "/dev/char/{link}"
+        );
+    }
 
     // docker: NVIDIA's bare default path, resolved through dockerd's PATH to /usr/bin.
     let r = ns.must_sh("nvidia-ctk runtime configure --runtime=docker");
@@ -874,7 +953,6 @@ fn deb_install_docker_podman_remove_purge() {
 
     // podman, with the spec the refresh service writes: its ExecStart, run as systemd would
     // (the environment from its EnvironmentFile, which an admin points at a driver root).
-    let service = ns.read(SERVICE).unwrap();
     let env_file = service
         .lines()
         .find_map(|l| l.strip_prefix("EnvironmentFile=-"))
@@ -882,11 +960,6 @@ fn deb_install_docker_podman_remove_purge() {
     ns.must_sh(&format!(
         "mkdir -p $(dirname {env_file}) && printf 'NVIDIA_CTK_DRIVER_ROOT={root}\\nGPUCTK_PROC_ROOT={proc_root}\\n' > {env_file}"
     ));
-    let exec_start = service
-        .lines()
-        .find_map(|l| l.strip_prefix("ExecStart="))
-        .expect("ExecStart");
-    assert!(!exec_start.contains(['"', '\'', '%', '$']), "{exec_start}");
     ns.must_sh(&format!("set -a; . {env_file}; set +a; exec {exec_start}"));
     let spec = ns
         .read("/var/run/cdi/nvidia.yaml")
