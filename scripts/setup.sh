@@ -11,7 +11,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman ca-certificates curl strace"
+# dpkg-dev, man-db, groff-base, systemd, zsh and fish: scripts/package.sh and the package tests
+# (dpkg-shlibdeps, man -l, systemd-analyze verify, zsh -n, fish's own completion).
+PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman ca-certificates curl strace dpkg-dev man-db groff-base systemd zsh fish"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

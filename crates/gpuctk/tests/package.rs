@@ -212,7 +212,7 @@ fn render(page: &Path) -> String {
         }
         text.push(c);
     }
-    text.replace('\u{2010}', "-").replace('\u{2212}', "-")
+    text.replace(['\u{2010}', '\u{2212}'], "-")
 }
 
 /// Each command of `bin`'s tree (`bin`'s help, then each subcommand's) has its page, and each
