@@ -579,7 +579,7 @@ impl Ns {
             mount -t tmpfs -o mode=0755 tmpfs /run
             mkdir -p /run/lock /run/cdi
             : > "$0/ns-ready"
-            exec sleep 100000"#;
+            exec sleep 3600"#;
         let holder = Command::new("unshare")
             .args(["--mount", "--propagation", "private", "sh", "-c", script])
             .arg(t)
@@ -780,6 +780,32 @@ fn deb_install_docker_podman_remove_purge() {
         r.stdout,
         r.stderr
     );
+    // The installed completions where each shell looks: fish and zsh find them on their own
+    // paths; bash-completion loads completions/NAME when NAME is first completed.
+    let r = ns.must_sh("fish -c \"complete -C 'nvidia-ctk runtime '\"");
+    assert!(
+        r.stdout.lines().any(|l| l.starts_with("configure\t")),
+        "fish: {}",
+        r.stdout
+    );
+    let r = ns.must_sh(
+        "zsh -fc 'for d in $fpath; do [ -f $d/_nvidia-ctk ] && [ -f $d/_gpuctk ] && echo $d; done; true'",
+    );
+    assert_eq!(
+        r.stdout.trim(),
+        "/usr/share/zsh/vendor-completions",
+        "zsh: {}",
+        r.stderr
+    );
+    let r = ns.must_sh(
+        r#"bash -c 'source /usr/share/bash-completion/completions/nvidia-ctk; COMP_WORDS=(nvidia-ctk system ""); COMP_CWORD=2; f=$(complete -p nvidia-ctk | sed -n "s/.*-F \([^ ]*\).*/\1/p"); "$f" nvidia-ctk "" system; printf "%s\n" "${COMPREPLY[@]}"'"#,
+    );
+    assert!(
+        r.stdout.lines().any(|l| l == "create-dev-char-symlinks"),
+        "bash: {}",
+        r.stdout
+    );
+
     // The installed config pointed at the mock host, with the installed binary.
     let root = host.driver_root();
     let proc_root = host.proc_root();
