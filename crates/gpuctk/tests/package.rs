@@ -1046,10 +1046,30 @@ fn deb_install_docker_podman_remove_purge() {
         let _ = dm.wait();
     }
 
-    // Remove: our files go, the conffile stays, docker's config is the admin's again.
+    // The other engines configured too, as an admin would: containerd's own config (with
+    // the admin's settings around ours), CRI-O's drop-in, podman's OCI hook file.
+    let containerd_toml = "# containerd config\nversion = 2\n\n[plugins]\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n      default_runtime_name = \"runc\" # keep me\n";
+    fs::write(t.join("containerd.toml"), containerd_toml).unwrap();
+    ns.must_sh(&format!(
+        "mkdir -p /etc/containerd && cp {} /etc/containerd/config.toml \
+         && nvidia-ctk runtime configure --runtime=containerd \
+         && nvidia-ctk runtime configure --runtime=crio \
+         && nvidia-ctk runtime configure --config-mode=oci-hook",
+        t.join("containerd.toml").display()
+    ));
+    let crio_drop_in = "/etc/crio/crio.conf.d/99-nvidia.toml";
+    let oci_hook = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json";
+    assert!(ns
+        .read("/etc/containerd/config.toml")
+        .unwrap()
+        .contains("nvidia-container-runtime"));
+    assert!(ns.read(crio_drop_in).is_some() && ns.read(oci_hook).is_some());
+
+    // Remove: our files go, the conffile stays, each engine's config is the admin's again.
     let r = must(&mut ns.cmd(&["dpkg", "-r", "gpuctk"]));
     assert!(
-        r.stderr.contains("removed the nvidia runtime from: docker"),
+        r.stderr
+            .contains("removed the nvidia runtime from: docker containerd crio;"),
         "{}",
         r.stderr
     );
@@ -1057,6 +1077,15 @@ fn deb_install_docker_podman_remove_purge() {
         ns.read("/etc/docker/daemon.json").as_deref(),
         Some(daemon_json)
     );
+    assert_eq!(
+        ns.read("/etc/containerd/config.toml").as_deref(),
+        Some(containerd_toml)
+    );
+    assert!(
+        ns.read(crio_drop_in).is_none(),
+        "the CRI-O drop-in we wrote is gone"
+    );
+    assert!(ns.read(oci_hook).is_none(), "the OCI hook file is gone");
     assert!(ns
         .sh("dpkg -s gpuctk")
         .stdout
