@@ -1129,3 +1129,128 @@ fn deb_install_docker_podman_remove_purge() {
         Some(daemon_json)
     );
 }
+
+/// A stand-in for one of NVIDIA's packages: its name, version and relations, and `files`
+/// (path, content) with the conffiles among them. Only what dpkg and apt look at.
+fn stand_in(dir: &Path, control: &str, files: &[(&str, &str)], conffiles: &[&str]) -> PathBuf {
+    let name = control
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("Package: ");
+    let root = dir.join(name);
+    fs::create_dir_all(root.join("DEBIAN")).unwrap();
+    fs::write(
+        root.join("DEBIAN/control"),
+        format!("{control}\nVersion: 1.17.8-1\nArchitecture: all\nMaintainer: test <t@example.invalid>\nDescription: stand-in for the test\n"),
+    )
+    .unwrap();
+    if !conffiles.is_empty() {
+        fs::write(root.join("DEBIAN/conffiles"), conffiles.join("\n") + "\n").unwrap();
+    }
+    for (path, content) in files {
+        let p = root.join(&path[1..]);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, content).unwrap();
+    }
+    let deb = dir.join(format!("{name}.deb"));
+    must(
+        Command::new("dpkg-deb")
+            .args(["--root-owner-group", "--build"])
+            .arg(&root)
+            .arg(&deb),
+    );
+    deb
+}
+
+#[test]
+fn apt_install_swaps_nvidia_packages_in_one_go() {
+    let deb = deb().to_path_buf();
+    let t = TestDir::new();
+    let d = t.path();
+    let debs = [
+        stand_in(d, "Package: libnvidia-container1", &[("/usr/lib/libnvidia-container.so.1", "lib")], &[]),
+        stand_in(
+            d,
+            "Package: libnvidia-container-tools\nDepends: libnvidia-container1",
+            &[("/usr/bin/nvidia-container-cli", "#!/bin/sh\n")],
+            &[],
+        ),
+        stand_in(
+            d,
+            "Package: nvidia-container-toolkit-base",
+            &[
+                ("/usr/bin/nvidia-ctk", "#!/bin/sh\n"),
+                ("/usr/bin/nvidia-container-runtime", "#!/bin/sh\n"),
+                (CONFFILE, "# NVIDIA's\n"),
+            ],
+            &[CONFFILE],
+        ),
+        stand_in(
+            d,
+            "Package: nvidia-container-toolkit\nDepends: nvidia-container-toolkit-base (= 1.17.8-1), libnvidia-container-tools",
+            &[("/usr/bin/nvidia-container-runtime-hook", "#!/bin/sh\n")],
+            &[],
+        ),
+        // Something of the admin's that needs a toolkit, whichever.
+        stand_in(d, "Package: gpu-app-needing-a-toolkit\nDepends: nvidia-container-toolkit", &[], &[]),
+    ];
+    let mut ns = Ns::new(d);
+    ns.installed = true;
+    let mut argv = vec!["dpkg", "-i"];
+    argv.extend(debs.iter().map(|p| p.to_str().unwrap()));
+    must(&mut ns.cmd(&argv));
+    // One apt install, no network: NVIDIA's toolkit goes, ours comes, the admin's package stays.
+    let r = ns.must_sh(&format!(
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o APT::Sandbox::User=root {}",
+        deb.display()
+    ));
+    for gone in [
+        "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+        "libnvidia-container-tools",
+    ] {
+        let status = ns
+            .sh(&format!("dpkg-query -W -f='${{Status}}' {gone}"))
+            .stdout;
+        assert!(
+            !status.contains(" installed"),
+            "{gone}: {status}\n{}",
+            r.stdout
+        );
+    }
+    for kept in [
+        "gpuctk",
+        "libnvidia-container1",
+        "gpu-app-needing-a-toolkit",
+    ] {
+        let status = ns
+            .sh(&format!("dpkg-query -W -f='${{Status}}' {kept}"))
+            .stdout;
+        assert_eq!(status, "install ok installed", "{kept}\n{}", r.stdout);
+    }
+    for name in [
+        "nvidia-ctk",
+        "nvidia-container-runtime",
+        "nvidia-container-cli",
+        "nvidia-container-runtime-hook",
+    ] {
+        let r = ns.must_sh(&format!(
+            "readlink /usr/bin/{name}; dpkg -S /usr/bin/{name}"
+        ));
+        assert_eq!(
+            r.stdout,
+            format!("gpuctk\ngpuctk: /usr/bin/{name}\n"),
+            "{name}"
+        );
+    }
+    // The conffile is ours now (NVIDIA's, unedited, is replaced by our default).
+    assert_eq!(
+        ns.read(CONFFILE).as_deref(),
+        Some(ok(&["config", "default"]).stdout.as_str())
+    );
+    assert!(ns
+        .must_sh(&format!("dpkg -S {CONFFILE}"))
+        .stdout
+        .starts_with("gpuctk: "));
+}
