@@ -11,7 +11,10 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman uidmap ca-certificates curl strace"
+# uidmap: the rootless podman test. dpkg-dev, man-db, groff-base, systemd, zsh and fish:
+# scripts/package.sh and the package tests (dpkg-shlibdeps, man -l, systemd-analyze verify, zsh -n,
+# fish's own completion).
+PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman uidmap ca-certificates curl strace dpkg-dev man-db groff-base systemd zsh fish"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -21,6 +24,9 @@ if [ -n "$missing" ]; then
     # shellcheck disable=SC2086
     apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
+
+# The rootless test bind-mounts its own copies over these (an empty file is what shadow starts from).
+for f in /etc/subuid /etc/subgid; do [ -e "$f" ] || : >"$f"; done
 
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
     export PATH="$HOME/.cargo/bin:$PATH"

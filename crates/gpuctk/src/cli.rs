@@ -82,6 +82,34 @@ pub enum Command {
     /// Device nodes and /dev/char links (nvidia-ctk system)
     #[command(subcommand)]
     System(SystemCommand),
+    /// Print a shell completion script: gpuctk completion bash > /etc/bash_completion.d/gpuctk
+    Completion(CompletionArgs),
+    /// Write the man pages, one per command and personality, into DIR (for packagers)
+    #[command(hide = true)]
+    Man(ManArgs),
+}
+
+/// `completion SHELL`.
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell the script is for
+    #[arg(value_enum)]
+    pub shell: ShellArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShellArg {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// `man --output DIR`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The directory the pages go to (created if missing)
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

@@ -204,6 +204,12 @@ fn run(cli: HookCli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The hooks' command line, for the man pages and completions.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    HookCli::command()
+}
+
 /// `nvidia-cdi-hook ARGS` (`args` with argv[0]).
 pub fn main(args: &[OsString]) -> ExitCode {
     use clap::error::ErrorKind;

@@ -30,7 +30,7 @@ fn one_line(e: &anyhow::Error) -> String {
     msg
 }
 
-const HOOK_USAGE: &str =
+pub(crate) const HOOK_USAGE: &str =
     "usage: nvidia-container-runtime-hook [-debug] [-config FILE] prestart|poststart|poststop
 
 The legacy OCI hook (what `docker run --gpus` runs): `prestart` reads the OCI state on stdin
@@ -40,7 +40,7 @@ and injects the GPUs the container asks for into it; poststart and poststop do n
   -debug         debug logging
   -version       print the version";
 
-const CLI_USAGE: &str = "usage: nvidia-container-cli [GLOBAL OPTION...] info|list|configure [OPTION...] [ROOTFS]
+pub(crate) const CLI_USAGE: &str = "usage: nvidia-container-cli [GLOBAL OPTION...] info|list|configure [OPTION...] [ROOTFS]
 
 Global options:
   -r, --root=DIR          the driver's root (default: config.toml's [nvidia-container-cli] root, else /)

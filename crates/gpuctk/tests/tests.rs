@@ -34,6 +34,9 @@ mod generate;
 /// enroot and Apptainer's `nvidia-container-cli configure` without `--pid`: root in a user
 /// namespace, an unprivileged user, root without one.
 mod hpc;
+/// The Debian package: built by scripts/package.sh, installed with dpkg in a copy-on-write
+/// namespace, used by docker and podman, removed and purged; completions and man pages.
+mod package;
 /// Discovery on the real Debian 535 driver packages, unpacked with dpkg-deb.
 mod real_driver;
 /// One test per fixed bug.
