@@ -898,12 +898,27 @@ fn temp_name(name: &OsStr) -> OsString {
 /// `resolve`, always `O_CLOEXEC`, never creating (mode 0). Retried on `EAGAIN`, which
 /// `RESOLVE_IN_ROOT` returns when a concurrent rename could have let `..` escape (the documented
 /// answer is to retry), and on `EINTR`.
+///
+/// Any rename or mount on the machine during a lookup through `..` gives `EAGAIN`, so on a busy
+/// host tight retries can all lose: after [`QUICK_RETRIES`] the retries back off, and give up
+/// once [`RETRY_SLEEP_BUDGET`] has been slept (a rename storm in the image costs that much, no
+/// more).
 pub(crate) fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
     // SAFETY: open_how is plain old data; zero is a valid value for every field.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC) as u64;
     how.resolve = resolve;
-    for _ in 0..64 {
+    let mut slept = std::time::Duration::ZERO;
+    for attempt in 0u32.. {
+        if attempt > QUICK_RETRIES {
+            if slept >= RETRY_SLEEP_BUDGET {
+                break;
+            }
+            // 50 µs doubling to 3.2 ms.
+            let pause = std::time::Duration::from_micros(50 << (attempt - QUICK_RETRIES).min(6));
+            std::thread::sleep(pause);
+            slept += pause;
+        }
         // SAFETY: valid pointers to a NUL-terminated path and an open_how of
         // the size passed.
         let rc = unsafe {
@@ -927,6 +942,11 @@ pub(crate) fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io
     }
     Err(io::Error::from_raw_os_error(libc::EAGAIN))
 }
+
+/// `EAGAIN` retries of [`openat2`] made at once.
+const QUICK_RETRIES: u32 = 32;
+/// The most [`openat2`] sleeps between retries before it reports `EAGAIN`.
+const RETRY_SLEEP_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn fstat(fd: RawFd) -> io::Result<Metadata> {
     // SAFETY: stat is plain old data.
