@@ -150,13 +150,23 @@ pub enum ConfigError {
 /// `XDG_CONFIG_HOME` (docs/engines.md). Root keeps NVIDIA's order, so a file in root's home
 /// never silently overrides the system config for every engine that runs as root.
 pub fn config_path(env: &dyn Fn(&str) -> Option<String>) -> (PathBuf, bool) {
-    // /proc/self belongs to the process's effective uid; no libc call here (this file is also
-    // compiled into the fuzzing crate).
-    let root = std::fs::metadata("/proc/self").is_ok_and(|m| {
-        use std::os::unix::fs::MetadataExt;
-        m.uid() == 0
-    });
-    config_path_for(env, root)
+    config_path_for(env, host_root())
+}
+
+/// Whether this process is root of the host: uid 0 outside any user namespace. A rootless
+/// engine's runtime runs as uid 0 of the user's namespace, and is the user, not root.
+/// (procfs, not libc: this file is also compiled into the fuzzing crate.)
+fn host_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the process's effective uid, as this namespace sees it.
+    if !std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
+        return false;
+    }
+    // The initial user namespace maps every uid to itself: `0 0 4294967295`.
+    std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| {
+        let fields: Vec<&str> = m.split_whitespace().collect();
+        fields == ["0", "0", "4294967295"]
+    })
 }
 
 /// [`config_path`] for a process that is root or not.

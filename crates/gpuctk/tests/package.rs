@@ -991,8 +991,9 @@ fn deb_install_docker_podman_remove_purge() {
         .read("/var/run/cdi/nvidia.yaml")
         .expect("the service wrote no spec");
     assert_cdi_schema(&yaml(&spec));
+    // NVIDIA's default hook path: `nvidia-cdi-hook` from PATH, the package's link.
     assert!(
-        spec.contains("/usr/bin/gpuctk"),
+        spec.contains("path: /usr/bin/nvidia-cdi-hook"),
         "hooks run the installed binary:\n{spec}"
     );
     let podman = |args: &[&str]| -> Out {
