@@ -227,6 +227,9 @@ pub struct ConfigureArgs {
     /// Its config file [default: /etc/docker/daemon.json, /etc/containerd/config.toml, /etc/crio/crio.conf]
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Put the runtime in this drop-in file instead of the main config (containerd: the main config gets an import of it; CRI-O: instead of crio.conf.d/99-nvidia.toml; not for docker)
+    #[arg(long = "drop-in-config", value_name = "FILE")]
+    pub drop_in_config: Option<PathBuf>,
     /// The runtime's name in the engine
     #[arg(
         long = "nvidia-runtime-name",
