@@ -7,6 +7,7 @@ mod demo;
 mod doctor;
 mod engine;
 mod info;
+mod install;
 #[cfg(feature = "mock")]
 mod mock;
 mod system;
@@ -44,6 +45,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config(a) => config_cmd::run(a),
         Command::System(SystemCommand::CreateDevCharSymlinks(a)) => system::dev_char(a),
         Command::System(SystemCommand::CreateDeviceNodes(a)) => system::device_nodes(a),
+        Command::Install(a) => install::install(*a),
+        Command::Uninstall(a) => install::uninstall(a),
         Command::Hook(a) => {
             let mut args = vec![std::ffi::OsString::from("nvidia-cdi-hook")];
             args.extend(a.args);

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the installer's OCI image offline: a static gpuctk without the mock host
+# (--no-default-features) in an image FROM scratch (deploy/image/Containerfile).
+#
+#   scripts/image.sh [TAG]            default TAG: localhost/gpuctk-installer:latest
+#
+# Environment: CARGO_TARGET_DIR (where cargo builds; default target), PODMAN_ROOT and
+# PODMAN_RUNROOT (podman's --root/--runroot: tests keep their images out of the host's storage),
+# PODMAN (the podman to run), GPUCTK_STATIC_BINARY (use this static binary, do not build one).
+# Prints the image ID on the last line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tag=${1:-localhost/gpuctk-installer:latest}
+target=${CARGO_TARGET_DIR:-$PWD/target}
+triple=x86_64-unknown-linux-gnu
+bin=${GPUCTK_STATIC_BINARY:-}
+if [ -z "$bin" ]; then
+    RUSTFLAGS='-C target-feature=+crt-static' cargo build --release -p gpuctk \
+        --no-default-features --target "$triple" --locked >&2
+    bin="$target/$triple/release/gpuctk"
+fi
+# A dynamically linked binary would not start in an image without a libc.
+if ! file -L "$bin" | grep -q 'statically linked'; then
+    echo "image.sh: $bin is not statically linked; build it with RUSTFLAGS='-C target-feature=+crt-static'" >&2
+    exit 1
+fi
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+cp "$bin" "$ctx/gpuctk"
+cp deploy/image/Containerfile "$ctx/Containerfile"
+podman=(${PODMAN:-podman})
+[ -n "${PODMAN_ROOT:-}" ] && podman+=(--root "$PODMAN_ROOT")
+[ -n "${PODMAN_RUNROOT:-}" ] && podman+=(--runroot "$PODMAN_RUNROOT")
+# Offline: nothing to pull (FROM scratch) and no network in the build.
+"${podman[@]}" build --pull=never --network=none --quiet -t "$tag" -f "$ctx/Containerfile" "$ctx"
