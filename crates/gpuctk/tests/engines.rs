@@ -15,18 +15,18 @@ use std::time::{Duration, Instant};
 use crate::util::*;
 
 const IMAGE: &str = "gpuctk-test:latest";
-const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// A mock host, an image, our binaries under their NVIDIA names, and the config they read.
-struct Bed {
-    t: TestDir,
-    host: Host,
-    bin: PathBuf,
-    etc: PathBuf,
+pub(crate) struct Bed {
+    pub(crate) t: TestDir,
+    pub(crate) host: Host,
+    pub(crate) bin: PathBuf,
+    pub(crate) etc: PathBuf,
 }
 
 impl Bed {
-    fn new(gpus: u32) -> Bed {
+    pub(crate) fn new(gpus: u32) -> Bed {
         let t = TestDir::new();
         let host = mock_host(&t, "host", gpus, "570.124.06", "debian");
         ok(&["mock-host", "rootfs", t.join("rootfs").to_str().unwrap()]);
@@ -57,12 +57,12 @@ impl Bed {
         Bed { t, host, bin, etc }
     }
 
-    fn path_env(&self) -> String {
+    pub(crate) fn path_env(&self) -> String {
         format!("{}:{SYSTEM_PATH}", self.bin.display())
     }
 
     /// `argv` in a private mount namespace that sees our config at the NVIDIA path.
-    fn in_ns(&self, argv: &[String]) -> Command {
+    pub(crate) fn in_ns(&self, argv: &[String]) -> Command {
         let mut c = Command::new("unshare");
         c.args(["--mount", "--propagation", "private", "sh", "-c"])
             .arg(r#"mount --bind "$0" /etc/nvidia-container-runtime && exec "$@""#)
@@ -72,7 +72,7 @@ impl Bed {
         c
     }
 
-    fn rootfs_tar(&self) -> PathBuf {
+    pub(crate) fn rootfs_tar(&self) -> PathBuf {
         let tar = self.t.join("rootfs.tar");
         if !tar.exists() {
             let st = Command::new("tar")
@@ -89,7 +89,7 @@ impl Bed {
     }
 }
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
         assert!(
@@ -101,14 +101,14 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 }
 
 /// A daemon we started; stopped by its pid.
-struct Daemon {
-    child: Child,
-    pidfile: Option<PathBuf>,
-    log: PathBuf,
+pub(crate) struct Daemon {
+    pub(crate) child: Child,
+    pub(crate) pidfile: Option<PathBuf>,
+    pub(crate) log: PathBuf,
 }
 
 impl Daemon {
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -144,10 +144,10 @@ extern "C" {
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Out {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 fn out(c: &mut Command) -> Out {
@@ -159,14 +159,14 @@ fn out(c: &mut Command) -> Out {
     }
 }
 
-fn uuids_in(text: &str) -> Vec<String> {
+pub(crate) fn uuids_in(text: &str) -> Vec<String> {
     text.lines()
         .filter_map(|l| l.split("(UUID: ").nth(1))
         .map(|u| u.trim_end_matches(')').to_string())
         .collect()
 }
 
-fn pick(host: &Host, idx: &[usize]) -> Vec<String> {
+pub(crate) fn pick(host: &Host, idx: &[usize]) -> Vec<String> {
     let u = host.uuids();
     idx.iter().map(|i| u[*i].clone()).collect()
 }
@@ -261,7 +261,7 @@ impl Docker {
     }
 }
 
-fn gpus_seen(r: &Out) -> Vec<String> {
+pub(crate) fn gpus_seen(r: &Out) -> Vec<String> {
     assert_eq!(r.code, 0, "container failed:\n{}\n{}", r.stdout, r.stderr);
     let probe = gpuctk_mockhost::ProbeReport::parse(&r.stdout);
     let nodes = probe
@@ -564,65 +564,19 @@ fn podman_cdi_devices_and_our_shim() {
 
 // ------------------------------------------------------------------ containerd
 
-fn sha256(path: &Path) -> String {
-    let o = Command::new("sha256sum").arg(path).output().unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string()
-}
-
 /// An OCI image archive of the mock rootfs, for `ctr image import` (no registry).
-fn oci_archive(bed: &Bed) -> PathBuf {
-    let dir = bed.t.join("oci");
-    let blobs = dir.join("blobs/sha256");
-    fs::create_dir_all(&blobs).unwrap();
-    let layer = bed.rootfs_tar();
-    let layer_digest = sha256(&layer);
-    let layer_size = fs::metadata(&layer).unwrap().len();
-    fs::copy(&layer, blobs.join(&layer_digest)).unwrap();
-    let write_blob = |v: serde_json::Value| -> (String, u64) {
-        let bytes = serde_json::to_vec(&v).unwrap();
-        let tmp = dir.join("blob.tmp");
-        fs::write(&tmp, &bytes).unwrap();
-        let d = sha256(&tmp);
-        fs::rename(&tmp, blobs.join(&d)).unwrap();
-        (d, bytes.len() as u64)
-    };
-    let (cfg_d, cfg_s) = write_blob(serde_json::json!({
-        "architecture": "amd64", "os": "linux",
-        "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
-        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]}
-    }));
-    let (man_d, man_s) = write_blob(serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": format!("sha256:{cfg_d}"), "size": cfg_s},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": format!("sha256:{layer_digest}"), "size": layer_size}]
-    }));
-    fs::write(
-        dir.join("index.json"),
-        serde_json::to_vec(&serde_json::json!({
-            "schemaVersion": 2,
-            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": format!("sha256:{man_d}"), "size": man_s,
-                "annotations": {"io.containerd.image.name": "docker.io/library/gpuctk-test:latest", "org.opencontainers.image.ref.name": "latest"}}]
-        }))
-        .unwrap(),
+pub(crate) fn oci_archive(bed: &Bed) -> PathBuf {
+    let work = bed.t.join("image");
+    fs::create_dir_all(&work).unwrap();
+    crate::util::oci_archive(
+        &work,
+        &bed.rootfs_tar(),
+        "docker.io/library/gpuctk-test:latest",
+        serde_json::json!({
+            "architecture": "amd64", "os": "linux",
+            "config": {"Env": [format!("PATH={SYSTEM_PATH}")]}
+        }),
     )
-    .unwrap();
-    fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
-    let tar = bed.t.join("image.oci.tar");
-    let st = Command::new("tar")
-        .arg("-C")
-        .arg(&dir)
-        .arg("-cf")
-        .arg(&tar)
-        .args(["index.json", "oci-layout", "blobs"])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    tar
 }
 
 #[test]

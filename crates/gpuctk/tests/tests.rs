@@ -16,6 +16,9 @@ mod commands;
 mod compat_table;
 /// 50 at once: runtime configures, shim creates, prestart hooks, readers of a spec being rewritten.
 mod concurrency;
+/// Kubernetes' node path: containerd's CRI plugin driven over gRPC as the kubelet does,
+/// with the RuntimeClass handler `nvidia` running our shim.
+mod cri;
 /// Discovery errors that were swallowed (an unreadable firmware folder): generate fails.
 mod discovery_errors;
 /// `doctor`: a healthy mock host is all ok; each way of breaking it is named, with its fix.

@@ -246,3 +246,67 @@ impl TestDir {
         }
     }
 }
+
+/// The sha256 of a file, in hex (`sha256sum`).
+pub fn sha256_file(path: &Path) -> String {
+    let o = Command::new("sha256sum").arg(path).output().unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// An OCI image archive (for `ctr images import`; no registry here) at `work/image.oci.tar`:
+/// one uncompressed layer `layer_tar`, the image config `config` (its `rootfs` filled in) and
+/// the name `name` (`docker.io/library/x:tag`). `work` is a scratch dir.
+pub fn oci_archive(work: &Path, layer_tar: &Path, name: &str, config: serde_json::Value) -> PathBuf {
+    let dir = work.join("oci");
+    let blobs = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let layer_digest = sha256_file(layer_tar);
+    let layer_size = std::fs::metadata(layer_tar).unwrap().len();
+    std::fs::copy(layer_tar, blobs.join(&layer_digest)).unwrap();
+    let write_blob = |v: serde_json::Value| -> (String, u64) {
+        let bytes = serde_json::to_vec(&v).unwrap();
+        let tmp = dir.join("blob.tmp");
+        std::fs::write(&tmp, &bytes).unwrap();
+        let d = sha256_file(&tmp);
+        std::fs::rename(&tmp, blobs.join(&d)).unwrap();
+        (d, bytes.len() as u64)
+    };
+    let mut config = config;
+    config["rootfs"] =
+        serde_json::json!({"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]});
+    let (cfg_d, cfg_s) = write_blob(config);
+    let (man_d, man_s) = write_blob(serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": format!("sha256:{cfg_d}"), "size": cfg_s},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": format!("sha256:{layer_digest}"), "size": layer_size}]
+    }));
+    let tag = name.rsplit_once(':').map_or("latest", |(_, t)| t);
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": format!("sha256:{man_d}"), "size": man_s,
+                "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": tag}}]
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let tar = work.join("image.oci.tar");
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&dir)
+        .arg("-cf")
+        .arg(&tar)
+        .args(["index.json", "oci-layout", "blobs"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::remove_dir_all(&dir).unwrap();
+    tar
+}
