@@ -4,18 +4,19 @@
 #
 #   scripts/image.sh [TAG]            default TAG: localhost/gpuctk-installer:latest
 #
-# Environment: CARGO_TARGET_DIR (where cargo builds; default target), PODMAN_ROOT and
+# Environment: CARGO_TARGET_DIR (the static build goes to its static/ subdirectory, apart from
+# the usual builds, so that it never waits on a running `cargo test`'s lock), PODMAN_ROOT and
 # PODMAN_RUNROOT (podman's --root/--runroot: tests keep their images out of the host's storage),
-# PODMAN (the podman to run), GPUCTK_STATIC_BINARY (use this static binary, do not build one).
+# PODMAN (the podman command, with any global flags: --storage-driver, --cgroup-manager...), GPUCTK_STATIC_BINARY (use this static binary, do not build one).
 # Prints the image ID on the last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=${1:-localhost/gpuctk-installer:latest}
-target=${CARGO_TARGET_DIR:-$PWD/target}
+target=${CARGO_TARGET_DIR:-$PWD/target}/static
 triple=x86_64-unknown-linux-gnu
 bin=${GPUCTK_STATIC_BINARY:-}
 if [ -z "$bin" ]; then
-    RUSTFLAGS='-C target-feature=+crt-static' cargo build --release -p gpuctk \
+    CARGO_TARGET_DIR=$target RUSTFLAGS='-C target-feature=+crt-static' cargo build --release -p gpuctk \
         --no-default-features --target "$triple" --locked >&2
     bin="$target/$triple/release/gpuctk"
 fi

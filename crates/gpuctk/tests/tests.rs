@@ -34,6 +34,9 @@ mod generate;
 /// enroot and Apptainer's `nvidia-container-cli configure` without `--pid`: root in a user
 /// namespace, an unprivileged user, root without one.
 mod hpc;
+/// `install` / `uninstall` on temp host roots, and the installer image under podman, then
+/// containerd running a GPU pod through the CRI from what it installed.
+mod install;
 /// Discovery on the real Debian 535 driver packages, unpacked with dpkg-deb.
 mod real_driver;
 /// One test per fixed bug.

@@ -120,9 +120,13 @@ fn engine_defaults(engine: Engine) -> (&'static str, &'static str) {
     }
 }
 
-/// config.toml for the toolkit dir: `config default`, with the hooks in the toolkit dir and the
-/// driver root when it is not `/`.
-pub fn config_text(toolkit: &Path, driver_root: &Path) -> anyhow::Result<String> {
+/// config.toml for the toolkit dir: `config default`, with the hooks in the toolkit dir, the
+/// driver root when it is not `/` and the dev root when it is not the driver root.
+pub fn config_text(
+    toolkit: &Path,
+    driver_root: &Path,
+    dev_root: Option<&Path>,
+) -> anyhow::Result<String> {
     let mut doc: toml_edit::DocumentMut = super::config_cmd::default_text()
         .parse()
         .context("the default config.toml does not parse")?;
@@ -137,6 +141,13 @@ pub fn config_text(toolkit: &Path, driver_root: &Path) -> anyhow::Result<String>
             &mut doc,
             "nvidia-container-cli.root",
             toml_edit::Value::from(driver_root.to_string_lossy().as_ref()),
+        )?;
+    }
+    if let Some(d) = dev_root.filter(|d| *d != driver_root) {
+        super::config_cmd::set(
+            &mut doc,
+            "gpuctk.dev-root",
+            toml_edit::Value::from(d.to_string_lossy().as_ref()),
         )?;
     }
     Ok(doc.to_string())
@@ -377,7 +388,12 @@ fn spec_text(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<Str
         dev_root,
         proc_root: a.proc_root.clone(),
     };
-    let inv = super::discover(&roots, &DiscoverOptions::default())?;
+    let inv = super::discover(&roots, &DiscoverOptions::default()).with_context(|| {
+        format!(
+            "--driver-root {} (NVIDIA_DRIVER_ROOT), under --host-root: no driver found there yet; nothing was written",
+            a.driver_root.display()
+        )
+    })?;
     if !inv.libraries.iter().any(|l| l.name == "libcuda.so") {
         bail!(
             "no libcuda.so under driver root {} (here {}): is the driver installed yet? Set --driver-root (NVIDIA_DRIVER_ROOT; /run/nvidia/driver with a containerized driver)",
@@ -525,7 +541,10 @@ pub fn install(a: InstallArgs) -> anyhow::Result<ExitCode> {
     // Everything is computed before the first write: a host without a driver fails here.
     let binary = std::fs::read("/proc/self/exe")
         .context("/proc/self/exe: cannot read the running binary to install it")?;
-    let config_toml = config_text(&toolkit, &a.driver_root)?;
+    if a.dev_root.as_deref().is_some_and(|d| !d.is_absolute()) {
+        bail!("--dev-root: give it as the host sees it, absolute");
+    }
+    let config_toml = config_text(&toolkit, &a.driver_root, a.dev_root.as_deref())?;
     let spec = spec_text(&host, &a, &toolkit)?;
 
     let mut out = std::io::stdout().lock();
@@ -875,16 +894,21 @@ mod tests {
 
     #[test]
     fn config_points_at_the_toolkit() {
-        let t = config_text(Path::new("/usr/local/nvidia/toolkit"), Path::new("/run/nvidia/driver"))
-            .unwrap();
+        let t = config_text(
+            Path::new("/usr/local/nvidia/toolkit"),
+            Path::new("/run/nvidia/driver"),
+            Some(Path::new("/")),
+        )
+        .unwrap();
         let c = crate::config::parse(&t, Path::new("c.toml")).unwrap();
         assert_eq!(
             c.hook_path.as_deref(),
             Some("/usr/local/nvidia/toolkit/nvidia-cdi-hook")
         );
         assert_eq!(c.driver_root, Path::new("/run/nvidia/driver"));
+        assert_eq!(c.dev_root.as_deref(), Some(Path::new("/")));
         assert!(c.unknown_keys.is_empty(), "{:?}", c.unknown_keys);
-        let t = config_text(Path::new("/t"), Path::new("/")).unwrap();
+        let t = config_text(Path::new("/t"), Path::new("/"), None).unwrap();
         assert!(!t.contains("\nroot = "), "{t}");
     }
 

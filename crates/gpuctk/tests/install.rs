@@ -1,0 +1,585 @@
+//! `gpuctk install` / `uninstall` against temp host roots (a mock GPU host with an engine
+//! config): what lands where, a second install that writes nothing and reloads nothing, an
+//! uninstall that gives back the tree it found (every path, type, mode, content and link
+//! target), the reload modes; then the installer image, built offline and run with podman, whose
+//! work real containerd loads, restarts on and runs a GPU pod from through the CRI.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::os::unix::fs::{symlink, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::cri::{containerd_config, workload, Node};
+use crate::engines::{gpus_seen, wait_for, Bed, SYSTEM_PATH};
+use crate::util::*;
+
+const TOOLKIT: &str = "/usr/local/nvidia/toolkit";
+
+/// Everything under `root` except the `skip` subtrees: relative path to type, mode, and a hash
+/// of the content (files) or the link target; with `identity`, also the inode and mtime, which
+/// change whenever a file is rewritten, even with the same bytes.
+fn listing(root: &Path, skip: &[&str], identity: bool) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if skip.iter().any(|s| rel == *s || rel.starts_with(&format!("{s}/"))) {
+                continue;
+            }
+            let md = fs::symlink_metadata(&p).unwrap();
+            let what = if md.file_type().is_symlink() {
+                format!("link {}", fs::read_link(&p).unwrap().display())
+            } else if md.is_dir() {
+                stack.push(p.clone());
+                "dir".to_string()
+            } else if md.is_file() {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                fs::read(&p).unwrap().hash(&mut h);
+                format!("file {:016x} {}", h.finish(), md.len())
+            } else {
+                format!("special {:o} {}", md.mode() & 0o170000, md.rdev())
+            };
+            let id = if identity {
+                format!(" ino {} mtime {}.{}", md.ino(), md.mtime(), md.mtime_nsec())
+            } else {
+                String::new()
+            };
+            out.insert(rel, format!("{what} mode {:o}{id}", md.mode() & 0o7777));
+        }
+    }
+    out
+}
+
+/// The differences between two listings, for a readable failure.
+fn diff(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<String> {
+    let mut d = Vec::new();
+    for (k, v) in a {
+        match b.get(k) {
+            None => d.push(format!("- {k}: {v}")),
+            Some(w) if w != v => d.push(format!("~ {k}: {v} -> {w}")),
+            _ => {}
+        }
+    }
+    for (k, v) in b {
+        if !a.contains_key(k) {
+            d.push(format!("+ {k}: {v}"));
+        }
+    }
+    d
+}
+
+/// A containerd config as an admin writes it: version 2, runc with SystemdCgroup, comments.
+const CONTAINERD: &str = r#"# the node's containerd
+version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.9"
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = true
+"#;
+
+/// A mock GPU host at `<t>/host` that is the host root: the driver at `/`, `/var/run` a link
+/// to `/run` as on a real host, and an engine config.
+fn host_root(t: &TestDir) -> (PathBuf, Host) {
+    let host = mock_host(t, "host", 2, "570.124.06", "debian");
+    let h = t.join("host");
+    fs::create_dir_all(h.join("run")).unwrap();
+    if fs::symlink_metadata(h.join("var/run")).is_err() {
+        fs::create_dir_all(h.join("var")).unwrap();
+        symlink("/run", h.join("var/run")).unwrap();
+    }
+    (h, host)
+}
+
+fn install_args<'a>(h: &'a str, proc_root: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["install", "--host-root", h, "--proc-root", proc_root];
+    a.extend_from_slice(extra);
+    a
+}
+
+#[test]
+fn install_twice_changes_nothing_and_uninstall_gives_the_host_back() {
+    let t = TestDir::new();
+    let (h, host) = host_root(&t);
+    fs::create_dir_all(h.join("etc/containerd")).unwrap();
+    fs::write(h.join("etc/containerd/config.toml"), CONTAINERD).unwrap();
+    let before = listing(&h, &[], false);
+    let hs = h.to_str().unwrap();
+    let proc_root = host.proc_root();
+    let args = install_args(
+        hs,
+        &proc_root,
+        &["--runtime", "containerd", "--restart-mode", "none"],
+    );
+
+    let r = ok(&args);
+    assert!(r.stdout.contains("--restart-mode none"), "{}", r.stdout);
+    let tk = h.join(TOOLKIT.trim_start_matches('/'));
+    // The running binary, byte for byte, and its names as links to it.
+    let installed = fs::read(tk.join("gpuctk")).unwrap();
+    assert!(installed == fs::read(GPUCTK).unwrap(), "the copy differs");
+    assert_eq!(
+        fs::metadata(tk.join("gpuctk")).unwrap().mode() & 0o7777,
+        0o755
+    );
+    for name in [
+        "nvidia-container-runtime",
+        "nvidia-container-runtime.cdi",
+        "nvidia-container-runtime.legacy",
+        "nvidia-container-runtime-hook",
+        "nvidia-container-cli",
+        "nvidia-cdi-hook",
+        "nvidia-ctk",
+    ] {
+        assert_eq!(fs::read_link(tk.join(name)).unwrap(), Path::new("gpuctk"));
+    }
+    // The installed binary finds the config next to it, and it names the toolkit's hook.
+    let mut c = Command::new(tk.join("nvidia-ctk"));
+    c.arg("config");
+    for k in ["GPUCTK_CONFIG", "NVIDIA_CTK_CONFIG_FILE_PATH", "XDG_CONFIG_HOME"] {
+        c.env_remove(k);
+    }
+    let cfg = Run::from(c.output().unwrap());
+    assert_eq!(cfg.code, 0, "{}", cfg.stderr);
+    assert!(
+        cfg.stdout
+            .contains("hook-path = \"/usr/local/nvidia/toolkit/nvidia-cdi-hook\""),
+        "{}",
+        cfg.stdout
+    );
+    // The spec went through the host's /var/run link, with paths as the host sees them.
+    let spec_text = fs::read_to_string(h.join("run/cdi/nvidia.yaml")).unwrap();
+    assert!(!spec_text.contains(hs), "{spec_text}");
+    assert!(
+        spec_text.contains("/usr/local/nvidia/toolkit/nvidia-cdi-hook"),
+        "{spec_text}"
+    );
+    let spec = yaml(&spec_text);
+    assert_cdi_schema(&spec);
+    let names: Vec<&str> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    for n in ["0", "1", "all"] {
+        assert!(names.contains(&n), "{names:?}");
+    }
+    assert!(spec_text.contains("/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06"));
+    // The runtimes in a drop-in the main config imports; real containerd sees all three.
+    let main = fs::read_to_string(h.join("etc/containerd/config.toml")).unwrap();
+    assert!(
+        main.contains("imports = [\"conf.d/99-nvidia.toml\"]"),
+        "{main}"
+    );
+    let drop_in = fs::read_to_string(h.join("etc/containerd/conf.d/99-nvidia.toml")).unwrap();
+    assert!(drop_in.contains("SystemdCgroup = true"), "{drop_in}");
+    let dump = Command::new("containerd")
+        .arg("--config")
+        .arg(h.join("etc/containerd/config.toml"))
+        .args(["config", "dump"])
+        .output()
+        .expect("containerd (apt-get install containerd)");
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    for (name, bin) in [
+        ("nvidia", "nvidia-container-runtime"),
+        ("nvidia-cdi", "nvidia-container-runtime.cdi"),
+        ("nvidia-legacy", "nvidia-container-runtime.legacy"),
+    ] {
+        assert!(
+            dump.contains(&format!(
+                "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.{name}]"
+            )),
+            "{dump}"
+        );
+        assert!(
+            dump.contains(&format!("BinaryName = \"{TOOLKIT}/{bin}\"")),
+            "{dump}"
+        );
+    }
+    // The main file's own settings survive the import (the drop-in repeats the CRI table).
+    assert!(dump.contains("registry.k8s.io/pause:3.9"), "{dump}");
+
+    // Again: every file as it was (same inode, same mtime), and no reload.
+    let after = listing(&h, &[], true);
+    let r = ok(&args);
+    assert!(
+        r.stdout.contains("nothing changed for containerd: not reloaded"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("created ") && !r.stdout.contains("updated "));
+    let again = listing(&h, &[], true);
+    assert!(after == again, "{:#?}", diff(&after, &again));
+
+    let r = ok(&["uninstall", "--host-root", hs, "--restart-mode", "none"]);
+    assert!(r.stdout.contains("unregistered nvidia-cdi"), "{}", r.stdout);
+    let back = listing(&h, &[], false);
+    assert!(before == back, "{:#?}", diff(&before, &back));
+    let r = ok(&["uninstall", "--host-root", hs, "--restart-mode", "none"]);
+    assert!(r.stdout.contains("nothing installed"), "{}", r.stdout);
+}
+
+/// A `systemctl` for the host root: a static program that records its arguments and root.
+fn fake_systemctl(t: &TestDir, h: &Path) {
+    let src = t.join("systemctl.c");
+    fs::write(
+        &src,
+        r#"#include <stdio.h>
+int main(int argc, char **argv) {
+    /* Written at / as this process sees it: the host root when it was chrooted there. */
+    FILE *f = fopen("/systemctl.log", "a");
+    if (!f) return 1;
+    for (int i = 1; i < argc; i++) fprintf(f, "%s%s", argv[i], i + 1 < argc ? " " : "\n");
+    return fclose(f) != 0;
+}
+"#,
+    )
+    .unwrap();
+    fs::create_dir_all(h.join("usr/bin")).unwrap();
+    let o = Command::new("gcc")
+        .args(["-static", "-O2", "-o"])
+        .arg(h.join("usr/bin/systemctl"))
+        .arg(&src)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "gcc -static: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn crio_and_docker_files_replaced_and_restored_and_reload_modes() {
+    let t = TestDir::new();
+    let (h, host) = host_root(&t);
+    let hs = h.to_str().unwrap().to_string();
+    let proc_root = host.proc_root();
+    // The host's own CDI spec and crio.conf, which install must keep and give back.
+    fs::create_dir_all(h.join("run/cdi")).unwrap();
+    fs::write(h.join("run/cdi/nvidia.yaml"), "cdiVersion: 0.5.0\n# the host's own\n").unwrap();
+    fs::create_dir_all(h.join("etc/crio")).unwrap();
+    fs::write(
+        h.join("etc/crio/crio.conf"),
+        "[crio.runtime]\ndefault_runtime = \"crun\"\n\n[crio.runtime.runtimes.crun]\nruntime_path = \"/usr/bin/crun\"\nmonitor_path = \"/usr/libexec/crio/conmon\"\n",
+    )
+    .unwrap();
+    fake_systemctl(&t, &h);
+    let before = listing(&h, &[], false);
+
+    // CRI-O, reloaded through systemd in the host root.
+    let r = ok(&install_args(
+        &hs,
+        &proc_root,
+        &["--runtime", "crio", "--restart-mode", "systemd"],
+    ));
+    assert!(r.stdout.contains("restarted crio"), "{}", r.stdout);
+    assert_eq!(
+        fs::read_to_string(h.join("systemctl.log")).unwrap(),
+        "restart crio\n"
+    );
+    let d = fs::read_to_string(h.join("etc/crio/crio.conf.d/99-nvidia.toml")).unwrap();
+    assert!(d.contains("[crio.runtime.runtimes.nvidia-legacy]"), "{d}");
+    assert!(
+        d.contains("runtime_path = \"/usr/local/nvidia/toolkit/nvidia-container-runtime\""),
+        "{d}"
+    );
+    assert!(d.contains("monitor_path = \"/usr/libexec/crio/conmon\""), "{d}");
+    assert!(!h.join("etc/crio/crio.conf.bak").exists());
+    // The host's spec was kept aside, ours is in place.
+    assert!(fs::read_to_string(h.join("run/cdi/nvidia.yaml.bak"))
+        .unwrap()
+        .contains("the host's own"));
+    // A second run: nothing to restart.
+    let r = ok(&install_args(
+        &hs,
+        &proc_root,
+        &["--runtime", "crio", "--restart-mode", "systemd"],
+    ));
+    assert!(r.stdout.contains("not reloaded"), "{}", r.stdout);
+    assert_eq!(
+        fs::read_to_string(h.join("systemctl.log")).unwrap(),
+        "restart crio\n"
+    );
+    // Another engine while installed: refused, nothing written.
+    fails(
+        &install_args(&hs, &proc_root, &["--runtime", "docker"]),
+        &["uninstall"],
+    );
+    let r = ok(&["uninstall", "--host-root", &hs, "--restart-mode", "systemd"]);
+    assert!(r.stdout.contains("restored /var/run/cdi/nvidia.yaml"), "{}", r.stdout);
+    assert_eq!(
+        fs::read_to_string(h.join("systemctl.log")).unwrap(),
+        "restart crio\nrestart crio\n"
+    );
+    fs::remove_file(h.join("systemctl.log")).unwrap();
+    let back = listing(&h, &[], false);
+    assert!(before == back, "{:#?}", diff(&before, &back));
+
+    // docker: daemon.json edited in place, SIGHUP to the pid in a pid file.
+    fs::create_dir_all(h.join("etc/docker")).unwrap();
+    let daemon_json = "{\n    \"log-driver\": \"journald\"\n}\n";
+    fs::write(h.join("etc/docker/daemon.json"), daemon_json).unwrap();
+    let before = listing(&h, &[], false);
+    // A process that waits for SIGHUP, as dockerd reloads on it.
+    let waiter = Command::new("sh")
+        .args(["-c", "trap 'echo reloaded; exit 0' HUP; while :; do sleep 0.1; done"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid_file = t.join("docker.pid");
+    fs::write(&pid_file, format!("{}\n", waiter.id())).unwrap();
+    // The pid file as the host sees it: under the host root.
+    fs::rename(&pid_file, h.join("run/docker.pid")).unwrap();
+    let r = ok(&install_args(
+        &hs,
+        &proc_root,
+        &[
+            "--runtime",
+            "docker",
+            "--restart-mode",
+            "signal",
+            "--pid-file",
+            "/var/run/docker.pid",
+        ],
+    ));
+    assert!(r.stdout.contains("sent SIGHUP to docker"), "{}", r.stdout);
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "reloaded\n");
+    let j: serde_json::Value =
+        serde_json::from_slice(&fs::read(h.join("etc/docker/daemon.json")).unwrap()).unwrap();
+    assert_eq!(
+        j["runtimes"]["nvidia-cdi"]["path"],
+        "/usr/local/nvidia/toolkit/nvidia-container-runtime.cdi"
+    );
+    assert_eq!(j["log-driver"], "journald");
+    ok(&["uninstall", "--host-root", &hs, "--restart-mode", "none"]);
+    fs::remove_file(h.join("run/docker.pid")).unwrap();
+    let back = listing(&h, &[], false);
+    assert!(before == back, "{:#?}", diff(&before, &back));
+}
+
+#[test]
+fn install_refuses_bad_input_and_writes_nothing() {
+    let t = TestDir::new();
+    let (h, host) = host_root(&t);
+    let hs = h.to_str().unwrap();
+    let proc_root = host.proc_root();
+    let before = listing(&h, &[], false);
+    fails(
+        &install_args(hs, &proc_root, &["--runtime", "docker", "--drop-in-config", "/etc/x.json"]),
+        &["--drop-in-config", "docker"],
+    );
+    fails(
+        &install_args(hs, &proc_root, &["--toolkit-dir", "usr/local/x"]),
+        &["--toolkit-dir", "absolute"],
+    );
+    // No driver where the flag says: found before anything is written.
+    fails(
+        &install_args(hs, &proc_root, &["--driver-root", "/run/nvidia/driver"]),
+        &["--driver-root /run/nvidia/driver", "nothing was written"],
+    );
+    fails(
+        &["install", "--host-root", t.join("nope").to_str().unwrap()],
+        &["--host-root", "not a directory"],
+    );
+    let after = listing(&h, &[], false);
+    assert!(before == after, "{:#?}", diff(&before, &after));
+}
+
+/// The repository root.
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// podman with its storage in `dir`, never the host's.
+fn podman_argv(dir: &Path) -> Vec<String> {
+    let p = |s: &str| dir.join(s).to_string_lossy().into_owned();
+    vec![
+        "podman".into(),
+        "--root".into(),
+        p("storage"),
+        "--runroot".into(),
+        p("run"),
+        "--tmpdir".into(),
+        p("tmp"),
+        "--storage-driver".into(),
+        "vfs".into(),
+        "--cgroup-manager".into(),
+        "cgroupfs".into(),
+        "--events-backend".into(),
+        "none".into(),
+    ]
+}
+
+/// The driver's place on the test host, as the host root sees it: under `/usr/local`, which
+/// containerd's namespace replaces with a tmpfs holding just this and the toolkit dir.
+const DRIVER: &str = "/usr/local/gpuctk-mock";
+
+#[test]
+fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
+    let bed = Bed::new(1);
+    let t = &bed.t;
+    // The image, built offline by the project's script, in a podman store of this test.
+    let store = t.join("podman");
+    let podman = podman_argv(&store);
+    let tag = format!("localhost/gpuctk-installer-test:{}", std::process::id());
+    let o = Command::new(repo().join("scripts/image.sh"))
+        .arg(&tag)
+        .env("PODMAN", podman.join(" "))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "scripts/image.sh: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = Run::from(
+        Command::new(&podman[0])
+            .args(&podman[1..])
+            .args(["image", "inspect", "--format", "{{len .RootFS.Layers}} {{.Config.Entrypoint}}", &tag])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(r.stdout.trim(), "1 [/gpuctk]", "{}", r.stderr);
+
+    // The host root: a mock GPU host at DRIVER, containerd's config, /var/run -> /run.
+    let h = t.join("hostroot");
+    let mock = mock_host(t, &format!("hostroot{DRIVER}"), 2, "570.124.06", "debian");
+    fs::create_dir_all(h.join("var")).unwrap();
+    symlink("/run", h.join("var/run")).unwrap();
+    fs::create_dir_all(h.join("run/containerd")).unwrap();
+    fs::create_dir_all(h.join("etc/containerd")).unwrap();
+    let cdir = t.join("containerd");
+    fs::create_dir_all(&cdir).unwrap();
+    let sock = h.join("run/containerd/containerd.sock");
+    let mut doc: toml_edit::DocumentMut = containerd_config(&cdir).parse().unwrap();
+    doc["grpc"]["address"] = toml_edit::value(sock.to_string_lossy().as_ref());
+    fs::write(h.join("etc/containerd/config.toml"), doc.to_string()).unwrap();
+    // containerd's socket is its own, not the installer's.
+    let skip = ["run/containerd"];
+    let before = listing(&h, &skip, false);
+
+    // containerd in a namespace where the host root's toolkit and driver are at their host paths.
+    let containerd_cmd = || {
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                r#"mount -t tmpfs tmpfs /usr/local && mkdir -p /usr/local/nvidia {DRIVER} && mount --bind "$0/usr/local/nvidia" /usr/local/nvidia && mount --bind "$0{DRIVER}" {DRIVER} && exec "$@""#
+            ))
+            .arg(&h)
+            .args(["containerd", "--config"])
+            .arg(h.join("etc/containerd/config.toml"))
+            .env("PATH", SYSTEM_PATH);
+        c
+    };
+    fs::create_dir_all(h.join("usr/local/nvidia")).unwrap();
+    let mut first = containerd_cmd()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(cdir.join("first.log")).unwrap())
+        .spawn()
+        .expect("containerd");
+    wait_for("containerd", Duration::from_secs(60), || sock.exists());
+
+    let podman_run = |args: &[&str]| {
+        let mut c = Command::new(&podman[0]);
+        c.args(&podman[1..])
+            .args(["run", "--rm", "--network=none", "--pid=host", "-v"])
+            .arg(format!("{}:/host", h.display()))
+            .arg(&tag)
+            .args(args);
+        Run::from(c.output().unwrap())
+    };
+    let proc_in_image = format!("/host{DRIVER}/proc");
+    let r = podman_run(&[
+        "install",
+        "--host-root",
+        "/host",
+        "--runtime",
+        "containerd",
+        "--driver-root",
+        DRIVER,
+        "--proc-root",
+        &proc_in_image,
+        "--restart-mode",
+        "signal",
+    ]);
+    assert_eq!(r.code, 0, "install in the image: {}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains(&format!("sent SIGHUP to containerd (pid {})", first.id())),
+        "{}",
+        r.stdout
+    );
+    // containerd does not handle SIGHUP: it exits, for its service manager to start it again.
+    let st = first.wait().unwrap();
+    assert!(!st.success(), "containerd after SIGHUP: {st}");
+    // The image's binary went in: the static one, not this test's.
+    let tk = h.join(TOOLKIT.trim_start_matches('/'));
+    let f = Run::from(Command::new("file").arg(tk.join("gpuctk")).output().unwrap());
+    assert!(f.stdout.contains("statically linked"), "{}", f.stdout);
+    let spec = fs::read_to_string(h.join("run/cdi/nvidia.yaml")).unwrap();
+    assert!(
+        spec.contains(&format!("{DRIVER}/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06")),
+        "{spec}"
+    );
+    // The installed config names the driver root; the mock's procfs is a directory of files,
+    // which a real host does not need.
+    let config = tk.join(".config/nvidia-container-runtime/config.toml");
+    assert!(fs::read_to_string(&config)
+        .unwrap()
+        .contains(&format!("root = \"{DRIVER}\"")));
+    ok(&[
+        "config",
+        "--config-file",
+        config.to_str().unwrap(),
+        "--set",
+        &format!("gpuctk.proc-root={DRIVER}/proc"),
+        "--in-place",
+    ]);
+
+    // The service manager's part: containerd again, from the same config, now with our
+    // runtimes; a GPU pod on the `nvidia` RuntimeClass gets the GPUs.
+    let node = Node::launch(
+        bed,
+        cdir.clone(),
+        sock.clone(),
+        containerd_cmd(),
+        &["/usr/local", "/usr/local/nvidia", DRIVER],
+    );
+    let pod = node.pod("gpu", "nvidia");
+    let r = node.run(
+        &pod,
+        workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]),
+    );
+    assert_eq!(gpus_seen(&r), mock.uuids(), "{}{}", r.stderr, node.log());
+    let pod = node.pod("legacy", "nvidia-legacy");
+    let r = node.run(
+        &pod,
+        workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "1")]),
+    );
+    assert_eq!(gpus_seen(&r), vec![mock.uuids()[1].clone()], "{}", node.log());
+    node.shutdown();
+
+    // Uninstall through the image: the host root is what it was.
+    let r = podman_run(&["uninstall", "--host-root", "/host", "--restart-mode", "none"]);
+    assert_eq!(r.code, 0, "uninstall in the image: {}{}", r.stdout, r.stderr);
+    let back = listing(&h, &skip, false);
+    assert!(before == back, "{:#?}", diff(&before, &back));
+    let r = Run::from(
+        Command::new(&podman[0])
+            .args(&podman[1..])
+            .args(["rmi", &tag])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
