@@ -21,7 +21,7 @@ if [ -z "$bin" ]; then
     bin="$target/$triple/release/gpuctk"
 fi
 # A dynamically linked binary would not start in an image without a libc.
-if ! file -L "$bin" | grep -q 'statically linked'; then
+if ! file -L "$bin" | grep -Eq 'statically linked|static-pie linked'; then
     echo "image.sh: $bin is not statically linked; build it with RUSTFLAGS='-C target-feature=+crt-static'" >&2
     exit 1
 fi

@@ -425,8 +425,10 @@ const DRIVER: &str = "/usr/local/gpuctk-mock";
 
 #[test]
 fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
+    // The bed (images, pod logs) goes with the node; the host root and the podman store are this
+    // test's, for the uninstall after it.
     let bed = Bed::new(1);
-    let t = &bed.t;
+    let t = TestDir::new();
     // The image, built offline by the project's script, in a podman store of this test.
     let store = t.join("podman");
     let podman = podman_argv(&store);
@@ -452,7 +454,7 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
 
     // The host root: a mock GPU host at DRIVER, containerd's config, /var/run -> /run.
     let h = t.join("hostroot");
-    let mock = mock_host(t, &format!("hostroot{DRIVER}"), 2, "570.124.06", "debian");
+    let mock = mock_host(&t, &format!("hostroot{DRIVER}"), 2, "570.124.06", "debian");
     fs::create_dir_all(h.join("var")).unwrap();
     symlink("/run", h.join("var/run")).unwrap();
     fs::create_dir_all(h.join("run/containerd")).unwrap();
@@ -463,6 +465,8 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
     let mut doc: toml_edit::DocumentMut = containerd_config(&cdir).parse().unwrap();
     doc["grpc"]["address"] = toml_edit::value(sock.to_string_lossy().as_ref());
     fs::write(h.join("etc/containerd/config.toml"), doc.to_string()).unwrap();
+    // The mount point of the toolkit's parent in containerd's namespace (below).
+    fs::create_dir_all(h.join("usr/local/nvidia")).unwrap();
     // containerd's socket is its own, not the installer's.
     let skip = ["run/containerd"];
     let before = listing(&h, &skip, false);
@@ -480,7 +484,6 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
             .env("PATH", SYSTEM_PATH);
         c
     };
-    fs::create_dir_all(h.join("usr/local/nvidia")).unwrap();
     let mut first = containerd_cmd()
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -492,7 +495,9 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
     let podman_run = |args: &[&str]| {
         let mut c = Command::new(&podman[0]);
         c.args(&podman[1..])
-            .args(["run", "--rm", "--network=none", "--pid=host", "-v"])
+            .args(["run", "--rm", "--pull=never", "--network=none", "--pid=host"])
+            // Podman's default limits exceed what this (containerized) test host allows.
+            .args(["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768", "-v"])
             .arg(format!("{}:/host", h.display()))
             .arg(&tag)
             .args(args);
@@ -525,7 +530,11 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
     // The image's binary went in: the static one, not this test's.
     let tk = h.join(TOOLKIT.trim_start_matches('/'));
     let f = Run::from(Command::new("file").arg(tk.join("gpuctk")).output().unwrap());
-    assert!(f.stdout.contains("statically linked"), "{}", f.stdout);
+    assert!(
+        f.stdout.contains("statically linked") || f.stdout.contains("static-pie linked"),
+        "{}",
+        f.stdout
+    );
     let spec = fs::read_to_string(h.join("run/cdi/nvidia.yaml")).unwrap();
     assert!(
         spec.contains(&format!("{DRIVER}/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06")),
