@@ -592,3 +592,87 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+/// `runtime configure --drop-in-config` as NVIDIA defines it: containerd's main config gets an
+/// import of the drop-in, which containerd 1.6 loads (`config dump`); CRI-O's goes where asked;
+/// docker refuses; unconfigure gives back the files it found.
+#[test]
+fn runtime_configure_drop_in_config() {
+    let t = TestDir::new();
+    let main = t.join("etc/containerd/config.toml");
+    fs::create_dir_all(main.parent().unwrap()).unwrap();
+    fs::write(&main, CONTAINERD).unwrap();
+    let drop_in = t.join("etc/containerd/conf.d/99-nvidia.toml");
+    let (m, d) = (main.to_str().unwrap(), drop_in.to_str().unwrap());
+    let configure = |verb: &str, extra: &[&str]| {
+        let mut a = vec![
+            "runtime",
+            verb,
+            "--runtime=containerd",
+            "--config",
+            m,
+            "--drop-in-config",
+            d,
+            "--nvidia-runtime-path",
+            "/opt/gpu/nvidia-container-runtime",
+        ];
+        a.extend_from_slice(extra);
+        ok(&a)
+    };
+    configure("configure", &["--set-as-default"]);
+    configure("configure", &["--nvidia-runtime-name", "nvidia-cdi"]);
+    let text = fs::read_to_string(&main).unwrap();
+    assert!(text.contains("imports = [\"conf.d/99-nvidia.toml\"]"), "{text}");
+    let dump = Run::from(
+        Command::new("containerd")
+            .args(["--config", m, "config", "dump"])
+            .output()
+            .expect("containerd (apt-get install containerd)"),
+    );
+    assert_eq!(dump.code, 0, "{}", dump.stderr);
+    for name in ["nvidia", "nvidia-cdi"] {
+        assert!(
+            dump.stdout.contains(&format!(
+                "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.{name}]"
+            )),
+            "{}",
+            dump.stdout
+        );
+    }
+    assert!(
+        dump.stdout.contains("default_runtime_name = \"nvidia\""),
+        "{}",
+        dump.stdout
+    );
+    assert!(dump.stdout.contains("SystemdCgroup = true"), "{}", dump.stdout);
+    // Again: nothing to write.
+    let r = configure("configure", &["--set-as-default"]);
+    assert!(r.stdout.contains("already configured"), "{}", r.stdout);
+    configure("unconfigure", &[]);
+    configure("unconfigure", &["--nvidia-runtime-name", "nvidia-cdi"]);
+    assert!(!drop_in.exists());
+    assert_eq!(fs::read_to_string(&main).unwrap(), CONTAINERD);
+    let dump = Command::new("containerd")
+        .args(["--config", m, "config", "dump"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&dump.stdout).contains("runtimes.nvidia"));
+
+    // CRI-O: the drop-in where asked, the main file never written.
+    let crio = t.join("etc/crio/crio.conf");
+    fs::create_dir_all(crio.parent().unwrap()).unwrap();
+    fs::write(&crio, "[crio.runtime]\n").unwrap();
+    let cd = t.join("etc/crio/crio.conf.d/50-gpu.toml");
+    let (c, cds) = (crio.to_str().unwrap(), cd.to_str().unwrap());
+    ok(&["runtime", "configure", "--runtime=crio", "--config", c, "--drop-in-config", cds]);
+    assert!(fs::read_to_string(&cd).unwrap().contains("[crio.runtime.runtimes.nvidia]"));
+    ok(&["runtime", "unconfigure", "--runtime=crio", "--config", c, "--drop-in-config", cds]);
+    assert!(!cd.exists());
+    assert_eq!(fs::read_to_string(&crio).unwrap(), "[crio.runtime]\n");
+
+    fails(
+        &["runtime", "configure", "--runtime=docker", "--config", t.join("daemon.json").to_str().unwrap(), "--drop-in-config", d],
+        &["--drop-in-config", "docker"],
+    );
+    assert!(!t.join("daemon.json").exists());
+}
