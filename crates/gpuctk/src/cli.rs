@@ -164,6 +164,12 @@ pub struct InstallArgs {
     /// Where the CDI spec goes, as the host sees it
     #[arg(long, env = "CDI_SPEC_DIR", default_value = "/var/run/cdi", value_name = "DIR")]
     pub cdi_spec_dir: PathBuf,
+    /// After installing, stay running until SIGTERM or SIGINT (a DaemonSet's container), then exit 0
+    #[arg(long, env = "INSTALL_WAIT", value_parser = clap::builder::FalseyValueParser::new())]
+    pub wait: bool,
+    /// With --wait: uninstall when the signal comes (the GPU Operator's cleanup on exit)
+    #[arg(long, env = "UNINSTALL_ON_EXIT", requires = "wait", value_parser = clap::builder::FalseyValueParser::new())]
+    pub uninstall_on_exit: bool,
 }
 
 #[derive(Debug, Args)]

@@ -325,7 +325,9 @@ fn crio_and_docker_files_replaced_and_restored_and_reload_modes() {
 
     // docker: daemon.json edited in place, SIGHUP to the pid in a pid file.
     fs::create_dir_all(h.join("etc/docker")).unwrap();
-    let daemon_json = "{\n    \"log-driver\": \"journald\"\n}\n";
+    // A 2-space layout: install rewrites it with NVIDIA's 4 spaces, uninstall gives these bytes
+    // back.
+    let daemon_json = "{\n  \"log-driver\": \"journald\"\n}\n";
     fs::write(h.join("etc/docker/daemon.json"), daemon_json).unwrap();
     let before = listing(&h, &[], false);
     // A process that waits for SIGHUP, as dockerd reloads on it.
@@ -675,4 +677,54 @@ fn runtime_configure_drop_in_config() {
         &["--drop-in-config", "docker"],
     );
     assert!(!t.join("daemon.json").exists());
+}
+
+/// The DaemonSet's container: `install --wait` stays up after installing; SIGTERM ends it with
+/// 0, and with `--uninstall-on-exit` the host is given back first.
+#[test]
+fn install_wait_until_sigterm_then_uninstall() {
+    use std::io::{BufRead, BufReader};
+    let t = TestDir::new();
+    let (h, host) = host_root(&t);
+    fs::create_dir_all(h.join("etc/containerd")).unwrap();
+    fs::write(h.join("etc/containerd/config.toml"), CONTAINERD).unwrap();
+    let before = listing(&h, &[], false);
+    let hs = h.to_str().unwrap();
+    let proc_root = host.proc_root();
+    let mut child = gpuctk(&install_args(
+        hs,
+        &proc_root,
+        &["--restart-mode", "none", "--wait", "--uninstall-on-exit"],
+    ))
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        let done = l == "installed; waiting for SIGTERM";
+        seen.push(l);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("installed; waiting for SIGTERM"),
+        "{seen:#?}"
+    );
+    assert!(h.join("etc/containerd/conf.d/99-nvidia.toml").exists());
+    // Still there after the install: it waits.
+    assert!(child.try_wait().unwrap().is_none());
+    // SAFETY: kill(2) on the child we started.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let st = child.wait().unwrap();
+    assert!(st.success(), "{st} {rest:#?}");
+    assert!(rest.iter().any(|l| l.starts_with("unregistered nvidia")), "{rest:#?}");
+    let back = listing(&h, &[], false);
+    assert!(before == back, "{:#?}", diff(&before, &back));
 }

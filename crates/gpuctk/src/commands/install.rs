@@ -506,6 +506,48 @@ fn host_view(host: &Host, here: &Path) -> PathBuf {
 }
 
 pub fn install(a: InstallArgs) -> anyhow::Result<ExitCode> {
+    // Blocked before the work, so a SIGTERM during it waits for the files to be whole.
+    let signals = if a.wait { Some(block_exit_signals()?) } else { None };
+    let code = install_once(&a)?;
+    let Some(set) = signals else {
+        return Ok(code);
+    };
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "installed; waiting for SIGTERM")?;
+        out.flush()?;
+    }
+    let mut sig: libc::c_int = 0;
+    // SAFETY: `set` is an initialised signal set and `sig` a valid out-pointer.
+    if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+        bail!("sigwait: {}", std::io::Error::last_os_error());
+    }
+    tracing::info!("signal {sig}: exiting");
+    if a.uninstall_on_exit {
+        return uninstall(UninstallArgs {
+            host: a.host.clone(),
+        });
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Block SIGTERM and SIGINT in this (single-threaded) process, for `sigwait`.
+fn block_exit_signals() -> anyhow::Result<libc::sigset_t> {
+    // SAFETY: the set is initialised by sigemptyset before use; sigprocmask only changes this
+    // thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            bail!("cannot block SIGTERM: {}", std::io::Error::last_os_error());
+        }
+        Ok(set)
+    }
+}
+
+fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
     let host = host_of(&a.host)?;
     let toolkit = a.host.toolkit_dir.clone();
     if !a.driver_root.is_absolute() {
@@ -545,7 +587,7 @@ pub fn install(a: InstallArgs) -> anyhow::Result<ExitCode> {
         bail!("--dev-root: give it as the host sees it, absolute");
     }
     let config_toml = config_text(&toolkit, &a.driver_root, a.dev_root.as_deref())?;
-    let spec = spec_text(&host, &a, &toolkit)?;
+    let spec = spec_text(&host, a, &toolkit)?;
 
     let mut out = std::io::stdout().lock();
     host.make_dirs(&toolkit, &mut m)?;
@@ -631,6 +673,17 @@ pub fn install(a: InstallArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Two JSON texts with the same meaning (key order included, as daemon.json keeps it).
+fn same_json(a: &[u8], b: &[u8]) -> bool {
+    match (
+        serde_json::from_slice::<serde_json::Value>(a),
+        serde_json::from_slice::<serde_json::Value>(b),
+    ) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
 /// A file left by an unconfigure that holds nothing of anyone's: what configure creates from
 /// nothing, emptied again.
 fn holds_nothing(bytes: &[u8]) -> bool {
@@ -683,10 +736,28 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
     for b in &m.backups {
         // The backup holds the original; once the config is that again it has nothing to keep.
         let here = host.here(b);
-        if std::fs::read(&here).ok() == now {
+        let kept = std::fs::read(&here).ok();
+        if kept == now {
             std::fs::remove_file(&here)
                 .with_context(|| format!("{}: cannot remove it", here.display()))?;
             writeln!(out, "removed {} (the config is its original again)", b.display())?;
+        } else if let (Some(orig), Some(cur), Engine::Docker) = (&kept, &now, engine) {
+            // daemon.json is re-rendered with a 4-space indent; when it means what the original
+            // meant, the original's own bytes go back.
+            if !same_json(orig, cur) {
+                writeln!(
+                    out,
+                    "kept {} (the config differs from it: changed since install)",
+                    b.display()
+                )?;
+                continue;
+            }
+            gpuctk_atomicfile::write(&config_here, orig, None).with_context(|| {
+                format!("{}: cannot put its original bytes back", config_here.display())
+            })?;
+            std::fs::remove_file(&here)
+                .with_context(|| format!("{}: cannot remove it", here.display()))?;
+            writeln!(out, "restored {} from {}", m.config.display(), b.display())?;
         } else {
             writeln!(
                 out,
