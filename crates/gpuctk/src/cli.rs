@@ -168,7 +168,7 @@ pub struct InstallArgs {
     #[arg(long, env = "INSTALL_WAIT", value_parser = clap::builder::FalseyValueParser::new())]
     pub wait: bool,
     /// With --wait: uninstall when the signal comes (the GPU Operator's cleanup on exit)
-    #[arg(long, env = "UNINSTALL_ON_EXIT", requires = "wait", value_parser = clap::builder::FalseyValueParser::new())]
+    #[arg(long, env = "UNINSTALL_ON_EXIT", value_parser = clap::builder::FalseyValueParser::new())]
     pub uninstall_on_exit: bool,
 }
 

@@ -728,3 +728,112 @@ fn install_wait_until_sigterm_then_uninstall() {
     let back = listing(&h, &[], false);
     assert!(before == back, "{:#?}", diff(&before, &back));
 }
+
+/// Every document of the YAML files in deploy/kubernetes, by file.
+fn deploy_docs() -> Vec<(String, serde_json::Value)> {
+    use serde::Deserialize;
+    let dir = repo().join("deploy/kubernetes");
+    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let mut docs = Vec::new();
+    for f in files {
+        let text = fs::read_to_string(&f).unwrap();
+        for d in serde_norway::Deserializer::from_str(&text) {
+            let v = serde_json::Value::deserialize(d)
+                .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            docs.push((f.file_name().unwrap().to_string_lossy().into_owned(), v));
+        }
+    }
+    docs
+}
+
+/// deploy/kubernetes parses, holds what the docs say, and agrees with the binary: the
+/// RuntimeClass handlers are the runtimes install registers, and every variable the DaemonSet
+/// sets is one `gpuctk install` reads.
+#[test]
+fn deploy_kubernetes_manifests() {
+    let docs = deploy_docs();
+    let kinds: Vec<&str> = docs.iter().map(|(_, d)| d["kind"].as_str().unwrap()).collect();
+    let mut sorted = kinds.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        ["DaemonSet", "Namespace", "RuntimeClass", "RuntimeClass", "RuntimeClass", "ServiceAccount"]
+    );
+    let of = |kind: &'static str| {
+        docs.iter()
+            .filter(move |(_, d)| d["kind"] == kind)
+            .map(|(_, d)| d)
+    };
+    let ns = of("Namespace").next().unwrap()["metadata"]["name"].clone();
+    let handlers: Vec<&str> = of("RuntimeClass")
+        .map(|d| {
+            assert_eq!(d["apiVersion"], "node.k8s.io/v1");
+            assert_eq!(d["metadata"]["name"], d["handler"]);
+            d["handler"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(handlers, ["nvidia", "nvidia-cdi", "nvidia-legacy"]);
+
+    let sa = of("ServiceAccount").next().unwrap();
+    assert_eq!(sa["metadata"]["namespace"], ns);
+    assert_eq!(sa["automountServiceAccountToken"], false);
+    let ds = of("DaemonSet").next().unwrap();
+    assert_eq!(ds["apiVersion"], "apps/v1");
+    assert_eq!(ds["metadata"]["namespace"], ns);
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(
+        ds["spec"]["selector"]["matchLabels"],
+        ds["spec"]["template"]["metadata"]["labels"]
+            .as_object()
+            .map(|l| serde_json::json!({"app.kubernetes.io/name": l["app.kubernetes.io/name"]}))
+            .unwrap()
+    );
+    assert_eq!(pod["serviceAccountName"], sa["metadata"]["name"]);
+    assert_eq!(pod["hostPID"], true);
+    assert!(pod["nodeSelector"].as_object().is_some_and(|s| !s.is_empty()));
+    let c = &pod["containers"][0];
+    assert_eq!(c["securityContext"]["privileged"], true);
+    assert_eq!(c["args"][0], "install");
+    let vol = &pod["volumes"][0];
+    assert_eq!(vol["hostPath"]["path"], "/");
+    assert_eq!(c["volumeMounts"][0]["name"], vol["name"]);
+    let mount = c["volumeMounts"][0]["mountPath"].as_str().unwrap();
+    let env: BTreeMap<&str, &str> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap()))
+        .collect();
+    assert_eq!(env["HOST_ROOT"], mount);
+    // Each variable is one install reads (and each value one it takes: the run below).
+    let help = ok(&["install", "--help"]).stdout;
+    for k in env.keys() {
+        assert!(help.contains(&format!("[env: {k}=")), "install does not read {k}:\n{help}");
+    }
+    let t = TestDir::new();
+    let (h, host) = host_root(&t);
+    let mut c = gpuctk(&["install", "--proc-root", &host.proc_root(), "--restart-mode", "none"]);
+    for (k, v) in &env {
+        c.env(k, v);
+    }
+    // The DaemonSet's settings, on a mock host: runtimes named as the RuntimeClass handlers.
+    c.env("HOST_ROOT", &h).env("RESTART_MODE", "none").env_remove("INSTALL_WAIT");
+    let args: Vec<String> = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .filter(|a| a != "install" && a != "--wait")
+        .collect();
+    c.args(&args);
+    let r = Run::from(c.output().unwrap());
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    for hd in &handlers {
+        assert!(r.stdout.contains(&format!("registered {hd} in ")), "{}", r.stdout);
+    }
+}

@@ -506,6 +506,9 @@ fn host_view(host: &Host, here: &Path) -> PathBuf {
 }
 
 pub fn install(a: InstallArgs) -> anyhow::Result<ExitCode> {
+    if a.uninstall_on_exit && !a.wait {
+        bail!("--uninstall-on-exit (UNINSTALL_ON_EXIT): only with --wait, which is when install exits on a signal");
+    }
     // Blocked before the work, so a SIGTERM during it waits for the files to be whole.
     let signals = if a.wait { Some(block_exit_signals()?) } else { None };
     let code = install_once(&a)?;
