@@ -374,7 +374,15 @@ pub fn configure(
 
     if let Some(target) = drop_in_target(config_path, &main) {
         let before = read_drop_in(read, &target.path)?;
-        let after = drop_in_content(config_path, &target.path, before.as_deref(), &main, version, opts, literal)?;
+        let after = drop_in_content(
+            config_path,
+            &target.path,
+            before.as_deref(),
+            &main,
+            version,
+            opts,
+            literal,
+        )?;
         return Ok(vec![target.edit(before, after, false)]);
     }
 

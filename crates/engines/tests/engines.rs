@@ -1187,8 +1187,14 @@ fn containerd_explicit_drop_in_is_imported_and_undone_exactly() {
         .replace("imports = []", "imports = [\"conf.d/99-nvidia.toml\"]");
     assert_bytes("main with the import", text.as_bytes(), want.as_bytes());
     let dropped = String::from_utf8(std::fs::read(&drop_in).unwrap()).unwrap();
-    assert!(dropped.starts_with(gpuctk_engines::OURS_HEADER), "{dropped}");
-    assert!(has_runtime(Engine::Containerd, &dropped, "nvidia"), "{dropped}");
+    assert!(
+        dropped.starts_with(gpuctk_engines::OURS_HEADER),
+        "{dropped}"
+    );
+    assert!(
+        has_runtime(Engine::Containerd, &dropped, "nvidia"),
+        "{dropped}"
+    );
     // The main file's CRI settings are repeated (containerd 1.x replaces the plugin table).
     assert!(dropped.contains("SystemdCgroup"), "{dropped}");
 
@@ -1206,8 +1212,14 @@ fn containerd_explicit_drop_in_is_imported_and_undone_exactly() {
     let text2 = String::from_utf8(std::fs::read(&main).unwrap()).unwrap();
     assert_eq!(text2, text);
     let dropped = String::from_utf8(std::fs::read(&drop_in).unwrap()).unwrap();
-    assert!(has_runtime(Engine::Containerd, &dropped, "nvidia"), "{dropped}");
-    assert!(has_runtime(Engine::Containerd, &dropped, "nvidia-cdi"), "{dropped}");
+    assert!(
+        has_runtime(Engine::Containerd, &dropped, "nvidia"),
+        "{dropped}"
+    );
+    assert!(
+        has_runtime(Engine::Containerd, &dropped, "nvidia-cdi"),
+        "{dropped}"
+    );
 
     // Undo both: the drop-in goes with the last one, and the main file is its original bytes.
     run_locked(Engine::Containerd, &main, &o, true);
@@ -1215,7 +1227,11 @@ fn containerd_explicit_drop_in_is_imported_and_undone_exactly() {
     assert_eq!(std::fs::read_to_string(&main).unwrap(), text);
     run_locked(Engine::Containerd, &main, &other, true);
     assert!(!drop_in.exists());
-    assert_bytes("main after unconfigure", &std::fs::read(&main).unwrap(), &original);
+    assert_bytes(
+        "main after unconfigure",
+        &std::fs::read(&main).unwrap(),
+        &original,
+    );
     assert_bytes(
         "the backup",
         &std::fs::read(d.path().join("etc/containerd/config.toml.bak")).unwrap(),
@@ -1267,7 +1283,9 @@ fn containerd_explicit_drop_in_with_existing_imports_and_no_main() {
     let plain = b"version = 2\n\n[plugins]\n".to_vec();
     std::fs::write(&main, &plain).unwrap();
     run_locked(Engine::Containerd, &main, &with_drop_in(&drop_in), false);
-    assert!(std::fs::read_to_string(&main).unwrap().contains("imports = [\"conf.d/99-nvidia.toml\"] # added by"));
+    assert!(std::fs::read_to_string(&main)
+        .unwrap()
+        .contains("imports = [\"conf.d/99-nvidia.toml\"] # added by"));
     run_locked(Engine::Containerd, &main, &with_drop_in(&drop_in), true);
     assert_bytes("main", &std::fs::read(&main).unwrap(), &plain);
     assert!(!drop_in.exists());
@@ -1291,5 +1309,8 @@ fn crio_explicit_drop_in_and_docker_refuses_one() {
     assert_eq!(tree(d.path()), before);
 
     let e = gpuctk_engines::configure(Engine::Docker, Path::new("/d.json"), None, &o).unwrap_err();
-    assert!(e.to_string().contains("docker reads no drop-in files"), "{e}");
+    assert!(
+        e.to_string().contains("docker reads no drop-in files"),
+        "{e}"
+    );
 }

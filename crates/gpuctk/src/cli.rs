@@ -113,9 +113,9 @@ pub struct HostArgs {
         value_name = "DIR"
     )]
     pub toolkit_dir: PathBuf,
-    /// How the engine reads its new config: signal (SIGHUP), systemd (systemctl restart) or none
-    #[arg(long, env = "RESTART_MODE", value_enum, default_value = "signal")]
-    pub restart_mode: RestartMode,
+    /// How the engine reads its new config: signal (SIGHUP), systemd (systemctl restart) or none [default: signal; systemd for crio]
+    #[arg(long, env = "RESTART_MODE", value_enum)]
+    pub restart_mode: Option<RestartMode>,
     /// The engine's API socket, whose peer is the process to signal [default: /run/containerd/containerd.sock, /var/run/docker.sock, /var/run/crio/crio.sock]
     #[arg(long, env = "RUNTIME_SOCKET", value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -144,7 +144,11 @@ pub struct InstallArgs {
     #[arg(long, env = "RUNTIME_DROP_IN_CONFIG", value_name = "FILE")]
     pub drop_in_config: Option<PathBuf>,
     /// The main runtime's name; NAME-cdi and NAME-legacy are registered too
-    #[arg(long = "nvidia-runtime-name", default_value = "nvidia", value_name = "NAME")]
+    #[arg(
+        long = "nvidia-runtime-name",
+        default_value = "nvidia",
+        value_name = "NAME"
+    )]
     pub runtime_name: String,
     /// Make the main runtime the engine's default
     #[arg(long, env = "RUNTIME_SET_AS_DEFAULT", value_parser = clap::builder::FalseyValueParser::new())]
@@ -153,16 +157,31 @@ pub struct InstallArgs {
     #[arg(long = "cdi.enabled", env = "CDI_ENABLED", value_parser = clap::builder::FalseyValueParser::new())]
     pub enable_cdi: bool,
     /// Root of the driver installation, as the host sees it (/run/nvidia/driver with a containerized driver)
-    #[arg(long, env = "NVIDIA_DRIVER_ROOT", default_value = "/", value_name = "DIR")]
+    #[arg(
+        long,
+        env = "NVIDIA_DRIVER_ROOT",
+        default_value = "/",
+        value_name = "DIR"
+    )]
     pub driver_root: PathBuf,
     /// Root under which /dev/nvidia* are, as the host sees it [default: the driver root]
     #[arg(long, env = "NVIDIA_DEV_ROOT", value_name = "DIR")]
     pub dev_root: Option<PathBuf>,
     /// Where the host's procfs is mounted in this container (hostPID gives the host's at /proc)
-    #[arg(long, env = "GPUCTK_PROC_ROOT", default_value = "/proc", value_name = "DIR")]
+    #[arg(
+        long,
+        env = "GPUCTK_PROC_ROOT",
+        default_value = "/proc",
+        value_name = "DIR"
+    )]
     pub proc_root: PathBuf,
     /// Where the CDI spec goes, as the host sees it
-    #[arg(long, env = "CDI_SPEC_DIR", default_value = "/var/run/cdi", value_name = "DIR")]
+    #[arg(
+        long,
+        env = "CDI_SPEC_DIR",
+        default_value = "/var/run/cdi",
+        value_name = "DIR"
+    )]
     pub cdi_spec_dir: PathBuf,
     /// After installing, stay running until SIGTERM or SIGINT (a DaemonSet's container), then exit 0
     #[arg(long, env = "INSTALL_WAIT", value_parser = clap::builder::FalseyValueParser::new())]

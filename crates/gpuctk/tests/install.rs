@@ -28,7 +28,10 @@ fn listing(root: &Path, skip: &[&str], identity: bool) -> BTreeMap<String, Strin
         for e in fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
             let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-            if skip.iter().any(|s| rel == *s || rel.starts_with(&format!("{s}/"))) {
+            if skip
+                .iter()
+                .any(|s| rel == *s || rel.starts_with(&format!("{s}/")))
+            {
                 continue;
             }
             let md = fs::symlink_metadata(&p).unwrap();
@@ -146,7 +149,11 @@ fn install_twice_changes_nothing_and_uninstall_gives_the_host_back() {
     // The installed binary finds the config next to it, and it names the toolkit's hook.
     let mut c = Command::new(tk.join("nvidia-ctk"));
     c.arg("config");
-    for k in ["GPUCTK_CONFIG", "NVIDIA_CTK_CONFIG_FILE_PATH", "XDG_CONFIG_HOME"] {
+    for k in [
+        "GPUCTK_CONFIG",
+        "NVIDIA_CTK_CONFIG_FILE_PATH",
+        "XDG_CONFIG_HOME",
+    ] {
         c.env_remove(k);
     }
     let cfg = Run::from(c.output().unwrap());
@@ -214,7 +221,8 @@ fn install_twice_changes_nothing_and_uninstall_gives_the_host_back() {
     let after = listing(&h, &[], true);
     let r = ok(&args);
     assert!(
-        r.stdout.contains("nothing changed for containerd: not reloaded"),
+        r.stdout
+            .contains("nothing changed for containerd: not reloaded"),
         "{}",
         r.stdout
     );
@@ -253,7 +261,11 @@ int main(int argc, char **argv) {
         .arg(&src)
         .output()
         .expect("gcc");
-    assert!(o.status.success(), "gcc -static: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "gcc -static: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
@@ -264,7 +276,11 @@ fn crio_and_docker_files_replaced_and_restored_and_reload_modes() {
     let proc_root = host.proc_root();
     // The host's own CDI spec and crio.conf, which install must keep and give back.
     fs::create_dir_all(h.join("run/cdi")).unwrap();
-    fs::write(h.join("run/cdi/nvidia.yaml"), "cdiVersion: 0.5.0\n# the host's own\n").unwrap();
+    fs::write(
+        h.join("run/cdi/nvidia.yaml"),
+        "cdiVersion: 0.5.0\n# the host's own\n",
+    )
+    .unwrap();
     fs::create_dir_all(h.join("etc/crio")).unwrap();
     fs::write(
         h.join("etc/crio/crio.conf"),
@@ -291,7 +307,10 @@ fn crio_and_docker_files_replaced_and_restored_and_reload_modes() {
         d.contains("runtime_path = \"/usr/local/nvidia/toolkit/nvidia-container-runtime\""),
         "{d}"
     );
-    assert!(d.contains("monitor_path = \"/usr/libexec/crio/conmon\""), "{d}");
+    assert!(
+        d.contains("monitor_path = \"/usr/libexec/crio/conmon\""),
+        "{d}"
+    );
     assert!(!h.join("etc/crio/crio.conf.bak").exists());
     // The host's spec was kept aside, ours is in place.
     assert!(fs::read_to_string(h.join("run/cdi/nvidia.yaml.bak"))
@@ -314,7 +333,11 @@ fn crio_and_docker_files_replaced_and_restored_and_reload_modes() {
         &["uninstall"],
     );
     let r = ok(&["uninstall", "--host-root", &hs, "--restart-mode", "systemd"]);
-    assert!(r.stdout.contains("restored /var/run/cdi/nvidia.yaml"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("restored /var/run/cdi/nvidia.yaml"),
+        "{}",
+        r.stdout
+    );
     assert_eq!(
         fs::read_to_string(h.join("systemctl.log")).unwrap(),
         "restart crio\nrestart crio\n"
@@ -332,7 +355,10 @@ fn crio_and_docker_files_replaced_and_restored_and_reload_modes() {
     let before = listing(&h, &[], false);
     // A process that waits for SIGHUP, as dockerd reloads on it.
     let waiter = Command::new("sh")
-        .args(["-c", "trap 'echo reloaded; exit 0' HUP; while :; do sleep 0.1; done"])
+        .args([
+            "-c",
+            "trap 'echo reloaded; exit 0' HUP; while :; do sleep 0.1; done",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -376,7 +402,11 @@ fn install_refuses_bad_input_and_writes_nothing() {
     let proc_root = host.proc_root();
     let before = listing(&h, &[], false);
     fails(
-        &install_args(hs, &proc_root, &["--runtime", "docker", "--drop-in-config", "/etc/x.json"]),
+        &install_args(
+            hs,
+            &proc_root,
+            &["--runtime", "docker", "--drop-in-config", "/etc/x.json"],
+        ),
         &["--drop-in-config", "docker"],
     );
     fails(
@@ -448,7 +478,13 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
     let r = Run::from(
         Command::new(&podman[0])
             .args(&podman[1..])
-            .args(["image", "inspect", "--format", "{{len .RootFS.Layers}} {{.Config.Entrypoint}}", &tag])
+            .args([
+                "image",
+                "inspect",
+                "--format",
+                "{{len .RootFS.Layers}} {{.Config.Entrypoint}}",
+                &tag,
+            ])
             .output()
             .unwrap(),
     );
@@ -497,9 +533,21 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
     let podman_run = |args: &[&str]| {
         let mut c = Command::new(&podman[0]);
         c.args(&podman[1..])
-            .args(["run", "--rm", "--pull=never", "--network=none", "--pid=host"])
+            .args([
+                "run",
+                "--rm",
+                "--pull=never",
+                "--network=none",
+                "--pid=host",
+            ])
             // Podman's default limits exceed what this (containerized) test host allows.
-            .args(["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768", "-v"])
+            .args([
+                "--ulimit",
+                "nofile=20000:20000",
+                "--ulimit",
+                "nproc=32768:32768",
+                "-v",
+            ])
             .arg(format!("{}:/host", h.display()))
             .arg(&tag)
             .args(args);
@@ -531,7 +579,12 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
     assert!(!st.success(), "containerd after SIGHUP: {st}");
     // The image's binary went in: the static one, not this test's.
     let tk = h.join(TOOLKIT.trim_start_matches('/'));
-    let f = Run::from(Command::new("file").arg(tk.join("gpuctk")).output().unwrap());
+    let f = Run::from(
+        Command::new("file")
+            .arg(tk.join("gpuctk"))
+            .output()
+            .unwrap(),
+    );
     assert!(
         f.stdout.contains("statically linked") || f.stdout.contains("static-pie linked"),
         "{}",
@@ -539,7 +592,9 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
     );
     let spec = fs::read_to_string(h.join("run/cdi/nvidia.yaml")).unwrap();
     assert!(
-        spec.contains(&format!("{DRIVER}/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06")),
+        spec.contains(&format!(
+            "{DRIVER}/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06"
+        )),
         "{spec}"
     );
     // The installed config names the driver root; the mock's procfs is a directory of files,
@@ -567,22 +622,31 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
         &["/usr/local", "/usr/local/nvidia", DRIVER],
     );
     let pod = node.pod("gpu", "nvidia");
-    let r = node.run(
-        &pod,
-        workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]),
-    );
+    let r = node.run(&pod, workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]));
     assert_eq!(gpus_seen(&r), mock.uuids(), "{}{}", r.stderr, node.log());
     let pod = node.pod("legacy", "nvidia-legacy");
-    let r = node.run(
-        &pod,
-        workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "1")]),
+    let r = node.run(&pod, workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "1")]));
+    assert_eq!(
+        gpus_seen(&r),
+        vec![mock.uuids()[1].clone()],
+        "{}",
+        node.log()
     );
-    assert_eq!(gpus_seen(&r), vec![mock.uuids()[1].clone()], "{}", node.log());
     node.shutdown();
 
     // Uninstall through the image: the host root is what it was.
-    let r = podman_run(&["uninstall", "--host-root", "/host", "--restart-mode", "none"]);
-    assert_eq!(r.code, 0, "uninstall in the image: {}{}", r.stdout, r.stderr);
+    let r = podman_run(&[
+        "uninstall",
+        "--host-root",
+        "/host",
+        "--restart-mode",
+        "none",
+    ]);
+    assert_eq!(
+        r.code, 0,
+        "uninstall in the image: {}{}",
+        r.stdout, r.stderr
+    );
     let back = listing(&h, &skip, false);
     assert!(before == back, "{:#?}", diff(&before, &back));
     let r = Run::from(
@@ -624,7 +688,10 @@ fn runtime_configure_drop_in_config() {
     configure("configure", &["--set-as-default"]);
     configure("configure", &["--nvidia-runtime-name", "nvidia-cdi"]);
     let text = fs::read_to_string(&main).unwrap();
-    assert!(text.contains("imports = [\"conf.d/99-nvidia.toml\"]"), "{text}");
+    assert!(
+        text.contains("imports = [\"conf.d/99-nvidia.toml\"]"),
+        "{text}"
+    );
     let dump = Run::from(
         Command::new("containerd")
             .args(["--config", m, "config", "dump"])
@@ -646,7 +713,11 @@ fn runtime_configure_drop_in_config() {
         "{}",
         dump.stdout
     );
-    assert!(dump.stdout.contains("SystemdCgroup = true"), "{}", dump.stdout);
+    assert!(
+        dump.stdout.contains("SystemdCgroup = true"),
+        "{}",
+        dump.stdout
+    );
     // Again: nothing to write.
     let r = configure("configure", &["--set-as-default"]);
     assert!(r.stdout.contains("already configured"), "{}", r.stdout);
@@ -666,14 +737,40 @@ fn runtime_configure_drop_in_config() {
     fs::write(&crio, "[crio.runtime]\n").unwrap();
     let cd = t.join("etc/crio/crio.conf.d/50-gpu.toml");
     let (c, cds) = (crio.to_str().unwrap(), cd.to_str().unwrap());
-    ok(&["runtime", "configure", "--runtime=crio", "--config", c, "--drop-in-config", cds]);
-    assert!(fs::read_to_string(&cd).unwrap().contains("[crio.runtime.runtimes.nvidia]"));
-    ok(&["runtime", "unconfigure", "--runtime=crio", "--config", c, "--drop-in-config", cds]);
+    ok(&[
+        "runtime",
+        "configure",
+        "--runtime=crio",
+        "--config",
+        c,
+        "--drop-in-config",
+        cds,
+    ]);
+    assert!(fs::read_to_string(&cd)
+        .unwrap()
+        .contains("[crio.runtime.runtimes.nvidia]"));
+    ok(&[
+        "runtime",
+        "unconfigure",
+        "--runtime=crio",
+        "--config",
+        c,
+        "--drop-in-config",
+        cds,
+    ]);
     assert!(!cd.exists());
     assert_eq!(fs::read_to_string(&crio).unwrap(), "[crio.runtime]\n");
 
     fails(
-        &["runtime", "configure", "--runtime=docker", "--config", t.join("daemon.json").to_str().unwrap(), "--drop-in-config", d],
+        &[
+            "runtime",
+            "configure",
+            "--runtime=docker",
+            "--config",
+            t.join("daemon.json").to_str().unwrap(),
+            "--drop-in-config",
+            d,
+        ],
         &["--drop-in-config", "docker"],
     );
     assert!(!t.join("daemon.json").exists());
@@ -724,7 +821,10 @@ fn install_wait_until_sigterm_then_uninstall() {
     let rest: Vec<String> = lines.map(Result::unwrap).collect();
     let st = child.wait().unwrap();
     assert!(st.success(), "{st} {rest:#?}");
-    assert!(rest.iter().any(|l| l.starts_with("unregistered nvidia")), "{rest:#?}");
+    assert!(
+        rest.iter().any(|l| l.starts_with("unregistered nvidia")),
+        "{rest:#?}"
+    );
     let back = listing(&h, &[], false);
     assert!(before == back, "{:#?}", diff(&before, &back));
 }
@@ -757,12 +857,22 @@ fn deploy_docs() -> Vec<(String, serde_json::Value)> {
 #[test]
 fn deploy_kubernetes_manifests() {
     let docs = deploy_docs();
-    let kinds: Vec<&str> = docs.iter().map(|(_, d)| d["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = docs
+        .iter()
+        .map(|(_, d)| d["kind"].as_str().unwrap())
+        .collect();
     let mut sorted = kinds.clone();
     sorted.sort();
     assert_eq!(
         sorted,
-        ["DaemonSet", "Namespace", "RuntimeClass", "RuntimeClass", "RuntimeClass", "ServiceAccount"]
+        [
+            "DaemonSet",
+            "Namespace",
+            "RuntimeClass",
+            "RuntimeClass",
+            "RuntimeClass",
+            "ServiceAccount"
+        ]
     );
     let of = |kind: &'static str| {
         docs.iter()
@@ -795,7 +905,9 @@ fn deploy_kubernetes_manifests() {
     );
     assert_eq!(pod["serviceAccountName"], sa["metadata"]["name"]);
     assert_eq!(pod["hostPID"], true);
-    assert!(pod["nodeSelector"].as_object().is_some_and(|s| !s.is_empty()));
+    assert!(pod["nodeSelector"]
+        .as_object()
+        .is_some_and(|s| !s.is_empty()));
     let c = &pod["containers"][0];
     assert_eq!(c["securityContext"]["privileged"], true);
     assert_eq!(c["args"][0], "install");
@@ -813,16 +925,27 @@ fn deploy_kubernetes_manifests() {
     // Each variable is one install reads (and each value one it takes: the run below).
     let help = ok(&["install", "--help"]).stdout;
     for k in env.keys() {
-        assert!(help.contains(&format!("[env: {k}=")), "install does not read {k}:\n{help}");
+        assert!(
+            help.contains(&format!("[env: {k}=")),
+            "install does not read {k}:\n{help}"
+        );
     }
     let t = TestDir::new();
     let (h, host) = host_root(&t);
-    let mut c = gpuctk(&["install", "--proc-root", &host.proc_root(), "--restart-mode", "none"]);
+    let mut c = gpuctk(&[
+        "install",
+        "--proc-root",
+        &host.proc_root(),
+        "--restart-mode",
+        "none",
+    ]);
     for (k, v) in &env {
         c.env(k, v);
     }
     // The DaemonSet's settings, on a mock host: runtimes named as the RuntimeClass handlers.
-    c.env("HOST_ROOT", &h).env("RESTART_MODE", "none").env_remove("INSTALL_WAIT");
+    c.env("HOST_ROOT", &h)
+        .env("RESTART_MODE", "none")
+        .env_remove("INSTALL_WAIT");
     let args: Vec<String> = ds["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
         .unwrap()
@@ -834,6 +957,10 @@ fn deploy_kubernetes_manifests() {
     let r = Run::from(c.output().unwrap());
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     for hd in &handlers {
-        assert!(r.stdout.contains(&format!("registered {hd} in ")), "{}", r.stdout);
+        assert!(
+            r.stdout.contains(&format!("registered {hd} in ")),
+            "{}",
+            r.stdout
+        );
     }
 }

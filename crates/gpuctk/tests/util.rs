@@ -260,7 +260,12 @@ pub fn sha256_file(path: &Path) -> String {
 /// An OCI image archive (for `ctr images import`; no registry here) at `work/image.oci.tar`:
 /// one uncompressed layer `layer_tar`, the image config `config` (its `rootfs` filled in) and
 /// the name `name` (`docker.io/library/x:tag`). `work` is a scratch dir.
-pub fn oci_archive(work: &Path, layer_tar: &Path, name: &str, config: serde_json::Value) -> PathBuf {
+pub fn oci_archive(
+    work: &Path,
+    layer_tar: &Path,
+    name: &str,
+    config: serde_json::Value,
+) -> PathBuf {
     let dir = work.join("oci");
     let blobs = dir.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).unwrap();

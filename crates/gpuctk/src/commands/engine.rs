@@ -158,9 +158,9 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         bail!("--drop-in-config: docker reads no drop-in files, only daemon.json; leave the flag out for docker");
     }
     let drop_in = match &a.drop_in_config {
-        Some(p) => Some(std::path::absolute(p).with_context(|| {
-            format!("--drop-in-config {}", p.display())
-        })?),
+        Some(p) => Some(
+            std::path::absolute(p).with_context(|| format!("--drop-in-config {}", p.display()))?,
+        ),
         None => None,
     };
     let (runtime_path, warning) = runtime_path(engine, a.runtime_path.as_deref());

@@ -401,7 +401,10 @@ fn spec_text(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<Str
             roots.driver_root.display()
         );
     }
-    let hook = toolkit.join("nvidia-cdi-hook").to_string_lossy().into_owned();
+    let hook = toolkit
+        .join("nvidia-cdi-hook")
+        .to_string_lossy()
+        .into_owned();
     let p = plan(
         &inv,
         &PlanOptions {
@@ -510,7 +513,11 @@ pub fn install(a: InstallArgs) -> anyhow::Result<ExitCode> {
         bail!("--uninstall-on-exit (UNINSTALL_ON_EXIT): only with --wait, which is when install exits on a signal");
     }
     // Blocked before the work, so a SIGTERM during it waits for the files to be whole.
-    let signals = if a.wait { Some(block_exit_signals()?) } else { None };
+    let signals = if a.wait {
+        Some(block_exit_signals()?)
+    } else {
+        None
+    };
     let code = install_once(&a)?;
     let Some(set) = signals else {
         return Ok(code);
@@ -660,12 +667,14 @@ fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
     let mut text = serde_json::to_string_pretty(&m)?;
     text.push('\n');
     if std::fs::read(&manifest_here).ok().as_deref() != Some(text.as_bytes()) {
-        gpuctk_atomicfile::write(&manifest_here, text.as_bytes(), Some(0o644)).with_context(|| {
-            format!(
-                "{}: cannot record what was installed; run install again",
-                manifest_here.display()
-            )
-        })?;
+        gpuctk_atomicfile::write(&manifest_here, text.as_bytes(), Some(0o644)).with_context(
+            || {
+                format!(
+                    "{}: cannot record what was installed; run install again",
+                    manifest_here.display()
+                )
+            },
+        )?;
     }
 
     if engine_changed {
@@ -743,7 +752,11 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
         if kept == now {
             std::fs::remove_file(&here)
                 .with_context(|| format!("{}: cannot remove it", here.display()))?;
-            writeln!(out, "removed {} (the config is its original again)", b.display())?;
+            writeln!(
+                out,
+                "removed {} (the config is its original again)",
+                b.display()
+            )?;
         } else if let (Some(orig), Some(cur), Engine::Docker) = (&kept, &now, engine) {
             // daemon.json is re-rendered with a 4-space indent; when it means what the original
             // meant, the original's own bytes go back.
@@ -756,7 +769,10 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
             gpuctk_atomicfile::write(&config_here, orig, None).with_context(|| {
-                format!("{}: cannot put its original bytes back", config_here.display())
+                format!(
+                    "{}: cannot put its original bytes back",
+                    config_here.display()
+                )
             })?;
             std::fs::remove_file(&here)
                 .with_context(|| format!("{}: cannot remove it", here.display()))?;
@@ -857,23 +873,35 @@ fn socket_peer(path: &Path) -> anyhow::Result<i32> {
 /// Tell the engine to read its new config, as `--restart-mode` says.
 fn reload(host: &Host, h: &HostArgs, engine: Engine, out: &mut impl Write) -> anyhow::Result<()> {
     let (socket, unit) = engine_defaults(engine);
-    match h.restart_mode {
+    // CRI-O reloads on SIGHUP only the options crio.conf(5) marks as live-reloadable, which
+    // the runtime table has not always been: a restart is the sure way.
+    let mode = h.restart_mode.unwrap_or(match engine {
+        Engine::Crio => RestartMode::Systemd,
+        _ => RestartMode::Signal,
+    });
+    match mode {
         RestartMode::None => {
             let what = match engine {
                 Engine::Containerd => "restart containerd",
                 _ => "send SIGHUP to it or restart it",
             };
-            writeln!(out, "--restart-mode none: {engine} not told; {what} to use the change")?;
+            writeln!(
+                out,
+                "--restart-mode none: {engine} not told; {what} to use the change"
+            )?;
         }
         RestartMode::Signal => {
             let pid = match &h.pid_file {
                 Some(f) => {
                     let here = host.here(f);
-                    let text = std::fs::read_to_string(&here)
-                        .with_context(|| format!("--pid-file {}: cannot read it", here.display()))?;
-                    text.trim().parse::<i32>().ok().filter(|p| *p > 0).ok_or_else(|| {
-                        anyhow!("--pid-file {}: holds no pid", here.display())
-                    })?
+                    let text = std::fs::read_to_string(&here).with_context(|| {
+                        format!("--pid-file {}: cannot read it", here.display())
+                    })?;
+                    text.trim()
+                        .parse::<i32>()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| anyhow!("--pid-file {}: holds no pid", here.display()))?
                 }
                 None => {
                     let s = h.socket.clone().unwrap_or_else(|| PathBuf::from(socket));
@@ -890,8 +918,11 @@ fn reload(host: &Host, h: &HostArgs, engine: Engine, out: &mut impl Write) -> an
             let note = match engine {
                 // containerd does not handle SIGHUP: it exits, and its service manager starts
                 // it again with the new config (as with NVIDIA's installer).
-                Engine::Containerd => "; containerd exits on it and its service manager restarts it",
-                _ => "; it reloads its config",
+                Engine::Containerd => {
+                    "; containerd exits on it and its service manager restarts it"
+                }
+                Engine::Docker => "; dockerd reloads daemon.json, runtimes included",
+                Engine::Crio => "; CRI-O reloads the options crio.conf(5) marks as live-reloadable",
             };
             writeln!(out, "sent SIGHUP to {engine} (pid {pid}){note}")?;
         }

@@ -165,7 +165,8 @@ impl Node {
         let r = cri.run_to_exit(&pod_id, pod, &c, Duration::from_secs(120));
         let stopped = cri.stop_pod_sandbox(&pod_id);
         let removed = cri.remove_pod_sandbox(&pod_id);
-        let (code, log) = r.unwrap_or_else(|e| panic!("{} in {}: {e}\n{}", c.name, pod.name, self.log()));
+        let (code, log) =
+            r.unwrap_or_else(|e| panic!("{} in {}: {e}\n{}", c.name, pod.name, self.log()));
         stopped.unwrap();
         removed.unwrap();
         Out {
@@ -290,7 +291,11 @@ fn pause_archive(bed: &Bed) -> PathBuf {
         .args(["-static", "-O2", "-o"])
         .arg(root.join("pause"))
         .arg(&src));
-    assert_eq!(r.code, 0, "gcc -static (install gcc, libc6-dev): {}", r.stderr);
+    assert_eq!(
+        r.code, 0,
+        "gcc -static (install gcc, libc6-dev): {}",
+        r.stderr
+    );
     let layer = work.join("layer.tar");
     let st = Command::new("tar")
         .arg("-C")
@@ -350,10 +355,7 @@ fn cri_runtime_class_nvidia_env_and_default_runc() {
     let h = &node.bed.host;
 
     let pod = node.pod("all", "nvidia");
-    let r = node.run(
-        &pod,
-        workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]),
-    );
+    let r = node.run(&pod, workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]));
     assert_eq!(gpus_seen(&r), h.uuids(), "{}", node.log());
 
     let pod = node.pod("one", "nvidia");
