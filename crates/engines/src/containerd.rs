@@ -37,6 +37,12 @@ const IMPORTS_MARK: &str = "# added by `gpuctk runtime configure --drop-in-confi
 /// The shim containerd uses for runc-compatible runtimes.
 const RUNC_V2: &str = "io.containerd.runc.v2";
 
+/// The CRI hands a container's annotations to the runtime only when they match the runtime's
+/// `container_annotations`; without this pattern the device plugin's CDI requests
+/// (`cdi.k8s.io/<plugin>_<id>`, its `cdi-annotations` strategy) never reach our shim, which
+/// reads them. NVIDIA's toolkit installer adds the same pattern.
+pub const CDI_ANNOTATIONS: &str = "cdi.k8s.io/*";
+
 /// Why containerd's config could not be edited.
 #[derive(Debug, thiserror::Error)]
 pub enum ContainerdError {
@@ -468,6 +474,7 @@ fn add_runtime(
                 found,
             })?;
         set_binary(file, rt, &opts.runtime_path, literal, plugin, name)?;
+        pass_cdi_annotations(file, rt, literal, plugin, name)?;
     } else {
         let rt = new_runtime_table(file, doc, version, opts, literal)?;
         let runtimes = tomlutil::get_table_mut(
@@ -583,7 +590,38 @@ fn new_runtime_table(
         plugin,
         &opts.runtime_name,
     )?;
+    pass_cdi_annotations(file, &mut rt, literal, plugin, &opts.runtime_name)?;
     Ok(rt)
+}
+
+/// [`CDI_ANNOTATIONS`] in the runtime's `container_annotations`, next to what is there.
+fn pass_cdi_annotations(
+    file: &Path,
+    rt: &mut Table,
+    literal: bool,
+    plugin: &str,
+    name: &str,
+) -> Result<(), ContainerdError> {
+    let mut list = match rt.get("container_annotations") {
+        None => toml_edit::Array::new(),
+        Some(Item::Value(Value::Array(a))) => a.clone(),
+        Some(other) => {
+            return Err(TomlError::NotAnArray {
+                path: file.to_path_buf(),
+                key: format!("plugins.{plugin}.containerd.runtimes.{name}.container_annotations"),
+                found: other.type_name(),
+            }
+            .into())
+        }
+    };
+    if list.iter().any(|v| v.as_str() == Some(CDI_ANNOTATIONS)) {
+        return Ok(());
+    }
+    let first = if list.is_empty() { "" } else { " " };
+    let v = tomlutil::string_value(CDI_ANNOTATIONS, literal).decorated(first, "");
+    list.push_formatted(v);
+    tomlutil::set_value(rt, "container_annotations", Value::Array(list), literal);
+    Ok(())
 }
 
 /// `options.BinaryName = <path>`, and `runtime_type` when it is missing or empty.

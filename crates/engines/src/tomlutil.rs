@@ -31,6 +31,16 @@ pub enum TomlError {
         /// What it holds.
         found: &'static str,
     },
+    /// A key we add to holds something other than an array.
+    #[error("{}: `{key}` is a {found}, expected an array of strings (fix or remove it)", path.display())]
+    NotAnArray {
+        /// The file.
+        path: PathBuf,
+        /// The dotted key.
+        key: String,
+        /// What it holds.
+        found: &'static str,
+    },
 }
 
 /// Parse `bytes` (the content of `path`) as an editable document.

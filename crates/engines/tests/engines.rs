@@ -263,6 +263,7 @@ runtime_type = \"io.containerd.runc.v2\"
 runtime_root = \"\"
 runtime_engine = \"\"
 privileged_without_host_devices = false
+container_annotations = [\"cdi.k8s.io/*\"]
 
 [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]
 BinaryName = \"/usr/bin/nvidia-container-runtime\"
@@ -292,6 +293,7 @@ fn containerd_v3_fallback_has_no_removed_fields() {
 [plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]
 runtime_type = \"io.containerd.runc.v2\"
 privileged_without_host_devices = false
+container_annotations = [\"cdi.k8s.io/*\"]
 
 [plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]
 BinaryName = \"/usr/bin/nvidia-container-runtime\"
@@ -329,6 +331,7 @@ fn containerd_copies_the_named_default_runtime_not_runc() {
     let tail = "
 [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]
   runtime_type = \"io.containerd.runc.v2\"
+  container_annotations = [\"cdi.k8s.io/*\"]
   [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]
     BinaryName = \"/usr/bin/nvidia-container-runtime\"
     SystemdCgroup = true
@@ -352,9 +355,14 @@ fn containerd_existing_entry_is_updated_in_place() {
         Some(orig),
         &opts(false, false),
     );
+    // The admin's key is kept; the CDI annotation pattern is added next to it.
     let want = String::from_utf8(orig.to_vec())
         .unwrap()
-        .replace("/usr/local/nvidia/toolkit/nvidia-container-runtime", BIN);
+        .replace("/usr/local/nvidia/toolkit/nvidia-container-runtime", BIN)
+        .replace(
+            "# tuned by hand\n",
+            "# tuned by hand\n  container_annotations = [\"cdi.k8s.io/*\"]\n",
+        );
     assert_bytes("in place", &edits[0].after, want.as_bytes());
 }
 
@@ -1312,5 +1320,49 @@ fn crio_explicit_drop_in_and_docker_refuses_one() {
     assert!(
         e.to_string().contains("docker reads no drop-in files"),
         "{e}"
+
+/// The CRI passes only the annotations `container_annotations` names; the device plugin's CDI
+/// requests must reach our shim (the CRI tests show containerd 1.6 dropping them otherwise).
+/// Patterns already there (copied from runc) are kept, ours added once.
+#[test]
+fn containerd_passes_cdi_annotations_to_our_runtime() {
+    let orig = b"version = 2
+[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]
+  runtime_type = \"io.containerd.runc.v2\"
+  container_annotations = [\"io.example/*\"]
+";
+    let o = opts(false, false);
+    let edits = conf(Engine::Containerd, "/c.toml", Some(orig), &o);
+    let after = String::from_utf8(edits[0].after.clone()).unwrap();
+    assert!(
+        after.ends_with(
+            "  container_annotations = [\"io.example/*\", \"cdi.k8s.io/*\"]
+
+[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]
+  BinaryName = \"/usr/bin/nvidia-container-runtime\"
+"
+        ),
+        "{after}"
+    );
+    assert!(after.starts_with(std::str::from_utf8(orig).unwrap()));
+    let again = conf(Engine::Containerd, "/c.toml", Some(&edits[0].after), &o);
+    assert!(again[0].is_noop(), "added once");
+
+    let bad = b"version = 2
+[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]
+  container_annotations = \"cdi.k8s.io/*\"
+";
+    let e = configure_with(
+        Engine::Containerd,
+        Path::new("/c.toml"),
+        Some(bad),
+        &o,
+        &no_files,
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        e,
+        "/c.toml: `plugins.io.containerd.grpc.v1.cri.containerd.runtimes.nvidia.container_annotations` is a string, expected an array of strings (fix or remove it)"
     );
 }

@@ -34,7 +34,7 @@ pub enum CriError {
     },
     #[error("CRI {method}: malformed response: {why}")]
     Malformed { method: String, why: String },
-    #[error("CRI {method}: no answer in {0:?}", .timeout)]
+    #[error("CRI {method}: no answer in {timeout:?}")]
     Timeout { method: String, timeout: Duration },
     #[error("container {id} did not exit in {timeout:?} (state {state})")]
     NotExited {

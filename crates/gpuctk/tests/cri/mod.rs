@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use client::{stream_text, ContainerSpec, Cri, PodSpec};
 
-use crate::engines::{gpus_seen, oci_archive, pick, wait_for, Bed, Daemon, Out};
+use crate::engines::{gpus_seen, oci_archive, pick, uuids_in, wait_for, Bed, Daemon, Out};
 use crate::util::*;
 
 /// The image the pods run (the mock rootfs: busybox, glibc, the probe; no nvidia-smi).
@@ -188,16 +188,28 @@ impl Node {
         assert!(cri.list_containers().unwrap().is_empty());
         assert!(cri.list_pod_sandboxes().unwrap().is_empty());
         drop(cri);
-        let runc_root = self.dir.join("runc/k8s.io");
+        let runc_root = self.runc_root();
         assert!(
             runtime_list("runc", &runc_root).is_empty(),
             "runc still knows containers in {}",
             runc_root.display()
         );
-        let daemon = self.daemon.take().unwrap();
-        let pid = daemon.child.id();
+        let leaked = self.mounts();
+        assert!(leaked.is_empty(), "mounts left: {leaked:#?}");
+        drop(self.daemon.take());
+    }
+
+    /// runc's state root for the CRI's containers (the shim's `Root` option, per namespace).
+    pub(crate) fn runc_root(&self) -> PathBuf {
+        self.dir.join("runc/k8s.io")
+    }
+
+    /// The mounts under the temp dir in containerd's mount namespace (where its shims and
+    /// containers' rootfs mounts live), but for the bed's own bind mount of config.toml's folder.
+    pub(crate) fn mounts(&self) -> Vec<String> {
+        let pid = self.daemon.as_ref().unwrap().child.id();
         let under = self.bed.t.path().to_string_lossy().into_owned();
-        let leaked: Vec<String> = fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        fs::read_to_string(format!("/proc/{pid}/mountinfo"))
             .unwrap()
             .lines()
             .filter(|l| l.contains(&under))
@@ -208,14 +220,13 @@ impl Node {
                     .is_none_or(|m| !self.own_mounts.iter().any(|o| o == m))
             })
             .map(str::to_string)
-            .collect();
-        assert!(leaked.is_empty(), "mounts left: {leaked:#?}");
-        drop(daemon);
+            .collect()
     }
 }
 
 impl Drop for Node {
-    /// On a failed test: remove what can be removed before the daemon goes.
+    /// On a failed test: remove what can be removed, then stop the daemon before the temp dir
+    /// (the bed, dropped after this) goes.
     fn drop(&mut self) {
         if let Some(cri) = self.cri.take() {
             for p in cri.list_pod_sandboxes().unwrap_or_default() {
@@ -223,6 +234,7 @@ impl Drop for Node {
                 let _ = cri.remove_pod_sandbox(&p.id);
             }
         }
+        drop(self.daemon.take());
     }
 }
 
@@ -353,6 +365,22 @@ fn cri_runtime_class_nvidia_env_and_default_runc() {
     let v = cri.version().unwrap();
     assert_eq!(v.runtime_name, "containerd");
     let h = &node.bed.host;
+    // An error comes back as the gRPC status, with the runtime's message.
+    let pod = node.pod("noimage", "nvidia");
+    let pod_id = cri.run_pod_sandbox(&pod).unwrap();
+    let mut c = workload("smi", &[]);
+    c.image = "docker.io/library/gpuctk-absent:1".into();
+    match cri.create_container(&pod_id, &pod, &c) {
+        Err(client::CriError::Status { code, message, .. }) => {
+            assert!(
+                code != 0 && message.contains("gpuctk-absent"),
+                "{code} {message}"
+            )
+        }
+        other => panic!("an absent image: {other:?}"),
+    }
+    cri.stop_pod_sandbox(&pod_id).unwrap();
+    cri.remove_pod_sandbox(&pod_id).unwrap();
 
     let pod = node.pod("all", "nvidia");
     let r = node.run(&pod, workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]));
@@ -370,6 +398,37 @@ fn cri_runtime_class_nvidia_env_and_default_runc() {
     let pod = node.pod("runc", "runc");
     let r = node.run(&pod, workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]));
     assert_eq!(gpus_seen(&r), Vec::<String>::new());
+
+    // A long-running GPU container stopped as the kubelet stops one: StopContainer's signals
+    // and the later deletes go through our shim to runc.
+    let pod = node.pod("stop", "nvidia");
+    let pod_id = cri.run_pod_sandbox(&pod).unwrap();
+    let mut c = workload("sleeper", &[("NVIDIA_VISIBLE_DEVICES", "0")]);
+    c.command = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        "nvidia-smi -L; exec sleep 600".into(),
+    ];
+    let id = cri.create_container(&pod_id, &pod, &c).unwrap();
+    cri.start_container(&id).unwrap();
+    let log = pod.log_dir.join(c.log_path());
+    wait_for(
+        "nvidia-smi's line in the log",
+        Duration::from_secs(60),
+        || client::read_log(&log).is_ok_and(|l| stream_text(&l, "stdout").contains("GPU 0:")),
+    );
+    assert!(runtime_list("runc", &node.runc_root()).contains(&id));
+    assert!(
+        node.mounts().iter().any(|m| m.contains(&id)),
+        "its rootfs is mounted while it runs: {:#?}",
+        node.mounts()
+    );
+    cri.stop_container(&id, 1).unwrap();
+    let st = cri.wait_exited(&id, Duration::from_secs(60)).unwrap();
+    assert_ne!(st.exit_code, 0, "killed, not finished: {st:?}");
+    let text = stream_text(&client::read_log(&log).unwrap(), "stdout");
+    assert_eq!(uuids_in(&text), pick(h, &[0]), "{text}");
+    // Left for shutdown to remove, as a kubelet's garbage collection would.
     node.shutdown();
 }
 
@@ -446,4 +505,27 @@ fn cri_device_plugin_volume_mounts_unprivileged() {
     let r = node.run(&pod, workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]));
     assert_eq!(gpus_seen(&r), Vec::<String>::new());
     node.shutdown();
+}
+
+/// The CRI log format: partial entries (`P`) join the next, each stream on its own; a line that
+/// is not in the format is an error naming the file and line.
+#[test]
+fn cri_log_format() {
+    let t = TestDir::new();
+    let f = t.join("c.log");
+    fs::write(
+        &f,
+        "2026-01-01T00:00:00.000000001Z stdout P GPU 0: \n\
+         2026-01-01T00:00:00.000000002Z stderr F warn\n\
+         2026-01-01T00:00:00.000000003Z stdout F mock (UUID: GPU-x)\n\
+         2026-01-01T00:00:00.000000004Z stdout F \n",
+    )
+    .unwrap();
+    let log = client::read_log(&f).unwrap();
+    assert_eq!(log.len(), 4);
+    assert_eq!(stream_text(&log, "stdout"), "GPU 0: mock (UUID: GPU-x)\n\n");
+    assert_eq!(stream_text(&log, "stderr"), "warn\n");
+    fs::write(&f, "2026-01-01T00:00:00Z stdout F ok\nnot a log line\n").unwrap();
+    let e = client::read_log(&f).unwrap_err().to_string();
+    assert!(e.contains("c.log line 2"), "{e}");
 }
