@@ -1320,6 +1320,8 @@ fn crio_explicit_drop_in_and_docker_refuses_one() {
     assert!(
         e.to_string().contains("docker reads no drop-in files"),
         "{e}"
+    );
+}
 
 /// The CRI passes only the annotations `container_annotations` names; the device plugin's CDI
 /// requests must reach our shim (the CRI tests show containerd 1.6 dropping them otherwise).
