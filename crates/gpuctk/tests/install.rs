@@ -509,12 +509,18 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
     let skip = ["run/containerd"];
     let before = listing(&h, &skip, false);
 
-    // containerd in a namespace where the host root's toolkit and driver are at their host paths.
-    let containerd_cmd = || {
+    // containerd in a namespace where the host root's toolkit and driver are at their host
+    // paths, and (once install wrote it) its CDI spec dir at /var/run/cdi (a link to /run).
+    let containerd_cmd = |cdi: bool| {
+        let cdi = if cdi {
+            r#"mkdir -p /run/cdi && mount --bind "$0/run/cdi" /run/cdi && "#
+        } else {
+            ""
+        };
         let mut c = Command::new("unshare");
         c.args(["--mount", "--propagation", "private", "sh", "-c"])
             .arg(format!(
-                r#"mount -t tmpfs tmpfs /usr/local && mkdir -p /usr/local/nvidia {DRIVER} && mount --bind "$0/usr/local/nvidia" /usr/local/nvidia && mount --bind "$0{DRIVER}" {DRIVER} && exec "$@""#
+                r#"{cdi}mount -t tmpfs tmpfs /usr/local && mkdir -p /usr/local/nvidia {DRIVER} && mount --bind "$0/usr/local/nvidia" /usr/local/nvidia && mount --bind "$0{DRIVER}" {DRIVER} && exec "$@""#
             ))
             .arg(&h)
             .args(["containerd", "--config"])
@@ -522,7 +528,7 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
             .env("PATH", SYSTEM_PATH);
         c
     };
-    let mut first = containerd_cmd()
+    let mut first = containerd_cmd(false)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(fs::File::create(cdir.join("first.log")).unwrap())
@@ -618,8 +624,8 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
         bed,
         cdir.clone(),
         sock.clone(),
-        containerd_cmd(),
-        &["/usr/local", "/usr/local/nvidia", DRIVER],
+        containerd_cmd(true),
+        &["/run/cdi", "/usr/local", "/usr/local/nvidia", DRIVER],
     );
     let pod = node.pod("gpu", "nvidia");
     let r = node.run(&pod, workload("smi", &[("NVIDIA_VISIBLE_DEVICES", "all")]));
@@ -630,6 +636,22 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
         gpus_seen(&r),
         vec![mock.uuids()[1].clone()],
         "{}",
+        node.log()
+    );
+    // The device plugin's cdi-annotations on `nvidia-cdi`: resolved from the spec install
+    // wrote, its hook the toolkit's.
+    let mut c = workload("smi", &[]);
+    c.annotations.insert(
+        "cdi.k8s.io/nvidia-device-plugin_0d1c4f6b-3a0e-4c55-9d1c-8a3e2f0c7b6d".into(),
+        format!("nvidia.com/gpu={}", mock.uuids()[0]),
+    );
+    let pod = node.pod("cdi", "nvidia-cdi");
+    let r = node.run(&pod, c);
+    assert_eq!(
+        gpus_seen(&r),
+        vec![mock.uuids()[0].clone()],
+        "{}{}",
+        r.stderr,
         node.log()
     );
     node.shutdown();
