@@ -559,6 +559,14 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
             .args(args);
         Run::from(c.output().unwrap())
     };
+    // The image's binary has no mock host: a test fake, not for nodes.
+    let r = podman_run(&["--help"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("install") && !r.stdout.contains("mock-host"),
+        "{}",
+        r.stdout
+    );
     let proc_in_image = format!("/host{DRIVER}/proc");
     let r = podman_run(&[
         "install",
