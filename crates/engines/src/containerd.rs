@@ -165,16 +165,34 @@ fn imports(config_path: &Path, doc: &DocumentMut) -> Vec<(PathBuf, String)> {
     list.iter()
         .filter_map(Value::as_str)
         .filter_map(|imp| {
-            let full = if Path::new(imp).is_absolute() {
+            let full = lexical(&if Path::new(imp).is_absolute() {
                 PathBuf::from(imp)
             } else {
                 base.join(imp)
-            };
+            });
             let dir = full.parent()?;
             let pat = full.file_name()?.to_str()?;
             (!has_meta(&dir.to_string_lossy())).then(|| (dir.to_path_buf(), pat.to_string()))
         })
         .collect()
+}
+
+/// `path` with `.` and `..` resolved lexically, as Go's `filepath.Join` (containerd's) does.
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 /// Our drop-in at `path`, loaded through import pattern `pat`: its backup and the temp name of a
@@ -222,16 +240,31 @@ fn import_covering(config_path: &Path, doc: &DocumentMut, drop_in: &Path) -> Opt
 }
 
 /// How the main config names `drop_in` in `imports`: relative to the main config's directory
-/// when it is below it (so the pair stays right when the host's `/etc` is seen under another
-/// root, as by the installer), else absolute.
+/// (containerd joins a relative import to it, lexically) when the two share a directory below
+/// `/`, so the pair stays right when the host's files are seen under another root, as by the
+/// installer (`conf.d/99-nvidia.toml`, or `../../etc/k0s/nvidia.toml`); else absolute.
 pub fn import_entry(config_path: &Path, drop_in: &Path) -> String {
-    let base = config_path.parent().unwrap_or(Path::new("/"));
-    match drop_in.strip_prefix(base) {
-        Ok(rel) if !base.as_os_str().is_empty() && !rel.as_os_str().is_empty() => {
-            rel.to_string_lossy().into_owned()
-        }
-        _ => drop_in.to_string_lossy().into_owned(),
+    let absolute = || drop_in.to_string_lossy().into_owned();
+    let Some(base) = config_path.parent().filter(|b| b.is_absolute()) else {
+        return absolute();
+    };
+    if !drop_in.is_absolute() {
+        return absolute();
     }
+    let (b, d): (Vec<_>, Vec<_>) = (base.components().collect(), drop_in.components().collect());
+    let common = b.iter().zip(&d).take_while(|(x, y)| x == y).count();
+    // Only the root in common: nothing a relative path would keep together.
+    if common <= 1 {
+        return absolute();
+    }
+    let mut rel = PathBuf::new();
+    for _ in common..b.len() {
+        rel.push("..");
+    }
+    for c in &d[common..] {
+        rel.push(c.as_os_str());
+    }
+    rel.to_string_lossy().into_owned()
 }
 
 /// `--drop-in-config FILE`: the runtime goes to `drop_in`, and the main config imports it (the
@@ -815,6 +848,27 @@ mod tests {
         assert!(!glob_match(b"[!9]*.toml", b"99-nvidia.toml"));
         assert!(glob_match(b"99-nvidia.toml", b"99-nvidia.toml"));
         assert!(!glob_match(b"?.toml", b"99-nvidia.toml"));
+    }
+
+    #[test]
+    fn import_entries() {
+        let e = |c: &str, d: &str| import_entry(Path::new(c), Path::new(d));
+        assert_eq!(
+            e(
+                "/etc/containerd/config.toml",
+                "/etc/containerd/conf.d/99-nvidia.toml"
+            ),
+            "conf.d/99-nvidia.toml"
+        );
+        assert_eq!(
+            e("/host/run/k0s/c.toml", "/host/etc/k0s/d/nvidia.toml"),
+            "../../etc/k0s/d/nvidia.toml"
+        );
+        assert_eq!(
+            e("/run/k0s/c.toml", "/etc/k0s/nvidia.toml"),
+            "/etc/k0s/nvidia.toml"
+        );
+        assert_eq!(e("c.toml", "/etc/x.toml"), "/etc/x.toml");
     }
 
     #[test]

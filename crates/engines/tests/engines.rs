@@ -1368,3 +1368,30 @@ fn containerd_passes_cdi_annotations_to_our_runtime() {
         "/c.toml: `plugins.io.containerd.grpc.v1.cri.containerd.runtimes.nvidia.container_annotations` is a string, expected an array of strings (fix or remove it)"
     );
 }
+
+/// A drop-in outside the main config's directory but under a shared one (a host root): the
+/// import goes up with `..`, containerd's lexical join finds it, and a second run sees it.
+#[test]
+fn containerd_drop_in_beside_the_main_config() {
+    let d = tempfile::tempdir().unwrap();
+    let main = d.path().join("run/k0s/containerd-cri.toml");
+    std::fs::create_dir_all(main.parent().unwrap()).unwrap();
+    let original = b"version = 2\n".to_vec();
+    std::fs::write(&main, &original).unwrap();
+    let drop_in = d.path().join("etc/k0s/containerd.d/nvidia.toml");
+    let o = with_drop_in(&drop_in);
+    run_locked(Engine::Containerd, &main, &o, false);
+    let text = std::fs::read_to_string(&main).unwrap();
+    assert!(
+        text.contains("imports = [\"../../etc/k0s/containerd.d/nvidia.toml\"]"),
+        "{text}"
+    );
+    let again: Vec<Edit> = read_edits(Engine::Containerd, &main, &o)
+        .into_iter()
+        .filter(|e| !e.is_noop())
+        .collect();
+    assert!(again.is_empty(), "{again:?}");
+    run_locked(Engine::Containerd, &main, &o, true);
+    assert_bytes("main", &std::fs::read(&main).unwrap(), &original);
+    assert!(!drop_in.exists());
+}

@@ -76,6 +76,18 @@ fn diff(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<Strin
     d
 }
 
+/// A process of the test's, killed and reaped if the test fails before it ends.
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A containerd config as an admin writes it: version 2, runc with SystemdCgroup, comments.
 const CONTAINERD: &str = r#"# the node's containerd
 version = 2
@@ -353,19 +365,36 @@ fn crio_and_docker_files_replaced_and_restored_and_reload_modes() {
     let daemon_json = "{\n  \"log-driver\": \"journald\"\n}\n";
     fs::write(h.join("etc/docker/daemon.json"), daemon_json).unwrap();
     let before = listing(&h, &[], false);
-    // A process that waits for SIGHUP, as dockerd reloads on it.
-    let waiter = Command::new("sh")
-        .args([
-            "-c",
-            "trap 'echo reloaded; exit 0' HUP; while :; do sleep 0.1; done",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // A process that waits for SIGHUP, as dockerd reloads on it; killed if the test fails.
+    let mut waiter = KillOnDrop(Some(
+        Command::new("sh")
+            .args([
+                "-c",
+                "trap 'echo reloaded; exit 0' HUP; while :; do sleep 0.1; done",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    let waiter_pid = waiter.0.as_ref().unwrap().id();
     let pid_file = t.join("docker.pid");
-    fs::write(&pid_file, format!("{}\n", waiter.id())).unwrap();
+    fs::write(&pid_file, format!("{waiter_pid}\n")).unwrap();
     // The pid file as the host sees it: under the host root.
     fs::rename(&pid_file, h.join("run/docker.pid")).unwrap();
+    // No dockerd socket: everything is written, the reload fails, and is owed.
+    fails(
+        &install_args(
+            &hs,
+            &proc_root,
+            &["--runtime", "docker", "--restart-mode", "signal"],
+        ),
+        &["--socket /var/run/docker.sock", "cannot connect"],
+    );
+    let pending =
+        fs::read_to_string(h.join("usr/local/nvidia/toolkit/.gpuctk-install.json")).unwrap();
+    assert!(pending.contains("\"reload_pending\": true"), "{pending}");
+    // The next run changes nothing but pays the reload.
     let r = ok(&install_args(
         &hs,
         &proc_root,
@@ -379,8 +408,12 @@ fn crio_and_docker_files_replaced_and_restored_and_reload_modes() {
         ],
     ));
     assert!(r.stdout.contains("sent SIGHUP to docker"), "{}", r.stdout);
-    let out = waiter.wait_with_output().unwrap();
+    assert!(!r.stdout.contains("created ") && !r.stdout.contains("updated "));
+    let out = waiter.0.take().unwrap().wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "reloaded\n");
+    // Paid: no debt left, and the next run signals nothing.
+    let r = ok(&install_args(&hs, &proc_root, &["--runtime", "docker"]));
+    assert!(r.stdout.contains("not reloaded"), "{}", r.stdout);
     let j: serde_json::Value =
         serde_json::from_slice(&fs::read(h.join("etc/docker/daemon.json")).unwrap()).unwrap();
     assert_eq!(
@@ -528,12 +561,15 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
             .env("PATH", SYSTEM_PATH);
         c
     };
-    let mut first = containerd_cmd(false)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(cdir.join("first.log")).unwrap())
-        .spawn()
-        .expect("containerd");
+    let mut first = KillOnDrop(Some(
+        containerd_cmd(false)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(cdir.join("first.log")).unwrap())
+            .spawn()
+            .expect("containerd"),
+    ));
+    let first_pid = first.0.as_ref().unwrap().id();
     wait_for("containerd", Duration::from_secs(60), || sock.exists());
 
     let podman_run = |args: &[&str]| {
@@ -584,12 +620,12 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
     assert_eq!(r.code, 0, "install in the image: {}{}", r.stdout, r.stderr);
     assert!(
         r.stdout
-            .contains(&format!("sent SIGHUP to containerd (pid {})", first.id())),
+            .contains(&format!("sent SIGHUP to containerd (pid {})", first_pid)),
         "{}",
         r.stdout
     );
     // containerd does not handle SIGHUP: it exits, for its service manager to start it again.
-    let st = first.wait().unwrap();
+    let st = first.0.take().unwrap().wait().unwrap();
     assert!(!st.success(), "containerd after SIGHUP: {st}");
     // The image's binary went in: the static one, not this test's.
     let tk = h.join(TOOLKIT.trim_start_matches('/'));

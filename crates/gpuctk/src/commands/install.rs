@@ -173,6 +173,10 @@ pub struct Manifest {
     pub replaced: BTreeSet<PathBuf>,
     /// Backups of the engine's config that install's registration wrote.
     pub backups: BTreeSet<PathBuf>,
+    /// The engine's config changed but telling the engine failed: the next install tries again
+    /// even though nothing changes then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reload_pending: bool,
 }
 
 /// Resolve `host` (absolute, as the host sees it) under `root` as the host would: symlinks are
@@ -662,27 +666,48 @@ fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
 
-    // The manifest is not in its own lists: uninstall removes it last, whatever it says.
-    let manifest_here = host.here(&toolkit.join(MANIFEST));
-    let mut text = serde_json::to_string_pretty(&m)?;
-    text.push('\n');
-    if std::fs::read(&manifest_here).ok().as_deref() != Some(text.as_bytes()) {
-        gpuctk_atomicfile::write(&manifest_here, text.as_bytes(), Some(0o644)).with_context(
-            || {
-                format!(
-                    "{}: cannot record what was installed; run install again",
-                    manifest_here.display()
-                )
-            },
-        )?;
-    }
-
-    if engine_changed {
-        reload(&host, &a.host, engine, &mut out)?;
+    // A reload that failed last time is tried again, even with nothing new to read.
+    let need_reload = engine_changed || previous.as_ref().is_some_and(|p| p.reload_pending);
+    let mode = restart_mode(&a.host, engine);
+    m.reload_pending = need_reload && mode != RestartMode::None;
+    write_manifest(&host, &toolkit, &m)?;
+    if need_reload {
+        reload(&host, &a.host, mode, engine, &mut out)?;
+        if m.reload_pending {
+            m.reload_pending = false;
+            write_manifest(&host, &toolkit, &m)?;
+        }
     } else {
         writeln!(out, "nothing changed for {engine}: not reloaded")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Write the manifest (not in its own lists: uninstall removes it last, whatever it says);
+/// nothing is written when it holds these bytes already.
+fn write_manifest(host: &Host, toolkit: &Path, m: &Manifest) -> anyhow::Result<()> {
+    let here = host.here(&toolkit.join(MANIFEST));
+    let mut text = serde_json::to_string_pretty(m)?;
+    text.push('\n');
+    if std::fs::read(&here).ok().as_deref() != Some(text.as_bytes()) {
+        gpuctk_atomicfile::write(&here, text.as_bytes(), Some(0o644)).with_context(|| {
+            format!(
+                "{}: cannot record what was installed; run install again",
+                here.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// `--restart-mode`, or the engine's default: a SIGHUP, but a systemd restart for CRI-O, which
+/// reloads on SIGHUP only the options crio.conf(5) marks as live-reloadable (the runtime table
+/// has not always been one).
+fn restart_mode(h: &HostArgs, engine: Engine) -> RestartMode {
+    h.restart_mode.unwrap_or(match engine {
+        Engine::Crio => RestartMode::Systemd,
+        _ => RestartMode::Signal,
+    })
 }
 
 /// Two JSON texts with the same meaning (key order included, as daemon.json keeps it).
@@ -824,17 +849,22 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if engine_changed {
-        reload(&host, &a.host, engine, &mut out)?;
+        let mode = restart_mode(&a.host, engine);
+        reload(&host, &a.host, mode, engine, &mut out).map_err(|e| {
+            anyhow!("{e}; everything else is uninstalled: restart {engine} yourself")
+        })?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The pid at the other end of the unix socket `path`.
-fn socket_peer(path: &Path) -> anyhow::Result<i32> {
+/// The pid at the other end of the unix socket `shown` (as the host sees it), reached at
+/// `path`.
+fn socket_peer(path: &Path, shown: &Path) -> anyhow::Result<i32> {
     use std::os::fd::AsRawFd;
     let s = std::os::unix::net::UnixStream::connect(path).with_context(|| {
         format!(
-            "--socket {}: cannot connect (is the engine running?)",
+            "--socket {} (here {}): cannot connect (is the engine running? give --socket or --pid-file, or --restart-mode none)",
+            shown.display(),
             path.display()
         )
     })?;
@@ -857,28 +887,28 @@ fn socket_peer(path: &Path) -> anyhow::Result<i32> {
     if rc != 0 {
         bail!(
             "--socket {}: cannot read its peer: {}",
-            path.display(),
+            shown.display(),
             std::io::Error::last_os_error()
         );
     }
     if cred.pid <= 0 {
         bail!(
             "--socket {}: its process is not visible from here; run with hostPID: true",
-            path.display()
+            shown.display()
         );
     }
     Ok(cred.pid)
 }
 
 /// Tell the engine to read its new config, as `--restart-mode` says.
-fn reload(host: &Host, h: &HostArgs, engine: Engine, out: &mut impl Write) -> anyhow::Result<()> {
+fn reload(
+    host: &Host,
+    h: &HostArgs,
+    mode: RestartMode,
+    engine: Engine,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let (socket, unit) = engine_defaults(engine);
-    // CRI-O reloads on SIGHUP only the options crio.conf(5) marks as live-reloadable, which
-    // the runtime table has not always been: a restart is the sure way.
-    let mode = h.restart_mode.unwrap_or(match engine {
-        Engine::Crio => RestartMode::Systemd,
-        _ => RestartMode::Signal,
-    });
     match mode {
         RestartMode::None => {
             let what = match engine {
@@ -905,7 +935,7 @@ fn reload(host: &Host, h: &HostArgs, engine: Engine, out: &mut impl Write) -> an
                 }
                 None => {
                     let s = h.socket.clone().unwrap_or_else(|| PathBuf::from(socket));
-                    socket_peer(&resolve_in_root(&host.root, &s))?
+                    socket_peer(&resolve_in_root(&host.root, &s), &s)?
                 }
             };
             // SAFETY: kill has no memory effects.
@@ -1029,10 +1059,11 @@ mod tests {
             resolve_in_root(r, Path::new("/var/run/cdi/x.yaml")),
             r.join("run/cdi/x.yaml")
         );
-        // `..` stops at the root.
+        // `..`, in a link or in the path, stops at the root.
         assert_eq!(
-            resolve_in_root(r, Path::new("/var/run/cdi/up/up/etc")),
+            resolve_in_root(r, Path::new("/var/run/cdi/up/etc")),
             r.join("etc")
         );
+        assert_eq!(resolve_in_root(r, Path::new("/../../etc")), r.join("etc"));
     }
 }
