@@ -76,6 +76,20 @@ fn diff(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<Strin
     d
 }
 
+/// `c` with SIGHUP back to its default action: a test run under `nohup` hands its children
+/// SIGHUP ignored, which a shell's `trap` and containerd keep, and the reload tests would wait
+/// forever.
+fn sighup_default(c: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal(2) is async-signal-safe, and this runs in the child before exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        })
+    }
+}
+
 /// A process of the test's, killed and reaped if the test fails before it ends.
 struct KillOnDrop(Option<std::process::Child>);
 
@@ -367,7 +381,7 @@ fn crio_and_docker_files_replaced_and_restored_and_reload_modes() {
     let before = listing(&h, &[], false);
     // A process that waits for SIGHUP, as dockerd reloads on it; killed if the test fails.
     let mut waiter = KillOnDrop(Some(
-        Command::new("sh")
+        sighup_default(&mut Command::new("sh"))
             .args([
                 "-c",
                 "trap 'echo reloaded; exit 0' HUP; while :; do sleep 0.1; done",
@@ -559,6 +573,7 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
             .args(["containerd", "--config"])
             .arg(h.join("etc/containerd/config.toml"))
             .env("PATH", SYSTEM_PATH);
+        sighup_default(&mut c);
         c
     };
     let mut first = KillOnDrop(Some(
