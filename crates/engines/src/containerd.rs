@@ -31,6 +31,9 @@ use crate::{
 /// The drop-in we own in an imported directory.
 pub const DROP_IN_NAME: &str = "99-nvidia.toml";
 
+/// The comment after an `imports` key that `--drop-in-config` created.
+const IMPORTS_MARK: &str = "# added by `gpuctk runtime configure --drop-in-config`";
+
 /// The shim containerd uses for runc-compatible runtimes.
 const RUNC_V2: &str = "io.containerd.runc.v2";
 
@@ -168,47 +171,235 @@ impl DropIn {
     }
 }
 
-/// The drop-in to write, when the main config imports a directory pattern matching
-/// [`DROP_IN_NAME`], and where to back it up (outside the directory when the pattern would also
-/// match the `.bak`; the same for the temp name of a write). Relative imports are relative to the
-/// main config's directory, as in containerd.
-fn drop_in_target(config_path: &Path, doc: &DocumentMut) -> Option<DropIn> {
-    let imports = doc.get("imports")?.as_array()?;
+/// Every import of the main config as (directory, file-name pattern); relative imports are
+/// relative to the main config's directory, as in containerd. Imports with a pattern in the
+/// directory part are skipped (we never write there).
+fn imports(config_path: &Path, doc: &DocumentMut) -> Vec<(PathBuf, String)> {
+    let Some(list) = doc.get("imports").and_then(Item::as_array) else {
+        return Vec::new();
+    };
     let base = config_path.parent().unwrap_or(Path::new("/"));
-    for imp in imports.iter().filter_map(Value::as_str) {
-        let full = if Path::new(imp).is_absolute() {
-            PathBuf::from(imp)
-        } else {
-            base.join(imp)
-        };
-        let (Some(dir), Some(pat)) = (full.parent(), full.file_name().and_then(|f| f.to_str()))
-        else {
-            continue;
-        };
-        if has_meta(&dir.to_string_lossy()) || !glob_match(pat.as_bytes(), DROP_IN_NAME.as_bytes())
-        {
-            continue;
+    list.iter()
+        .filter_map(Value::as_str)
+        .filter_map(|imp| {
+            let full = lexical(&if Path::new(imp).is_absolute() {
+                PathBuf::from(imp)
+            } else {
+                base.join(imp)
+            });
+            let dir = full.parent()?;
+            let pat = full.file_name()?.to_str()?;
+            (!has_meta(&dir.to_string_lossy())).then(|| (dir.to_path_buf(), pat.to_string()))
+        })
+        .collect()
+}
+
+/// `path` with `.` and `..` resolved lexically, as Go's `filepath.Join` (containerd's) does.
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other.as_os_str()),
         }
-        let drop_in = dir.join(DROP_IN_NAME);
-        let backup = if glob_match(pat.as_bytes(), format!("{DROP_IN_NAME}.bak").as_bytes()) {
-            backup_outside_dir(&drop_in)
-        } else {
-            crate::default_backup_path(&drop_in)
-        };
-        // What a temp name of ours looks like (see gpuctk_atomicfile).
-        let temp = format!(".{DROP_IN_NAME}.gpuctk-1-0.tmp");
-        let staging = if glob_match(pat.as_bytes(), temp.as_bytes()) {
-            outside_dir(&drop_in)
-        } else {
-            None
-        };
-        return Some(DropIn {
-            path: drop_in,
-            backup,
-            staging,
-        });
     }
-    None
+    out
+}
+
+/// Our drop-in at `path`, loaded through import pattern `pat`: its backup and the temp name of a
+/// write go outside the directory when the pattern would match them there.
+fn drop_in_for(path: PathBuf, pat: &str) -> DropIn {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let backup = if glob_match(pat.as_bytes(), format!("{name}.bak").as_bytes()) {
+        backup_outside_dir(&path)
+    } else {
+        crate::default_backup_path(&path)
+    };
+    // What a temp name of ours looks like (see gpuctk_atomicfile).
+    let temp = format!(".{name}.gpuctk-1-0.tmp");
+    let staging = if glob_match(pat.as_bytes(), temp.as_bytes()) {
+        outside_dir(&path)
+    } else {
+        None
+    };
+    DropIn {
+        path,
+        backup,
+        staging,
+    }
+}
+
+/// The drop-in to write, when the main config imports a directory pattern matching
+/// [`DROP_IN_NAME`].
+fn drop_in_target(config_path: &Path, doc: &DocumentMut) -> Option<DropIn> {
+    imports(config_path, doc)
+        .into_iter()
+        .find(|(_, pat)| glob_match(pat.as_bytes(), DROP_IN_NAME.as_bytes()))
+        .map(|(dir, pat)| drop_in_for(dir.join(DROP_IN_NAME), &pat))
+}
+
+/// The import of the main config that loads `drop_in`, if any.
+fn import_covering(config_path: &Path, doc: &DocumentMut, drop_in: &Path) -> Option<DropIn> {
+    let (dir, name) = (drop_in.parent()?, drop_in.file_name()?.to_str()?);
+    imports(config_path, doc)
+        .into_iter()
+        .find(|(d, pat)| d == dir && glob_match(pat.as_bytes(), name.as_bytes()))
+        .map(|(_, pat)| drop_in_for(drop_in.to_path_buf(), &pat))
+}
+
+/// How the main config names `drop_in` in `imports`: relative to the main config's directory
+/// (containerd joins a relative import to it, lexically) when the two share a directory below
+/// `/`, so the pair stays right when the host's files are seen under another root, as by the
+/// installer (`conf.d/99-nvidia.toml`, or `../../etc/k0s/nvidia.toml`); else absolute.
+pub fn import_entry(config_path: &Path, drop_in: &Path) -> String {
+    let absolute = || drop_in.to_string_lossy().into_owned();
+    let Some(base) = config_path.parent().filter(|b| b.is_absolute()) else {
+        return absolute();
+    };
+    if !drop_in.is_absolute() {
+        return absolute();
+    }
+    let (b, d): (Vec<_>, Vec<_>) = (base.components().collect(), drop_in.components().collect());
+    let common = b.iter().zip(&d).take_while(|(x, y)| x == y).count();
+    // Only the root in common: nothing a relative path would keep together.
+    if common <= 1 {
+        return absolute();
+    }
+    let mut rel = PathBuf::new();
+    for _ in common..b.len() {
+        rel.push("..");
+    }
+    for c in &d[common..] {
+        rel.push(c.as_os_str());
+    }
+    rel.to_string_lossy().into_owned()
+}
+
+/// `--drop-in-config FILE`: the runtime goes to `drop_in`, and the main config imports it (the
+/// entry is added when no import covers the file yet; an absent main config becomes one holding
+/// just `version = 2` and that import).
+fn configure_explicit(
+    config_path: &Path,
+    current: Option<&[u8]>,
+    drop_in: &Path,
+    opts: &Options,
+    read: ReadFile<'_>,
+) -> Result<Vec<Edit>, EngineError> {
+    let main = parse_main(config_path, current)?.unwrap_or_else(|| {
+        let mut doc = DocumentMut::new();
+        doc.insert("version", toml_edit::value(2));
+        doc
+    });
+    let version = config_version(config_path, &main)?;
+    let literal = tomlutil::prefers_literal_strings(&main);
+    let mut edits = Vec::new();
+    let target = match import_covering(config_path, &main, drop_in) {
+        Some(t) => t,
+        None => {
+            let mut doc = main.clone();
+            let entry = import_entry(config_path, drop_in);
+            let found = doc.get("imports").map(Item::type_name);
+            match doc.get_mut("imports").and_then(Item::as_array_mut) {
+                Some(list) => list.push(entry),
+                None if found.is_some() => {
+                    return Err(ContainerdError::from(TomlError::NotATable {
+                        path: config_path.to_path_buf(),
+                        key: "imports (an array)".to_string(),
+                        found: found.unwrap_or("?"),
+                    })
+                    .into())
+                }
+                None => {
+                    let mut list = toml_edit::Array::new();
+                    list.push(entry);
+                    // The mark tells unconfigure the key is ours to remove once it empties.
+                    let v = Value::Array(list).decorated(" ", format!(" {IMPORTS_MARK}"));
+                    doc.insert("imports", Item::Value(v));
+                }
+            }
+            edits.push(Edit::write(
+                config_path.to_path_buf(),
+                current.map(<[u8]>::to_vec),
+                tomlutil::render(&doc),
+            ));
+            drop_in_for(drop_in.to_path_buf(), "")
+        }
+    };
+    let before = read_drop_in(read, &target.path)?;
+    let after = drop_in_content(
+        config_path,
+        &target.path,
+        before.as_deref(),
+        &main,
+        version,
+        opts,
+        literal,
+    )?;
+    // The drop-in first: containerd never sees an import of a file not there yet.
+    edits.insert(0, target.edit(before, after, false));
+    Ok(edits)
+}
+
+/// Undo [`configure_explicit`]: our runtime leaves the drop-in (deleted once none of ours is
+/// left), and the import entry we add leaves the main config with it (the `imports` key too
+/// when that empties it). A runtime of ours in the main file itself (an earlier configure without
+/// a drop-in) is removed as well.
+fn unconfigure_explicit(
+    config_path: &Path,
+    current: Option<&[u8]>,
+    drop_in: &Path,
+    opts: &Options,
+    read: ReadFile<'_>,
+) -> Result<Vec<Edit>, EngineError> {
+    let Some(mut doc) = parse_main(config_path, current)? else {
+        let target = drop_in_for(drop_in.to_path_buf(), "");
+        let before = read_drop_in(read, drop_in)?;
+        let delete = before.is_some();
+        return Ok(vec![target.edit(before, Vec::new(), delete)]);
+    };
+    let version = config_version(config_path, &doc)?;
+    let target = import_covering(config_path, &doc, drop_in)
+        .unwrap_or_else(|| drop_in_for(drop_in.to_path_buf(), ""));
+    let mut changed = remove_runtime(&mut doc, version, &opts.runtime_name);
+    let drop_edit = unconfigure_drop_in(&target, &doc, version, opts, read)?;
+    if drop_edit.delete {
+        let entry = import_entry(config_path, drop_in);
+        let mut emptied = false;
+        if let Some(list) = doc.get_mut("imports").and_then(Item::as_array_mut) {
+            let n = list.len();
+            list.retain(|v| v.as_str() != Some(entry.as_str()));
+            changed |= list.len() != n;
+            // An `imports` key of the admin's stays, even empty.
+            emptied = list.is_empty()
+                && list
+                    .decor()
+                    .suffix()
+                    .and_then(|s| s.as_str())
+                    .is_some_and(|s| s.contains(IMPORTS_MARK));
+        }
+        if emptied {
+            doc.remove("imports");
+        }
+    }
+    let mut edits = vec![drop_edit];
+    if changed {
+        // The import goes after the drop-in: containerd never imports a missing file.
+        edits.push(Edit::write(
+            config_path.to_path_buf(),
+            current.map(<[u8]>::to_vec),
+            tomlutil::render(&doc),
+        ));
+    }
+    Ok(edits)
 }
 
 /// Register the runtime; see the module docs.
@@ -218,6 +409,9 @@ pub fn configure(
     opts: &Options,
     read: ReadFile<'_>,
 ) -> Result<Vec<Edit>, EngineError> {
+    if let Some(drop_in) = &opts.drop_in {
+        return configure_explicit(config_path, current, drop_in, opts, read);
+    }
     let main = parse_main(config_path, current)?;
     let Some(main) = main else {
         // No config at all: write a minimal v2 one, which containerd 1.x and 2.x both read.
@@ -235,47 +429,16 @@ pub fn configure(
     let literal = tomlutil::prefers_literal_strings(&main);
 
     if let Some(target) = drop_in_target(config_path, &main) {
-        let drop_in = &target.path;
-        let before = read_drop_in(read, drop_in)?;
-        let existing = match before.as_deref() {
-            Some(b) if !b.iter().all(u8::is_ascii_whitespace) => {
-                Some(tomlutil::parse(drop_in, b).map_err(ContainerdError::from)?)
-            }
-            _ => None,
-        };
-        let after = match existing {
-            Some(mut doc) => {
-                // Ours from an earlier run (maybe of another runtime name): add to it.
-                add_runtime(drop_in, &mut doc, version, opts, literal)?;
-                tomlutil::render(&doc)
-            }
-            None => {
-                let mut doc = DocumentMut::new();
-                if version >= 2 {
-                    doc.insert("version", toml_edit::value(version));
-                }
-                let plugin = cri_plugin(version);
-                if let Some(plugins) = main.get("plugins").and_then(Item::as_table) {
-                    if let (Some(key), Some(Item::Table(cri))) =
-                        (plugins.key(plugin), plugins.get(plugin))
-                    {
-                        let dst = tomlutil::ensure_table(drop_in, doc.as_table_mut(), &["plugins"])
-                            .map_err(ContainerdError::from)?;
-                        dst.insert_formatted(key, Item::Table(cri.clone()));
-                    }
-                }
-                add_runtime(drop_in, &mut doc, version, opts, literal)?;
-                let mut after = format!(
-                    "{OURS_HEADER}. containerd 1.x replaces a plugin's whole\n\
-                     # section with the one in an imported file, so the CRI plugin settings of\n\
-                     # {} are repeated here. Remove this file to undo.\n",
-                    config_path.display()
-                )
-                .into_bytes();
-                after.extend(tomlutil::render(&doc));
-                after
-            }
-        };
+        let before = read_drop_in(read, &target.path)?;
+        let after = drop_in_content(
+            config_path,
+            &target.path,
+            before.as_deref(),
+            &main,
+            version,
+            opts,
+            literal,
+        )?;
         return Ok(vec![target.edit(before, after, false)]);
     }
 
@@ -287,6 +450,52 @@ pub fn configure(
         current.map(<[u8]>::to_vec),
         after,
     )])
+}
+
+/// The drop-in's new content: `before` with our runtime added when it is ours from an earlier
+/// run, else a new file repeating the main config's CRI plugin table (see the module docs).
+fn drop_in_content(
+    config_path: &Path,
+    drop_in: &Path,
+    before: Option<&[u8]>,
+    main: &DocumentMut,
+    version: i64,
+    opts: &Options,
+    literal: bool,
+) -> Result<Vec<u8>, EngineError> {
+    let existing = match before {
+        Some(b) if !b.iter().all(u8::is_ascii_whitespace) => {
+            Some(tomlutil::parse(drop_in, b).map_err(ContainerdError::from)?)
+        }
+        _ => None,
+    };
+    if let Some(mut doc) = existing {
+        // Ours from an earlier run (maybe of another runtime name): add to it.
+        add_runtime(drop_in, &mut doc, version, opts, literal)?;
+        return Ok(tomlutil::render(&doc));
+    }
+    let mut doc = DocumentMut::new();
+    if version >= 2 {
+        doc.insert("version", toml_edit::value(version));
+    }
+    let plugin = cri_plugin(version);
+    if let Some(plugins) = main.get("plugins").and_then(Item::as_table) {
+        if let (Some(key), Some(Item::Table(cri))) = (plugins.key(plugin), plugins.get(plugin)) {
+            let dst = tomlutil::ensure_table(drop_in, doc.as_table_mut(), &["plugins"])
+                .map_err(ContainerdError::from)?;
+            dst.insert_formatted(key, Item::Table(cri.clone()));
+        }
+    }
+    add_runtime(drop_in, &mut doc, version, opts, literal)?;
+    let mut after = format!(
+        "{OURS_HEADER}. containerd 1.x replaces a plugin's whole\n\
+         # section with the one in an imported file, so the CRI plugin settings of\n\
+         # {} are repeated here. Remove this file to undo.\n",
+        config_path.display()
+    )
+    .into_bytes();
+    after.extend(tomlutil::render(&doc));
+    Ok(after)
 }
 
 /// Add (or update) `runtimes.<name>`, and the default-runtime and CDI switches, in `doc`.
@@ -574,6 +783,9 @@ pub fn unconfigure(
     opts: &Options,
     read: ReadFile<'_>,
 ) -> Result<Vec<Edit>, EngineError> {
+    if let Some(drop_in) = &opts.drop_in {
+        return unconfigure_explicit(config_path, current, drop_in, opts, read);
+    }
     let Some(mut doc) = parse_main(config_path, current)? else {
         return Ok(Vec::new());
     };
@@ -655,6 +867,27 @@ mod tests {
         assert!(!glob_match(b"[!9]*.toml", b"99-nvidia.toml"));
         assert!(glob_match(b"99-nvidia.toml", b"99-nvidia.toml"));
         assert!(!glob_match(b"?.toml", b"99-nvidia.toml"));
+    }
+
+    #[test]
+    fn import_entries() {
+        let e = |c: &str, d: &str| import_entry(Path::new(c), Path::new(d));
+        assert_eq!(
+            e(
+                "/etc/containerd/config.toml",
+                "/etc/containerd/conf.d/99-nvidia.toml"
+            ),
+            "conf.d/99-nvidia.toml"
+        );
+        assert_eq!(
+            e("/host/run/k0s/c.toml", "/host/etc/k0s/d/nvidia.toml"),
+            "../../etc/k0s/d/nvidia.toml"
+        );
+        assert_eq!(
+            e("/run/k0s/c.toml", "/etc/k0s/nvidia.toml"),
+            "/etc/k0s/nvidia.toml"
+        );
+        assert_eq!(e("c.toml", "/etc/x.toml"), "/etc/x.toml");
     }
 
     #[test]

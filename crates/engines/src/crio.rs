@@ -85,7 +85,10 @@ pub fn configure(
         .filter(|n| !n.starts_with("nvidia") && *n != name)
         .find_map(|n| runtimes?.get(n)?.as_table_like());
 
-    let drop_in = drop_in_path(config_path);
+    let drop_in = opts
+        .drop_in
+        .clone()
+        .unwrap_or_else(|| drop_in_path(config_path));
     let before = read_drop_in(read, &drop_in)?;
     let mut doc = parse_drop_in(&drop_in, before.as_deref())?.unwrap_or_default();
     let root = doc.as_table_mut();
@@ -189,7 +192,10 @@ pub fn unconfigure(
     opts: &Options,
     read: ReadFile<'_>,
 ) -> Result<Vec<Edit>, EngineError> {
-    let drop_in = drop_in_path(config_path);
+    let drop_in = opts
+        .drop_in
+        .clone()
+        .unwrap_or_else(|| drop_in_path(config_path));
     let before = read_drop_in(read, &drop_in)?;
     let Ok(Some(mut doc)) = parse_drop_in(&drop_in, before.as_deref()) else {
         // Absent: nothing to do. Blank, or not TOML we understand: removed whole, as every

@@ -94,6 +94,10 @@ pub struct Options {
     pub set_as_default: bool,
     /// Turn on the engine's CDI support (`--cdi.enabled`): docker and containerd only.
     pub enable_cdi: bool,
+    /// `--drop-in-config`: the file the runtime goes to (containerd: imported by the main
+    /// config, the import added when missing; CRI-O: instead of `crio.conf.d/99-nvidia.toml`).
+    /// `None`: containerd edits the main config (or the drop-in its imports already load).
+    pub drop_in: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -103,6 +107,7 @@ impl Default for Options {
             runtime_path: "/usr/bin/nvidia-container-runtime".to_string(),
             set_as_default: false,
             enable_cdi: false,
+            drop_in: None,
         }
     }
 }
@@ -229,6 +234,9 @@ pub enum EngineError {
     /// `--runtime` named an engine we do not support.
     #[error("unknown container engine {0:?} (expected docker, containerd or crio)")]
     UnknownEngine(String),
+    /// A drop-in file was asked for docker, whose only config is `daemon.json`.
+    #[error("docker reads no drop-in files: register the runtime in daemon.json (leave out --drop-in-config)")]
+    NoDropIn,
     /// Editing `daemon.json` failed.
     #[error(transparent)]
     Docker(#[from] docker::DockerError),
@@ -291,6 +299,7 @@ pub fn configure_with(
     read: ReadFile<'_>,
 ) -> Result<Vec<Edit>, EngineError> {
     let edits = match engine {
+        Engine::Docker if opts.drop_in.is_some() => return Err(EngineError::NoDropIn),
         Engine::Docker => vec![docker::configure(config_path, current, opts)?],
         Engine::Containerd => containerd::configure(config_path, current, opts, read)?,
         Engine::Crio => return crio::configure(config_path, current, opts, read),
@@ -316,6 +325,9 @@ pub fn unconfigure_with(
     opts: &Options,
     read: ReadFile<'_>,
 ) -> Result<Vec<Edit>, EngineError> {
+    if engine == Engine::Docker && opts.drop_in.is_some() {
+        return Err(EngineError::NoDropIn);
+    }
     let engine_unconfigure = |cur: Option<&[u8]>, read: ReadFile<'_>| match engine {
         Engine::Docker => Ok(docker::unconfigure(config_path, cur, opts)?
             .into_iter()

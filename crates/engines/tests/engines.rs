@@ -23,6 +23,7 @@ fn opts(set_as_default: bool, enable_cdi: bool) -> Options {
         runtime_path: BIN.into(),
         set_as_default,
         enable_cdi,
+        drop_in: None,
     }
 }
 
@@ -1194,6 +1195,186 @@ fn errors_say_what_state_the_file_is_in() {
     assert!(e.contains(&q.display().to_string()), "{e}");
 }
 
+// ---- --drop-in-config ----
+
+fn with_drop_in(path: &Path) -> Options {
+    Options {
+        drop_in: Some(path.to_path_buf()),
+        ..opts(false, false)
+    }
+}
+
+/// Every file under `dir` with its bytes, sorted.
+fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p.clone());
+                out.push((p, b"<dir>".to_vec()));
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn containerd_explicit_drop_in_is_imported_and_undone_exactly() {
+    let d = tempfile::tempdir().unwrap();
+    let main = d.path().join("etc/containerd/config.toml");
+    std::fs::create_dir_all(main.parent().unwrap()).unwrap();
+    let original = data("containerd-v2.toml");
+    std::fs::write(&main, &original).unwrap();
+    let drop_in = d.path().join("etc/containerd/conf.d/99-nvidia.toml");
+    let o = with_drop_in(&drop_in);
+
+    let done = run_locked(Engine::Containerd, &main, &o, false);
+    assert_eq!(done.len(), 2, "{done:?}");
+    let text = String::from_utf8(std::fs::read(&main).unwrap()).unwrap();
+    // The import, relative to the main config's directory, and nothing else of the main file.
+    assert!(
+        text.contains("imports = [\"conf.d/99-nvidia.toml\"]"),
+        "{text}"
+    );
+    // The fixture's `imports = []` (what `containerd config default` writes) gets our entry.
+    let want = String::from_utf8(original.clone())
+        .unwrap()
+        .replace("imports = []", "imports = [\"conf.d/99-nvidia.toml\"]");
+    assert_bytes("main with the import", text.as_bytes(), want.as_bytes());
+    let dropped = String::from_utf8(std::fs::read(&drop_in).unwrap()).unwrap();
+    assert!(
+        dropped.starts_with(gpuctk_engines::OURS_HEADER),
+        "{dropped}"
+    );
+    assert!(
+        has_runtime(Engine::Containerd, &dropped, "nvidia"),
+        "{dropped}"
+    );
+    // The main file's CRI settings are repeated (containerd 1.x replaces the plugin table).
+    assert!(dropped.contains("SystemdCgroup"), "{dropped}");
+
+    // Again: nothing to do. Another name: added next to ours, the import not repeated.
+    let again: Vec<Edit> = read_edits(Engine::Containerd, &main, &o)
+        .into_iter()
+        .filter(|e| !e.is_noop())
+        .collect();
+    assert!(again.is_empty(), "{again:?}");
+    let other = Options {
+        runtime_name: "nvidia-cdi".into(),
+        ..o.clone()
+    };
+    run_locked(Engine::Containerd, &main, &other, false);
+    let text2 = String::from_utf8(std::fs::read(&main).unwrap()).unwrap();
+    assert_eq!(text2, text);
+    let dropped = String::from_utf8(std::fs::read(&drop_in).unwrap()).unwrap();
+    assert!(
+        has_runtime(Engine::Containerd, &dropped, "nvidia"),
+        "{dropped}"
+    );
+    assert!(
+        has_runtime(Engine::Containerd, &dropped, "nvidia-cdi"),
+        "{dropped}"
+    );
+
+    // Undo both: the drop-in goes with the last one, and the main file is its original bytes.
+    run_locked(Engine::Containerd, &main, &o, true);
+    assert!(drop_in.exists());
+    assert_eq!(std::fs::read_to_string(&main).unwrap(), text);
+    run_locked(Engine::Containerd, &main, &other, true);
+    assert!(!drop_in.exists());
+    assert_bytes(
+        "main after unconfigure",
+        &std::fs::read(&main).unwrap(),
+        &original,
+    );
+    assert_bytes(
+        "the backup",
+        &std::fs::read(d.path().join("etc/containerd/config.toml.bak")).unwrap(),
+        &original,
+    );
+}
+
+#[test]
+fn containerd_explicit_drop_in_with_existing_imports_and_no_main() {
+    let d = tempfile::tempdir().unwrap();
+    let main = d.path().join("config.toml");
+    // An import list of the admin's: ours is appended, and removed alone.
+    let original = b"version = 2\nimports = [\"/opt/other.toml\"]\n\n[plugins]\n".to_vec();
+    std::fs::write(&main, &original).unwrap();
+    let drop_in = d.path().join("gpu/50-gpu.toml");
+    let o = with_drop_in(&drop_in);
+    run_locked(Engine::Containerd, &main, &o, false);
+    let text = std::fs::read_to_string(&main).unwrap();
+    assert!(
+        text.contains("imports = [\"/opt/other.toml\", \"gpu/50-gpu.toml\"]"),
+        "{text}"
+    );
+    run_locked(Engine::Containerd, &main, &o, true);
+    assert_bytes("main", &std::fs::read(&main).unwrap(), &original);
+
+    // A glob import already covering the drop-in: the main file is left alone.
+    let globbed = b"version = 2\nimports = [\"gpu/*.toml\"]\n".to_vec();
+    std::fs::write(&main, &globbed).unwrap();
+    run_locked(Engine::Containerd, &main, &o, false);
+    assert_bytes("main", &std::fs::read(&main).unwrap(), &globbed);
+    assert!(drop_in.exists());
+    run_locked(Engine::Containerd, &main, &o, true);
+    assert!(!drop_in.exists());
+
+    // No main config at all: one holding the import.
+    let e = tempfile::tempdir().unwrap();
+    let main = e.path().join("config.toml");
+    let drop_in = e.path().join("conf.d/99-nvidia.toml");
+    run_locked(Engine::Containerd, &main, &with_drop_in(&drop_in), false);
+    assert!(drop_in.exists());
+    assert_eq!(
+        std::fs::read_to_string(&main).unwrap(),
+        "version = 2\nimports = [\"conf.d/99-nvidia.toml\"] # added by `gpuctk runtime configure --drop-in-config`\n"
+    );
+    // ...removed whole by unconfigure, which leaves the main config empty.
+    run_locked(Engine::Containerd, &main, &with_drop_in(&drop_in), true);
+    assert_eq!(std::fs::read_to_string(&main).unwrap(), "version = 2\n");
+    // A file without the key: the key, marked, comes and goes.
+    let plain = b"version = 2\n\n[plugins]\n".to_vec();
+    std::fs::write(&main, &plain).unwrap();
+    run_locked(Engine::Containerd, &main, &with_drop_in(&drop_in), false);
+    assert!(std::fs::read_to_string(&main)
+        .unwrap()
+        .contains("imports = [\"conf.d/99-nvidia.toml\"] # added by"));
+    run_locked(Engine::Containerd, &main, &with_drop_in(&drop_in), true);
+    assert_bytes("main", &std::fs::read(&main).unwrap(), &plain);
+    assert!(!drop_in.exists());
+}
+
+#[test]
+fn crio_explicit_drop_in_and_docker_refuses_one() {
+    let d = tempfile::tempdir().unwrap();
+    let main = d.path().join("crio.conf");
+    std::fs::write(&main, data("crio.conf")).unwrap();
+    let before = tree(d.path());
+    let drop_in = d.path().join("crio.conf.d/50-gpu.toml");
+    let o = with_drop_in(&drop_in);
+    run_locked(Engine::Crio, &main, &o, false);
+    let text = std::fs::read_to_string(&drop_in).unwrap();
+    assert!(has_runtime(Engine::Crio, &text, "nvidia"), "{text}");
+    assert!(!gpuctk_engines::crio::drop_in_path(&main).exists());
+    run_locked(Engine::Crio, &main, &o, true);
+    assert!(!drop_in.exists());
+    std::fs::remove_dir(drop_in.parent().unwrap()).unwrap();
+    assert_eq!(tree(d.path()), before);
+
+    let e = gpuctk_engines::configure(Engine::Docker, Path::new("/d.json"), None, &o).unwrap_err();
+    assert!(
+        e.to_string().contains("docker reads no drop-in files"),
+        "{e}"
+    );
+}
+
 /// The CRI passes only the annotations `container_annotations` names; the device plugin's CDI
 /// requests must reach our shim (the CRI tests show containerd 1.6 dropping them otherwise).
 /// Patterns already there (copied from runc) are kept, ours added once.
@@ -1508,4 +1689,31 @@ fn a_table_the_user_wrote_stays_even_when_emptied() {
         }
         assert!(!gpuctk_engines::added::ledger_path(&p).exists());
     }
+}
+
+/// A drop-in outside the main config's directory but under a shared one (a host root): the
+/// import goes up with `..`, containerd's lexical join finds it, and a second run sees it.
+#[test]
+fn containerd_drop_in_beside_the_main_config() {
+    let d = tempfile::tempdir().unwrap();
+    let main = d.path().join("run/k0s/containerd-cri.toml");
+    std::fs::create_dir_all(main.parent().unwrap()).unwrap();
+    let original = b"version = 2\n".to_vec();
+    std::fs::write(&main, &original).unwrap();
+    let drop_in = d.path().join("etc/k0s/containerd.d/nvidia.toml");
+    let o = with_drop_in(&drop_in);
+    run_locked(Engine::Containerd, &main, &o, false);
+    let text = std::fs::read_to_string(&main).unwrap();
+    assert!(
+        text.contains("imports = [\"../../etc/k0s/containerd.d/nvidia.toml\"]"),
+        "{text}"
+    );
+    let again: Vec<Edit> = read_edits(Engine::Containerd, &main, &o)
+        .into_iter()
+        .filter(|e| !e.is_noop())
+        .collect();
+    assert!(again.is_empty(), "{again:?}");
+    run_locked(Engine::Containerd, &main, &o, true);
+    assert_bytes("main", &std::fs::read(&main).unwrap(), &original);
+    assert!(!drop_in.exists());
 }

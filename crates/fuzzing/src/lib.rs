@@ -340,6 +340,11 @@ fn engine(engine: Engine, config_path: &str, data: &[u8]) {
         runtime_path: "/opt/gpuctk/bin/nvidia-container-runtime".into(),
         set_as_default: true,
         enable_cdi: engine != Engine::Crio,
+        // The explicit drop-in (`--drop-in-config`): the main config gains an import.
+        drop_in: Some(PathBuf::from(match engine {
+            Engine::Crio => "/etc/crio/crio.conf.d/50-gpu.toml",
+            _ => "/etc/containerd/conf.d/99-nvidia.toml",
+        })),
     };
     for opts in [Options::default(), other] {
         let mut files: HashMap<PathBuf, Vec<u8>> = HashMap::new();

@@ -87,6 +87,10 @@ pub enum Command {
     /// Write the man pages, one per command and personality, into DIR (for packagers)
     #[command(hide = true)]
     Man(ManArgs),
+    /// Install gpuctk into a host from a container (a DaemonSet): binary, config, CDI spec, runtime registration
+    Install(Box<InstallArgs>),
+    /// Remove what install put into the host and restore the engine's config
+    Uninstall(UninstallArgs),
 }
 
 /// `completion SHELL`.
@@ -110,6 +114,115 @@ pub struct ManArgs {
     /// The directory the pages go to (created if missing)
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output: PathBuf,
+}
+
+/// `--restart-mode`: how the engine is told to read its new config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RestartMode {
+    /// SIGHUP to the engine's process (found through its socket or --pid-file; needs hostPID)
+    Signal,
+    /// `systemctl restart UNIT`, run chrooted into the host root
+    Systemd,
+    /// Leave the engine alone and say what to do
+    None,
+}
+
+/// Where the host is and how its engine is reloaded: shared by install and uninstall.
+#[derive(Debug, Args, Clone)]
+pub struct HostArgs {
+    /// Where the host's / is mounted in this container (the DaemonSet mounts it at /host); every path below is resolved under it
+    #[arg(long, env = "HOST_ROOT", value_name = "DIR")]
+    pub host_root: PathBuf,
+    /// Where the toolkit goes on the host
+    #[arg(
+        long,
+        env = "TOOLKIT_DIR",
+        default_value = "/usr/local/nvidia/toolkit",
+        value_name = "DIR"
+    )]
+    pub toolkit_dir: PathBuf,
+    /// How the engine reads its new config: signal (SIGHUP), systemd (systemctl restart) or none [default: signal; systemd for crio]
+    #[arg(long, env = "RESTART_MODE", value_enum)]
+    pub restart_mode: Option<RestartMode>,
+    /// The engine's API socket, whose peer is the process to signal [default: /run/containerd/containerd.sock, /var/run/docker.sock, /var/run/crio/crio.sock]
+    #[arg(long, env = "RUNTIME_SOCKET", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// A pid file naming the process to signal (instead of --socket)
+    #[arg(long, env = "RUNTIME_PID_FILE", value_name = "PATH")]
+    pub pid_file: Option<PathBuf>,
+    /// The systemd unit to restart [default: containerd, docker, crio]
+    #[arg(long, env = "RUNTIME_SYSTEMD_UNIT", value_name = "UNIT")]
+    pub systemd_unit: Option<String>,
+    /// The systemctl to run, looked up in the host root
+    #[arg(long, default_value = "systemctl", value_name = "PATH")]
+    pub systemctl: String,
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    #[command(flatten)]
+    pub host: HostArgs,
+    /// The engine to register with
+    #[arg(long, env = "RUNTIME", value_enum, default_value = "containerd")]
+    pub runtime: EngineArg,
+    /// Its config file, as the host sees it [default: /etc/containerd/config.toml, /etc/docker/daemon.json, /etc/crio/crio.conf]
+    #[arg(long, env = "RUNTIME_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The drop-in the runtimes go to, as the host sees it [default: /etc/containerd/conf.d/99-nvidia.toml, /etc/crio/crio.conf.d/99-nvidia.toml; docker: none]
+    #[arg(long, env = "RUNTIME_DROP_IN_CONFIG", value_name = "FILE")]
+    pub drop_in_config: Option<PathBuf>,
+    /// The main runtime's name; NAME-cdi and NAME-legacy are registered too
+    #[arg(
+        long = "nvidia-runtime-name",
+        default_value = "nvidia",
+        value_name = "NAME"
+    )]
+    pub runtime_name: String,
+    /// Make the main runtime the engine's default
+    #[arg(long, env = "RUNTIME_SET_AS_DEFAULT", value_parser = clap::builder::FalseyValueParser::new())]
+    pub set_as_default: bool,
+    /// Turn on the engine's CDI support (docker, containerd)
+    #[arg(long = "cdi.enabled", env = "CDI_ENABLED", value_parser = clap::builder::FalseyValueParser::new())]
+    pub enable_cdi: bool,
+    /// Root of the driver installation, as the host sees it (/run/nvidia/driver with a containerized driver)
+    #[arg(
+        long,
+        env = "NVIDIA_DRIVER_ROOT",
+        default_value = "/",
+        value_name = "DIR"
+    )]
+    pub driver_root: PathBuf,
+    /// Root under which /dev/nvidia* are, as the host sees it [default: the driver root]
+    #[arg(long, env = "NVIDIA_DEV_ROOT", value_name = "DIR")]
+    pub dev_root: Option<PathBuf>,
+    /// Where the host's procfs is mounted in this container (hostPID gives the host's at /proc)
+    #[arg(
+        long,
+        env = "GPUCTK_PROC_ROOT",
+        default_value = "/proc",
+        value_name = "DIR"
+    )]
+    pub proc_root: PathBuf,
+    /// Where the CDI spec goes, as the host sees it
+    #[arg(
+        long,
+        env = "CDI_SPEC_DIR",
+        default_value = "/var/run/cdi",
+        value_name = "DIR"
+    )]
+    pub cdi_spec_dir: PathBuf,
+    /// After installing, stay running until SIGTERM or SIGINT (a DaemonSet's container), then exit 0
+    #[arg(long, env = "INSTALL_WAIT", value_parser = clap::builder::FalseyValueParser::new())]
+    pub wait: bool,
+    /// With --wait: uninstall when the signal comes (the GPU Operator's cleanup on exit)
+    #[arg(long, env = "UNINSTALL_ON_EXIT", value_parser = clap::builder::FalseyValueParser::new())]
+    pub uninstall_on_exit: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UninstallArgs {
+    #[command(flatten)]
+    pub host: HostArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -258,6 +371,9 @@ pub struct ConfigureArgs {
     /// Its config file [default: /etc/docker/daemon.json, /etc/containerd/config.toml, /etc/crio/crio.conf]
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Put the runtime in this drop-in file instead of the main config (containerd: the main config gets an import of it; CRI-O: instead of crio.conf.d/99-nvidia.toml; not for docker)
+    #[arg(long = "drop-in-config", value_name = "FILE")]
+    pub drop_in_config: Option<PathBuf>,
     /// The runtime's name in the engine
     #[arg(
         long = "nvidia-runtime-name",

@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use gpuctk_core::Policy;
 use toml_edit::{Document, Item, Table};
 
+/// The config of a binary installed by `gpuctk install`, relative to the binary's directory.
+pub const INSTALLED_CONFIG: &str = ".config/nvidia-container-runtime/config.toml";
+
 /// Where the config is looked for when no variable names it.
 pub const DEFAULT_CONFIG: &str = "/etc/nvidia-container-runtime/config.toml";
 
@@ -141,8 +144,9 @@ pub enum ConfigError {
 }
 
 /// The config path: `GPUCTK_CONFIG`, else `NVIDIA_CTK_CONFIG_FILE_PATH`, else
-/// `$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml` when it exists, else the default. The
-/// flag given says whether the file must exist (a path named by a variable must).
+/// `$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml` when it exists, else [`INSTALLED_CONFIG`]
+/// next to the running binary (a `gpuctk install` toolkit dir), else the default. The flag given
+/// says whether the file must exist (a path named by a variable must).
 ///
 /// For a user other than root, `XDG_CONFIG_HOME` unset means `$HOME/.config`, as the XDG
 /// base-directory spec says (NVIDIA goes straight to `/etc` then). That is what lets a rootless
@@ -190,6 +194,16 @@ fn config_path_for(env: &dyn Fn(&str) -> Option<String>, root: bool) -> (PathBuf
         if p.exists() {
             return (p, false);
         }
+    }
+    // Installed by `gpuctk install` into a toolkit dir: the config next to the binary, where
+    // NVIDIA's toolkit container puts it (its wrappers point XDG_CONFIG_HOME there; our
+    // personalities are plain links, so the binary looks itself).
+    if let Some(p) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join(INSTALLED_CONFIG)))
+        .filter(|p| p.is_file())
+    {
+        return (p, false);
     }
     (PathBuf::from(DEFAULT_CONFIG), false)
 }

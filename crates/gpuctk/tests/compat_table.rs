@@ -127,6 +127,11 @@ fn every_done_flag_is_accepted() {
         hook_help.push_str(&help(&hook, &[sub, "--help"]));
     }
     let cli_help = help(&exe("nvidia-container-cli"), &["--help"]);
+    let installer_help = format!(
+        "{}{}",
+        help(&ctk, &["install", "--help"]),
+        help(&ctk, &["uninstall", "--help"])
+    );
 
     let mut missing = Vec::new();
     let mut checked = 0;
@@ -134,6 +139,10 @@ fn every_done_flag_is_accepted() {
         ("`nvidia-ctk` commands", &ctk_help),
         ("`nvidia-cdi-hook`", &hook_help),
         ("`nvidia-container-cli`", &cli_help),
+        (
+            "`nvidia-ctk-installer` (the GPU Operator's toolkit container)",
+            &installer_help,
+        ),
     ] {
         for row in rows(&md, section) {
             // A hidden flag (tests only) is not in the help.

@@ -34,6 +34,9 @@ mod generate;
 /// enroot and Apptainer's `nvidia-container-cli configure` without `--pid`: root in a user
 /// namespace, an unprivileged user, root without one.
 mod hpc;
+/// `install` / `uninstall` on temp host roots, and the installer image under podman, then
+/// containerd running a GPU pod through the CRI from what it installed.
+mod install;
 /// The Debian package: built by scripts/package.sh, installed with dpkg in a copy-on-write
 /// namespace, used by docker and podman, removed and purged; completions and man pages.
 mod package;

@@ -126,7 +126,7 @@ fn value_for(key: &str, value: Option<&str>, separator: &str) -> anyhow::Result<
 }
 
 /// Set dotted `key` in `doc`, creating tables on the way.
-fn set(doc: &mut DocumentMut, key: &str, value: Value) -> anyhow::Result<()> {
+pub fn set(doc: &mut DocumentMut, key: &str, value: Value) -> anyhow::Result<()> {
     let parts: Vec<&str> = key.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
         bail!("--set {key}: not a key (dotted names such as nvidia-container-cli.root)");

@@ -154,12 +154,22 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         .config
         .clone()
         .unwrap_or_else(|| default_config_path(engine));
+    if engine == Engine::Docker && a.drop_in_config.is_some() {
+        bail!("--drop-in-config: docker reads no drop-in files, only daemon.json; leave the flag out for docker");
+    }
+    let drop_in = match &a.drop_in_config {
+        Some(p) => Some(
+            std::path::absolute(p).with_context(|| format!("--drop-in-config {}", p.display()))?,
+        ),
+        None => None,
+    };
     let (runtime_path, warning) = runtime_path(engine, a.runtime_path.as_deref());
     let opts = Options {
         runtime_name: a.runtime_name.clone(),
         runtime_path,
         set_as_default: a.set_as_default,
         enable_cdi: a.enable_cdi,
+        drop_in,
     };
     // Held until the edits are written: what we read is what we change.
     let _lock = if a.dry_run {

@@ -7,6 +7,7 @@ mod demo;
 mod doctor;
 mod engine;
 mod info;
+mod install;
 mod manual;
 #[cfg(feature = "mock")]
 mod mock;
@@ -47,6 +48,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::System(SystemCommand::CreateDeviceNodes(a)) => system::device_nodes(a),
         Command::Completion(a) => manual::completion(a),
         Command::Man(a) => manual::man(a),
+        Command::Install(a) => install::install(*a),
+        Command::Uninstall(a) => install::uninstall(a),
         Command::Hook(a) => {
             let mut args = vec![std::ffi::OsString::from("nvidia-cdi-hook")];
             args.extend(a.args);

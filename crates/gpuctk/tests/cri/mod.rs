@@ -49,6 +49,8 @@ pub(crate) struct Node {
     pub(crate) sock: PathBuf,
     cri: Option<Cri>,
     daemon: Option<Daemon>,
+    /// Mount points of containerd's namespace that are the test's own, not leaks.
+    own_mounts: Vec<String>,
 }
 
 impl Node {
@@ -66,19 +68,32 @@ impl Node {
             .arg(format!("--config={}", config.display()))
             .arg(format!("--nvidia-runtime-path={}", shim.display())));
         assert_eq!(r.code, 0, "runtime configure: {}{}", r.stdout, r.stderr);
+        let cmd = bed.in_ns(&[
+            "containerd".into(),
+            "--config".into(),
+            config.to_string_lossy().into_owned(),
+        ]);
+        let sock = dir.join("containerd.sock");
+        Node::launch(bed, dir, sock, cmd, &["/etc/nvidia-container-runtime"])
+    }
+
+    /// Start containerd with `cmd` (its config decided by the caller), files in `dir`, API on
+    /// `sock`; `own_mounts` are the mount points `cmd` sets up in its namespace, which
+    /// `shutdown` does not count as leaked. Then wait for the CRI and import the two images.
+    pub(crate) fn launch(
+        bed: Bed,
+        dir: PathBuf,
+        sock: PathBuf,
+        mut cmd: Command,
+        own_mounts: &[&str],
+    ) -> Node {
         let log = dir.join("containerd.log");
-        let child = bed
-            .in_ns(&[
-                "containerd".into(),
-                "--config".into(),
-                config.to_string_lossy().into_owned(),
-            ])
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log).unwrap())
             .spawn()
             .expect("containerd (apt-get install containerd)");
-        let sock = dir.join("containerd.sock");
         let mut node = Node {
             bed,
             dir,
@@ -89,6 +104,7 @@ impl Node {
                 pidfile: None,
                 log,
             }),
+            own_mounts: own_mounts.iter().map(|m| m.to_string()).collect(),
         };
         wait_for("containerd's CRI", Duration::from_secs(60), || {
             node.sock.exists()
@@ -197,7 +213,12 @@ impl Node {
             .unwrap()
             .lines()
             .filter(|l| l.contains(&under))
-            .filter(|l| l.split(' ').nth(4) != Some("/etc/nvidia-container-runtime"))
+            // The namespace's own mounts (the bed's bind mount of config.toml's folder).
+            .filter(|l| {
+                l.split(' ')
+                    .nth(4)
+                    .is_none_or(|m| !self.own_mounts.iter().any(|o| o == m))
+            })
             .map(str::to_string)
             .collect()
     }
@@ -229,7 +250,7 @@ fn out(c: &mut Command) -> Out {
 /// containerd's default config (`containerd config default`, version 2) with every path in
 /// `dir`, the plugins the CRI does not need off, the pause image as `sandbox_image`, overlayfs,
 /// cgroupfs, and runc's state root in `dir`.
-fn containerd_config(dir: &Path) -> String {
+pub(crate) fn containerd_config(dir: &Path) -> String {
     let o = Command::new("containerd")
         .args(["config", "default"])
         .output()
@@ -313,7 +334,7 @@ fn oci_archive_of(work: &Path, layer: &Path, name: &str, entrypoint: &[&str]) ->
 }
 
 /// The workload: `nvidia-smi -L` (injected from the host, when a GPU is) and the probe.
-fn workload(name: &str, env: &[(&str, &str)]) -> ContainerSpec {
+pub(crate) fn workload(name: &str, env: &[(&str, &str)]) -> ContainerSpec {
     ContainerSpec {
         name: name.to_string(),
         image: WORKLOAD.to_string(),

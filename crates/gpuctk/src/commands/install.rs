@@ -1,0 +1,1069 @@
+//! `gpuctk install | uninstall --host-root DIR`: what a DaemonSet runs to put gpuctk on a node,
+//! as the GPU Operator's toolkit container does for NVIDIA's toolkit.
+//!
+//! `install` copies the running binary into the toolkit dir (`/usr/local/nvidia/toolkit`) with
+//! its personalities as symlinks, writes `config.toml` where that binary looks first
+//! (`<toolkit>/.config/nvidia-container-runtime/config.toml`), writes the CDI spec into the
+//! host's `/var/run/cdi`, registers the `nvidia`, `nvidia-cdi` and `nvidia-legacy` runtimes with
+//! the engine (a drop-in for containerd and CRI-O) and asks the engine to reload. Every path is a
+//! path on the host, reached under `--host-root` with symlinks resolved inside it (the host's
+//! `/var/run` is a link to `/run`), and written as the host sees it.
+//!
+//! It is idempotent: a second run writes no file (each is compared byte for byte first) and
+//! reloads nothing. What it created, what it replaced (whose original it kept as `<file>.bak`)
+//! and the engine-config backups it took are recorded in a manifest in the toolkit dir, so that
+//! `uninstall` removes exactly that, restores the engine's config and leaves the host as it was.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use serde::{Deserialize, Serialize};
+
+use gpuctk_cdi::spec::Format;
+use gpuctk_cdi::transform::{transform_root, RelativeTo};
+use gpuctk_core::{build_spec, plan, CapabilitySet, PlanOptions, SpecOptions};
+use gpuctk_engines::{apply, Backup, ConfigLock, Engine, Options};
+use gpuctk_host::{DiscoverOptions, Roots};
+
+use crate::cli::{EngineArg, HostArgs, InstallArgs, RestartMode, UninstallArgs};
+
+/// The binary's name in the toolkit dir.
+pub const BINARY: &str = "gpuctk";
+
+/// The names the binary answers to, each a symlink to [`BINARY`] in the toolkit dir.
+pub const PERSONALITIES: &[&str] = &[
+    "nvidia-container-runtime",
+    "nvidia-container-runtime.cdi",
+    "nvidia-container-runtime.legacy",
+    "nvidia-container-runtime-hook",
+    "nvidia-container-toolkit",
+    "nvidia-container-cli",
+    "nvidia-cdi-hook",
+    "nvidia-ctk",
+];
+
+/// The manifest's name in the toolkit dir.
+pub const MANIFEST: &str = ".gpuctk-install.json";
+
+/// Where the config goes, relative to the toolkit dir: where NVIDIA's toolkit container puts
+/// it, and where the installed binary looks first (see `config::config_path`).
+pub const CONFIG: &str = crate::config::INSTALLED_CONFIG;
+
+/// The CDI spec's file name in the spec dir.
+pub const SPEC: &str = "nvidia.yaml";
+
+/// One runtime registered with the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runtime {
+    /// Its name in the engine (and the RuntimeClass handler).
+    pub name: String,
+    /// The executable, as the host sees it.
+    pub binary: PathBuf,
+    /// Made the engine's default runtime.
+    pub default: bool,
+}
+
+/// The runtimes install registers, as the GPU Operator does: `NAME` (the mode config.toml
+/// says), `NAME-cdi` and `NAME-legacy` (that mode whatever the config says).
+pub fn runtimes(toolkit: &Path, name: &str, set_as_default: bool) -> Vec<Runtime> {
+    [("", ""), ("-cdi", ".cdi"), ("-legacy", ".legacy")]
+        .into_iter()
+        .map(|(suffix, ext)| Runtime {
+            name: format!("{name}{suffix}"),
+            binary: toolkit.join(format!("nvidia-container-runtime{ext}")),
+            default: set_as_default && suffix.is_empty(),
+        })
+        .collect()
+}
+
+/// The engine's config and drop-in, as the host sees them: the flags, else the defaults
+/// (docker has no drop-in; asking for one is an error).
+pub fn engine_files(
+    engine: Engine,
+    config: Option<&Path>,
+    drop_in: Option<&Path>,
+) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+    let config = config
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| gpuctk_engines::default_config_path(engine));
+    let drop_in = match (engine, drop_in) {
+        (Engine::Docker, Some(_)) => {
+            bail!("--drop-in-config: docker reads no drop-in files, only daemon.json; leave it out for docker")
+        }
+        (Engine::Docker, None) => None,
+        (_, Some(d)) => Some(d.to_path_buf()),
+        (Engine::Containerd, None) => Some(PathBuf::from("/etc/containerd/conf.d/99-nvidia.toml")),
+        (Engine::Crio, None) => Some(PathBuf::from("/etc/crio/crio.conf.d/99-nvidia.toml")),
+    };
+    for p in std::iter::once(&config).chain(drop_in.iter()) {
+        if !p.is_absolute() {
+            bail!(
+                "{}: give the path as the host sees it, absolute (it is resolved under --host-root)",
+                p.display()
+            );
+        }
+    }
+    Ok((config, drop_in))
+}
+
+/// The socket and systemd unit of each engine.
+fn engine_defaults(engine: Engine) -> (&'static str, &'static str) {
+    match engine {
+        Engine::Containerd => ("/run/containerd/containerd.sock", "containerd"),
+        Engine::Docker => ("/var/run/docker.sock", "docker"),
+        Engine::Crio => ("/var/run/crio/crio.sock", "crio"),
+    }
+}
+
+/// config.toml for the toolkit dir: `config default`, with the hooks in the toolkit dir, the
+/// driver root when it is not `/` and the dev root when it is not the driver root.
+pub fn config_text(
+    toolkit: &Path,
+    driver_root: &Path,
+    dev_root: Option<&Path>,
+) -> anyhow::Result<String> {
+    let mut doc: toml_edit::DocumentMut = super::config_cmd::default_text()
+        .parse()
+        .context("the default config.toml does not parse")?;
+    let hook = toolkit.join("nvidia-cdi-hook");
+    super::config_cmd::set(
+        &mut doc,
+        "gpuctk.hook-path",
+        toml_edit::Value::from(hook.to_string_lossy().as_ref()),
+    )?;
+    if driver_root != Path::new("/") {
+        super::config_cmd::set(
+            &mut doc,
+            "nvidia-container-cli.root",
+            toml_edit::Value::from(driver_root.to_string_lossy().as_ref()),
+        )?;
+    }
+    if let Some(d) = dev_root.filter(|d| *d != driver_root) {
+        super::config_cmd::set(
+            &mut doc,
+            "gpuctk.dev-root",
+            toml_edit::Value::from(d.to_string_lossy().as_ref()),
+        )?;
+    }
+    Ok(doc.to_string())
+}
+
+/// What install did, so that uninstall undoes exactly that. Paths are as the host sees them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// The engine registered with.
+    pub engine: String,
+    /// Its config file.
+    pub config: PathBuf,
+    /// The drop-in the runtimes are in (none for docker).
+    pub drop_in: Option<PathBuf>,
+    /// The runtime names registered.
+    pub runtimes: Vec<String>,
+    /// Files and links install created (nothing was there).
+    pub created: BTreeSet<PathBuf>,
+    /// Directories install created.
+    pub dirs: BTreeSet<PathBuf>,
+    /// Files install replaced; each original is kept in `<file>.bak` until uninstall puts it back.
+    pub replaced: BTreeSet<PathBuf>,
+    /// Backups of the engine's config that install's registration wrote.
+    pub backups: BTreeSet<PathBuf>,
+    /// The engine's config changed but telling the engine failed: the next install tries again
+    /// even though nothing changes then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reload_pending: bool,
+}
+
+/// Resolve `host` (absolute, as the host sees it) under `root` as the host would: symlinks are
+/// followed inside `root` (an absolute target starts again at `root`), `..` stops at it. Every
+/// component is resolved, the last one too.
+pub fn resolve_in_root(root: &Path, host: &Path) -> PathBuf {
+    let mut cur = PathBuf::new();
+    let mut pending: Vec<std::ffi::OsString> = host
+        .components()
+        .rev()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let mut links = 0;
+    while let Some(c) = pending.pop() {
+        if c == ".." {
+            cur.pop();
+            continue;
+        }
+        let next = cur.join(&c);
+        let full = root.join(&next);
+        match std::fs::symlink_metadata(&full) {
+            Ok(m) if m.file_type().is_symlink() && links < 40 => {
+                links += 1;
+                let Ok(target) = std::fs::read_link(&full) else {
+                    cur = next;
+                    continue;
+                };
+                if target.is_absolute() {
+                    cur = PathBuf::new();
+                }
+                for c in target.components().rev() {
+                    match c {
+                        Component::Normal(n) => pending.push(n.to_os_string()),
+                        Component::ParentDir => pending.push("..".into()),
+                        _ => {}
+                    }
+                }
+            }
+            _ => cur = next,
+        }
+    }
+    root.join(cur)
+}
+
+/// The host, seen from this container.
+struct Host {
+    root: PathBuf,
+}
+
+impl Host {
+    /// Where this container reaches `host` (absolute, as the host sees it): its directory
+    /// resolved under the host root, its own name kept (a link of ours is replaced, not
+    /// followed).
+    fn here(&self, host: &Path) -> PathBuf {
+        match (host.parent(), host.file_name()) {
+            (Some(dir), Some(name)) => resolve_in_root(&self.root, dir).join(name),
+            _ => resolve_in_root(&self.root, host),
+        }
+    }
+
+    /// Create `dir` (as the host sees it) and the missing directories above it, recording each
+    /// one created.
+    fn make_dirs(&self, dir: &Path, m: &mut Manifest) -> anyhow::Result<()> {
+        let mut missing = Vec::new();
+        let mut d = Some(dir);
+        while let Some(cur) = d {
+            if self.here(cur).is_dir() {
+                break;
+            }
+            missing.push(cur.to_path_buf());
+            d = cur.parent();
+        }
+        for cur in missing.into_iter().rev() {
+            let here = self.here(&cur);
+            std::fs::create_dir(&here)
+                .with_context(|| format!("{}: cannot create directory", here.display()))?;
+            std::fs::set_permissions(&here, std::fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("{}: cannot set its mode", here.display()))?;
+            m.dirs.insert(cur);
+        }
+        Ok(())
+    }
+}
+
+/// What a step did, for the report.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Unchanged,
+    Created,
+    Replaced,
+}
+
+fn report(out: &mut impl Write, o: Outcome, host: &Path) -> std::io::Result<()> {
+    let what = match o {
+        Outcome::Unchanged => "unchanged",
+        Outcome::Created => "created",
+        Outcome::Replaced => "updated",
+    };
+    writeln!(out, "{what} {}", host.display())
+}
+
+/// `<path>.bak`.
+fn bak(path: &Path) -> PathBuf {
+    gpuctk_engines::default_backup_path(path)
+}
+
+/// Keep the original of a file we are about to replace for the first time in `<file>.bak`
+/// (a file we created, or whose original is already kept, has none to keep).
+fn keep_original(host: &Host, path: &Path, m: &mut Manifest) -> anyhow::Result<()> {
+    if m.created.contains(path) || m.replaced.contains(path) {
+        return Ok(());
+    }
+    let here = host.here(path);
+    let backup = bak(&here);
+    if std::fs::symlink_metadata(&backup).is_ok() {
+        bail!(
+            "{}: install would replace it, but {} exists already; move one of them away and run install again",
+            here.display(),
+            backup.display()
+        );
+    }
+    std::fs::rename(&here, &backup).with_context(|| {
+        format!(
+            "{}: cannot keep the original as {}",
+            here.display(),
+            backup.display()
+        )
+    })?;
+    m.replaced.insert(path.to_path_buf());
+    Ok(())
+}
+
+/// Put `bytes` at `path` (as the host sees it) with `mode`, atomically; nothing is written when
+/// the file already holds them.
+fn put_file(
+    host: &Host,
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    m: &mut Manifest,
+) -> anyhow::Result<Outcome> {
+    let here = host.here(path);
+    let outcome = match std::fs::symlink_metadata(&here) {
+        Ok(md) if md.is_file() => {
+            if md.mode() & 0o7777 == mode && std::fs::read(&here).ok().as_deref() == Some(bytes) {
+                return Ok(Outcome::Unchanged);
+            }
+            Outcome::Replaced
+        }
+        Ok(_) => Outcome::Replaced,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Outcome::Created,
+        Err(e) => return Err(anyhow!("{}: {e}", here.display())),
+    };
+    if outcome == Outcome::Replaced {
+        keep_original(host, path, m)?;
+    } else {
+        m.created.insert(path.to_path_buf());
+    }
+    gpuctk_atomicfile::write(&here, bytes, Some(mode))
+        .with_context(|| format!("{}: cannot write it; it is unchanged", here.display()))?;
+    Ok(outcome)
+}
+
+/// Make `path` (as the host sees it) a symlink to `target`; replaced atomically (a link at a
+/// temp name renamed over it) when it is anything else.
+fn put_link(host: &Host, path: &Path, target: &Path, m: &mut Manifest) -> anyhow::Result<Outcome> {
+    let here = host.here(path);
+    let outcome = match std::fs::symlink_metadata(&here) {
+        Ok(md) if md.file_type().is_symlink() => {
+            if std::fs::read_link(&here).ok().as_deref() == Some(target) {
+                return Ok(Outcome::Unchanged);
+            }
+            Outcome::Replaced
+        }
+        Ok(_) => Outcome::Replaced,
+        Err(_) => Outcome::Created,
+    };
+    if outcome == Outcome::Replaced && !m.created.contains(path) {
+        keep_original(host, path, m)?;
+    }
+    if outcome == Outcome::Created {
+        m.created.insert(path.to_path_buf());
+    }
+    let name = here
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = here.with_file_name(format!(".{name}.gpuctk-{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)
+        .with_context(|| format!("{}: cannot create the link", tmp.display()))?;
+    std::fs::rename(&tmp, &here).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow!("{}: cannot put the link in place: {e}", here.display())
+    })?;
+    Ok(outcome)
+}
+
+/// The CDI spec of the host's GPUs, with host paths as the host sees them and the toolkit's
+/// hook.
+fn spec_text(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<String> {
+    let driver_root = resolve_in_root(&host.root, &a.driver_root);
+    let dev_root = match &a.dev_root {
+        Some(d) => resolve_in_root(&host.root, d),
+        None => driver_root.clone(),
+    };
+    let roots = Roots {
+        driver_root,
+        dev_root,
+        proc_root: a.proc_root.clone(),
+    };
+    let inv = super::discover(&roots, &DiscoverOptions::default()).with_context(|| {
+        format!(
+            "--driver-root {} (NVIDIA_DRIVER_ROOT), under --host-root: no driver found there yet; nothing was written",
+            a.driver_root.display()
+        )
+    })?;
+    if !inv.libraries.iter().any(|l| l.name == "libcuda.so") {
+        bail!(
+            "no libcuda.so under driver root {} (here {}): is the driver installed yet? Set --driver-root (NVIDIA_DRIVER_ROOT; /run/nvidia/driver with a containerized driver)",
+            a.driver_root.display(),
+            roots.driver_root.display()
+        );
+    }
+    let hook = toolkit
+        .join("nvidia-cdi-hook")
+        .to_string_lossy()
+        .into_owned();
+    let p = plan(
+        &inv,
+        &PlanOptions {
+            hook_path: hook,
+            capabilities: CapabilitySet::all(),
+        },
+    );
+    let mut spec = build_spec(&inv, &p, &SpecOptions::default())?;
+    let root = host.root.to_string_lossy();
+    if host.root != Path::new("/") {
+        // Discovery saw the host under the host root; the host sees it at /.
+        transform_root(&mut spec, &root, "/", RelativeTo::Host);
+    }
+    let issues = gpuctk_cdi::validate::validate(&spec);
+    if !issues.is_empty() {
+        bail!(
+            "internal error: the generated spec is invalid: {}",
+            issues
+                .iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    Ok(spec.to_format(Format::Yaml))
+}
+
+fn engine_of(e: EngineArg) -> Engine {
+    match e {
+        EngineArg::Docker => Engine::Docker,
+        EngineArg::Containerd => Engine::Containerd,
+        EngineArg::Crio => Engine::Crio,
+    }
+}
+
+/// Check `--host-root` and `--toolkit-dir`.
+fn host_of(h: &HostArgs) -> anyhow::Result<Host> {
+    if !h.toolkit_dir.is_absolute() {
+        bail!(
+            "--toolkit-dir {}: give it as the host sees it, absolute",
+            h.toolkit_dir.display()
+        );
+    }
+    let root = std::path::absolute(&h.host_root)
+        .with_context(|| format!("--host-root {}", h.host_root.display()))?;
+    if !root.is_dir() {
+        bail!(
+            "--host-root {}: not a directory; mount the host's / there (hostPath /)",
+            root.display()
+        );
+    }
+    Ok(Host { root })
+}
+
+/// Read the manifest of an earlier install; `None` when there is none.
+fn read_manifest(host: &Host, toolkit: &Path) -> anyhow::Result<Option<Manifest>> {
+    let here = host.here(&toolkit.join(MANIFEST));
+    match std::fs::read(&here) {
+        Ok(b) => serde_json::from_slice(&b).map(Some).with_context(|| {
+            format!(
+                "{}: not a manifest gpuctk install wrote; remove it if nothing is installed",
+                here.display()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(anyhow!("{}: {e}", here.display())),
+    }
+}
+
+/// Register (or remove) one runtime under the config's lock; returns the files changed.
+fn engine_step(
+    host: &Host,
+    engine: Engine,
+    config: &Path,
+    opts: &Options,
+    remove: bool,
+) -> anyhow::Result<Vec<gpuctk_engines::Applied>> {
+    let path = host.here(config);
+    let _lock = ConfigLock::acquire(&path, gpuctk_engines::lock::DEFAULT_TIMEOUT)?;
+    let current = gpuctk_engines::read_optional(&path).map_err(|e| {
+        anyhow!(
+            "{}: cannot read it: {e}; nothing was written",
+            path.display()
+        )
+    })?;
+    let edits = if remove {
+        gpuctk_engines::unconfigure(engine, &path, current.as_deref(), opts)
+    } else {
+        gpuctk_engines::configure(engine, &path, current.as_deref(), opts)
+    }
+    .map_err(|e| anyhow!("{e}; nothing was written"))?;
+    let changing: Vec<_> = edits.into_iter().filter(|e| !e.is_noop()).collect();
+    Ok(apply(&changing)?)
+}
+
+/// The host-view path of `here`, a path under the host root.
+fn host_view(host: &Host, here: &Path) -> PathBuf {
+    match here.strip_prefix(&host.root) {
+        Ok(rel) => Path::new("/").join(rel),
+        Err(_) => here.to_path_buf(),
+    }
+}
+
+pub fn install(a: InstallArgs) -> anyhow::Result<ExitCode> {
+    if a.uninstall_on_exit && !a.wait {
+        bail!("--uninstall-on-exit (UNINSTALL_ON_EXIT): only with --wait, which is when install exits on a signal");
+    }
+    // Blocked before the work, so a SIGTERM during it waits for the files to be whole.
+    let signals = if a.wait {
+        Some(block_exit_signals()?)
+    } else {
+        None
+    };
+    let code = install_once(&a)?;
+    let Some(set) = signals else {
+        return Ok(code);
+    };
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "installed; waiting for SIGTERM")?;
+        out.flush()?;
+    }
+    let mut sig: libc::c_int = 0;
+    // SAFETY: `set` is an initialised signal set and `sig` a valid out-pointer.
+    if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+        bail!("sigwait: {}", std::io::Error::last_os_error());
+    }
+    tracing::info!("signal {sig}: exiting");
+    if a.uninstall_on_exit {
+        return uninstall(UninstallArgs {
+            host: a.host.clone(),
+        });
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Block SIGTERM and SIGINT in this (single-threaded) process, for `sigwait`.
+fn block_exit_signals() -> anyhow::Result<libc::sigset_t> {
+    // SAFETY: the set is initialised by sigemptyset before use; sigprocmask only changes this
+    // thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            bail!("cannot block SIGTERM: {}", std::io::Error::last_os_error());
+        }
+        Ok(set)
+    }
+}
+
+fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
+    let host = host_of(&a.host)?;
+    let toolkit = a.host.toolkit_dir.clone();
+    if !a.driver_root.is_absolute() {
+        bail!(
+            "--driver-root {}: give it as the host sees it, absolute",
+            a.driver_root.display()
+        );
+    }
+    let engine = engine_of(a.runtime);
+    let (config, drop_in) = engine_files(engine, a.config.as_deref(), a.drop_in_config.as_deref())?;
+    let runtimes = runtimes(&toolkit, &a.runtime_name, a.set_as_default);
+    let previous = read_manifest(&host, &toolkit)?;
+    let mut m = previous.clone().unwrap_or_default();
+    if let Some(p) = &previous {
+        if p.engine != engine.as_str() || p.config != config || p.drop_in != drop_in {
+            bail!(
+                "{}: an earlier install registered with {} ({}); run `gpuctk uninstall` first to change the engine or its files",
+                toolkit.join(MANIFEST).display(),
+                p.engine,
+                p.config.display()
+            );
+        }
+    }
+    m.engine = engine.as_str().to_string();
+    m.config = config.clone();
+    m.drop_in = drop_in.clone();
+    for r in &runtimes {
+        if !m.runtimes.contains(&r.name) {
+            m.runtimes.push(r.name.clone());
+        }
+    }
+
+    // Everything is computed before the first write: a host without a driver fails here.
+    let binary = std::fs::read("/proc/self/exe")
+        .context("/proc/self/exe: cannot read the running binary to install it")?;
+    if a.dev_root.as_deref().is_some_and(|d| !d.is_absolute()) {
+        bail!("--dev-root: give it as the host sees it, absolute");
+    }
+    let config_toml = config_text(&toolkit, &a.driver_root, a.dev_root.as_deref())?;
+    let spec = spec_text(&host, a, &toolkit)?;
+
+    let mut out = std::io::stdout().lock();
+    host.make_dirs(&toolkit, &mut m)?;
+    // The binary, then its names, then what they read.
+    let bin_path = toolkit.join(BINARY);
+    let o = put_file(&host, &bin_path, &binary, 0o755, &mut m)?;
+    report(&mut out, o, &bin_path)?;
+    for name in PERSONALITIES {
+        let link = toolkit.join(name);
+        let o = put_link(&host, &link, Path::new(BINARY), &mut m)?;
+        report(&mut out, o, &link)?;
+    }
+    let config_path = toolkit.join(CONFIG);
+    if let Some(dir) = config_path.parent() {
+        host.make_dirs(dir, &mut m)?;
+    }
+    let o = put_file(&host, &config_path, config_toml.as_bytes(), 0o644, &mut m)?;
+    report(&mut out, o, &config_path)?;
+    host.make_dirs(&a.cdi_spec_dir, &mut m)?;
+    let spec_path = a.cdi_spec_dir.join(SPEC);
+    let o = put_file(&host, &spec_path, spec.as_bytes(), 0o644, &mut m)?;
+    report(&mut out, o, &spec_path)?;
+
+    // The engine: its config's directory and the drop-in's are ours to create if missing.
+    if let Some(dir) = config.parent() {
+        host.make_dirs(dir, &mut m)?;
+    }
+    if let Some(dir) = drop_in.as_deref().and_then(Path::parent) {
+        host.make_dirs(dir, &mut m)?;
+    }
+    let config_existed = host.here(&config).exists();
+    let mut engine_changed = false;
+    for r in &runtimes {
+        let opts = Options {
+            runtime_name: r.name.clone(),
+            runtime_path: r.binary.to_string_lossy().into_owned(),
+            set_as_default: r.default,
+            enable_cdi: a.enable_cdi,
+            drop_in: drop_in.as_ref().map(|d| host.here(d)),
+        };
+        for done in engine_step(&host, engine, &config, &opts, false)? {
+            engine_changed = true;
+            let hv = host_view(&host, &done.path);
+            if let Backup::Written(b) = &done.backup {
+                m.backups.insert(host_view(&host, b));
+            }
+            if matches!(done.backup, Backup::None) && !done.removed {
+                m.created.insert(hv.clone());
+            }
+            writeln!(out, "registered {} in {}", r.name, hv.display())?;
+        }
+    }
+    if !config_existed && host.here(&config).exists() {
+        m.created.insert(config.clone());
+    }
+    if !engine_changed {
+        writeln!(
+            out,
+            "{}: {} already registered",
+            config.display(),
+            m.runtimes.join(", ")
+        )?;
+    }
+
+    // A reload that failed last time is tried again, even with nothing new to read.
+    let need_reload = engine_changed || previous.as_ref().is_some_and(|p| p.reload_pending);
+    let mode = restart_mode(&a.host, engine);
+    m.reload_pending = need_reload && mode != RestartMode::None;
+    write_manifest(&host, &toolkit, &m)?;
+    if need_reload {
+        reload(&host, &a.host, mode, engine, &mut out)?;
+        if m.reload_pending {
+            m.reload_pending = false;
+            write_manifest(&host, &toolkit, &m)?;
+        }
+    } else {
+        writeln!(out, "nothing changed for {engine}: not reloaded")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Write the manifest (not in its own lists: uninstall removes it last, whatever it says);
+/// nothing is written when it holds these bytes already.
+fn write_manifest(host: &Host, toolkit: &Path, m: &Manifest) -> anyhow::Result<()> {
+    let here = host.here(&toolkit.join(MANIFEST));
+    let mut text = serde_json::to_string_pretty(m)?;
+    text.push('\n');
+    if std::fs::read(&here).ok().as_deref() != Some(text.as_bytes()) {
+        gpuctk_atomicfile::write(&here, text.as_bytes(), Some(0o644)).with_context(|| {
+            format!(
+                "{}: cannot record what was installed; run install again",
+                here.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// `--restart-mode`, or the engine's default: a SIGHUP, but a systemd restart for CRI-O, which
+/// reloads on SIGHUP only the options crio.conf(5) marks as live-reloadable (the runtime table
+/// has not always been one).
+fn restart_mode(h: &HostArgs, engine: Engine) -> RestartMode {
+    h.restart_mode.unwrap_or(match engine {
+        Engine::Crio => RestartMode::Systemd,
+        _ => RestartMode::Signal,
+    })
+}
+
+/// Two JSON texts with the same meaning (key order included, as daemon.json keeps it).
+fn same_json(a: &[u8], b: &[u8]) -> bool {
+    match (
+        serde_json::from_slice::<serde_json::Value>(a),
+        serde_json::from_slice::<serde_json::Value>(b),
+    ) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// A file left by an unconfigure that holds nothing of anyone's: what configure creates from
+/// nothing, emptied again.
+fn holds_nothing(bytes: &[u8]) -> bool {
+    let t = String::from_utf8_lossy(bytes);
+    matches!(t.trim(), "" | "{}" | "version = 2")
+}
+
+pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
+    let host = host_of(&a.host)?;
+    let toolkit = a.host.toolkit_dir.clone();
+    let mut out = std::io::stdout().lock();
+    let Some(m) = read_manifest(&host, &toolkit)? else {
+        writeln!(
+            out,
+            "nothing installed: no {} under {}",
+            toolkit.join(MANIFEST).display(),
+            host.root.display()
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    let engine: Engine = m
+        .engine
+        .parse()
+        .map_err(|e| anyhow!("{}: {e}", toolkit.join(MANIFEST).display()))?;
+
+    // The engine first: once it no longer names our runtimes, removing them breaks nothing.
+    let mut engine_changed = false;
+    for name in m.runtimes.iter().rev() {
+        let opts = Options {
+            runtime_name: name.clone(),
+            drop_in: m.drop_in.as_ref().map(|d| host.here(d)),
+            ..Options::default()
+        };
+        for done in engine_step(&host, engine, &m.config, &opts, true)? {
+            engine_changed = true;
+            writeln!(
+                out,
+                "unregistered {name} from {}",
+                host_view(&host, &done.path).display()
+            )?;
+        }
+    }
+    let config_here = host.here(&m.config);
+    let now = std::fs::read(&config_here).ok();
+    if m.created.contains(&m.config) && now.as_deref().is_some_and(holds_nothing) {
+        std::fs::remove_file(&config_here)
+            .with_context(|| format!("{}: cannot remove it", config_here.display()))?;
+        writeln!(out, "removed {}", m.config.display())?;
+    }
+    for b in &m.backups {
+        // The backup holds the original; once the config is that again it has nothing to keep.
+        let here = host.here(b);
+        let kept = std::fs::read(&here).ok();
+        if kept == now {
+            std::fs::remove_file(&here)
+                .with_context(|| format!("{}: cannot remove it", here.display()))?;
+            writeln!(
+                out,
+                "removed {} (the config is its original again)",
+                b.display()
+            )?;
+        } else if let (Some(orig), Some(cur), Engine::Docker) = (&kept, &now, engine) {
+            // daemon.json is re-rendered with a 4-space indent; when it means what the original
+            // meant, the original's own bytes go back.
+            if !same_json(orig, cur) {
+                writeln!(
+                    out,
+                    "kept {} (the config differs from it: changed since install)",
+                    b.display()
+                )?;
+                continue;
+            }
+            gpuctk_atomicfile::write(&config_here, orig, None).with_context(|| {
+                format!(
+                    "{}: cannot put its original bytes back",
+                    config_here.display()
+                )
+            })?;
+            std::fs::remove_file(&here)
+                .with_context(|| format!("{}: cannot remove it", here.display()))?;
+            writeln!(out, "restored {} from {}", m.config.display(), b.display())?;
+        } else {
+            writeln!(
+                out,
+                "kept {} (the config differs from it: changed since install)",
+                b.display()
+            )?;
+        }
+    }
+
+    // Our files, then the originals they replaced, then the directories we made.
+    for p in &m.created {
+        if *p == m.config {
+            continue;
+        }
+        let here = host.here(p);
+        match std::fs::remove_file(&here) {
+            Ok(()) => writeln!(out, "removed {}", p.display())?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => bail!("{}: cannot remove it: {e}", here.display()),
+        }
+    }
+    for p in &m.replaced {
+        let here = host.here(p);
+        std::fs::rename(bak(&here), &here).with_context(|| {
+            format!(
+                "{}: cannot put the original back from {}",
+                here.display(),
+                bak(&here).display()
+            )
+        })?;
+        writeln!(out, "restored {}", p.display())?;
+    }
+    let manifest = host.here(&toolkit.join(MANIFEST));
+    std::fs::remove_file(&manifest)
+        .with_context(|| format!("{}: cannot remove it", manifest.display()))?;
+    let mut dirs: Vec<&PathBuf> = m.dirs.iter().collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for d in dirs {
+        let here = host.here(d);
+        match std::fs::remove_dir(&here) {
+            Ok(()) => writeln!(out, "removed {}/", d.display())?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Someone else's files are in it now: theirs to remove.
+            Err(e) => writeln!(out, "kept {}/ ({e})", d.display())?,
+        }
+    }
+    if engine_changed {
+        let mode = restart_mode(&a.host, engine);
+        reload(&host, &a.host, mode, engine, &mut out).map_err(|e| {
+            anyhow!("{e}; everything else is uninstalled: restart {engine} yourself")
+        })?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The pid at the other end of the unix socket `shown` (as the host sees it), reached at
+/// `path`.
+fn socket_peer(path: &Path, shown: &Path) -> anyhow::Result<i32> {
+    use std::os::fd::AsRawFd;
+    let s = std::os::unix::net::UnixStream::connect(path).with_context(|| {
+        format!(
+            "--socket {} (here {}): cannot connect (is the engine running? give --socket or --pid-file, or --restart-mode none)",
+            shown.display(),
+            path.display()
+        )
+    })?;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred and len are valid for the size given.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "--socket {}: cannot read its peer: {}",
+            shown.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    if cred.pid <= 0 {
+        bail!(
+            "--socket {}: its process is not visible from here; run with hostPID: true",
+            shown.display()
+        );
+    }
+    Ok(cred.pid)
+}
+
+/// Tell the engine to read its new config, as `--restart-mode` says.
+fn reload(
+    host: &Host,
+    h: &HostArgs,
+    mode: RestartMode,
+    engine: Engine,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let (socket, unit) = engine_defaults(engine);
+    match mode {
+        RestartMode::None => {
+            let what = match engine {
+                Engine::Containerd => "restart containerd",
+                _ => "send SIGHUP to it or restart it",
+            };
+            writeln!(
+                out,
+                "--restart-mode none: {engine} not told; {what} to use the change"
+            )?;
+        }
+        RestartMode::Signal => {
+            let pid = match &h.pid_file {
+                Some(f) => {
+                    let here = host.here(f);
+                    let text = std::fs::read_to_string(&here).with_context(|| {
+                        format!("--pid-file {}: cannot read it", here.display())
+                    })?;
+                    text.trim()
+                        .parse::<i32>()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| anyhow!("--pid-file {}: holds no pid", here.display()))?
+                }
+                None => {
+                    let s = h.socket.clone().unwrap_or_else(|| PathBuf::from(socket));
+                    socket_peer(&resolve_in_root(&host.root, &s), &s)?
+                }
+            };
+            // SAFETY: kill has no memory effects.
+            if unsafe { libc::kill(pid, libc::SIGHUP) } != 0 {
+                bail!(
+                    "cannot send SIGHUP to {engine} (pid {pid}): {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+            let note = match engine {
+                // containerd does not handle SIGHUP: it exits, and its service manager starts
+                // it again with the new config (as with NVIDIA's installer).
+                Engine::Containerd => {
+                    "; containerd exits on it and its service manager restarts it"
+                }
+                Engine::Docker => "; dockerd reloads daemon.json, runtimes included",
+                Engine::Crio => "; CRI-O reloads the options crio.conf(5) marks as live-reloadable",
+            };
+            writeln!(out, "sent SIGHUP to {engine} (pid {pid}){note}")?;
+        }
+        RestartMode::Systemd => {
+            let unit = h.systemd_unit.clone().unwrap_or_else(|| unit.to_string());
+            let prog = systemctl_path(host, &h.systemctl)?;
+            let mut cmd = std::process::Command::new(&prog);
+            cmd.args(["restart", &unit]);
+            if host.root != Path::new("/") {
+                let root = std::ffi::CString::new(host.root.as_os_str().as_encoded_bytes())
+                    .context("--host-root holds a NUL byte")?;
+                // SAFETY: chroot and chdir are async-signal-safe; the CString outlives the
+                // closure's use in the child.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        if libc::chroot(root.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            let status = cmd.status().with_context(|| {
+                format!("running {} restart {unit} in the host root", prog.display())
+            })?;
+            if !status.success() {
+                bail!("{} restart {unit} failed ({status})", prog.display());
+            }
+            writeln!(out, "restarted {unit} ({} restart {unit})", prog.display())?;
+        }
+    }
+    Ok(())
+}
+
+/// `systemctl` as the host sees it: a bare name is looked up in the host's usual directories.
+fn systemctl_path(host: &Host, given: &str) -> anyhow::Result<PathBuf> {
+    if given.contains('/') {
+        return Ok(PathBuf::from(given));
+    }
+    ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+        .iter()
+        .map(|d| Path::new(d).join(given))
+        .find(|p| gpuctk_host::checks::is_executable(&resolve_in_root(&host.root, p)))
+        .ok_or_else(|| {
+            anyhow!(
+                "--systemctl {given}: not found in the host's /usr/bin, /bin, /usr/sbin or /sbin; use --restart-mode signal or none"
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtimes_and_engine_files() {
+        let r = runtimes(Path::new("/t"), "nvidia", true);
+        assert_eq!(
+            r.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+            ["nvidia", "nvidia-cdi", "nvidia-legacy"]
+        );
+        assert_eq!(r[1].binary, Path::new("/t/nvidia-container-runtime.cdi"));
+        assert!(r[0].default && !r[1].default && !r[2].default);
+        let (c, d) = engine_files(Engine::Containerd, None, None).unwrap();
+        assert_eq!(c, Path::new("/etc/containerd/config.toml"));
+        assert_eq!(
+            d.as_deref(),
+            Some(Path::new("/etc/containerd/conf.d/99-nvidia.toml"))
+        );
+        assert_eq!(engine_files(Engine::Docker, None, None).unwrap().1, None);
+        assert!(engine_files(Engine::Docker, None, Some(Path::new("/x"))).is_err());
+        assert!(engine_files(Engine::Crio, Some(Path::new("rel")), None).is_err());
+    }
+
+    #[test]
+    fn config_points_at_the_toolkit() {
+        let t = config_text(
+            Path::new("/usr/local/nvidia/toolkit"),
+            Path::new("/run/nvidia/driver"),
+            Some(Path::new("/")),
+        )
+        .unwrap();
+        let c = crate::config::parse(&t, Path::new("c.toml")).unwrap();
+        assert_eq!(
+            c.hook_path.as_deref(),
+            Some("/usr/local/nvidia/toolkit/nvidia-cdi-hook")
+        );
+        assert_eq!(c.driver_root, Path::new("/run/nvidia/driver"));
+        assert_eq!(c.dev_root.as_deref(), Some(Path::new("/")));
+        assert!(c.unknown_keys.is_empty(), "{:?}", c.unknown_keys);
+        let t = config_text(Path::new("/t"), Path::new("/"), None).unwrap();
+        assert!(!t.contains("\nroot = "), "{t}");
+    }
+
+    #[test]
+    fn resolves_links_inside_the_root() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        std::fs::create_dir_all(r.join("run/cdi")).unwrap();
+        std::fs::create_dir_all(r.join("var")).unwrap();
+        std::os::unix::fs::symlink("/run", r.join("var/run")).unwrap();
+        std::os::unix::fs::symlink("../../..", r.join("run/cdi/up")).unwrap();
+        assert_eq!(
+            resolve_in_root(r, Path::new("/var/run/cdi/x.yaml")),
+            r.join("run/cdi/x.yaml")
+        );
+        // `..`, in a link or in the path, stops at the root.
+        assert_eq!(
+            resolve_in_root(r, Path::new("/var/run/cdi/up/etc")),
+            r.join("etc")
+        );
+        assert_eq!(resolve_in_root(r, Path::new("/../../etc")), r.join("etc"));
+    }
+}

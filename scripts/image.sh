@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds the installer's OCI image offline: a static gpuctk without the mock host
+# (--no-default-features) in an image FROM scratch (deploy/image/Containerfile).
+#
+#   scripts/image.sh [TAG]            default TAG: localhost/gpuctk-installer:latest
+#
+# Environment: CARGO_TARGET_DIR (the static build goes to its static/ subdirectory, apart from
+# the usual builds, so that it never waits on a running `cargo test`'s lock), PODMAN_ROOT and
+# PODMAN_RUNROOT (podman's --root/--runroot: tests keep their images out of the host's storage),
+# PODMAN (the podman command, with any global flags: --storage-driver, --cgroup-manager...), GPUCTK_STATIC_BINARY (use this static binary, do not build one).
+# Prints the image ID on the last line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tag=${1:-localhost/gpuctk-installer:latest}
+target=${CARGO_TARGET_DIR:-$PWD/target}/static
+triple=x86_64-unknown-linux-gnu
+bin=${GPUCTK_STATIC_BINARY:-}
+if [ -z "$bin" ]; then
+    CARGO_TARGET_DIR=$target RUSTFLAGS='-C target-feature=+crt-static' cargo build --release -p gpuctk \
+        --no-default-features --target "$triple" --locked >&2
+    bin="$target/$triple/release/gpuctk"
+fi
+# A dynamically linked binary would not start in an image without a libc.
+if ! file -L "$bin" | grep -Eq 'statically linked|static-pie linked'; then
+    echo "image.sh: $bin is not statically linked; build it with RUSTFLAGS='-C target-feature=+crt-static'" >&2
+    exit 1
+fi
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+cp "$bin" "$ctx/gpuctk"
+cp deploy/image/Containerfile "$ctx/Containerfile"
+podman=(${PODMAN:-podman})
+[ -n "${PODMAN_ROOT:-}" ] && podman+=(--root "$PODMAN_ROOT")
+[ -n "${PODMAN_RUNROOT:-}" ] && podman+=(--runroot "$PODMAN_RUNROOT")
+# Offline: nothing to pull (FROM scratch) and no network in the build.
+"${podman[@]}" build --pull=never --network=none --quiet -t "$tag" -f "$ctx/Containerfile" "$ctx"
