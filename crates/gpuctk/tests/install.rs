@@ -493,6 +493,15 @@ fn install_refuses_bad_input_and_writes_nothing() {
     );
     let after = listing(&h, &[], false);
     assert!(before == after, "{:#?}", diff(&before, &after));
+
+    // A manifest too big to be ours is refused by size, before it is parsed.
+    let m = h.join("usr/local/nvidia/toolkit/.gpuctk-install.json");
+    fs::create_dir_all(m.parent().unwrap()).unwrap();
+    fs::File::create(&m).unwrap().set_len(5 << 20).unwrap();
+    fails(
+        &["uninstall", "--host-root", hs, "--restart-mode", "none"],
+        &[".gpuctk-install.json", "more than the 4194304 allowed"],
+    );
 }
 
 /// The repository root.

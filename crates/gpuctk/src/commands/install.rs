@@ -466,16 +466,19 @@ fn host_of(h: &HostArgs) -> anyhow::Result<Host> {
 /// Read the manifest of an earlier install; `None` when there is none.
 fn read_manifest(host: &Host, toolkit: &Path) -> anyhow::Result<Option<Manifest>> {
     let here = host.here(&toolkit.join(MANIFEST));
-    match std::fs::read(&here) {
-        Ok(b) => serde_json::from_slice(&b).map(Some).with_context(|| {
-            format!(
-                "{}: not a manifest gpuctk install wrote; remove it if nothing is installed",
-                here.display()
-            )
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(anyhow!("{}: {e}", here.display())),
+    match std::fs::symlink_metadata(&here) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(anyhow!("{}: {e}", here.display())),
+        Ok(_) => {}
     }
+    // Capped like every file we parse; a manifest lists a few dozen paths.
+    let b = super::read_capped(&here, 4 << 20, "the install manifest")?;
+    serde_json::from_slice(&b).map(Some).with_context(|| {
+        format!(
+            "{}: not a manifest gpuctk install wrote; remove it if nothing is installed",
+            here.display()
+        )
+    })
 }
 
 /// Register (or remove) one runtime under the config's lock; returns the files changed.
@@ -924,10 +927,9 @@ fn reload(
             let pid = match &h.pid_file {
                 Some(f) => {
                     let here = host.here(f);
-                    let text = std::fs::read_to_string(&here).with_context(|| {
-                        format!("--pid-file {}: cannot read it", here.display())
-                    })?;
-                    text.trim()
+                    let bytes = super::read_capped(&here, 4096, "the --pid-file")?;
+                    String::from_utf8_lossy(&bytes)
+                        .trim()
                         .parse::<i32>()
                         .ok()
                         .filter(|p| *p > 0)
