@@ -154,7 +154,7 @@ pub enum ConfigError {
 /// `XDG_CONFIG_HOME` (docs/engines.md). Root keeps NVIDIA's order, so a file in root's home
 /// never silently overrides the system config for every engine that runs as root.
 pub fn config_path(env: &dyn Fn(&str) -> Option<String>) -> (PathBuf, bool) {
-    config_path_for(env, host_root())
+    config_path_for(env, &host_root)
 }
 
 /// Whether this process is root of the host: uid 0 outside any user namespace. A rootless
@@ -173,26 +173,34 @@ fn host_root() -> bool {
     })
 }
 
-/// [`config_path`] for a process that is root or not.
-fn config_path_for(env: &dyn Fn(&str) -> Option<String>, root: bool) -> (PathBuf, bool) {
+/// [`config_path`], asking `root` whether this process is root of the host only when that
+/// matters (it costs procfs reads, and the pass-through path comes here on every call).
+fn config_path_for(
+    env: &dyn Fn(&str) -> Option<String>,
+    root: &dyn Fn() -> bool,
+) -> (PathBuf, bool) {
     if let Some(p) = env("GPUCTK_CONFIG").filter(|p| !p.is_empty()) {
         return (PathBuf::from(p), true);
     }
     if let Some(p) = env("NVIDIA_CTK_CONFIG_FILE_PATH").filter(|p| !p.is_empty()) {
         return (PathBuf::from(p), true);
     }
-    let xdg = env("XDG_CONFIG_HOME")
-        .filter(|p| Path::new(p).is_absolute())
-        .map(PathBuf::from)
-        .or_else(|| {
-            env("HOME")
-                .filter(|h| !root && Path::new(h).is_absolute())
-                .map(|h| Path::new(&h).join(".config"))
-        });
-    if let Some(x) = xdg {
-        let p = x.join("nvidia-container-runtime/config.toml");
-        if p.exists() {
-            return (p, false);
+    const PER_USER: &str = "nvidia-container-runtime/config.toml";
+    match env("XDG_CONFIG_HOME").filter(|p| Path::new(p).is_absolute()) {
+        Some(x) => {
+            let p = Path::new(&x).join(PER_USER);
+            if p.exists() {
+                return (p, false);
+            }
+        }
+        None => {
+            if let Some(h) = env("HOME").filter(|h| Path::new(h).is_absolute()) {
+                // Asked only when the file is there: the usual answer is one stat.
+                let p = Path::new(&h).join(".config").join(PER_USER);
+                if p.exists() && !root() {
+                    return (p, false);
+                }
+            }
         }
     }
     // Installed by `gpuctk install` into a toolkit dir: the config next to the binary, where
@@ -825,24 +833,30 @@ allow-gdrcopy = true
         let xdg: &'static str = Box::leak(format!("{home}/.config").into_boxed_str());
         let vars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([("HOME", home)]));
         assert_eq!(
-            config_path_for(&env(vars), false),
+            config_path_for(&env(vars), &|| false),
             (PathBuf::from(DEFAULT_CONFIG), false)
         );
         let file = d.join(".config/nvidia-container-runtime/config.toml");
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, "").unwrap();
-        assert_eq!(config_path_for(&env(vars), false), (file.clone(), false));
+        assert_eq!(
+            config_path_for(&env(vars), &|| false),
+            (file.clone(), false)
+        );
         // Root reads $HOME/.config only when XDG_CONFIG_HOME names it, as NVIDIA.
         assert_eq!(
-            config_path_for(&env(vars), true),
+            config_path_for(&env(vars), &|| true),
             (PathBuf::from(DEFAULT_CONFIG), false)
         );
         let xvars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
             ("XDG_CONFIG_HOME", xdg),
             ("HOME", "/nonexistent"),
         ]));
-        assert_eq!(config_path_for(&env(xvars), false), (file.clone(), false));
-        assert_eq!(config_path_for(&env(xvars), true), (file, false));
+        assert_eq!(
+            config_path_for(&env(xvars), &|| false),
+            (file.clone(), false)
+        );
+        assert_eq!(config_path_for(&env(xvars), &|| true), (file, false));
         // A relative XDG_CONFIG_HOME is ignored, as the spec says.
         let rel: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
             ("XDG_CONFIG_HOME", "rel"),
