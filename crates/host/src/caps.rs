@@ -68,12 +68,12 @@ pub enum CapsError {
         source: std::io::Error,
     },
     /// The capability file is not in the driver's format.
-    #[error("{}: {reason}", path.display())]
+    #[error("{}: {source}", path.display())]
     Parse {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        reason: String,
+        source: CapFileError,
     },
     /// `/proc/devices` does not list the major.
     #[error("{}: no character device {name}; load the NVIDIA driver (nvidia.ko registers it)", path.display())]
@@ -107,26 +107,52 @@ pub enum CapsError {
     },
 }
 
+/// What is wrong with a capability file's text.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CapFileError {
+    /// A field the driver always writes is missing.
+    #[error("no {key} line")]
+    Missing {
+        /// The field.
+        key: &'static str,
+    },
+    /// A field that is not a number.
+    #[error("{key}: {value:?} is not a number")]
+    NotANumber {
+        /// The field.
+        key: &'static str,
+        /// Its value, at most 80 characters.
+        value: String,
+    },
+    /// `DeviceFileMode` beyond the permission bits.
+    #[error("DeviceFileMode: {0} is not a file mode")]
+    Mode(u32),
+    /// `DeviceFileModify` other than 0 or 1.
+    #[error("DeviceFileModify: {0} is not 0 or 1")]
+    Modify(u32),
+}
+
 /// Parses a capability file's text.
-pub fn parse_cap_file(text: &str) -> Result<CapFile, String> {
-    let field = |key: &str| -> Result<u32, String> {
+pub fn parse_cap_file(text: &str) -> Result<CapFile, CapFileError> {
+    let field = |key: &'static str| -> Result<u32, CapFileError> {
         let line = text
             .lines()
             .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-            .ok_or_else(|| format!("no {key} line"))?;
-        line.trim()
-            .parse()
-            .map_err(|_| format!("{key}: {:?} is not a number", line.trim()))
+            .ok_or(CapFileError::Missing { key })?;
+        line.trim().parse().map_err(|_| CapFileError::NotANumber {
+            key,
+            value: line.trim().chars().take(80).collect(),
+        })
     };
     let minor = field("DeviceFileMinor")?;
     let mode = field("DeviceFileMode")?;
     if mode > 0o7777 {
-        return Err(format!("DeviceFileMode: {mode} is not a file mode"));
+        return Err(CapFileError::Mode(mode));
     }
     let modify = match field("DeviceFileModify")? {
         0 => false,
         1 => true,
-        v => return Err(format!("DeviceFileModify: {v} is not 0 or 1")),
+        v => return Err(CapFileError::Modify(v)),
     };
     Ok(CapFile {
         minor,
@@ -200,9 +226,9 @@ pub fn mig_capability(roots: &Roots, cap: MigCapability) -> Result<DeviceNode, C
             path: path.clone(),
             source,
         })?;
-    let file = parse_cap_file(&text).map_err(|reason| CapsError::Parse {
+    let file = parse_cap_file(&text).map_err(|source| CapsError::Parse {
         path: path.clone(),
-        reason,
+        source,
     })?;
     let major = major_of(roots, CAPS_MAJOR_NAME)?;
     node(
@@ -248,14 +274,18 @@ mod tests {
         assert!(
             parse_cap_file("DeviceFileMinor: x\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
                 .unwrap_err()
+                .to_string()
                 .contains("DeviceFileMinor")
         );
-        assert!(parse_cap_file("DeviceFileMinor: 2\nDeviceFileMode: 292\n")
-            .unwrap_err()
-            .contains("no DeviceFileModify"));
-        assert!(
-            parse_cap_file("DeviceFileMinor: 2\nDeviceFileMode: 99999\nDeviceFileModify: 0\n")
-                .is_err()
+        assert_eq!(
+            parse_cap_file("DeviceFileMinor: 2\nDeviceFileMode: 292\n"),
+            Err(CapFileError::Missing {
+                key: "DeviceFileModify"
+            })
+        );
+        assert_eq!(
+            parse_cap_file("DeviceFileMinor: 2\nDeviceFileMode: 99999\nDeviceFileModify: 0\n"),
+            Err(CapFileError::Mode(99999))
         );
     }
 
