@@ -61,23 +61,35 @@ fn setup_err(what: &'static str) -> WatchError {
     }
 }
 
+/// Block SIGINT and SIGTERM in the calling thread, so a stop request is read (from a signalfd,
+/// or with `sigwait`) instead of killing the process mid-write. Returns the blocked set and the
+/// mask before.
+pub fn block_stop_signals() -> io::Result<(libc::sigset_t, libc::sigset_t)> {
+    // SAFETY: both sets are initialised (zeroed, then sigemptyset) before use; pthread_sigmask
+    // only changes this thread's mask.
+    unsafe {
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut mask);
+        libc::sigaddset(&mut mask, libc::SIGINT);
+        libc::sigaddset(&mut mask, libc::SIGTERM);
+        let mut old_mask: libc::sigset_t = std::mem::zeroed();
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &mask, &mut old_mask);
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok((mask, old_mask))
+    }
+}
+
 impl DirWatch {
     /// Block SIGINT and SIGTERM in this thread and start watching no directory yet.
     pub fn new() -> Result<DirWatch, WatchError> {
+        let (mask, old_mask) = block_stop_signals().map_err(|source| WatchError::Setup {
+            what: "blocking SIGINT and SIGTERM",
+            source,
+        })?;
         // SAFETY: plain libc calls on values we own; every fd returned is checked and owned.
         unsafe {
-            let mut mask: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut mask);
-            libc::sigaddset(&mut mask, libc::SIGINT);
-            libc::sigaddset(&mut mask, libc::SIGTERM);
-            let mut old_mask: libc::sigset_t = std::mem::zeroed();
-            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &mask, &mut old_mask);
-            if rc != 0 {
-                return Err(WatchError::Setup {
-                    what: "blocking SIGINT and SIGTERM",
-                    source: io::Error::from_raw_os_error(rc),
-                });
-            }
             let restore = |e| {
                 libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
                 e

@@ -521,7 +521,11 @@ pub fn install(a: InstallArgs) -> anyhow::Result<ExitCode> {
     }
     // Blocked before the work, so a SIGTERM during it waits for the files to be whole.
     let signals = if a.wait {
-        Some(block_exit_signals()?)
+        Some(
+            gpuctk_host::watch::block_stop_signals()
+                .map(|(set, _)| set)
+                .context("cannot block SIGTERM and SIGINT")?,
+        )
     } else {
         None
     };
@@ -546,22 +550,6 @@ pub fn install(a: InstallArgs) -> anyhow::Result<ExitCode> {
         });
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Block SIGTERM and SIGINT in this (single-threaded) process, for `sigwait`.
-fn block_exit_signals() -> anyhow::Result<libc::sigset_t> {
-    // SAFETY: the set is initialised by sigemptyset before use; sigprocmask only changes this
-    // thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-            bail!("cannot block SIGTERM: {}", std::io::Error::last_os_error());
-        }
-        Ok(set)
-    }
 }
 
 fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
