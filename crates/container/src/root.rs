@@ -339,31 +339,37 @@ impl Root {
     /// Opens `path` for reading, following symlinks inside the root. Only
     /// regular files are opened (a FIFO or a device planted in the image
     /// could otherwise block or have side effects on open).
+    ///
+    /// A file replaced by a rename between the type check and the open (another container's
+    /// hook rewriting `/etc/ld.so.cache` in a shared rootfs) is checked again, up to
+    /// [`REPLACED_RETRIES`] times: only a path that keeps changing is [`RootError::Raced`].
     pub fn open_read(&self, path: &str) -> Result<File, RootError> {
-        let probe = self.open_in_root(path, libc::O_PATH, IN_ROOT, "open")?;
-        let before = fstat(probe.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
-        if before.kind != FileKind::File {
-            return Err(RootError::NotRegular {
-                root: self.path.clone(),
-                path: path.to_string(),
-                kind: before.kind,
-            });
+        for _ in 0..REPLACED_RETRIES {
+            let probe = self.open_in_root(path, libc::O_PATH, IN_ROOT, "open")?;
+            let before = fstat(probe.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
+            if before.kind != FileKind::File {
+                return Err(RootError::NotRegular {
+                    root: self.path.clone(),
+                    path: path.to_string(),
+                    kind: before.kind,
+                });
+            }
+            let fd = self.open_in_root(
+                path,
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+                IN_ROOT,
+                "open",
+            )?;
+            let after = fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
+            if after.same_inode(&before) {
+                return Ok(File::from(fd));
+            }
         }
-        let fd = self.open_in_root(
-            path,
-            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
-            IN_ROOT,
-            "open",
-        )?;
-        let after = fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
-        if !after.same_inode(&before) {
-            return Err(RootError::Raced {
-                root: self.path.clone(),
-                path: path.to_string(),
-                resolved: path.to_string(),
-            });
-        }
-        Ok(File::from(fd))
+        Err(RootError::Raced {
+            root: self.path.clone(),
+            path: path.to_string(),
+            resolved: path.to_string(),
+        })
     }
 
     /// Reads a whole regular file, refusing files larger than `cap` bytes.
@@ -561,21 +567,27 @@ impl Root {
     /// Computed by walking components (`fstatat` + `readlinkat`), then
     /// verified: the result, opened with no symlink allowed, must be the
     /// same inode as `path` opened with the kernel's in-root resolution.
+    ///
+    /// Like [`Root::open_read`], a mismatch is walked again (a file replaced by a rename in
+    /// between) before it is reported as [`RootError::Raced`].
     pub fn canonicalize(&self, path: &str) -> Result<String, RootError> {
-        let walk = self.walk(path, false)?;
-        let canonical = format!("/{}", join_components(&walk.existing));
-        let by_kernel = self.metadata(path)?;
-        let by_name = self
-            .open_in_root(&canonical, libc::O_PATH, IN_ROOT_NO_SYMLINKS, "stat")
-            .and_then(|fd| fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e)));
-        match by_name {
-            Ok(m) if m.same_inode(&by_kernel) => Ok(canonical),
-            _ => Err(RootError::Raced {
-                root: self.path.clone(),
-                path: path.to_string(),
-                resolved: canonical,
-            }),
+        let mut canonical = String::new();
+        for _ in 0..REPLACED_RETRIES {
+            let walk = self.walk(path, false)?;
+            canonical = format!("/{}", join_components(&walk.existing));
+            let by_kernel = self.metadata(path)?;
+            let by_name = self
+                .open_in_root(&canonical, libc::O_PATH, IN_ROOT_NO_SYMLINKS, "stat")
+                .and_then(|fd| fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e)));
+            if matches!(by_name, Ok(m) if m.same_inode(&by_kernel)) {
+                return Ok(canonical);
+            }
         }
+        Err(RootError::Raced {
+            root: self.path.clone(),
+            path: path.to_string(),
+            resolved: canonical,
+        })
     }
 
     /// `mkdir -p` inside the root: follows existing symlinks in-root
@@ -942,6 +954,9 @@ pub(crate) fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io
     }
     Err(io::Error::from_raw_os_error(libc::EAGAIN))
 }
+
+/// How often [`Root::open_read`] and [`Root::canonicalize`] check a path again whose file was replaced under it.
+const REPLACED_RETRIES: usize = 64;
 
 /// `EAGAIN` retries of [`openat2`] made at once.
 const QUICK_RETRIES: u32 = 32;

@@ -482,3 +482,36 @@ fn listings_are_capped() {
         Err(RootError::TooManyEntries { cap: 9, .. })
     ));
 }
+
+/// Regression (CI, stop 15): a file atomically replaced by another writer between the type
+/// check and the open (25 shims rewriting `/etc/ld.so.cache` in one shared rootfs) made
+/// `open_read` fail with "changed while it was being resolved"; it must read one version whole.
+#[test]
+fn open_read_survives_a_file_replaced_by_rename() {
+    let f = fixture();
+    let a = b"version a".repeat(100);
+    let b = b"version b".repeat(120);
+    std::fs::write(f.root.join("etc/cache"), &a).unwrap();
+    let r = Root::open(&f.root).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let tmp = f.root.join(format!("etc/.cache.{n}"));
+                std::fs::write(&tmp, if n % 2 == 0 { &b } else { &a }).unwrap();
+                std::fs::rename(&tmp, f.root.join("etc/cache")).unwrap();
+                n += 1;
+            }
+        });
+        let result = (|| {
+            for _ in 0..20_000 {
+                let got = r.read_to_vec("/etc/cache", 4096)?;
+                assert!(got == a || got == b, "{} bytes: neither version", got.len());
+            }
+            Ok::<_, RootError>(())
+        })();
+        stop.store(true, Ordering::Relaxed);
+        result.unwrap();
+    });
+}
