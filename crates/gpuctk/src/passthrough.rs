@@ -108,8 +108,18 @@ pub fn record_runtime(
     Err(last.unwrap_or_else(|| std::io::Error::other("no directory to record in")))
 }
 
+/// A runtime recorded at create for the container a call names.
+struct Record {
+    /// The runtime, still executable.
+    runtime: PathBuf,
+    /// The record's file.
+    file: PathBuf,
+    /// The container id it is kept under.
+    id: String,
+}
+
 /// The runtime recorded for the container this call names, if any and still executable.
-fn recorded_runtime(args: &[OsString], parsed: &RuncArgs) -> Option<PathBuf> {
+fn recorded_runtime(args: &[OsString], parsed: &RuncArgs) -> Option<Record> {
     for dir in record_dirs(parsed) {
         if let Some(r) = recorded_in(&dir, args, parsed) {
             return Some(r);
@@ -119,11 +129,12 @@ fn recorded_runtime(args: &[OsString], parsed: &RuncArgs) -> Option<PathBuf> {
 }
 
 /// The runtime recorded in `dir` for the container this call names.
-fn recorded_in(dir: &std::path::Path, args: &[OsString], parsed: &RuncArgs) -> Option<PathBuf> {
+fn recorded_in(dir: &std::path::Path, args: &[OsString], parsed: &RuncArgs) -> Option<Record> {
     for id in positionals(args, parsed).filter(|id| safe_id(id)) {
         // A path, read capped (the directory is the engine's, the rule is every reader's).
+        let file = dir.join(id);
         let mut bytes = Vec::new();
-        let read = std::fs::File::open(dir.join(id)).and_then(|f| {
+        let read = std::fs::File::open(&file).and_then(|f| {
             std::io::Read::read_to_end(&mut std::io::Read::take(f, 4097), &mut bytes)
         });
         if read.is_err() || bytes.len() > 4096 {
@@ -131,7 +142,11 @@ fn recorded_in(dir: &std::path::Path, args: &[OsString], parsed: &RuncArgs) -> O
         }
         let p = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
         if gpuctk_host::checks::is_executable(&p) {
-            return Some(p);
+            return Some(Record {
+                runtime: p,
+                file,
+                id: id.to_string(),
+            });
         }
     }
     None
@@ -140,8 +155,9 @@ fn recorded_in(dir: &std::path::Path, args: &[OsString], parsed: &RuncArgs) -> O
 /// Find the runtime and exec it with `args`; returns only on failure, with the message for
 /// the engine. A container created through the shim goes to the runtime it was created with.
 pub fn exec(args: &[OsString], parsed: &RuncArgs) -> String {
-    let runtime = match recorded_runtime(args, parsed) {
-        Some(r) => r,
+    let record = recorded_runtime(args, parsed);
+    let runtime = match &record {
+        Some(r) => r.runtime.clone(),
         None => match find_runtime(&runtimes(), std::env::var_os("PATH").as_deref()) {
             Ok(r) => r,
             Err(e) => return e.to_string(),
@@ -153,11 +169,39 @@ pub fn exec(args: &[OsString], parsed: &RuncArgs) -> String {
             env!("CARGO_PKG_VERSION")
         );
     }
-    let err = std::process::Command::new(&runtime)
-        .arg0(&runtime)
-        .args(args)
-        .exec();
+    let mut cmd = std::process::Command::new(&runtime);
+    cmd.arg0(&runtime).args(args);
+    if let (Some(record), Some("delete")) = (&record, parsed.command.as_deref()) {
+        return delete_and_forget(cmd, record, parsed);
+    }
+    let err = cmd.exec();
     format!("exec {}: {err}", runtime.display())
+}
+
+/// `delete` of a container with a record: the one call that waits for the runtime instead of
+/// becoming it, so that the record goes with the container (one file per container ever
+/// created would otherwise pile up in `/run` until the next boot). The record is removed when
+/// the runtime deleted the container, or when its state (`<--root>/<id>`) is gone anyway;
+/// exits with the runtime's status.
+fn delete_and_forget(mut cmd: std::process::Command, record: &Record, parsed: &RuncArgs) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let status = match cmd.status() {
+        Ok(s) => s,
+        Err(e) => return format!("run {}: {e}", record.runtime.display()),
+    };
+    let gone = parsed
+        .root
+        .as_ref()
+        .is_some_and(|root| !root.join(&record.id).exists());
+    if status.success() || gone {
+        // A record left behind is only a stale file; the delete itself is done.
+        let _ = std::fs::remove_file(&record.file);
+    }
+    std::process::exit(
+        status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+    );
 }
 
 /// `[nvidia-container-runtime] runtimes` of the config the environment points at, or the

@@ -511,7 +511,6 @@ fn readers_see_the_old_or_the_new_spec_while_it_is_rewritten() {
                 plain_reads.fetch_add(1, Ordering::Relaxed);
             }
         });
-        let deadline = Instant::now() + Duration::from_secs(40);
         let results = par(50, WORKERS - 2, |i| {
             // Wait for the writer to be going.
             while rewrites.load(Ordering::Relaxed) == 0 {
@@ -534,7 +533,6 @@ fn readers_see_the_old_or_the_new_spec_while_it_is_rewritten() {
             (i, bad)
         });
         done.store(true, Ordering::Relaxed);
-        assert!(Instant::now() < deadline, "took too long");
         for (i, bad) in results {
             assert!(
                 bad.is_empty(),

@@ -1461,6 +1461,12 @@ fn later_calls_go_to_the_runtime_create_used() {
         "{}",
         fs::read_to_string(&err).unwrap_or_default()
     );
+    // The record sits next to the runtime's state directory, and goes with the container.
+    let mut record = bed.state_root.clone().into_os_string();
+    record.push(format!(".gpuctk/{id}"));
+    let record = PathBuf::from(record);
+    assert!(record.is_file(), "no record at {}", record.display());
+    let recorded_runtime = fs::read(&record).unwrap();
     // What start and delete find: a config that names runc.
     let other = bed.t.join("other.toml");
     fs::write(
@@ -1484,6 +1490,24 @@ fn later_calls_go_to_the_runtime_create_used() {
         );
     }
     assert!(!bed.listed().contains(&id), "left behind: {}", bed.listed());
+    assert!(!record.exists(), "the record outlived its container");
+    // A record whose container the runtime no longer has (a create that failed after it was
+    // written): delete fails as the runtime fails, with its status, and the record goes.
+    let ghost = record.with_file_name(format!("{id}-ghost"));
+    fs::write(&ghost, &recorded_runtime).unwrap();
+    let out = Command::new(&bed.shim)
+        .args(["--root", bed.state_root.to_str().unwrap(), "delete"])
+        .arg(format!("{id}-ghost"))
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "deleting a container that is not there"
+    );
+    assert!(
+        !ghost.exists(),
+        "the record of a container that is gone stayed"
+    );
 }
 
 /// `NVIDIA_MIG_CONFIG_DEVICES` / `NVIDIA_MIG_MONITOR_DEVICES` through the legacy prestart hook
