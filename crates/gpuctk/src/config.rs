@@ -301,117 +301,189 @@ impl Reader<'_> {
     }
 }
 
-const KNOWN: &[(&str, &[&str])] = &[
+/// What a config.toml key holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `true` or `false`.
+    Bool,
+    /// An array of strings.
+    List,
+    /// A string.
+    Text,
+    /// A table whose keys are rows of [`KEYS`].
+    Table,
+    /// A table whose every key is accepted, each holding a `Bool` or a `Text` (NVIDIA's
+    /// `features`, the modes gpuctk does not run): its own rows say which are applied.
+    Open(&'static Kind),
+}
+
+/// Every key config.toml may hold, NVIDIA's and gpuctk's, with what it holds and whether gpuctk
+/// applies it: the one list that the parser's warnings ("not known", "not applied", "did you
+/// mean") and `config --set` read, so a key is added in one place.
+pub const KEYS: &[(&str, Kind, bool)] = &[
+    ("disable-require", Kind::Bool, true),
+    ("swarm-resource", Kind::Text, true),
     (
-        "",
-        &[
-            "disable-require",
-            "swarm-resource",
-            "accept-nvidia-visible-devices-envvar-when-unprivileged",
-            "accept-nvidia-visible-devices-as-volume-mounts",
-            "supported-driver-capabilities",
-            "nvidia-container-cli",
-            "nvidia-container-runtime",
-            "nvidia-container-runtime-hook",
-            "nvidia-ctk",
-            "features",
-            "gpuctk",
-        ],
+        "accept-nvidia-visible-devices-envvar-when-unprivileged",
+        Kind::Bool,
+        true,
     ),
     (
-        "nvidia-container-cli.",
-        &[
-            "root",
-            "path",
-            "environment",
-            "debug",
-            "ldcache",
-            "load-kmods",
-            "no-pivot",
-            "no-cgroups",
-            "user",
-            "ldconfig",
-        ],
+        "accept-nvidia-visible-devices-as-volume-mounts",
+        Kind::Bool,
+        true,
+    ),
+    ("supported-driver-capabilities", Kind::Text, true),
+    ("nvidia-container-cli", Kind::Table, true),
+    ("nvidia-container-cli.root", Kind::Text, true),
+    ("nvidia-container-cli.no-cgroups", Kind::Bool, true),
+    // libnvidia-container's own settings: gpuctk injects natively.
+    ("nvidia-container-cli.path", Kind::Text, false),
+    ("nvidia-container-cli.environment", Kind::List, false),
+    ("nvidia-container-cli.debug", Kind::Text, false),
+    ("nvidia-container-cli.ldcache", Kind::Text, false),
+    ("nvidia-container-cli.load-kmods", Kind::Bool, false),
+    ("nvidia-container-cli.no-pivot", Kind::Bool, false),
+    ("nvidia-container-cli.user", Kind::Text, false),
+    ("nvidia-container-cli.ldconfig", Kind::Text, false),
+    ("nvidia-container-runtime", Kind::Table, true),
+    ("nvidia-container-runtime.debug", Kind::Text, true),
+    ("nvidia-container-runtime.log-level", Kind::Text, true),
+    ("nvidia-container-runtime.runtimes", Kind::List, true),
+    ("nvidia-container-runtime.mode", Kind::Text, true),
+    ("nvidia-container-runtime.modes", Kind::Table, true),
+    ("nvidia-container-runtime.modes.cdi", Kind::Table, true),
+    (
+        "nvidia-container-runtime.modes.cdi.spec-dirs",
+        Kind::List,
+        true,
     ),
     (
-        "nvidia-container-runtime.",
-        &["debug", "log-level", "runtimes", "mode", "modes"],
+        "nvidia-container-runtime.modes.cdi.default-kind",
+        Kind::Text,
+        true,
     ),
     (
-        "nvidia-container-runtime.modes.",
-        &["csv", "cdi", "jit-cdi", "legacy"],
+        "nvidia-container-runtime.modes.cdi.annotation-prefixes",
+        Kind::List,
+        true,
+    ),
+    ("nvidia-container-runtime.modes.legacy", Kind::Table, true),
+    (
+        "nvidia-container-runtime.modes.legacy.cuda-compat-mode",
+        Kind::Text,
+        true,
     ),
     (
-        "nvidia-container-runtime.modes.legacy.",
-        &["cuda-compat-mode"],
+        "nvidia-container-runtime.modes.csv",
+        Kind::Open(&Kind::Text),
+        false,
     ),
     (
-        "nvidia-container-runtime.modes.cdi.",
-        &["spec-dirs", "default-kind", "annotation-prefixes"],
+        "nvidia-container-runtime.modes.jit-cdi",
+        Kind::Open(&Kind::Text),
+        false,
     ),
     (
-        "nvidia-container-runtime-hook.",
-        &["path", "skip-mode-detection"],
+        "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags",
+        Kind::List,
+        false,
     ),
-    ("nvidia-ctk.", &["path"]),
     (
-        "gpuctk.",
-        &[
-            "dev-root",
-            "proc-root",
-            "hook-path",
-            "accept-cdi-annotations-when-unprivileged",
-            "hooks-in-shim",
-        ],
+        "nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks",
+        Kind::List,
+        false,
     ),
+    ("nvidia-container-runtime-hook", Kind::Table, true),
+    ("nvidia-container-runtime-hook.path", Kind::Text, false),
+    (
+        "nvidia-container-runtime-hook.skip-mode-detection",
+        Kind::Bool,
+        false,
+    ),
+    ("nvidia-ctk", Kind::Table, true),
+    ("nvidia-ctk.path", Kind::Text, false),
+    ("features", Kind::Open(&Kind::Bool), false),
+    ("features.disable-cuda-compat-lib-hook", Kind::Bool, true),
+    ("features.ignore-imex-channel-requests", Kind::Bool, true),
+    ("gpuctk", Kind::Table, true),
+    ("gpuctk.dev-root", Kind::Text, true),
+    ("gpuctk.proc-root", Kind::Text, true),
+    ("gpuctk.hook-path", Kind::Text, true),
+    (
+        "gpuctk.accept-cdi-annotations-when-unprivileged",
+        Kind::Bool,
+        true,
+    ),
+    ("gpuctk.hooks-in-shim", Kind::Bool, true),
 ];
 
-/// NVIDIA's keys that we accept without applying: a table prefix and its keys (`*`: every key
-/// of that table but the ones listed in [`APPLIED_IN_WILDCARD`]).
-const NOT_APPLIED: &[(&str, &[&str])] = &[
-    (
-        "nvidia-container-cli.",
-        &[
-            "path",
-            "environment",
-            "debug",
-            "ldcache",
-            "load-kmods",
-            "no-pivot",
-            "user",
-            "ldconfig",
-        ],
-    ),
-    ("nvidia-container-runtime.modes.csv.", &["*"]),
-    ("nvidia-container-runtime.modes.jit-cdi.", &["*"]),
-    (
-        "nvidia-container-runtime-hook.",
-        &["path", "skip-mode-detection"],
-    ),
-    ("nvidia-ctk.", &["path"]),
-    ("features.", &["*"]),
-];
+fn row(path: &str) -> Option<(Kind, bool)> {
+    KEYS.iter()
+        .find(|(p, _, _)| *p == path)
+        .map(|&(_, k, a)| (k, a))
+}
 
-/// Keys under a `*` table of [`NOT_APPLIED`] that are applied.
-const APPLIED_IN_WILDCARD: &[&str] = &[
-    "features.disable-cuda-compat-lib-hook",
-    "features.ignore-imex-channel-requests",
-];
+/// What dotted `path` holds, `None` for a key config.toml does not have.
+pub fn key_kind(path: &str) -> Option<Kind> {
+    if let Some((kind, _)) = row(path) {
+        return Some(kind);
+    }
+    let (parent, _) = path.rsplit_once('.')?;
+    match row(parent) {
+        Some((Kind::Open(item), _)) => Some(*item),
+        _ => None,
+    }
+}
 
-fn collect_not_applied(root: &Table, text: &str, out: &mut Vec<String>) {
-    for (prefix, keys) in NOT_APPLIED {
-        let mut t = Some(root);
-        for part in prefix.trim_end_matches('.').split('.') {
-            t = t.and_then(|t| t.get(part)).and_then(Item::as_table);
-        }
-        let Some(t) = t else { continue };
-        for (k, item) in t.iter() {
-            let full = format!("{prefix}{k}");
-            let listed = keys.contains(&"*") || keys.contains(&k);
-            if listed && !APPLIED_IN_WILDCARD.contains(&full.as_str()) {
-                let line = item.span().map(|s| line_of(text, s.start)).unwrap_or(0);
-                out.push(format!("{full} (line {line})"));
+/// The keys of the table at `prefix` (`""` or `"a.b."`) that [`KEYS`] names.
+fn keys_of(prefix: &str) -> Vec<&'static str> {
+    KEYS.iter()
+        .filter_map(|(p, _, _)| p.strip_prefix(prefix))
+        .filter(|k| !k.contains('.'))
+        .collect()
+}
+
+/// Walks the table at `prefix`: a key [`KEYS`] does not name is unknown (with the closest
+/// name of its table, if one is close), a key it marks as not applied (or any key of a table
+/// that is not applied and does not name it as applied) is collected as such.
+fn collect_keys(
+    t: &Table,
+    prefix: &str,
+    open: bool,
+    text: &str,
+    unknown: &mut Vec<String>,
+    not_applied: &mut Vec<String>,
+) {
+    let known = keys_of(prefix);
+    for (k, item) in t.iter() {
+        let full = format!("{prefix}{k}");
+        let line = item.span().map(|s| line_of(text, s.start)).unwrap_or(0);
+        match row(&full) {
+            None if open => not_applied.push(format!("{full} (line {line})")),
+            None => match did_you_mean(k, &known) {
+                Some(m) => unknown.push(format!("{full} (line {line}; did you mean {prefix}{m}?)")),
+                None => unknown.push(format!("{full} (line {line})")),
+            },
+            Some((Kind::Table, _)) => {
+                if let Some(sub) = item.as_table() {
+                    collect_keys(sub, &format!("{full}."), false, text, unknown, not_applied);
+                }
             }
+            Some((Kind::Open(_), applied)) => {
+                if let Some(sub) = item.as_table() {
+                    collect_keys(
+                        sub,
+                        &format!("{full}."),
+                        !applied,
+                        text,
+                        unknown,
+                        not_applied,
+                    );
+                }
+            }
+            Some((_, false)) => not_applied.push(format!("{full} (line {line})")),
+            Some((_, true)) => {}
         }
     }
 }
@@ -442,29 +514,6 @@ fn did_you_mean(k: &str, keys: &[&str]) -> Option<String> {
         .filter(|(d, c)| *d > 0 && *d <= 2.max(c.len() / 4))
         .min()
         .map(|(_, c)| c.to_string())
-}
-
-fn collect_unknown(t: &Table, prefix: &str, text: &str, out: &mut Vec<String>) {
-    let known = KNOWN.iter().find(|(p, _)| *p == prefix).map(|(_, k)| *k);
-    for (k, item) in t.iter() {
-        let full = format!("{prefix}{k}");
-        match known {
-            Some(keys) if !keys.contains(&k) => {
-                let line = item.span().map(|s| line_of(text, s.start)).unwrap_or(0);
-                match did_you_mean(k, keys) {
-                    Some(m) => out.push(format!("{full} (line {line}; did you mean {prefix}{m}?)")),
-                    None => out.push(format!("{full} (line {line})")),
-                }
-            }
-            _ => {}
-        }
-        if let Some(sub) = item.as_table() {
-            let p = format!("{full}.");
-            if KNOWN.iter().any(|(kp, _)| *kp == p) {
-                collect_unknown(sub, &p, text, out);
-            }
-        }
-    }
 }
 
 /// Parse config text; `path` is only for messages.
@@ -623,8 +672,14 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             c.hooks_in_shim = v;
         }
     }
-    collect_unknown(root, "", text, &mut c.unknown_keys);
-    collect_not_applied(root, text, &mut c.not_applied);
+    collect_keys(
+        root,
+        "",
+        false,
+        text,
+        &mut c.unknown_keys,
+        &mut c.not_applied,
+    );
     Ok(c)
 }
 
@@ -693,6 +748,26 @@ dev-root = "/host"
             e.starts_with("/c.toml:2: supported-driver-capabilities") && e.contains("warp"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn every_key_row_sits_in_a_table_row() {
+        for (path, kind, _) in KEYS {
+            assert_eq!(
+                KEYS.iter().filter(|r| r.0 == *path).count(),
+                1,
+                "{path} twice"
+            );
+            if let Some((parent, _)) = path.rsplit_once('.') {
+                assert!(
+                    matches!(row(parent), Some((Kind::Table | Kind::Open(_), _))),
+                    "{path}: its table {parent} is not a table row"
+                );
+            }
+            assert_eq!(key_kind(path), Some(*kind));
+        }
+        assert_eq!(key_kind("features.anything"), Some(Kind::Bool));
+        assert_eq!(key_kind("nvidia-container-cli.anything"), None);
     }
 
     #[test]

@@ -12,33 +12,6 @@ use toml_edit::{Array, DocumentMut, Item, Table, Value};
 use crate::cli::{ConfigCmdArgs, ConfigCommand};
 use crate::config::{self, Config};
 
-/// Keys whose value is a list (`--set` splits it at the list separator).
-const LIST_KEYS: &[&str] = &[
-    "nvidia-container-runtime.runtimes",
-    "nvidia-container-runtime.modes.cdi.spec-dirs",
-    "nvidia-container-runtime.modes.cdi.annotation-prefixes",
-    "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags",
-    "nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks",
-    "nvidia-container-cli.environment",
-];
-
-/// Keys whose value is true or false.
-const BOOL_KEYS: &[&str] = &[
-    "disable-require",
-    "accept-nvidia-visible-devices-envvar-when-unprivileged",
-    "accept-nvidia-visible-devices-as-volume-mounts",
-    "nvidia-container-cli.no-cgroups",
-    "nvidia-container-cli.load-kmods",
-    "nvidia-container-cli.no-pivot",
-    "nvidia-container-runtime-hook.skip-mode-detection",
-    "gpuctk.accept-cdi-annotations-when-unprivileged",
-    "gpuctk.hooks-in-shim",
-];
-
-fn is_bool_key(key: &str) -> bool {
-    BOOL_KEYS.contains(&key) || key.starts_with("features.")
-}
-
 fn quoted(v: &[String]) -> String {
     let items: Vec<String> = v.iter().map(|s| format!("{s:?}")).collect();
     format!("[{}]", items.join(", "))
@@ -102,7 +75,8 @@ cuda-compat-mode = "ldconfig"
 
 /// The TOML value `--set KEY=VALUE` gives.
 fn value_for(key: &str, value: Option<&str>, separator: &str) -> anyhow::Result<Value> {
-    if LIST_KEYS.contains(&key) {
+    let kind = config::key_kind(key);
+    if kind == Some(config::Kind::List) {
         let Some(v) = value else {
             bail!("--set {key}: a list key needs a value, items separated by {separator:?}");
         };
@@ -112,7 +86,7 @@ fn value_for(key: &str, value: Option<&str>, separator: &str) -> anyhow::Result<
         }
         return Ok(Value::Array(a));
     }
-    if is_bool_key(key) {
+    if kind == Some(config::Kind::Bool) {
         return match value {
             None | Some("true") => Ok(Value::from(true)),
             Some("false") => Ok(Value::from(false)),
