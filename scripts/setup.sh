@@ -40,7 +40,8 @@ fi
 # The real driver packages, from Debian's non-free component, through a private apt
 # configuration so the machine's own sources stay untouched.
 DEBS=target/nvidia-debs
-if ! ls "$DEBS"/libcuda1_*.deb "$DEBS"/libnvidia-ml1_*.deb "$DEBS"/nvidia-smi_*.deb >/dev/null 2>&1; then
+NVIDIA_DEBS=(libcuda1 libnvidia-ml1 nvidia-smi nvidia-egl-common nvidia-vulkan-common nvidia-opencl-common)
+if ! (cd "$DEBS" 2>/dev/null && for p in "${NVIDIA_DEBS[@]}"; do ls "${p}"_*.deb || exit 1; done) >/dev/null 2>&1; then
     apt_dir=$(mktemp -d)
     trap 'rm -rf "$apt_dir"' EXIT
     mkdir -p "$apt_dir/sources" "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$DEBS"
@@ -70,7 +71,7 @@ SRC
           -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
           -o "APT::Sandbox::User=root")
     apt-get "${opts[@]}" update -qq 2>/dev/null
-    (cd "$DEBS" && apt-get "${opts[@]}" download libcuda1 libnvidia-ml1 nvidia-smi -qq) \
+    (cd "$DEBS" && apt-get "${opts[@]}" download "${NVIDIA_DEBS[@]}" -qq) \
         || echo "setup.sh: warning: could not download the Debian NVIDIA packages; the real-driver test will fail" >&2
 fi
 # crun refuses a hybrid cgroup setup while hugetlb sits on the cgroup2 hierarchy ("cgroups in

@@ -505,6 +505,7 @@ mod tests {
                 binaries: Vec::new(),
                 firmware: Vec::new(),
                 ipc: Vec::new(),
+                configs: Vec::new(),
                 library_source: "test".into(),
                 warnings: Vec::new(),
             })

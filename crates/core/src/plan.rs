@@ -197,6 +197,9 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
     for f in inv.ipc.iter().filter(|f| wants(caps, f.capability)) {
         mounts.push(mount(&f.host_path, &f.path, IPC_MOUNT_OPTIONS));
     }
+    for f in inv.configs.iter().filter(|f| wants(caps, f.capability)) {
+        mounts.push(mount(&f.host_path, &f.path, FILE_MOUNT_OPTIONS));
+    }
     mounts.sort_by(|a, b| a.container_path.cmp(&b.container_path));
     mounts.dedup_by(|a, b| a.container_path == b.container_path);
     common.mounts = mounts;

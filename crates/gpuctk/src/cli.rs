@@ -572,7 +572,7 @@ pub struct GenerateArgs {
         value_name = "FLAG"
     )]
     pub feature_flags: Vec<String>,
-    /// Where NVIDIA looks for graphics configs (EGL, Vulkan JSON): accepted, not used (gpuctk does not inject them yet)
+    /// Where to look for the loaders' vendor files (EGL, Vulkan, OpenCL ICDs) inside the driver root, instead of /etc, /usr/local/share, /usr/share
     #[arg(
         long = "config-search-path",
         env = "NVIDIA_CTK_CDI_CONFIG_SEARCH_PATHS",

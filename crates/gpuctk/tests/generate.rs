@@ -406,8 +406,9 @@ fn driver_root_from_config_toml() {
 }
 
 /// NVIDIA's `cdi generate` flags: `--disable-hook` leaves hooks out (by name or `all`),
-/// `--mode nvml` is ours, the modes gpuctk does not have are refused by name, and the flags
-/// without meaning here are accepted with a warning.
+/// `--mode nvml` is ours, the modes gpuctk does not have are refused by name, the flags
+/// without meaning here are accepted with a warning, and `--config-search-path` replaces the
+/// directories the loaders' vendor files are looked up in.
 #[test]
 fn nvidia_generate_flags() {
     let t = TestDir::new();
@@ -431,7 +432,32 @@ fn nvidia_generate_flags() {
         "/x",
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stderr.contains("--feature-flag x") && r.stderr.contains("--config-search-path"));
+    assert!(r.stderr.contains("--feature-flag x"), "{}", r.stderr);
+    // The config search path is applied: /x holds no vendor file, and the defaults are not read.
+    assert!(
+        !r.stdout.contains("/vulkan/") && !r.stdout.contains("OpenCL"),
+        "{}",
+        r.stdout
+    );
+    let r = gen(&[]);
+    assert!(
+        r.stdout
+            .contains("containerPath: /etc/vulkan/icd.d/nvidia_icd.json")
+            && r.stdout
+                .contains("containerPath: /etc/OpenCL/vendors/nvidia.icd")
+            && r.stdout
+                .contains("containerPath: /usr/share/glvnd/egl_vendor.d/10_nvidia.json"),
+        "{}",
+        r.stdout
+    );
+    let r = gen(&["--config-search-path", "x"]);
+    assert!(
+        r.code != 0
+            && r.stderr
+                .contains("--config-search-path \"x\": not an absolute path"),
+        "{}",
+        r.stderr
+    );
     for (args, needle) in [
         (&["--mode", "csv"][..], "--mode csv: not supported"),
         (&["--csv.file", "/x"], "--csv.*"),

@@ -1,4 +1,6 @@
-//! The real Debian 535 driver packages (`libcuda1`, `libnvidia-ml1`, `nvidia-smi`, non-free),
+//! The real Debian 535 driver packages (`libcuda1`, `libnvidia-ml1`, `nvidia-smi`, and the
+//! loaders' vendor files of `nvidia-egl-common`, `nvidia-vulkan-common`, `nvidia-opencl-common`;
+//! non-free),
 //! downloaded by scripts/setup.sh and unpacked here with dpkg-deb -x. Nothing from them is
 //! installed or run on the host. Debian puts the files in `nvidia/current` dirs and reaches
 //! them through alternatives symlinks made at install time, which we recreate as postinst does.
@@ -167,5 +169,68 @@ fn debian_535_packages() {
             &format!("libcuda.so.{version}::/{multi}/nvidia/current/libcuda.so.1").as_str()
         ),
         "{links:?}"
+    );
+
+    // The loaders' vendor files, where NVIDIA's spec puts them: the EGL vendor file at
+    // /usr/share, the Vulkan ICD and layer at /etc/vulkan, the OpenCL ICD at /etc/OpenCL; each
+    // the real file of the package, found where Debian installs it.
+    let mounts = spec["containerEdits"]["mounts"].as_array().unwrap();
+    for (container, host, names) in [
+        (
+            "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+            "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+            "libEGL_nvidia.so.0",
+        ),
+        (
+            "/etc/vulkan/icd.d/nvidia_icd.json",
+            "usr/share/vulkan/icd.d/nvidia_icd.json",
+            "libGLX_nvidia.so.0",
+        ),
+        (
+            "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
+            "usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+            "VK_LAYER_NV_optimus",
+        ),
+        (
+            "/etc/OpenCL/vendors/nvidia.icd",
+            "etc/OpenCL/vendors/nvidia.icd",
+            "libnvidia-opencl.so.1",
+        ),
+    ] {
+        let m = mounts
+            .iter()
+            .find(|m| m["containerPath"] == container)
+            .unwrap_or_else(|| panic!("no mount at {container}: {mounts:?}"));
+        assert_eq!(m["hostPath"], root.join(host).to_str().unwrap());
+        assert!(
+            fs::read_to_string(root.join(host)).unwrap().contains(names),
+            "{host}"
+        );
+    }
+    // A search path given replaces the defaults: the package's files are under /usr/share and
+    // /etc, so /usr/local/share alone finds none of them.
+    let r = ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--format",
+            "json",
+            "--config-search-path",
+            "/usr/local/share",
+        ],
+        &roots,
+    ));
+    let spec: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let targets: Vec<&str> = spec["containerEdits"]["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["containerPath"].as_str())
+        .collect();
+    assert!(
+        !targets
+            .iter()
+            .any(|t| t.ends_with(".json") || t.ends_with(".icd")),
+        "{targets:?}"
     );
 }

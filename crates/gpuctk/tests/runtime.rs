@@ -1618,3 +1618,67 @@ fn mig_and_imex_env_through_the_hook_and_the_shim() {
         "{nodes}"
     );
 }
+
+/// The loaders' vendor files follow the capabilities, through the shim's just-in-time edits and
+/// through the legacy prestart hook: `graphics` gives the EGL vendor file and the Vulkan ICD at
+/// the paths the loaders read (NVIDIA's), the driver's bytes; `compute` gives the OpenCL ICD
+/// only; `utility` none.
+#[test]
+fn vendor_files_follow_the_capabilities() {
+    let bed = Bed::new("runc", "debian", 1);
+    let auto = fs::read_to_string(&bed.config).unwrap();
+    let legacy = auto.replace(
+        "[nvidia-container-runtime]\n",
+        "[nvidia-container-runtime]\nmode = \"legacy\"\n",
+    );
+    let files = [
+        "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+        "/etc/vulkan/icd.d/nvidia_icd.json",
+        "/etc/OpenCL/vendors/nvidia.icd",
+    ];
+    for (mode, config) in [("auto", &auto), ("legacy", &legacy)] {
+        fs::write(&bed.config, config).unwrap();
+        for (caps, want) in [
+            ("graphics", &files[..2]),
+            ("compute", &files[2..]),
+            ("utility", &[][..]),
+        ] {
+            bed.set_env(&[
+                "NVIDIA_VISIBLE_DEVICES=0",
+                &format!("NVIDIA_DRIVER_CAPABILITIES={caps}"),
+            ]);
+            bed.edit(|s| {
+                let script: Vec<String> = files
+                    .iter()
+                    .map(|f| format!("echo '=={f}'; cat {f} 2>/dev/null || echo absent"))
+                    .collect();
+                s["process"]["args"] = json!(["/bin/sh", "-c", script.join("; ")]);
+            });
+            let r = bed.run(&format!("vendor-{mode}-{caps}"));
+            assert_eq!(r.code, 0, "{mode} {caps}: {}", r.stderr);
+            for f in files {
+                let seen = r
+                    .stdout
+                    .split(&format!("=={f}\n"))
+                    .nth(1)
+                    .and_then(|rest| rest.split("==").next())
+                    .unwrap_or_else(|| panic!("{mode} {caps}: {}", r.stdout));
+                let host = fs::read_to_string(
+                    std::path::Path::new(&bed.host.driver_root()).join(
+                        gpuctk_mockhost::VENDOR_FILES
+                            .iter()
+                            .find(|(rel, _)| rel.ends_with(f.rsplit('/').next().unwrap()))
+                            .unwrap()
+                            .0,
+                    ),
+                )
+                .unwrap();
+                if want.contains(&f) {
+                    assert_eq!(seen, host, "{mode} {caps}: {f}");
+                } else {
+                    assert_eq!(seen, "absent\n", "{mode} {caps}: {f}");
+                }
+            }
+        }
+    }
+}

@@ -191,3 +191,173 @@ pub const FALLBACK_LIBRARY_DIRS: &[&str] = &[
 
 /// 32-bit library directories for `compat32`.
 pub const FALLBACK_LIBRARY32_DIRS: &[&str] = &["/usr/lib/i386-linux-gnu", "/usr/lib32", "/usr/lib"];
+
+/// Where a loader's vendor file goes in the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigTarget {
+    /// `/usr/share/<rel>`, wherever it was found (NVIDIA's choice: the first data directory
+    /// every loader reads).
+    UsrShare,
+    /// `/etc/<rel>` (Vulkan's and OpenCL's loaders read `/etc` first).
+    Etc,
+}
+
+/// A vendor file that a loader (GLVND's EGL, Vulkan, OpenCL, OptiX, Xorg) reads to find the
+/// driver, looked up relative to each config search directory (`/etc`, then the data
+/// directories `/usr/local/share` and `/usr/share`, or `--config-search-path`) under the driver
+/// root, first hit kept. The lists are NVIDIA's (`internal/discover/graphics.go`).
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigSpec {
+    /// The path relative to a search directory, e.g. `vulkan/icd.d/nvidia_icd.json`.
+    pub rel: &'static str,
+    /// Where it goes.
+    pub target: ConfigTarget,
+    /// The capability that selects it.
+    pub capability: Capability,
+    /// Also looked for at the driver root itself (GKE installs the Vulkan files there).
+    pub at_driver_root: bool,
+}
+
+const fn config(
+    rel: &'static str,
+    target: ConfigTarget,
+    capability: Capability,
+    at_driver_root: bool,
+) -> ConfigSpec {
+    ConfigSpec {
+        rel,
+        target,
+        capability,
+        at_driver_root,
+    }
+}
+
+/// The vendor files, in the order they are looked up.
+pub const CONFIGS: &[ConfigSpec] = &[
+    config(
+        "glvnd/egl_vendor.d/10_nvidia.json",
+        ConfigTarget::UsrShare,
+        Capability::Graphics,
+        false,
+    ),
+    config(
+        "egl/egl_external_platform.d/15_nvidia_gbm.json",
+        ConfigTarget::UsrShare,
+        Capability::Graphics,
+        false,
+    ),
+    config(
+        "egl/egl_external_platform.d/10_nvidia_wayland.json",
+        ConfigTarget::UsrShare,
+        Capability::Graphics,
+        false,
+    ),
+    config(
+        "egl/egl_external_platform.d/09_nvidia_wayland2.json",
+        ConfigTarget::UsrShare,
+        Capability::Graphics,
+        false,
+    ),
+    config(
+        "egl/egl_external_platform.d/20_nvidia_xcb.json",
+        ConfigTarget::UsrShare,
+        Capability::Graphics,
+        false,
+    ),
+    config(
+        "egl/egl_external_platform.d/20_nvidia_xlib.json",
+        ConfigTarget::UsrShare,
+        Capability::Graphics,
+        false,
+    ),
+    config(
+        "nvidia/nvoptix.bin",
+        ConfigTarget::UsrShare,
+        Capability::Graphics,
+        false,
+    ),
+    config(
+        "X11/xorg.conf.d/10-nvidia.conf",
+        ConfigTarget::UsrShare,
+        Capability::Display,
+        false,
+    ),
+    config(
+        "X11/xorg.conf.d/nvidia-drm-outputclass.conf",
+        ConfigTarget::UsrShare,
+        Capability::Display,
+        false,
+    ),
+    config(
+        "OpenCL/vendors/nvidia.icd",
+        ConfigTarget::Etc,
+        Capability::Compute,
+        false,
+    ),
+    config(
+        "vulkan/icd.d/nvidia_icd.json",
+        ConfigTarget::Etc,
+        Capability::Graphics,
+        true,
+    ),
+    config(
+        VULKAN_ARCH_ICD,
+        ConfigTarget::Etc,
+        Capability::Graphics,
+        true,
+    ),
+    config(
+        "vulkan/icd.d/nvidia_layers.json",
+        ConfigTarget::Etc,
+        Capability::Graphics,
+        true,
+    ),
+    config(
+        "vulkan/implicit_layer.d/nvidia_layers.json",
+        ConfigTarget::Etc,
+        Capability::Graphics,
+        true,
+    ),
+];
+
+/// The Vulkan ICD file that names this machine's architecture.
+#[cfg(target_arch = "aarch64")]
+const VULKAN_ARCH_ICD: &str = "vulkan/icd.d/nvidia_icd.aarch64.json";
+#[cfg(not(target_arch = "aarch64"))]
+const VULKAN_ARCH_ICD: &str = "vulkan/icd.d/nvidia_icd.x86_64.json";
+
+/// Config search directories under the driver root when `--config-search-path` gives none:
+/// `/etc`, then `$XDG_DATA_DIRS`' default.
+pub const CONFIG_SEARCH_DIRS: &[&str] = &["/etc", "/usr/local/share", "/usr/share"];
+
+/// The Xorg modules (`display`): the name, and whether it carries the driver version as its
+/// suffix (`libglxserver_nvidia.so.<version>`). Kept at their host path, so that an
+/// `xorg.conf` `ModulePath` stays valid.
+pub const XORG_MODULES: &[(&str, bool)] =
+    &[("nvidia_drv.so", false), ("libglxserver_nvidia.so", true)];
+
+/// Where the Xorg modules are looked for, relative to a library directory (`<libdir>/...`) and,
+/// after those, as absolute paths (NVIDIA's `buildXOrgSearchPaths`).
+pub const XORG_MODULE_SUBDIRS: &[&str] = &[
+    "nvidia/xorg",
+    "xorg/modules/drivers",
+    "xorg/modules/extensions",
+    "xorg/modules/updates/drivers",
+    "xorg/modules/updates/extensions",
+];
+
+/// Absolute Xorg module directories, after those under the library directories.
+pub const XORG_MODULE_DIRS: &[&str] = &[
+    "/usr/lib/xorg/modules/drivers",
+    "/usr/lib/xorg/modules/extensions",
+    "/usr/lib/xorg/modules/updates/drivers",
+    "/usr/lib/xorg/modules/updates/extensions",
+    "/usr/lib64/xorg/modules/drivers",
+    "/usr/lib64/xorg/modules/extensions",
+    "/usr/lib64/xorg/modules/updates/drivers",
+    "/usr/lib64/xorg/modules/updates/extensions",
+    "/usr/X11R6/lib/modules/drivers",
+    "/usr/X11R6/lib/modules/extensions",
+    "/usr/X11R6/lib64/modules/drivers",
+    "/usr/X11R6/lib64/modules/extensions",
+];

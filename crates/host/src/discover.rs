@@ -83,6 +83,9 @@ pub struct DiscoverOptions {
     /// Extra directories (inside the driver root) to look for libraries in, before the defaults
     /// (`--library-search-path`).
     pub library_search_paths: Vec<String>,
+    /// Directories (inside the driver root) to look for the loaders' vendor files in, instead of
+    /// [`catalog::CONFIG_SEARCH_DIRS`] (`--config-search-path`).
+    pub config_search_paths: Vec<String>,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> DiscoverError + '_ {
@@ -134,6 +137,7 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
     let binaries = discover_binaries(&roots.driver_root);
     let firmware = discover_firmware(&roots.driver_root, &version)?;
     let ipc = discover_ipc(&roots.driver_root);
+    let configs = discover_configs(&roots.driver_root, &version, &libraries, opts);
 
     let cuda_version = cuda_version_of(&libraries, version.major(), &mut warnings);
     Ok(Inventory {
@@ -146,6 +150,7 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
         binaries,
         firmware,
         ipc,
+        configs,
         library_source,
         warnings,
     })
@@ -496,6 +501,90 @@ fn discover_binaries(root: &Path) -> Vec<HostFile> {
     out
 }
 
+/// The file `p` names under `root`, symlinks followed inside it, if it is a regular file.
+fn regular_file_in_root(root: &Path, p: &Path) -> Option<PathBuf> {
+    fs::symlink_metadata(host_path(root, p)).ok()?;
+    let resolved = resolve_in_root(root, p).ok()?;
+    let hp = host_path(root, &resolved);
+    hp.is_file().then_some(hp)
+}
+
+/// The loaders' vendor files ([`catalog::CONFIGS`]) and the Xorg modules
+/// ([`catalog::XORG_MODULES`]): each looked up in order, the first regular file kept. None of
+/// them is required: a compute-only install has none.
+fn discover_configs(
+    root: &Path,
+    version: &DriverVersion,
+    libraries: &[Library],
+    opts: &DiscoverOptions,
+) -> Vec<HostFile> {
+    let mut out = Vec::new();
+    let search: Vec<&str> = if opts.config_search_paths.is_empty() {
+        catalog::CONFIG_SEARCH_DIRS.to_vec()
+    } else {
+        opts.config_search_paths
+            .iter()
+            .map(String::as_str)
+            .collect()
+    };
+    for spec in catalog::CONFIGS {
+        let extra = spec.at_driver_root.then_some("/");
+        let found = search
+            .iter()
+            .copied()
+            .chain(extra)
+            .find_map(|dir| regular_file_in_root(root, &Path::new(dir).join(spec.rel)));
+        if let Some(hp) = found {
+            let base = match spec.target {
+                catalog::ConfigTarget::UsrShare => "/usr/share",
+                catalog::ConfigTarget::Etc => "/etc",
+            };
+            out.push(HostFile {
+                name: spec.rel.rsplit('/').next().unwrap_or(spec.rel).to_string(),
+                capability: Some(spec.capability),
+                host_path: hp,
+                path: format!("{base}/{}", spec.rel),
+            });
+        }
+    }
+    let mut lib_dirs: Vec<&str> = libraries
+        .iter()
+        .filter(|l| !l.is_32bit)
+        .filter_map(|l| l.path.rsplit_once('/').map(|(d, _)| d))
+        .collect();
+    lib_dirs.sort_unstable();
+    lib_dirs.dedup();
+    let dirs: Vec<String> = lib_dirs
+        .iter()
+        .flat_map(|d| {
+            catalog::XORG_MODULE_SUBDIRS
+                .iter()
+                .map(move |s| format!("{d}/{s}"))
+        })
+        .chain(catalog::XORG_MODULE_DIRS.iter().map(|d| d.to_string()))
+        .collect();
+    for (name, versioned) in catalog::XORG_MODULES {
+        let file = if *versioned {
+            format!("{name}.{version}")
+        } else {
+            name.to_string()
+        };
+        let found = dirs.iter().find_map(|d| {
+            let p = Path::new(d).join(&file);
+            regular_file_in_root(root, &p).map(|hp| (p, hp))
+        });
+        if let Some((p, hp)) = found {
+            out.push(HostFile {
+                name: file,
+                capability: Some(Capability::Display),
+                host_path: hp,
+                path: p.to_string_lossy().into_owned(),
+            });
+        }
+    }
+    out
+}
+
 /// An absent folder (or a path through a file) means "no firmware here"; anything else is an
 /// error the caller must see.
 fn is_absent(e: &io::Error) -> bool {
@@ -801,5 +890,95 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("driver/nvidia/version not found"), "{e}");
+    }
+
+    /// The first search directory holding a vendor file wins, a link (Debian's alternatives) is
+    /// followed inside the root, the target is NVIDIA's (`/usr/share/...` for EGL, `/etc/...` for
+    /// Vulkan and OpenCL), and the Xorg modules keep their path.
+    #[test]
+    fn vendor_files_and_xorg_modules() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        let version = DriverVersion::parse("570.124.06").unwrap();
+        let put = |rel: &str, body: &str| {
+            let p = r.join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, body).unwrap();
+        };
+        put("etc/glvnd/egl_vendor.d/10_nvidia.json", "etc");
+        put("usr/share/glvnd/egl_vendor.d/10_nvidia.json", "share");
+        put("usr/lib/nvidia/current/nvidia_icd.json", "icd");
+        fs::create_dir_all(r.join("usr/share/vulkan/icd.d")).unwrap();
+        std::os::unix::fs::symlink(
+            "/usr/lib/nvidia/current/nvidia_icd.json",
+            r.join("usr/share/vulkan/icd.d/nvidia_icd.json"),
+        )
+        .unwrap();
+        put("etc/OpenCL/vendors/nvidia.icd", "libnvidia-opencl.so.1\n");
+        put("usr/lib/x86_64-linux-gnu/nvidia/xorg/nvidia_drv.so", "drv");
+        put(
+            "usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.570.124.06",
+            "glx",
+        );
+        put(
+            "usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.1.0.0",
+            "other",
+        );
+        let lib = Library {
+            name: "libcuda.so".into(),
+            capability: Capability::Compute,
+            host_path: r.join("usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06"),
+            path: "/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06".into(),
+            soname: None,
+            is_32bit: false,
+            has_dev_link: false,
+        };
+        let found = |opts: &DiscoverOptions| -> Vec<(String, String, Option<Capability>)> {
+            discover_configs(r, &version, std::slice::from_ref(&lib), opts)
+                .into_iter()
+                .map(|f| {
+                    let host = f.host_path.strip_prefix(r).unwrap().display().to_string();
+                    (f.path, host, f.capability)
+                })
+                .collect()
+        };
+        assert_eq!(
+            found(&DiscoverOptions::default()),
+            [
+                (
+                    "/usr/share/glvnd/egl_vendor.d/10_nvidia.json".to_string(),
+                    "etc/glvnd/egl_vendor.d/10_nvidia.json".to_string(),
+                    Some(Capability::Graphics)
+                ),
+                (
+                    "/etc/OpenCL/vendors/nvidia.icd".into(),
+                    "etc/OpenCL/vendors/nvidia.icd".into(),
+                    Some(Capability::Compute)
+                ),
+                (
+                    "/etc/vulkan/icd.d/nvidia_icd.json".into(),
+                    "usr/lib/nvidia/current/nvidia_icd.json".into(),
+                    Some(Capability::Graphics)
+                ),
+                (
+                    "/usr/lib/x86_64-linux-gnu/nvidia/xorg/nvidia_drv.so".into(),
+                    "usr/lib/x86_64-linux-gnu/nvidia/xorg/nvidia_drv.so".into(),
+                    Some(Capability::Display)
+                ),
+                (
+                    "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.570.124.06".into(),
+                    "usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.570.124.06".into(),
+                    Some(Capability::Display)
+                ),
+            ]
+        );
+        // Given search directories replace the defaults.
+        let only_share = DiscoverOptions {
+            config_search_paths: vec!["/usr/share".into()],
+            ..Default::default()
+        };
+        let got = found(&only_share);
+        assert_eq!(got[0].1, "usr/share/glvnd/egl_vendor.d/10_nvidia.json");
+        assert!(!got.iter().any(|f| f.0.contains("OpenCL")), "{got:?}");
     }
 }

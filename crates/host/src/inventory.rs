@@ -116,6 +116,9 @@ pub struct Inventory {
     pub firmware: Vec<HostFile>,
     /// persistenced / fabricmanager sockets and the MPS pipe directory.
     pub ipc: Vec<HostFile>,
+    /// The loaders' vendor files (EGL, Vulkan and OpenCL ICDs, `nvoptix.bin`, Xorg configs) and
+    /// the Xorg modules.
+    pub configs: Vec<HostFile>,
     /// Where the libraries were looked up: `ld.so.cache` or the fallback directories.
     pub library_source: String,
     /// Things that are odd but not fatal (a missing node, a stale major).

@@ -509,8 +509,39 @@ fn write_driver_tree(host: &MockHost, config: &str) -> Result<(), Error> {
         let contents = format!("gpuctk mock GSP firmware {name} {ver}\n");
         sys::write_file(&firmware.join(name), contents.as_bytes(), 0o644)?;
     }
+    // The loaders' vendor files where NVIDIA's installer puts them, with the content of the
+    // driver's own (the Debian 535 packages' bytes, a loader reads the library name from them).
+    for (rel, contents) in VENDOR_FILES {
+        sys::write_file(&host.driver_root.join(rel), contents.as_bytes(), 0o644)?;
+    }
     sys::make_socket(&host.driver_root.join("run/nvidia-persistenced/socket"))
 }
+
+/// The EGL vendor file, the Vulkan ICD file and the OpenCL ICD file of a driver install.
+pub const VENDOR_FILES: &[(&str, &str)] = &[
+    (
+        "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+        r#"{
+    "file_format_version" : "1.0.0",
+    "ICD" : {
+        "library_path" : "libEGL_nvidia.so.0"
+    }
+}
+"#,
+    ),
+    (
+        "etc/vulkan/icd.d/nvidia_icd.json",
+        r#"{
+    "file_format_version" : "1.0.0",
+    "ICD": {
+        "library_path": "libGLX_nvidia.so.0",
+        "api_version" : "1.3.242"
+    }
+}
+"#,
+    ),
+    ("etc/OpenCL/vendors/nvidia.icd", "libnvidia-opencl.so.1\n"),
+];
 
 /// File name of the ld.so.conf.d snippet naming the library directory.
 fn ld_conf_name(layout: Layout) -> &'static str {

@@ -38,11 +38,6 @@ fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
     for f in &a.feature_flags {
         tracing::warn!("--feature-flag {f}: none of NVIDIA's nvcdi feature flags applies to gpuctk's spec; ignored");
     }
-    if !a.config_search_paths.is_empty() {
-        tracing::warn!(
-            "--config-search-path: gpuctk does not inject graphics configs yet; ignored"
-        );
-    }
     if a.ldconfig_path.is_some() {
         tracing::info!(
             "--ldconfig-path: no ldconfig is run (the cache is written natively); ignored"
@@ -87,7 +82,7 @@ fn hook_warning(hook: &str, defaulted: bool) -> Option<String> {
 /// one line).
 pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
     check_nvidia_flags(a)?;
-    let inv = a.roots.discover()?;
+    let inv = a.roots.discover_with_configs(&a.config_search_paths)?;
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
     // always a wrong driver root.
     if !a.allow_missing_libcuda && !inv.libraries.iter().any(|l| l.name == "libcuda.so") {

@@ -107,6 +107,7 @@ pub fn render(inv: &Inventory) -> String {
         ("binaries", &inv.binaries),
         ("firmware", &inv.firmware),
         ("ipc", &inv.ipc),
+        ("vendor files", &inv.configs),
     ] {
         let names: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         let _ = writeln!(

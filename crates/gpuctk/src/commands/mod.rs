@@ -84,10 +84,25 @@ impl RootArgs {
 
     /// Discover the host these flags point at, logging discovery's warnings.
     pub fn discover(&self) -> anyhow::Result<Inventory> {
+        self.discover_with_configs(&[])
+    }
+
+    /// [`Self::discover`], with the loaders' vendor files looked up in `config_search_paths`
+    /// (inside the driver root) instead of the defaults when it is not empty.
+    pub fn discover_with_configs(
+        &self,
+        config_search_paths: &[String],
+    ) -> anyhow::Result<Inventory> {
+        for d in config_search_paths {
+            if !d.starts_with('/') {
+                anyhow::bail!("--config-search-path {d:?}: not an absolute path; give the directory as it is inside the driver root, e.g. /usr/share");
+            }
+        }
         discover(
             &self.roots()?,
             &DiscoverOptions {
                 library_search_paths: self.library_search_paths.clone(),
+                config_search_paths: config_search_paths.to_vec(),
             },
         )
     }
