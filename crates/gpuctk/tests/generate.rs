@@ -539,3 +539,76 @@ fn transform_root_moves_host_paths() {
     );
     assert!(text.contains("--folder\",\"/usr/lib64\""), "{text}");
 }
+
+/// The EGL platform libraries carry their own version (`libnvidia-egl-wayland.so.1.1.13`), not
+/// the driver's: found through the real `ld.so.cache` (gcc builds one with its soname, ldconfig
+/// lists it) and mounted with its soname link, while a stray `libnvidia-egl-gbm.so.old` is not.
+#[test]
+fn egl_platform_libraries_with_their_own_version() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 1, "570.124.06", "debian");
+    let root = std::path::PathBuf::from(h.driver_root());
+    let container_lib_dir = h.manifest["lib_dir"].as_str().unwrap().to_string();
+    let lib_dir = root.join(container_lib_dir.trim_start_matches('/'));
+    let src = t.join("egl.c");
+    std::fs::write(&src, "int nvidia_egl_platform(void) { return 1; }\n").unwrap();
+    for (file, soname) in [
+        (
+            "libnvidia-egl-wayland.so.1.1.13",
+            "libnvidia-egl-wayland.so.1",
+        ),
+        ("libnvidia-egl-gbm.so.old", "libnvidia-egl-gbm.so.1"),
+    ] {
+        let o = std::process::Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(lib_dir.join(file))
+            .arg(format!("-Wl,-soname,{soname}"))
+            .arg(&src)
+            .output()
+            .expect("gcc");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = std::process::Command::new("ldconfig")
+        .arg("-r")
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let r = ok(&with(&["cdi", "generate", "--format", "json"], &h.roots()));
+    let spec: Value = serde_json::from_str(&r.stdout).unwrap();
+    let targets: Vec<&str> = spec["containerEdits"]["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["containerPath"].as_str())
+        .collect();
+    let wayland = format!("{container_lib_dir}/libnvidia-egl-wayland.so.1.1.13");
+    assert!(targets.contains(&wayland.as_str()), "{targets:?}");
+    assert!(
+        !targets.iter().any(|t| t.contains("egl-gbm")),
+        "{targets:?}"
+    );
+    let hooks = spec["containerEdits"]["hooks"].as_array().unwrap();
+    let links = hooks
+        .iter()
+        .find(|h| h["args"][1] == "create-symlinks")
+        .unwrap()
+        .to_string();
+    assert!(
+        links.contains("libnvidia-egl-wayland.so.1.1.13::")
+            && links.contains("libnvidia-egl-wayland.so.1\""),
+        "{links}"
+    );
+    // Through the shim it is a graphics library: `compute` does not bring it.
+    let r = ok(&with(&["info", "--json"], &h.roots()));
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    let lib = v["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "libnvidia-egl-wayland.so")
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    assert_eq!(lib["capability"], "graphics");
+    assert_eq!(lib["soname"], "libnvidia-egl-wayland.so.1");
+}

@@ -81,10 +81,25 @@ pub struct LibrarySpec {
     pub name: &'static str,
     /// The capability that asks for it.
     pub capability: Capability,
+    /// It carries a version of its own (`libnvidia-egl-wayland.so.1.1.13`), not the driver's:
+    /// found through `ld.so.cache` only, any numeric version accepted.
+    pub own_version: bool,
 }
 
 const fn lib(name: &'static str, capability: Capability) -> LibrarySpec {
-    LibrarySpec { name, capability }
+    LibrarySpec {
+        name,
+        capability,
+        own_version: false,
+    }
+}
+
+const fn own_version_lib(name: &'static str, capability: Capability) -> LibrarySpec {
+    LibrarySpec {
+        name,
+        capability,
+        own_version: true,
+    }
 }
 
 /// Every driver library we know, by capability (libnvidia-container's lists, plus the GLVND
@@ -123,6 +138,14 @@ pub const LIBRARIES: &[LibrarySpec] = &[
     lib("libGLESv1_CM_nvidia.so", Capability::Graphics),
     lib("libnvidia-glvkspirv.so", Capability::Graphics),
     lib("libnvidia-cbl.so", Capability::Graphics),
+    lib("libnvidia-vulkan-producer.so", Capability::Graphics),
+    // The EGL external platforms that the `egl_external_platform.d` files name (NVIDIA's CDI
+    // generator mounts them; libnvidia-container does not know them).
+    own_version_lib("libnvidia-egl-gbm.so", Capability::Graphics),
+    own_version_lib("libnvidia-egl-wayland.so", Capability::Graphics),
+    own_version_lib("libnvidia-egl-wayland2.so", Capability::Graphics),
+    own_version_lib("libnvidia-egl-xcb.so", Capability::Graphics),
+    own_version_lib("libnvidia-egl-xlib.so", Capability::Graphics),
     lib("libnvidia-ngx.so", Capability::Ngx),
 ];
 

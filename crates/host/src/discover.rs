@@ -329,8 +329,15 @@ fn name_matches(key: &str, name: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
-fn is_driver_file(file_name: &str, name: &str, version: &DriverVersion) -> bool {
-    file_name.starts_with(name) && file_name.ends_with(&format!(".so.{version}"))
+fn is_driver_file(file_name: &str, spec: &catalog::LibrarySpec, version: &DriverVersion) -> bool {
+    if spec.own_version {
+        // `<name>.<numeric version>`: the library's own release, whatever the driver's.
+        return file_name
+            .strip_prefix(spec.name)
+            .and_then(|v| v.strip_prefix('.'))
+            .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
+    }
+    file_name.starts_with(spec.name) && file_name.ends_with(&format!(".so.{version}"))
 }
 
 fn discover_libraries(
@@ -386,7 +393,7 @@ fn discover_libraries(
                     if let Ok(p) = resolve_in_root(root, Path::new(&e.value)) {
                         if p.file_name()
                             .and_then(|f| f.to_str())
-                            .is_some_and(|f| is_driver_file(f, spec.name, version))
+                            .is_some_and(|f| is_driver_file(f, spec, version))
                         {
                             found = Some(p);
                             break;
@@ -394,7 +401,8 @@ fn discover_libraries(
                     }
                 }
             }
-            if found.is_none() && (!is_32bit || cache.is_none()) {
+            // A library with its own version has no name to look for outside the cache.
+            if found.is_none() && !spec.own_version && (!is_32bit || cache.is_none()) {
                 // Where this driver's other libraries are first: a split install keeps them together.
                 let mut dirs: Vec<String> = out
                     .iter()
@@ -775,6 +783,30 @@ fn discover_ipc(root: &Path) -> Vec<HostFile> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_version_libraries_take_any_numeric_version() {
+        let v = DriverVersion::parse("570.124.06").unwrap();
+        let spec = |name| *catalog::LIBRARIES.iter().find(|l| l.name == name).unwrap();
+        let wayland = spec("libnvidia-egl-wayland.so");
+        assert!(is_driver_file(
+            "libnvidia-egl-wayland.so.1.1.13",
+            &wayland,
+            &v
+        ));
+        assert!(is_driver_file("libnvidia-egl-wayland.so.1", &wayland, &v));
+        for bad in [
+            "libnvidia-egl-wayland.so",
+            "libnvidia-egl-wayland.so.",
+            "libnvidia-egl-wayland.so.old",
+            "libnvidia-egl-wayland.so.1.bak",
+        ] {
+            assert!(!is_driver_file(bad, &wayland, &v), "{bad}");
+        }
+        let cuda = spec("libcuda.so");
+        assert!(is_driver_file("libcuda.so.570.124.06", &cuda, &v));
+        assert!(!is_driver_file("libcuda.so.1", &cuda, &v));
+    }
 
     #[test]
     fn prefix_match_respects_dots() {
