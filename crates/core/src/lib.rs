@@ -24,7 +24,7 @@ pub use require::{check as check_requirements, DeviceFacts, Facts, RequireError,
 pub use route::{route, stale_reason, Mode, Route, RouteError};
 pub use select::{cdi_name_to_device, select_gpus, SelectError};
 pub use spec::{
-    build_spec, spec_driver_version, NameStrategy, SpecError, SpecOptions,
+    build_management_spec, build_spec, spec_driver_version, NameStrategy, SpecError, SpecOptions,
     DRIVER_VERSION_ANNOTATION,
 };
 pub use verdict::{judge_cuda_start, CompatLibrary, CudaVerdict};

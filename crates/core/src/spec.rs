@@ -213,6 +213,62 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
     Ok(spec)
 }
 
+/// The spec for management containers (monitoring agents, device plugins: NVIDIA's
+/// `cdi generate --mode management`, whose installer writes it as `management.nvidia.com/gpu`):
+/// one device, `all`, with every NVIDIA device node in `nodes` (the host's, as listed, not the
+/// GPUs' alone), and a `chmod 755` of `/dev/nvidia-caps` when a node lies in it (a runtime may
+/// create the folder with a narrower mode); the common edits are the plan's driver files, env
+/// and hooks, without its device nodes, which are all in `all`.
+pub fn build_management_spec(
+    plan: &Plan,
+    nodes: &[gpuctk_host::DeviceNode],
+    vendor: &str,
+    class: &str,
+    hook_path: &str,
+    dev_root: &std::path::Path,
+) -> Result<Spec, SpecError> {
+    let kind = format!("{vendor}/{class}");
+    gpuctk_cdi::names::parse_qualified_name(&format!("{kind}=all"))
+        .map_err(|e| SpecError::BadKind(format!("--vendor/--class {kind:?}: {e}")))?;
+    if nodes.is_empty() {
+        return Err(SpecError::Empty(format!(
+            "no NVIDIA device node under {}/dev (load the driver, create the nodes with nvidia-ctk system create-device-nodes, or check --dev-root)",
+            dev_root.display()
+        )));
+    }
+    let mut all = ContainerEdits {
+        device_nodes: nodes.iter().map(crate::plan::cdi_node).collect(),
+        ..Default::default()
+    };
+    if nodes
+        .iter()
+        .any(|n| n.path.starts_with("/dev/nvidia-caps/"))
+    {
+        all.hooks.push(
+            crate::ops::InRootOp::Chmod {
+                mode: 0o755,
+                paths: vec!["/dev/nvidia-caps".to_string()],
+            }
+            .to_hook(hook_path),
+        );
+    }
+    let mut common = plan.common.clone();
+    common.device_nodes.clear();
+    let mut spec = Spec {
+        cdi_version: String::new(),
+        kind,
+        annotations: BTreeMap::new(),
+        devices: vec![Device {
+            name: "all".to_string(),
+            annotations: BTreeMap::new(),
+            container_edits: all,
+        }],
+        container_edits: common,
+    };
+    spec.cdi_version = gpuctk_cdi::version::minimum_version(&spec).to_string();
+    Ok(spec)
+}
+
 /// The driver version a spec was generated for: the annotation when present, else the
 /// `--host-driver-version` of its `enable-cuda-compat` hook (what NVIDIA's generator writes too).
 pub fn spec_driver_version(spec: &gpuctk_cdi::spec::Spec) -> Option<String> {

@@ -539,7 +539,7 @@ pub struct GenerateArgs {
         value_name = "PATH"
     )]
     pub hook_path: Option<String>,
-    /// Discovery mode: auto or nvml (gpuctk reads procfs for both); NVIDIA's csv, wsl, management, imex, gds, mofed, gdrcopy and nvswitch are refused with a message
+    /// Discovery mode: auto or nvml (gpuctk reads procfs for both), or management (one `all` device with every NVIDIA device node, for monitoring agents); NVIDIA's csv, wsl, imex, gds, mofed, gdrcopy and nvswitch are refused with a message
     #[arg(
         long,
         visible_alias = "discovery-mode",

@@ -524,6 +524,58 @@ fn podman_cdi_devices_and_our_shim() {
     );
     assert_eq!(gpus_seen(&run(&[])), Vec::<String>::new());
 
+    // A management spec, as NVIDIA's installer writes it for monitoring agents: its one `all`
+    // device brings every GPU and the host's other NVIDIA nodes (the MIG capability nodes).
+    let management = spec.with_file_name(format!(
+        "gpuctk-test-{}-management.yaml",
+        std::process::id()
+    ));
+    let _guard_management = SpecFile(management.clone());
+    ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--mode",
+            "management",
+            "--vendor",
+            "management.nvidia.com",
+            "--output",
+            management.to_str().unwrap(),
+            "--nvidia-cdi-hook-path",
+            GPUCTK,
+        ],
+        &bed.host.roots(),
+    ));
+    let r = run(&["--device", "management.nvidia.com/gpu=all"]);
+    assert_eq!(gpus_seen(&r), h.uuids(), "{}", r.stderr);
+    let r = out(&mut podman(
+        &bed,
+        &[
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--ulimit",
+            "nofile=20000:20000",
+            "--ulimit",
+            "nproc=32768:32768",
+            "--device",
+            "management.nvidia.com/gpu=all",
+            IMAGE,
+            "/bin/sh",
+            "-c",
+            "ls /dev/nvidia-caps; stat -c %a /dev/nvidia-caps",
+        ],
+    ));
+    assert!(
+        r.stdout.contains("nvidia-cap1")
+            && r.stdout.contains("nvidia-cap2")
+            && r.stdout.contains("755"),
+        "{} {}",
+        r.stdout,
+        r.stderr
+    );
+
     // NVIDIA's oci-hook mode: podman runs our prestart hook from a hooks dir, for every
     // container; the hook injects into those that ask.
     let hooks = bed.t.join("hooks.d");

@@ -612,3 +612,84 @@ fn egl_platform_libraries_with_their_own_version() {
     assert_eq!(lib["capability"], "graphics");
     assert_eq!(lib["soname"], "libnvidia-egl-wayland.so.1");
 }
+
+/// `--mode management` (NVIDIA's spec for monitoring agents, which its installer writes as
+/// `management.nvidia.com/gpu`): one `all` device with every NVIDIA node the host has, the GPUs',
+/// the control nodes and the MIG capability nodes, with the `chmod` of `/dev/nvidia-caps`; the
+/// driver files in the common edits, which carry no node. No node at all is a clear error.
+#[test]
+fn management_mode() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 4, "570.124.06", "debian");
+    let gen = |extra: &[&str]| {
+        let mut args = vec![
+            "cdi",
+            "generate",
+            "--mode",
+            "management",
+            "--format",
+            "json",
+            "--nvidia-cdi-hook-path",
+            "/usr/bin/nvidia-cdi-hook",
+        ];
+        args.extend_from_slice(extra);
+        run(&with(&args, &h.roots()))
+    };
+    let r = gen(&["--vendor", "management.nvidia.com"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let spec: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_cdi_schema(&spec);
+    assert_eq!(spec["kind"], "management.nvidia.com/gpu");
+    let devices = spec["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0]["name"], "all");
+    let nodes: Vec<&str> = devices[0]["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap())
+        .collect();
+    for want in [
+        "/dev/nvidia0",
+        "/dev/nvidia3",
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia-modeset",
+        "/dev/nvidia-caps/nvidia-cap1",
+        "/dev/nvidia-caps/nvidia-cap2",
+    ] {
+        assert!(nodes.contains(&want), "{want} missing: {nodes:?}");
+    }
+    let hooks = devices[0]["containerEdits"]["hooks"].to_string();
+    assert!(
+        hooks.contains(r#""chmod","--mode","755","--path","/dev/nvidia-caps""#),
+        "{hooks}"
+    );
+    let common = &spec["containerEdits"];
+    assert!(common.get("deviceNodes").is_none(), "{common}");
+    assert!(
+        common["mounts"]
+            .to_string()
+            .contains("libcuda.so.570.124.06"),
+        "{common}"
+    );
+    let file = t.join("management.json");
+    std::fs::write(&file, &r.stdout).unwrap();
+    let v = ok(&["cdi", "validate", file.to_str().unwrap()]);
+    assert!(v.stdout.contains("valid"), "{}", v.stdout);
+
+    // A host whose nodes are gone.
+    let dev = std::path::Path::new(&h.dev_root()).join("dev");
+    std::fs::remove_dir_all(&dev).unwrap();
+    std::fs::create_dir(&dev).unwrap();
+    let r = gen(&[]);
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("no NVIDIA device node under") && r.stderr.contains("--dev-root"),
+        "{}",
+        r.stderr
+    );
+    // Discovery's warnings name each missing node; the error is one line.
+    assert_eq!(r.stderr.matches("error:").count(), 1, "{}", r.stderr);
+}

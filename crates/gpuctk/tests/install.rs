@@ -209,6 +209,19 @@ fn install_twice_changes_nothing_and_uninstall_gives_the_host_back() {
         assert!(names.contains(&n), "{names:?}");
     }
     assert!(spec_text.contains("/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06"));
+    // The management spec beside it, as NVIDIA's installer writes it: one `all` device.
+    let management_text =
+        fs::read_to_string(h.join("run/cdi/management.nvidia.com-gpu.yaml")).unwrap();
+    assert!(!management_text.contains(hs), "{management_text}");
+    let management = yaml(&management_text);
+    assert_cdi_schema(&management);
+    assert_eq!(management["kind"], "management.nvidia.com/gpu");
+    assert_eq!(management["devices"][0]["name"], "all");
+    assert!(
+        management_text.contains("path: /dev/nvidia1")
+            && management_text.contains("/usr/local/nvidia/toolkit/nvidia-cdi-hook"),
+        "{management_text}"
+    );
     // The runtimes in a drop-in the main config imports; real containerd sees all three.
     let main = fs::read_to_string(h.join("etc/containerd/config.toml")).unwrap();
     assert!(

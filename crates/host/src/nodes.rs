@@ -69,6 +69,41 @@ pub fn existing_nodes(dev_root: &Path) -> io::Result<Vec<Node>> {
     Ok(out)
 }
 
+/// What a management container gets (NVIDIA's `cdi generate --mode management`): every NVIDIA
+/// character device under `<dev_root>/dev` as [`existing_nodes`] finds them, and the IMEX
+/// channels (`nvidia-caps-imex-channels/channel*`), with their modes and groups. Found by
+/// listing, not from procfs: a management container sees what the host has.
+pub fn management_nodes(dev_root: &Path) -> io::Result<Vec<crate::DeviceNode>> {
+    let dev = host_path(dev_root, Path::new("/dev"));
+    let mut found = existing_nodes(dev_root)?;
+    let mut channels = Vec::new();
+    char_nodes_in(
+        &dev.join("nvidia-caps-imex-channels"),
+        "channel",
+        "nvidia-caps-imex-channels/",
+        &mut channels,
+    )?;
+    channels.sort_by(|a, b| a.name.cmp(&b.name));
+    found.extend(channels);
+    let mut out = Vec::with_capacity(found.len());
+    for n in found {
+        let host = dev.join(&n.name);
+        // Gone since the listing: left out, as a node that was never there.
+        let Ok(md) = fs::symlink_metadata(&host) else {
+            continue;
+        };
+        out.push(crate::DeviceNode {
+            path: format!("/dev/{}", n.name),
+            host_path: host,
+            major: n.major,
+            minor: n.minor,
+            mode: md.mode() & 0o7777,
+            gid: md.gid(),
+        });
+    }
+    Ok(out)
+}
+
 /// Why the expected nodes cannot be told.
 #[derive(Debug, thiserror::Error)]
 pub enum NodesError {

@@ -19,9 +19,9 @@ const OUR_HOOKS: [&str; 3] = ["create-symlinks", "enable-cuda-compat", "update-l
 /// a user gets (another discovery mode), a warning where they would not.
 fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
     match a.mode.as_str() {
-        "auto" | "nvml" => {}
+        "auto" | "nvml" | "management" => {}
         other => bail!(
-            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs; use --mode auto or nvml)"
+            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, and the management one; use --mode auto, nvml or management)"
         ),
     }
     if !a.csv_files.is_empty()
@@ -114,6 +114,24 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
     } else {
         hook_warning(&hook_path, a.hook_path.is_none())
     };
+    if a.mode == "management" {
+        let nodes =
+            gpuctk_host::nodes::management_nodes(&inv.roots.dev_root).with_context(|| {
+                format!(
+                    "--mode management: cannot list the device nodes under {}/dev",
+                    inv.roots.dev_root.display()
+                )
+            })?;
+        let spec = gpuctk_core::build_management_spec(
+            &plan,
+            &nodes,
+            &a.vendor,
+            &a.class,
+            &hook_path,
+            &inv.roots.dev_root,
+        )?;
+        return validated(spec).map(|s| (s, warning));
+    }
     let strategies = a
         .strategies
         .iter()
@@ -135,7 +153,11 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
             annotate_driver_version: a.driver_version_annotation,
         },
     )?;
-    // What we write must pass our own validator; anything else is our bug, not the user's.
+    validated(spec).map(|s| (s, warning))
+}
+
+/// What we write must pass our own validator; anything else is our bug, not the user's.
+fn validated(spec: Spec) -> anyhow::Result<Spec> {
     let issues = gpuctk_cdi::validate::validate(&spec);
     if !issues.is_empty() {
         bail!(
@@ -147,7 +169,7 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
                 .join("; ")
         );
     }
-    Ok((spec, warning))
+    Ok(spec)
 }
 
 pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {

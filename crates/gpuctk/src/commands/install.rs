@@ -57,6 +57,10 @@ pub const CONFIG: &str = crate::config::INSTALLED_CONFIG;
 /// The CDI spec's file name in the spec dir.
 pub const SPEC: &str = "nvidia.yaml";
 
+/// The management spec's file name (kind `management.nvidia.com/gpu`), as NVIDIA's installer
+/// names it: monitoring agents and NVIDIA's NRI plugin ask for `management.nvidia.com/gpu=all`.
+pub const MANAGEMENT_SPEC: &str = "management.nvidia.com-gpu.yaml";
+
 /// One runtime registered with the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Runtime {
@@ -379,9 +383,9 @@ fn put_link(host: &Host, path: &Path, target: &Path, m: &mut Manifest) -> anyhow
     Ok(outcome)
 }
 
-/// The CDI spec of the host's GPUs, with host paths as the host sees them and the toolkit's
-/// hook.
-fn spec_text(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<String> {
+/// The CDI spec of the host's GPUs and the management spec, with host paths as the host sees
+/// them and the toolkit's hook.
+fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(String, String)> {
     let driver_root = resolve_in_root(&host.root, &a.driver_root);
     let dev_root = match &a.dev_root {
         Some(d) => resolve_in_root(&host.root, d),
@@ -412,28 +416,49 @@ fn spec_text(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<Str
     let p = plan(
         &inv,
         &PlanOptions {
-            hook_path: hook,
+            hook_path: hook.clone(),
             capabilities: CapabilitySet::all(),
         },
     );
-    let mut spec = build_spec(&inv, &p, &SpecOptions::default())?;
-    let root = host.root.to_string_lossy();
-    if host.root != Path::new("/") {
-        // Discovery saw the host under the host root; the host sees it at /.
-        transform_root(&mut spec, &root, "/", RelativeTo::Host);
-    }
-    let issues = gpuctk_cdi::validate::validate(&spec);
-    if !issues.is_empty() {
-        bail!(
-            "internal error: the generated spec is invalid: {}",
-            issues
-                .iter()
-                .map(|i| i.to_string())
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
-    }
-    Ok(spec.to_format(Format::Yaml))
+    let spec = build_spec(&inv, &p, &SpecOptions::default())?;
+    let nodes = gpuctk_host::nodes::management_nodes(&roots.dev_root).with_context(|| {
+        format!(
+            "cannot list the device nodes under {}/dev",
+            roots.dev_root.display()
+        )
+    })?;
+    let management = gpuctk_core::build_management_spec(
+        &p,
+        &nodes,
+        "management.nvidia.com",
+        "gpu",
+        &hook,
+        &roots.dev_root,
+    )?;
+    let text = |mut spec: gpuctk_cdi::spec::Spec| -> anyhow::Result<String> {
+        if host.root != Path::new("/") {
+            // Discovery saw the host under the host root; the host sees it at /.
+            transform_root(
+                &mut spec,
+                &host.root.to_string_lossy(),
+                "/",
+                RelativeTo::Host,
+            );
+        }
+        let issues = gpuctk_cdi::validate::validate(&spec);
+        if !issues.is_empty() {
+            bail!(
+                "internal error: the generated spec is invalid: {}",
+                issues
+                    .iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        Ok(spec.to_format(Format::Yaml))
+    };
+    Ok((text(spec)?, text(management)?))
 }
 
 fn engine_of(e: EngineArg) -> Engine {
@@ -592,7 +617,7 @@ fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
         bail!("--dev-root: give it as the host sees it, absolute");
     }
     let config_toml = config_text(&toolkit, &a.driver_root, a.dev_root.as_deref())?;
-    let spec = spec_text(&host, a, &toolkit)?;
+    let (spec, management_spec) = spec_texts(&host, a, &toolkit)?;
 
     let mut out = std::io::stdout().lock();
     host.make_dirs(&toolkit, &mut m)?;
@@ -615,6 +640,15 @@ fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
     let spec_path = a.cdi_spec_dir.join(SPEC);
     let o = put_file(&host, &spec_path, spec.as_bytes(), 0o644, &mut m)?;
     report(&mut out, o, &spec_path)?;
+    let management_path = a.cdi_spec_dir.join(MANAGEMENT_SPEC);
+    let o = put_file(
+        &host,
+        &management_path,
+        management_spec.as_bytes(),
+        0o644,
+        &mut m,
+    )?;
+    report(&mut out, o, &management_path)?;
 
     // The engine: its config's directory and the drop-in's are ours to create if missing.
     if let Some(dir) = config.parent() {
