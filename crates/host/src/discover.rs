@@ -489,20 +489,14 @@ fn discover_binaries(root: &Path) -> Vec<HostFile> {
     for spec in catalog::BINARIES {
         for dir in catalog::BINARY_DIRS {
             let p = Path::new(dir).join(spec.name);
-            if fs::symlink_metadata(host_path(root, &p)).is_err() {
-                continue;
-            }
-            if let Ok(resolved) = resolve_in_root(root, &p) {
-                let hp = host_path(root, &resolved);
-                if hp.is_file() {
-                    out.push(HostFile {
-                        name: spec.name.to_string(),
-                        capability: Some(spec.capability),
-                        host_path: hp,
-                        path: p.to_string_lossy().into_owned(),
-                    });
-                    break;
-                }
+            if let Some(hp) = regular_file_in_root(root, &p) {
+                out.push(HostFile {
+                    name: spec.name.to_string(),
+                    capability: Some(spec.capability),
+                    host_path: hp,
+                    path: p.to_string_lossy().into_owned(),
+                });
+                break;
             }
         }
     }
