@@ -219,9 +219,16 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
 /// GPUs' alone), and a `chmod 755` of `/dev/nvidia-caps` when a node lies in it (a runtime may
 /// create the folder with a narrower mode); the common edits are the plan's driver files, env
 /// and hooks, without its device nodes, which are all in `all`.
+///
+/// Except the MIG config capability's node (`mig_config_minor`): it lets a container repartition
+/// every MIG GPU of the host, which the gate gives privileged containers only
+/// (`NVIDIA_MIG_CONFIG_DEVICES`); a management device, which a container may ask for by name in
+/// its env, must not be a way around that (NVIDIA's spec includes it). The monitor capability
+/// stays: monitoring agents need it.
 pub fn build_management_spec(
     plan: &Plan,
     nodes: &[gpuctk_host::DeviceNode],
+    mig_config_minor: Option<u32>,
     vendor: &str,
     class: &str,
     hook_path: &str,
@@ -236,8 +243,13 @@ pub fn build_management_spec(
             dev_root.display()
         )));
     }
+    let config_node = mig_config_minor.map(|m| format!("/dev/nvidia-caps/nvidia-cap{m}"));
+    let nodes: Vec<&gpuctk_host::DeviceNode> = nodes
+        .iter()
+        .filter(|n| Some(&n.path) != config_node.as_ref())
+        .collect();
     let mut all = ContainerEdits {
-        device_nodes: nodes.iter().map(crate::plan::cdi_node).collect(),
+        device_nodes: nodes.iter().map(|n| crate::plan::cdi_node(n)).collect(),
         ..Default::default()
     };
     if nodes

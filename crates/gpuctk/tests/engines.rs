@@ -525,7 +525,8 @@ fn podman_cdi_devices_and_our_shim() {
     assert_eq!(gpus_seen(&run(&[])), Vec::<String>::new());
 
     // A management spec, as NVIDIA's installer writes it for monitoring agents: its one `all`
-    // device brings every GPU and the host's other NVIDIA nodes (the MIG capability nodes).
+    // device brings every GPU and the host's other NVIDIA nodes (the MIG monitor capability; not
+    // the config one, which only privileged containers get).
     let management = spec.with_file_name(format!(
         "gpuctk-test-{}-management.yaml",
         std::process::id()
@@ -568,8 +569,8 @@ fn podman_cdi_devices_and_our_shim() {
         ],
     ));
     assert!(
-        r.stdout.contains("nvidia-cap1")
-            && r.stdout.contains("nvidia-cap2")
+        !r.stdout.contains("nvidia-cap1\n")
+            && r.stdout.contains("nvidia-cap2\n")
             && r.stdout.contains("755"),
         "{} {}",
         r.stdout,

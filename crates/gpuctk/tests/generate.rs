@@ -615,8 +615,9 @@ fn egl_platform_libraries_with_their_own_version() {
 
 /// `--mode management` (NVIDIA's spec for monitoring agents, which its installer writes as
 /// `management.nvidia.com/gpu`): one `all` device with every NVIDIA node the host has, the GPUs',
-/// the control nodes and the MIG capability nodes, with the `chmod` of `/dev/nvidia-caps`; the
-/// driver files in the common edits, which carry no node. No node at all is a clear error.
+/// the control nodes and the MIG monitor capability, with the `chmod` of `/dev/nvidia-caps`;
+/// not the MIG config capability, which only a privileged container gets; the driver files in
+/// the common edits, which carry no node. No node at all is a clear error.
 #[test]
 fn management_mode() {
     let t = TestDir::new();
@@ -656,11 +657,18 @@ fn management_mode() {
         "/dev/nvidia-uvm",
         "/dev/nvidia-uvm-tools",
         "/dev/nvidia-modeset",
-        "/dev/nvidia-caps/nvidia-cap1",
-        "/dev/nvidia-caps/nvidia-cap2",
+        &format!(
+            "/dev/nvidia-caps/nvidia-cap{}",
+            gpuctk_mockhost::MIG_MONITOR_MINOR
+        ),
     ] {
         assert!(nodes.contains(&want), "{want} missing: {nodes:?}");
     }
+    let config = format!(
+        "/dev/nvidia-caps/nvidia-cap{}",
+        gpuctk_mockhost::MIG_CONFIG_MINOR
+    );
+    assert!(!nodes.contains(&config.as_str()), "{nodes:?}");
     let hooks = devices[0]["containerEdits"]["hooks"].to_string();
     assert!(
         hooks.contains(r#""chmod","--mode","755","--path","/dev/nvidia-caps""#),

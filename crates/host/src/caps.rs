@@ -240,6 +240,21 @@ pub fn mig_capability(roots: &Roots, cap: MigCapability) -> Result<DeviceNode, C
     )
 }
 
+/// The minor of the node that grants `cap`, from `capabilities/mig/<name>`; `None` when the
+/// driver has no such file (no MIG support loaded).
+pub fn mig_capability_minor(roots: &Roots, cap: MigCapability) -> Result<Option<u32>, CapsError> {
+    let path = caps_proc_dir(roots).join("mig").join(cap.name());
+    let mut text = String::new();
+    match std::fs::File::open(&path).and_then(|f| f.take(MAX_CAP_FILE).read_to_string(&mut text)) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(CapsError::Read { path, source }),
+    }
+    parse_cap_file(&text)
+        .map(|f| Some(f.minor))
+        .map_err(|source| CapsError::Parse { path, source })
+}
+
 /// The node of IMEX channel `id`, checked on the host (the `nvidia-caps-imex-channels` major).
 pub fn imex_channel(roots: &Roots, id: u32) -> Result<DeviceNode, CapsError> {
     if id > MAX_IMEX_CHANNEL {

@@ -122,9 +122,14 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
                     inv.roots.dev_root.display()
                 )
             })?;
+        let config_minor = gpuctk_host::caps::mig_capability_minor(
+            &inv.roots,
+            gpuctk_host::MigCapability::Config,
+        )?;
         let spec = gpuctk_core::build_management_spec(
             &plan,
             &nodes,
+            config_minor,
             &a.vendor,
             &a.class,
             &hook_path,

@@ -427,9 +427,12 @@ fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(S
             roots.dev_root.display()
         )
     })?;
+    let config_minor =
+        gpuctk_host::caps::mig_capability_minor(&roots, gpuctk_host::MigCapability::Config)?;
     let management = gpuctk_core::build_management_spec(
         &p,
         &nodes,
+        config_minor,
         "management.nvidia.com",
         "gpu",
         &hook,
