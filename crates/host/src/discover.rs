@@ -529,13 +529,24 @@ fn discover_configs(
             .map(String::as_str)
             .collect()
     };
+    // Most of the ~80 candidates sit in folders a host does not have (`/usr/local/share/egl`,
+    // `/usr/X11R6/...`): one stat per folder, remembered, spares a stat per file on the
+    // runtime's just-in-time path.
+    let mut folders: std::collections::HashMap<PathBuf, bool> = std::collections::HashMap::new();
+    let mut folder_exists = |p: &Path| -> bool {
+        let Some(parent) = p.parent() else {
+            return true;
+        };
+        *folders
+            .entry(parent.to_path_buf())
+            .or_insert_with(|| fs::symlink_metadata(host_path(root, parent)).is_ok())
+    };
     for spec in catalog::CONFIGS {
         let extra = spec.at_driver_root.then_some("/");
-        let found = search
-            .iter()
-            .copied()
-            .chain(extra)
-            .find_map(|dir| regular_file_in_root(root, &Path::new(dir).join(spec.rel)));
+        let found = search.iter().copied().chain(extra).find_map(|dir| {
+            let p = Path::new(dir).join(spec.rel);
+            folder_exists(&p).then(|| regular_file_in_root(root, &p))?
+        });
         if let Some(hp) = found {
             let base = match spec.target {
                 catalog::ConfigTarget::UsrShare => "/usr/share",
@@ -573,6 +584,9 @@ fn discover_configs(
         };
         let found = dirs.iter().find_map(|d| {
             let p = Path::new(d).join(&file);
+            if !folder_exists(&p) {
+                return None;
+            }
             regular_file_in_root(root, &p).map(|hp| (p, hp))
         });
         if let Some((p, hp)) = found {
