@@ -185,6 +185,17 @@ pub fn exec(args: &[OsString], parsed: &RuncArgs) -> String {
 /// exits with the runtime's status.
 fn delete_and_forget(mut cmd: std::process::Command, record: &Record, parsed: &RuncArgs) -> String {
     use std::os::unix::process::ExitStatusExt;
+    // An engine that kills the runtime it started (a timeout) kills this process: the runtime
+    // goes with it, as it would had we exec'd it.
+    // SAFETY: prctl is async-signal-safe and touches nothing of the parent's.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let status = match cmd.status() {
         Ok(s) => s,
         Err(e) => return format!("run {}: {e}", record.runtime.display()),
