@@ -74,6 +74,15 @@ fn positionals<'a>(args: &'a [OsString], parsed: &RuncArgs) -> impl Iterator<Ite
         .filter(|a| !a.starts_with('-'))
 }
 
+/// `--detach`/`-d` after the command (`run -d`, `--detach=true`).
+fn detached(args: &[OsString], parsed: &RuncArgs) -> bool {
+    let from = parsed.command_index.map_or(args.len(), |i| i + 1);
+    args[from.min(args.len())..]
+        .iter()
+        .filter_map(|a| a.to_str())
+        .any(|a| matches!(a, "-d" | "--detach" | "-d=true" | "--detach=true"))
+}
+
 /// At `create`/`run`: remember `runtime` for the container id, so that every later call on it
 /// goes to the same runtime (see [`recorded_runtime`]).
 pub fn record_runtime(
@@ -81,6 +90,11 @@ pub fn record_runtime(
     parsed: &RuncArgs,
     runtime: &std::path::Path,
 ) -> std::io::Result<()> {
+    // A `run` in the foreground deletes its container when it ends, and no `delete` comes
+    // to remove a record: only a detached one is recorded.
+    if parsed.command.as_deref() == Some("run") && !detached(args, parsed) {
+        return Ok(());
+    }
     // The id is the last word of create/run (`create [opts] <id>`).
     let Some(id) = positionals(args, parsed).last().filter(|id| safe_id(id)) else {
         return Ok(());

@@ -1681,4 +1681,11 @@ fn vendor_files_follow_the_capabilities() {
             }
         }
     }
+    // A `run` in the foreground is deleted by the runtime when it ends: it leaves no record.
+    let mut records = bed.state_root.clone().into_os_string();
+    records.push(".gpuctk");
+    let left: Vec<_> = fs::read_dir(&records)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "records left by runs: {left:?}");
 }
