@@ -490,6 +490,7 @@ mod tests {
                         bus_id: format!("0000:0{i}:00.0"),
                         model: "Mock".into(),
                         node: Some(node(&format!("/dev/nvidia{i}"), i)),
+                        drm: Vec::new(),
                     })
                     .collect(),
                 control_nodes: vec![node("/dev/nvidiactl", 255)],

@@ -211,6 +211,11 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
             let node = g.node.as_ref()?;
             let mut edits = ContainerEdits::default();
             edits.device_nodes.push(cdi_node(node));
+            // Its DRM nodes go with it for a display or a GBM/Wayland client (NVIDIA's graphics
+            // modifier gives them to `graphics` and `display`).
+            if caps.contains(Capability::Graphics) || caps.contains(Capability::Display) {
+                edits.device_nodes.extend(g.drm.iter().map(cdi_node));
+            }
             Some(GpuEdits {
                 index: g.index,
                 uuid: g.uuid.clone(),

@@ -72,14 +72,24 @@ fn check_spec(h: &Host, spec: &Value, gpus: usize, version: &str) {
                 .iter()
                 .find(|d| d["name"] == name.as_str())
                 .unwrap_or_else(|| panic!("no device {name}"));
+            // The GPU's node, then its DRM card and render nodes (from its sysfs folder).
             let nodes = d["containerEdits"]["deviceNodes"].as_array().unwrap();
-            assert_eq!(nodes.len(), 1);
-            assert_eq!(nodes[0]["path"], format!("/dev/nvidia{i}").as_str());
+            let paths: Vec<&str> = nodes.iter().map(|n| n["path"].as_str().unwrap()).collect();
+            assert_eq!(
+                paths,
+                [
+                    format!("/dev/nvidia{i}"),
+                    format!("/dev/dri/card{i}"),
+                    format!("/dev/dri/renderD{}", 128 + i)
+                ]
+            );
             assert_eq!(
                 nodes[0]["hostPath"],
                 format!("{}/dev/nvidia{i}", h.dev_root()).as_str()
             );
-            assert_node_matches_host(&nodes[0]);
+            for n in nodes {
+                assert_node_matches_host(n);
+            }
         }
     }
     let all = devices.last().unwrap();
@@ -89,7 +99,7 @@ fn check_spec(h: &Host, spec: &Value, gpus: usize, version: &str) {
             .as_array()
             .unwrap()
             .len(),
-        gpus
+        3 * gpus
     );
 
     let common = &spec["containerEdits"];

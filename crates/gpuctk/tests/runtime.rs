@@ -1619,13 +1619,14 @@ fn mig_and_imex_env_through_the_hook_and_the_shim() {
     );
 }
 
-/// The loaders' vendor files follow the capabilities, through the shim's just-in-time edits and
-/// through the legacy prestart hook: `graphics` gives the EGL vendor file and the Vulkan ICD at
-/// the paths the loaders read (NVIDIA's), the driver's bytes; `compute` gives the OpenCL ICD
-/// only; `utility` none.
+/// The loaders' vendor files and the DRM nodes follow the capabilities, through the shim's
+/// just-in-time edits and through the legacy prestart hook: `graphics` gives the EGL vendor file
+/// and the Vulkan ICD at the paths the loaders read (NVIDIA's), the driver's bytes, and the
+/// selected GPU's `/dev/dri` card and render nodes (not the other GPU's); `compute` gives the
+/// OpenCL ICD only; `utility` none.
 #[test]
-fn vendor_files_follow_the_capabilities() {
-    let bed = Bed::new("runc", "debian", 1);
+fn vendor_files_and_drm_nodes_follow_the_capabilities() {
+    let bed = Bed::new("runc", "debian", 2);
     let auto = fs::read_to_string(&bed.config).unwrap();
     let legacy = auto.replace(
         "[nvidia-container-runtime]\n",
@@ -1648,14 +1649,22 @@ fn vendor_files_follow_the_capabilities() {
                 &format!("NVIDIA_DRIVER_CAPABILITIES={caps}"),
             ]);
             bed.edit(|s| {
-                let script: Vec<String> = files
+                let mut script: Vec<String> = files
                     .iter()
                     .map(|f| format!("echo '=={f}'; cat {f} 2>/dev/null || echo absent"))
                     .collect();
+                script.push("echo '==dri'; ls /dev/dri 2>/dev/null | tr '\\n' ' '; echo".into());
                 s["process"]["args"] = json!(["/bin/sh", "-c", script.join("; ")]);
             });
             let r = bed.run(&format!("vendor-{mode}-{caps}"));
             assert_eq!(r.code, 0, "{mode} {caps}: {}", r.stderr);
+            let dri = r.stdout.split("==dri\n").nth(1).unwrap_or("").trim();
+            let want_dri = if caps == "graphics" {
+                "card0 renderD128"
+            } else {
+                ""
+            };
+            assert_eq!(dri, want_dri, "{mode} {caps}: {}", r.stdout);
             for f in files {
                 let seen = r
                     .stdout

@@ -194,6 +194,46 @@ fn read_majors(proc_root: &Path) -> Result<Vec<(u32, String)>, DiscoverError> {
     }
 }
 
+/// The most entries of a GPU's sysfs `drm` folder looked at (a GPU has a card and a render node).
+const MAX_DRM_ENTRIES: usize = 64;
+
+/// The DRM nodes of the GPU at `bus_id`: the `card*` and `renderD*` entries of
+/// `<dev_root>/sys/bus/pci/devices/<bus_id>/drm` (sysfs, where `nvidia-drm` lists them), each
+/// checked as a character device at `<dev_root>/dev/dri/<name>`, sorted by name. The sysfs of
+/// the dev root, not a root of its own: on a host and under the GPU Operator the device view
+/// is `/` (`/dev` and `/sys`), and a mock host lays both out under its dev root. No folder (no
+/// `nvidia-drm`) is no node; a node that is not there is a warning.
+fn discover_drm(dev_root: &Path, bus_id: &str, warnings: &mut Vec<String>) -> Vec<DeviceNode> {
+    let dir = host_path(
+        dev_root,
+        &Path::new("/sys/bus/pci/devices")
+            .join(bus_id.to_ascii_lowercase())
+            .join("drm"),
+    );
+    let Ok(rd) = fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = rd
+        .take(MAX_DRM_ENTRIES)
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| {
+            let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+            n.strip_prefix("card").is_some_and(digits)
+                || n.strip_prefix("renderD").is_some_and(digits)
+        })
+        .collect();
+    names.sort();
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        match stat_node(dev_root, &format!("dri/{n}")) {
+            Ok(node) => out.push(node),
+            Err(e) => warnings.push(format!("GPU {bus_id}: DRM node left out: {e}")),
+        }
+    }
+    out
+}
+
 /// Why a device node is left out (a warning, not an error of discovery).
 #[derive(Debug, thiserror::Error)]
 enum NodeError {
@@ -279,6 +319,7 @@ fn discover_gpus(
                 None
             }
         };
+        let drm = discover_drm(&roots.dev_root, &info.bus_id, warnings);
         gpus.push(Gpu {
             index: index as u32,
             minor: info.minor,
@@ -286,6 +327,7 @@ fn discover_gpus(
             bus_id: info.bus_id,
             model: info.model,
             node,
+            drm,
         });
     }
     Ok(gpus)

@@ -61,6 +61,10 @@ pub struct Gpu {
     pub model: String,
     /// Its device node, `None` when `/dev/nvidiaN` is missing or wrong.
     pub node: Option<DeviceNode>,
+    /// Its DRM nodes (`/dev/dri/cardN`, `/dev/dri/renderDN`), from
+    /// `<dev root>/sys/bus/pci/devices/<bus id>/drm`: the ones a display or a GBM/Wayland
+    /// client opens. Empty without `nvidia-drm` loaded.
+    pub drm: Vec<DeviceNode>,
 }
 
 /// A driver library found on the host.

@@ -15,6 +15,8 @@ use crate::{ids, patch, procfs, sys, Error};
 
 /// Major number of the NVIDIA GPU and control device nodes.
 pub const NVIDIA_MAJOR: u32 = 195;
+/// Major of the DRM nodes (`/dev/dri/card*`, `renderD*`).
+pub const DRM_MAJOR: u32 = 226;
 /// Minor of `/dev/nvidiactl`.
 pub const NVIDIACTL_MINOR: u32 = 255;
 /// Minor of `/dev/nvidia-modeset`.
@@ -370,6 +372,24 @@ fn write_device_nodes(host: &MockHost) -> Result<(), Error> {
     sys::make_dir(&dev, 0o755)?;
     for gpu in &host.gpus {
         sys::make_char_device(&host.gpu_node(gpu.minor), NVIDIA_MAJOR, gpu.minor, 0o666)?;
+    }
+    // What nvidia-drm makes: a card and a render node per GPU, listed in the GPU's sysfs folder.
+    let dri = dev.join("dri");
+    sys::make_dir(&dri, 0o755)?;
+    for gpu in &host.gpus {
+        let (card, render) = (
+            format!("card{}", gpu.index),
+            format!("renderD{}", 128 + gpu.index),
+        );
+        sys::make_char_device(&dri.join(&card), DRM_MAJOR, gpu.index, 0o660)?;
+        sys::make_char_device(&dri.join(&render), DRM_MAJOR, 128 + gpu.index, 0o666)?;
+        let drm = host
+            .dev_root
+            .join("sys/bus/pci/devices")
+            .join(&gpu.bus_id)
+            .join("drm");
+        sys::make_dir(&drm.join(&card), 0o755)?;
+        sys::make_dir(&drm.join(&render), 0o755)?;
     }
     sys::make_char_device(&dev.join("nvidiactl"), NVIDIA_MAJOR, NVIDIACTL_MINOR, 0o666)?;
     sys::make_char_device(

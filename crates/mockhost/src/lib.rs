@@ -26,8 +26,8 @@ mod sys;
 
 pub use error::Error;
 pub use host::{
-    compat_libcuda, create_host, load_host, HostConfig, Layout, MockGpu, MockHost, HOST_JSON,
-    MAX_GPUS, MAX_IMEX_CHANNELS, MIG_CONFIG_MINOR, MIG_MONITOR_MINOR, NVIDIACTL_MINOR,
+    compat_libcuda, create_host, load_host, HostConfig, Layout, MockGpu, MockHost, DRM_MAJOR,
+    HOST_JSON, MAX_GPUS, MAX_IMEX_CHANNELS, MIG_CONFIG_MINOR, MIG_MONITOR_MINOR, NVIDIACTL_MINOR,
     NVIDIA_MAJOR, NVIDIA_MODESET_MINOR, VENDOR_FILES,
 };
 pub use ids::{fnv1a64, gpu_bus_id, gpu_uuid};
