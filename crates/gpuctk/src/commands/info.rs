@@ -52,9 +52,10 @@ pub fn render(inv: &Inventory) -> String {
             .as_ref()
             .map(node)
             .unwrap_or_else(|| format!("/dev/nvidia{} MISSING", g.minor));
+        let drm: String = g.drm.iter().map(|d| format!(", {}", node(d))).collect();
         let _ = writeln!(
             s,
-            "  {:>2}  {}  {}  {}  {n}",
+            "  {:>2}  {}  {}  {}  {n}{drm}",
             g.index, g.uuid, g.bus_id, g.model
         );
     }
