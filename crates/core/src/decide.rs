@@ -10,7 +10,7 @@
 
 use gpuctk_cdi::registry::{Registry, ResolveError};
 use gpuctk_cdi::spec::ContainerEdits;
-use gpuctk_host::{CapsError, DeviceNode, DiscoverError, Inventory, MigCapability};
+use gpuctk_host::{Capability, CapsError, DeviceNode, DiscoverError, Inventory, MigCapability};
 
 use crate::ops::InRootOp;
 use crate::request::{Delivery, DeviceId, Devices, Request};
@@ -22,8 +22,10 @@ use crate::{plan, PlanOptions};
 
 /// What the decision may ask of the host; each method is called only when the route needs it.
 pub trait HostView {
-    /// Discovery of the driver and GPUs, for just-in-time edits.
-    fn inventory(&mut self) -> Result<Inventory, DiscoverError>;
+    /// Discovery of the driver and GPUs, for just-in-time edits; with `graphics` false the
+    /// caller needs nothing that only `graphics` or `display` selects (DRM nodes, the EGL and
+    /// Vulkan files, the Xorg modules), and discovery may leave them out.
+    fn inventory(&mut self, graphics: bool) -> Result<Inventory, DiscoverError>;
     /// The CDI specs in the spec dirs that may define devices of these vendors.
     fn registry(&mut self, vendors: &[&str]) -> Registry;
     /// The running driver's version (procfs), to tell a stale static spec.
@@ -245,7 +247,9 @@ fn jit(
     host: &mut dyn HostView,
     origin: Origin,
 ) -> Result<Injection, DecideError> {
-    let inv = host.inventory()?;
+    let caps = &request.capabilities;
+    let inv =
+        host.inventory(caps.contains(Capability::Graphics) || caps.contains(Capability::Display))?;
     for w in &inv.warnings {
         host.warn(w);
     }
@@ -473,7 +477,7 @@ mod tests {
     }
 
     impl HostView for Fake {
-        fn inventory(&mut self) -> Result<Inventory, DiscoverError> {
+        fn inventory(&mut self, _graphics: bool) -> Result<Inventory, DiscoverError> {
             self.discovered += 1;
             Ok(Inventory {
                 roots: Roots::default(),

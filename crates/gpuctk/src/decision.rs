@@ -41,8 +41,12 @@ pub fn roots(cfg: &Config) -> Roots {
 }
 
 impl HostView for LiveHost<'_> {
-    fn inventory(&mut self) -> Result<Inventory, DiscoverError> {
-        gpuctk_host::discover(&roots(self.cfg), &DiscoverOptions::default())
+    fn inventory(&mut self, graphics: bool) -> Result<Inventory, DiscoverError> {
+        let opts = DiscoverOptions {
+            skip_graphics: !graphics,
+            ..Default::default()
+        };
+        gpuctk_host::discover(&roots(self.cfg), &opts)
     }
     fn registry(&mut self, vendors: &[&str]) -> Registry {
         Registry::load_for_vendors(&self.cfg.spec_dirs, vendors)

@@ -86,6 +86,10 @@ pub struct DiscoverOptions {
     /// Directories (inside the driver root) to look for the loaders' vendor files in, instead of
     /// [`catalog::CONFIG_SEARCH_DIRS`] (`--config-search-path`).
     pub config_search_paths: Vec<String>,
+    /// Leave out what only `graphics` or `display` selects (each GPU's DRM nodes, the EGL and
+    /// Vulkan files, `nvoptix.bin`, the Xorg files): a runtime's just-in-time discovery for a
+    /// container that asks for neither, which spares a folder listing per GPU.
+    pub skip_graphics: bool,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> DiscoverError + '_ {
@@ -131,7 +135,7 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
         .find(|(_, n)| n == "nvidia-uvm")
         .map(|(m, _)| *m);
 
-    let gpus = discover_gpus(roots, nvidia_major, &mut warnings)?;
+    let gpus = discover_gpus(roots, nvidia_major, !opts.skip_graphics, &mut warnings)?;
     let control_nodes = discover_control_nodes(roots, nvidia_major, uvm_major, &mut warnings);
     let (libraries, library_source) = discover_libraries(roots, &version, opts, &mut warnings)?;
     let binaries = discover_binaries(&roots.driver_root);
@@ -268,6 +272,7 @@ fn stat_node(dev_root: &Path, name: &str) -> Result<DeviceNode, NodeError> {
 fn discover_gpus(
     roots: &Roots,
     nvidia_major: u32,
+    drm: bool,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Gpu>, DiscoverError> {
     let dir = roots.proc_root.join("driver/nvidia/gpus");
@@ -319,7 +324,11 @@ fn discover_gpus(
                 None
             }
         };
-        let drm = discover_drm(&roots.dev_root, &info.bus_id, warnings);
+        let drm = if drm {
+            discover_drm(&roots.dev_root, &info.bus_id, warnings)
+        } else {
+            Vec::new()
+        };
         gpus.push(Gpu {
             index: index as u32,
             minor: info.minor,
@@ -583,7 +592,13 @@ fn discover_configs(
             .entry(parent.to_path_buf())
             .or_insert_with(|| fs::symlink_metadata(host_path(root, parent)).is_ok())
     };
-    for spec in catalog::CONFIGS {
+    let graphics_only = |c: Capability| {
+        opts.skip_graphics && matches!(c, Capability::Graphics | Capability::Display)
+    };
+    for spec in catalog::CONFIGS
+        .iter()
+        .filter(|s| !graphics_only(s.capability))
+    {
         let extra = spec.at_driver_root.then_some("/");
         let found = search.iter().copied().chain(extra).find_map(|dir| {
             let p = Path::new(dir).join(spec.rel);
@@ -618,6 +633,9 @@ fn discover_configs(
         })
         .chain(catalog::XORG_MODULE_DIRS.iter().map(|d| d.to_string()))
         .collect();
+    if graphics_only(Capability::Display) {
+        return out;
+    }
     for (name, versioned) in catalog::XORG_MODULES {
         let file = if *versioned {
             format!("{name}.{version}")
@@ -1062,5 +1080,13 @@ mod tests {
         let got = found(&only_share);
         assert_eq!(got[0].1, "usr/share/glvnd/egl_vendor.d/10_nvidia.json");
         assert!(!got.iter().any(|f| f.0.contains("OpenCL")), "{got:?}");
+        // A runtime's discovery for a container without graphics or display: the OpenCL ICD only.
+        let compute = DiscoverOptions {
+            skip_graphics: true,
+            ..Default::default()
+        };
+        let got = found(&compute);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].0, "/etc/OpenCL/vendors/nvidia.icd");
     }
 }

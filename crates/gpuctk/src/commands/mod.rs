@@ -103,6 +103,7 @@ impl RootArgs {
             &DiscoverOptions {
                 library_search_paths: self.library_search_paths.clone(),
                 config_search_paths: config_search_paths.to_vec(),
+                skip_graphics: false,
             },
         )
     }
