@@ -123,6 +123,39 @@ pub fn library_links(libs: &[&Library]) -> Vec<Link> {
     links
 }
 
+/// The links a graphics stack looks for by a name no library has (NVIDIA's generator makes the
+/// same): GBM's backend `<libdir>/gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so.1` with
+/// `graphics` (when the allocator is mounted, which `compute` selects), and the Xorg GLX
+/// module's unversioned `libglxserver_nvidia.so` with `display`.
+fn graphics_links(inv: &Inventory, caps: &CapabilitySet, libs: &[&Library]) -> Vec<Link> {
+    let mut out = Vec::new();
+    if caps.contains(Capability::Graphics) {
+        let allocator = libs
+            .iter()
+            .find(|l| l.name == "libnvidia-allocator.so" && !l.is_32bit);
+        if let Some((l, soname)) = allocator.and_then(|l| Some((l, l.soname.as_deref()?))) {
+            out.push(Link {
+                target: format!("../{soname}"),
+                link: format!("{}/gbm/nvidia-drm_gbm.so", dir_and_file(&l.path).0),
+            });
+        }
+    }
+    if caps.contains(Capability::Display) {
+        for f in inv
+            .configs
+            .iter()
+            .filter(|f| f.name.starts_with("libglxserver_nvidia.so."))
+        {
+            let (dir, file) = dir_and_file(&f.path);
+            out.push(Link {
+                target: file.to_string(),
+                link: format!("{dir}/libglxserver_nvidia.so"),
+            });
+        }
+    }
+    out
+}
+
 /// Plan the edits for `inv`.
 pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
     let caps = &opts.capabilities;
@@ -157,7 +190,10 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
     }
 
     let mut ops = Vec::new();
-    let links = library_links(&libs);
+    let mut links = library_links(&libs);
+    links.extend(graphics_links(inv, caps, &libs));
+    links.sort_by_cached_key(|l| l.to_string());
+    links.dedup();
     if !links.is_empty() {
         ops.push(InRootOp::CreateSymlinks { links });
     }
@@ -243,4 +279,80 @@ pub fn imex_edits(nodes: &[DeviceNode]) -> ContainerEdits {
     let mut edits = ContainerEdits::default();
     edits.device_nodes.extend(nodes.iter().map(cdi_node));
     edits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuctk_host::{DriverVersion, HostFile, Roots};
+    use std::path::PathBuf;
+
+    fn host() -> Inventory {
+        let dir = "/usr/lib/x86_64-linux-gnu";
+        Inventory {
+            roots: Roots::default(),
+            driver_version: DriverVersion::parse("570.124.06").unwrap(),
+            cuda_version: None,
+            gpus: Vec::new(),
+            control_nodes: Vec::new(),
+            libraries: vec![Library {
+                name: "libnvidia-allocator.so".into(),
+                capability: Capability::Compute,
+                host_path: PathBuf::from(format!("{dir}/libnvidia-allocator.so.570.124.06")),
+                path: format!("{dir}/libnvidia-allocator.so.570.124.06"),
+                soname: Some("libnvidia-allocator.so.1".into()),
+                is_32bit: false,
+                has_dev_link: false,
+            }],
+            binaries: Vec::new(),
+            firmware: Vec::new(),
+            ipc: Vec::new(),
+            configs: vec![HostFile {
+                name: "libglxserver_nvidia.so.570.124.06".into(),
+                capability: Some(Capability::Display),
+                host_path: PathBuf::from(
+                    "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.570.124.06",
+                ),
+                path: "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.570.124.06".into(),
+            }],
+            library_source: "test".into(),
+            warnings: Vec::new(),
+        }
+    }
+
+    fn links(caps: &str) -> Vec<String> {
+        let p = plan(
+            &host(),
+            &PlanOptions {
+                hook_path: "/usr/bin/nvidia-cdi-hook".into(),
+                capabilities: CapabilitySet::parse(caps).unwrap(),
+            },
+        );
+        p.ops
+            .iter()
+            .filter_map(|o| match o {
+                InRootOp::CreateSymlinks { links } => Some(links.iter().map(|l| l.to_string())),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    /// GBM's backend link comes with `graphics` when the allocator is there (`compute`), the GLX
+    /// server module's unversioned name with `display`.
+    #[test]
+    fn graphics_links_follow_the_capabilities() {
+        let gbm = "../libnvidia-allocator.so.1::/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so";
+        let glx = "libglxserver_nvidia.so.570.124.06::/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so";
+        let all = links("compute,display");
+        assert!(all.iter().any(|l| l == gbm), "{all:?}");
+        assert!(all.iter().any(|l| l == glx), "{all:?}");
+        let compute = links("compute");
+        assert!(!compute.iter().any(|l| l == gbm || l == glx), "{compute:?}");
+        let graphics = links("graphics");
+        assert!(
+            !graphics.iter().any(|l| l == gbm || l == glx),
+            "{graphics:?}"
+        );
+    }
 }

@@ -184,6 +184,8 @@ fn check_spec(h: &Host, spec: &Value, gpus: usize, version: &str) {
         format!("libnvidia-ml.so.{version}::{lib_dir}/libnvidia-ml.so.1"),
         format!("libnvidia-ml.so.1::{lib_dir}/libnvidia-ml.so"),
         format!("libnvidia-nvvm.so.{version}::{lib_dir}/libnvidia-nvvm.so.4"),
+        // GBM's backend, as NVIDIA's generator links it.
+        format!("../libnvidia-allocator.so.1::{lib_dir}/gbm/nvidia-drm_gbm.so"),
     ] {
         assert!(links.contains(&want), "no link {want}: {links:?}");
     }

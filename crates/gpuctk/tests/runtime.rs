@@ -1643,6 +1643,7 @@ fn vendor_files_and_drm_nodes_follow_the_capabilities() {
             ("graphics", &files[..2]),
             ("compute", &files[2..]),
             ("utility", &[][..]),
+            ("compute,graphics", &files[..]),
         ] {
             bed.set_env(&[
                 "NVIDIA_VISIBLE_DEVICES=0",
@@ -1654,17 +1655,33 @@ fn vendor_files_and_drm_nodes_follow_the_capabilities() {
                     .map(|f| format!("echo '=={f}'; cat {f} 2>/dev/null || echo absent"))
                     .collect();
                 script.push("echo '==dri'; ls /dev/dri 2>/dev/null | tr '\\n' ' '; echo".into());
+                // GBM's backend link, resolved in the container.
+                script.push(
+                    "echo '==gbm'; g=/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so; \
+                     readlink $g; test -f $g && echo resolves; true"
+                        .into(),
+                );
                 s["process"]["args"] = json!(["/bin/sh", "-c", script.join("; ")]);
             });
             let r = bed.run(&format!("vendor-{mode}-{caps}"));
             assert_eq!(r.code, 0, "{mode} {caps}: {}", r.stderr);
-            let dri = r.stdout.split("==dri\n").nth(1).unwrap_or("").trim();
-            let want_dri = if caps == "graphics" {
-                "card0 renderD128"
+            let (dri, gbm) = r
+                .stdout
+                .split("==dri\n")
+                .nth(1)
+                .unwrap_or("")
+                .split_once("==gbm\n")
+                .unwrap_or_else(|| panic!("{mode} {caps}: {}", r.stdout));
+            let graphics = caps.contains("graphics");
+            let want_dri = if graphics { "card0 renderD128" } else { "" };
+            assert_eq!(dri.trim(), want_dri, "{mode} {caps}: {}", r.stdout);
+            // The allocator comes with compute, the link with graphics.
+            let want_gbm = if caps == "compute,graphics" {
+                "../libnvidia-allocator.so.1\nresolves\n"
             } else {
                 ""
             };
-            assert_eq!(dri, want_dri, "{mode} {caps}: {}", r.stdout);
+            assert_eq!(gbm, want_gbm, "{mode} {caps}: {}", r.stdout);
             for f in files {
                 let seen = r
                     .stdout
