@@ -10,7 +10,7 @@
 
 use gpuctk_cdi::registry::{Registry, ResolveError};
 use gpuctk_cdi::spec::ContainerEdits;
-use gpuctk_host::{Capability, CapsError, DeviceNode, DiscoverError, Inventory, MigCapability};
+use gpuctk_host::{CapsError, DeviceNode, DiscoverError, Inventory, MigCapability};
 
 use crate::ops::InRootOp;
 use crate::request::{Delivery, DeviceId, Devices, Request};
@@ -247,9 +247,7 @@ fn jit(
     host: &mut dyn HostView,
     origin: Origin,
 ) -> Result<Injection, DecideError> {
-    let caps = &request.capabilities;
-    let inv =
-        host.inventory(caps.contains(Capability::Graphics) || caps.contains(Capability::Display))?;
+    let inv = host.inventory(crate::plan::wants_graphics(&request.capabilities))?;
     for w in &inv.warnings {
         host.warn(w);
     }

@@ -123,6 +123,12 @@ pub fn library_links(libs: &[&Library]) -> Vec<Link> {
     links
 }
 
+/// Whether `caps` asks for anything that only `graphics` or `display` selects: each GPU's DRM
+/// nodes, the EGL, Vulkan and Xorg files (what discovery may leave out otherwise).
+pub fn wants_graphics(caps: &CapabilitySet) -> bool {
+    caps.contains(Capability::Graphics) || caps.contains(Capability::Display)
+}
+
 /// The links a graphics stack looks for by a name no library has (NVIDIA's generator makes the
 /// same): GBM's backend `<libdir>/gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so.1` with
 /// `graphics` (when the allocator is mounted, which `compute` selects), and the Xorg GLX
@@ -249,7 +255,7 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
             edits.device_nodes.push(cdi_node(node));
             // Its DRM nodes go with it for a display or a GBM/Wayland client (NVIDIA's graphics
             // modifier gives them to `graphics` and `display`).
-            if caps.contains(Capability::Graphics) || caps.contains(Capability::Display) {
+            if wants_graphics(caps) {
                 edits.device_nodes.extend(g.drm.iter().map(cdi_node));
             }
             Some(GpuEdits {

@@ -115,26 +115,7 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
         hook_warning(&hook_path, a.hook_path.is_none())
     };
     if a.mode == "management" {
-        let nodes =
-            gpuctk_host::nodes::management_nodes(&inv.roots.dev_root).with_context(|| {
-                format!(
-                    "--mode management: cannot list the device nodes under {}/dev",
-                    inv.roots.dev_root.display()
-                )
-            })?;
-        let config_minor = gpuctk_host::caps::mig_capability_minor(
-            &inv.roots,
-            gpuctk_host::MigCapability::Config,
-        )?;
-        let spec = gpuctk_core::build_management_spec(
-            &plan,
-            &nodes,
-            config_minor,
-            &a.vendor,
-            &a.class,
-            &hook_path,
-            &inv.roots.dev_root,
-        )?;
+        let spec = management_spec(&inv.roots, &plan, &a.vendor, &a.class, &hook_path)?;
         return validated(spec).map(|s| (s, warning));
     }
     let strategies = a
@@ -161,8 +142,36 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
     validated(spec).map(|s| (s, warning))
 }
 
+/// The management spec of the host under `roots` (`--mode management`, and `gpuctk install`'s
+/// second spec): its nodes as listed under the dev root, less the MIG config capability's.
+pub fn management_spec(
+    roots: &gpuctk_host::Roots,
+    plan: &gpuctk_core::Plan,
+    vendor: &str,
+    class: &str,
+    hook_path: &str,
+) -> anyhow::Result<Spec> {
+    let nodes = gpuctk_host::nodes::management_nodes(&roots.dev_root).with_context(|| {
+        format!(
+            "management spec: cannot list the device nodes under {}/dev",
+            roots.dev_root.display()
+        )
+    })?;
+    let config_minor =
+        gpuctk_host::caps::mig_capability_minor(roots, gpuctk_host::MigCapability::Config)?;
+    Ok(gpuctk_core::build_management_spec(
+        plan,
+        &nodes,
+        config_minor,
+        vendor,
+        class,
+        hook_path,
+        &roots.dev_root,
+    )?)
+}
+
 /// What we write must pass our own validator; anything else is our bug, not the user's.
-fn validated(spec: Spec) -> anyhow::Result<Spec> {
+pub fn validated(spec: Spec) -> anyhow::Result<Spec> {
     let issues = gpuctk_cdi::validate::validate(&spec);
     if !issues.is_empty() {
         bail!(

@@ -421,23 +421,8 @@ fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(S
         },
     );
     let spec = build_spec(&inv, &p, &SpecOptions::default())?;
-    let nodes = gpuctk_host::nodes::management_nodes(&roots.dev_root).with_context(|| {
-        format!(
-            "cannot list the device nodes under {}/dev",
-            roots.dev_root.display()
-        )
-    })?;
-    let config_minor =
-        gpuctk_host::caps::mig_capability_minor(&roots, gpuctk_host::MigCapability::Config)?;
-    let management = gpuctk_core::build_management_spec(
-        &p,
-        &nodes,
-        config_minor,
-        "management.nvidia.com",
-        "gpu",
-        &hook,
-        &roots.dev_root,
-    )?;
+    let management =
+        super::cdi::management_spec(&roots, &p, "management.nvidia.com", "gpu", &hook)?;
     let text = |mut spec: gpuctk_cdi::spec::Spec| -> anyhow::Result<String> {
         if host.root != Path::new("/") {
             // Discovery saw the host under the host root; the host sees it at /.
@@ -448,18 +433,7 @@ fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(S
                 RelativeTo::Host,
             );
         }
-        let issues = gpuctk_cdi::validate::validate(&spec);
-        if !issues.is_empty() {
-            bail!(
-                "internal error: the generated spec is invalid: {}",
-                issues
-                    .iter()
-                    .map(|i| i.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            );
-        }
-        Ok(spec.to_format(Format::Yaml))
+        Ok(super::cdi::validated(spec)?.to_format(Format::Yaml))
     };
     Ok((text(spec)?, text(management)?))
 }
