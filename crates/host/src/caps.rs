@@ -218,18 +218,7 @@ fn node(
 /// The node that grants `cap`: its minor from `capabilities/mig/<name>`, its major from
 /// `/proc/devices` (`nvidia-caps`), checked on the host.
 pub fn mig_capability(roots: &Roots, cap: MigCapability) -> Result<DeviceNode, CapsError> {
-    let path = caps_proc_dir(roots).join("mig").join(cap.name());
-    let mut text = String::new();
-    std::fs::File::open(&path)
-        .and_then(|f| f.take(MAX_CAP_FILE).read_to_string(&mut text))
-        .map_err(|source| CapsError::Read {
-            path: path.clone(),
-            source,
-        })?;
-    let file = parse_cap_file(&text).map_err(|source| CapsError::Parse {
-        path: path.clone(),
-        source,
-    })?;
+    let file = mig_cap_file(roots, cap)?;
     let major = major_of(roots, CAPS_MAJOR_NAME)?;
     node(
         roots,
@@ -240,19 +229,29 @@ pub fn mig_capability(roots: &Roots, cap: MigCapability) -> Result<DeviceNode, C
     )
 }
 
+/// `capabilities/mig/<name>` of `cap`, read capped and parsed.
+fn mig_cap_file(roots: &Roots, cap: MigCapability) -> Result<CapFile, CapsError> {
+    let path = caps_proc_dir(roots).join("mig").join(cap.name());
+    let mut text = String::new();
+    std::fs::File::open(&path)
+        .and_then(|f| f.take(MAX_CAP_FILE).read_to_string(&mut text))
+        .map_err(|source| CapsError::Read {
+            path: path.clone(),
+            source,
+        })?;
+    parse_cap_file(&text).map_err(|source| CapsError::Parse { path, source })
+}
+
 /// The minor of the node that grants `cap`, from `capabilities/mig/<name>`; `None` when the
 /// driver has no such file (no MIG support loaded).
 pub fn mig_capability_minor(roots: &Roots, cap: MigCapability) -> Result<Option<u32>, CapsError> {
-    let path = caps_proc_dir(roots).join("mig").join(cap.name());
-    let mut text = String::new();
-    match std::fs::File::open(&path).and_then(|f| f.take(MAX_CAP_FILE).read_to_string(&mut text)) {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(CapsError::Read { path, source }),
+    match mig_cap_file(roots, cap) {
+        Ok(f) => Ok(Some(f.minor)),
+        Err(CapsError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
-    parse_cap_file(&text)
-        .map(|f| Some(f.minor))
-        .map_err(|source| CapsError::Parse { path, source })
 }
 
 /// The node of IMEX channel `id`, checked on the host (the `nvidia-caps-imex-channels` major).
