@@ -65,38 +65,15 @@ fn safe_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'+'))
 }
 
-/// The words after the command that do not look like flags: the container id is one of them.
-fn positionals<'a>(args: &'a [OsString], parsed: &RuncArgs) -> impl Iterator<Item = &'a str> {
-    let from = parsed.command_index.map_or(args.len(), |i| i + 1);
-    args[from.min(args.len())..]
-        .iter()
-        .filter_map(|a| a.to_str())
-        .filter(|a| !a.starts_with('-'))
-}
-
-/// `--detach`/`-d` after the command (`run -d`, `--detach=true`).
-fn detached(args: &[OsString], parsed: &RuncArgs) -> bool {
-    let from = parsed.command_index.map_or(args.len(), |i| i + 1);
-    args[from.min(args.len())..]
-        .iter()
-        .filter_map(|a| a.to_str())
-        .any(|a| matches!(a, "-d" | "--detach" | "-d=true" | "--detach=true"))
-}
-
 /// At `create`/`run`: remember `runtime` for the container id, so that every later call on it
 /// goes to the same runtime (see [`recorded_runtime`]).
-pub fn record_runtime(
-    args: &[OsString],
-    parsed: &RuncArgs,
-    runtime: &std::path::Path,
-) -> std::io::Result<()> {
+pub fn record_runtime(parsed: &RuncArgs, runtime: &std::path::Path) -> std::io::Result<()> {
     // A `run` in the foreground deletes its container when it ends, and no `delete` comes
     // to remove a record: only a detached one is recorded.
-    if parsed.command.as_deref() == Some("run") && !detached(args, parsed) {
+    if parsed.command.as_deref() == Some("run") && !parsed.detach {
         return Ok(());
     }
-    // The id is the last word of create/run (`create [opts] <id>`).
-    let Some(id) = positionals(args, parsed).last().filter(|id| safe_id(id)) else {
+    let Some(id) = parsed.id.as_deref().filter(|id| safe_id(id)) else {
         return Ok(());
     };
     let opts = gpuctk_atomicfile::Options {
@@ -132,44 +109,83 @@ struct Record {
     id: String,
 }
 
-/// The runtime recorded for the container this call names, if any and still executable.
-fn recorded_runtime(args: &[OsString], parsed: &RuncArgs) -> Option<Record> {
-    for dir in record_dirs(parsed) {
-        if let Some(r) = recorded_in(&dir, args, parsed) {
-            return Some(r);
-        }
-    }
-    None
+/// The runtime recorded for the container this call names (its id where runc's grammar places
+/// it, [`RuncArgs::id`]), if any and still executable.
+fn recorded_runtime(parsed: &RuncArgs) -> Option<Record> {
+    let id = parsed.id.as_deref().filter(|id| safe_id(id))?;
+    record_dirs(parsed)
+        .into_iter()
+        .find_map(|dir| recorded_in(&dir, id))
 }
 
-/// The runtime recorded in `dir` for the container this call names.
-fn recorded_in(dir: &std::path::Path, args: &[OsString], parsed: &RuncArgs) -> Option<Record> {
-    for id in positionals(args, parsed).filter(|id| safe_id(id)) {
-        // A path, read capped (the directory is the engine's, the rule is every reader's).
-        let file = dir.join(id);
-        let mut bytes = Vec::new();
-        let read = std::fs::File::open(&file).and_then(|f| {
-            std::io::Read::read_to_end(&mut std::io::Read::take(f, 4097), &mut bytes)
-        });
-        if read.is_err() || bytes.len() > 4096 {
-            continue;
+/// The largest record read: a runtime's path.
+const MAX_RECORD: u64 = 4096;
+
+/// The runtime recorded in `dir` for container `id`. Only a regular file is a record, opened
+/// without following a link and without blocking: a FIFO under that name would otherwise hang
+/// every later call on the container. Anything else there, or a record that cannot be read, is
+/// no record (the call goes to the configured runtime, as for a container created before
+/// records), said on stderr: the call must still reach a runtime.
+fn recorded_in(dir: &std::path::Path, id: &str) -> Option<Record> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = dir.join(id);
+    let ignored = |why: &dyn std::fmt::Display| {
+        eprintln!(
+            "nvidia-container-runtime: warning: {}: {why}; ignored, the configured runtime is used",
+            file.display()
+        );
+    };
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(&file)
+    {
+        Ok(f) => f,
+        // No record; or root's `/run/gpuctk/runtimes`, which a rootless call also looks in
+        // (see `record_dirs`) and may not be allowed to search.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            return None
         }
-        let p = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
-        if gpuctk_host::checks::is_executable(&p) {
-            return Some(Record {
-                runtime: p,
-                file,
-                id: id.to_string(),
-            });
+        Err(e) => {
+            ignored(&format_args!("cannot open this runtime record: {e}"));
+            return None;
         }
+    };
+    let mut bytes = Vec::new();
+    let read = f.metadata().and_then(|md| {
+        if !md.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        f.take(MAX_RECORD + 1).read_to_end(&mut bytes)
+    });
+    if let Err(e) = read {
+        ignored(&format_args!("runtime record: {e}"));
+        return None;
     }
-    None
+    if bytes.len() as u64 > MAX_RECORD {
+        ignored(&format_args!(
+            "runtime record larger than {MAX_RECORD} bytes"
+        ));
+        return None;
+    }
+    let p = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
+    gpuctk_host::checks::is_executable(&p).then(|| Record {
+        runtime: p,
+        file,
+        id: id.to_string(),
+    })
 }
 
 /// Find the runtime and exec it with `args`; returns only on failure, with the message for
 /// the engine. A container created through the shim goes to the runtime it was created with.
 pub fn exec(args: &[OsString], parsed: &RuncArgs) -> String {
-    let record = recorded_runtime(args, parsed);
+    let record = recorded_runtime(parsed);
     let runtime = match &record {
         Some(r) => r.runtime.clone(),
         None => match find_runtime(&runtimes(), std::env::var_os("PATH").as_deref()) {

@@ -7,6 +7,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,9 +19,16 @@ use gpuctk_core::{parse_request, Decision, InRootOp};
 
 use crate::config::{self, Config, Mode};
 
-/// runc's global flags that take a value; the command is the first word that is not one of
-/// these or their value.
-const VALUE_FLAGS: &[&str] = &["--log", "--log-format", "--root", "--criu", "--rootless"];
+/// runc's (and crun's) global flags that take a value; the command is the first word that is
+/// not one of these or their value.
+const VALUE_FLAGS: &[&str] = &[
+    "--log",
+    "--log-format",
+    "--root",
+    "--criu",
+    "--rootless",
+    "--cgroup-manager",
+];
 
 /// Largest `config.json` we read. Engines write a few KiB; even a pod with thousands of env
 /// entries stays far below. Checked before reading, so a huge file fails at once.
@@ -45,6 +53,148 @@ pub struct RuncArgs {
     pub root: Option<PathBuf>,
     /// Where the command is in the argv.
     pub command_index: Option<usize>,
+    /// The container id: the command's first positional argument, for a command that takes
+    /// one (see [`Grammar`]). Not there, or not UTF-8: `None`.
+    pub id: Option<String>,
+    /// `--detach`/`-d` of the command (`run -d`, `--detach=true`).
+    pub detach: bool,
+}
+
+/// A command's flags as runc (urfave/cli over Go's `flag`: `-name` or `--name`, a value after
+/// `=` or in the next word) and crun (argp: also a value attached to a letter, `-uroot`, and
+/// letters in a cluster, `-td`) parse them, from their sources and `CMD --help`. Every flag
+/// not listed as taking a value is a switch: an unknown one is taken for a switch, as no
+/// runtime takes a value for it anyway.
+struct Grammar {
+    /// Long flags that take a value.
+    long: &'static [&'static str],
+    /// Letters that take a value.
+    short: &'static [u8],
+    /// Letters that are switches (what may come before a value letter in a cluster).
+    switches: &'static [u8],
+    /// Whether the first positional argument is a container id.
+    has_id: bool,
+    /// Flags stop at the id (runc's `exec` does not reorder its arguments: what follows the id
+    /// is the command to run; the other commands take flags after it too).
+    stops_at_id: bool,
+}
+
+/// The grammar of `command`; an unknown command has no id (nothing to look up for it).
+fn grammar(command: &str) -> Grammar {
+    let g = |long, short, switches| Grammar {
+        long,
+        short,
+        switches,
+        has_id: true,
+        stops_at_id: false,
+    };
+    match command {
+        "checkpoint" => g(
+            &[
+                "image-path",
+                "work-path",
+                "parent-path",
+                "status-fd",
+                "page-server",
+                "manage-cgroups-mode",
+                "empty-ns",
+            ],
+            b"",
+            b"",
+        ),
+        // crun's `-f`/`--config` is the config file's name.
+        "create" | "run" => g(
+            &[
+                "bundle",
+                "console-socket",
+                "pidfd-socket",
+                "pid-file",
+                "preserve-fds",
+                "config",
+            ],
+            b"bf",
+            b"d",
+        ),
+        // crun's `-r`/`--regex`: a pattern, not an id.
+        "delete" => g(&[], b"", b"fr"),
+        "events" => g(&["interval"], b"", b""),
+        "exec" => Grammar {
+            stops_at_id: true,
+            ..g(
+                &[
+                    "console-socket",
+                    "pidfd-socket",
+                    "cwd",
+                    "env",
+                    "user",
+                    "additional-gids",
+                    "process",
+                    "pid-file",
+                    "process-label",
+                    "apparmor",
+                    "cap",
+                    "preserve-fds",
+                    "cgroup",
+                ],
+                b"eugpc",
+                b"td",
+            )
+        },
+        // The second positional is the signal.
+        "kill" => g(&[], b"", b"ar"),
+        "pause" | "resume" | "start" | "state" => g(&[], b"", b""),
+        "ps" => g(&["format"], b"f", b""),
+        "restore" => g(
+            &[
+                "console-socket",
+                "image-path",
+                "work-path",
+                "manage-cgroups-mode",
+                "bundle",
+                "pid-file",
+                "empty-ns",
+                "lsm-profile",
+                "lsm-mount-context",
+            ],
+            b"b",
+            b"d",
+        ),
+        "update" => g(
+            &[
+                "resources",
+                "blkio-weight",
+                "cpu-period",
+                "cpu-quota",
+                "cpu-burst",
+                "cpu-share",
+                "cpu-rt-period",
+                "cpu-rt-runtime",
+                "cpu-idle",
+                "cpuset-cpus",
+                "cpuset-mems",
+                "kernel-memory",
+                "kernel-memory-tcp",
+                "memory",
+                "memory-reservation",
+                "memory-swap",
+                "pids-limit",
+                "l3-cache-schema",
+                "mem-bw-schema",
+            ],
+            b"r",
+            b"",
+        ),
+        // `list`, `spec`, `features` and anything else: no container id.
+        _ => Grammar {
+            has_id: false,
+            ..g(&["format", "bundle", "file"], b"fb", b"q")
+        },
+    }
+}
+
+/// Go's `strconv.ParseBool` false values (`--detach=false`).
+fn is_false(v: &[u8]) -> bool {
+    matches!(v, b"0" | b"f" | b"F" | b"false" | b"FALSE" | b"False")
 }
 
 fn flag_value<'a>(
@@ -71,55 +221,109 @@ fn flag_value<'a>(
     None
 }
 
-/// Parse runc's argv (without argv[0]).
+/// Parse runc's argv (without argv[0]): the global flags up to the command, then the
+/// command's flags and its container id by the command's [`Grammar`].
 pub fn parse_runc_args(args: &[OsString]) -> RuncArgs {
     let mut out = RuncArgs::default();
     let mut i = 0;
-    while i < args.len() {
+    while i < args.len() && out.command.is_none() {
         let Some(a) = args[i].to_str() else {
             i += 1;
             continue;
         };
-        if out.command.is_none() {
-            if a == "--version" || a == "-v" || a == "-version" {
-                out.version = true;
-                i += 1;
-                continue;
-            }
-            if let Some(flag) = VALUE_FLAGS
-                .iter()
-                .find(|f| flag_value(args, i, f).is_some())
-            {
-                let (v, step) = flag_value(args, i, flag).unwrap();
-                match *flag {
-                    "--log" => out.log = v.map(PathBuf::from),
-                    "--root" => out.root = v.map(PathBuf::from),
-                    "--log-format" => out.log_json = v.is_some_and(|v| v == "json"),
-                    _ => {}
-                }
-                i += step;
-                continue;
-            }
-            if a.starts_with('-') {
-                i += 1;
-                continue;
-            }
-            out.command = Some(a.to_string());
-            out.command_index = Some(i);
+        if a == "--version" || a == "-v" || a == "-version" {
+            out.version = true;
             i += 1;
             continue;
         }
-        if a == "--help" || a == "-h" {
-            out.help = true;
-        }
-        if let Some((v, step)) =
-            flag_value(args, i, "--bundle").or_else(|| flag_value(args, i, "-b"))
+        if let Some(flag) = VALUE_FLAGS
+            .iter()
+            .find(|f| flag_value(args, i, f).is_some())
         {
-            out.bundle = v.map(PathBuf::from);
+            let (v, step) = flag_value(args, i, flag).unwrap();
+            match *flag {
+                "--log" => out.log = v.map(PathBuf::from),
+                "--root" => out.root = v.map(PathBuf::from),
+                "--log-format" => out.log_json = v.is_some_and(|v| v == "json"),
+                _ => {}
+            }
             i += step;
             continue;
         }
+        if !a.starts_with('-') {
+            out.command = Some(a.to_string());
+            out.command_index = Some(i);
+        }
         i += 1;
+    }
+    let Some(command) = &out.command else {
+        return out;
+    };
+    let g = grammar(command);
+    let mut seen_id = false;
+    let mut only_positionals = false;
+    while i < args.len() {
+        let a = args[i].as_bytes();
+        i += 1;
+        if !only_positionals && a == b"--" {
+            only_positionals = true;
+            continue;
+        }
+        // `-` alone is a word, as for both parsers.
+        if only_positionals || a.len() < 2 || a[0] != b'-' {
+            if !seen_id {
+                seen_id = true;
+                if g.has_id {
+                    out.id = std::str::from_utf8(a).ok().map(str::to_string);
+                }
+                if g.stops_at_id {
+                    break;
+                }
+            }
+            continue;
+        }
+        let single = a[1] != b'-';
+        let body = if single { &a[1..] } else { &a[2..] };
+        let (name, inline) = match body.iter().position(|&b| b == b'=') {
+            Some(e) => (&body[..e], Some(&body[e + 1..])),
+            None => (body, None),
+        };
+        let takes_value = g.long.iter().any(|l| l.as_bytes() == name)
+            || (name.len() == 1 && g.short.contains(&name[0]));
+        if takes_value {
+            let value = match inline {
+                Some(v) => Some(v),
+                None => {
+                    i += 1;
+                    args.get(i - 1).map(|v| v.as_bytes())
+                }
+            };
+            if matches!(name, b"bundle" | b"b") {
+                out.bundle = value.map(|v| PathBuf::from(OsStr::from_bytes(v)));
+            }
+            continue;
+        }
+        match name {
+            b"help" | b"h" => out.help = true,
+            b"detach" | b"d" => out.detach = !inline.is_some_and(is_false),
+            // argp's letters: switches, then perhaps one letter whose value is the rest of the
+            // word or, at its end, the next word (`-tu 0`, `-uroot`).
+            _ if single && inline.is_none() && g.switches.contains(&name[0]) => {
+                for (k, c) in name.iter().enumerate() {
+                    if g.short.contains(c) {
+                        i += usize::from(k + 1 == name.len());
+                        break;
+                    }
+                    if !g.switches.contains(c) {
+                        break;
+                    }
+                    if *c == b'd' {
+                        out.detach = true;
+                    }
+                }
+            }
+            _ => {}
+        }
     }
     out
 }
@@ -287,7 +491,7 @@ pub fn main_as(args: &[OsString], forced: Option<Mode>) -> ExitCode {
         // Later calls on this container (start, kill, delete) must reach the same runtime,
         // whatever config their environment finds (podman passes start and delete almost
         // none). After the spec is written: a failed create records nothing.
-        if let Err(e) = crate::passthrough::record_runtime(args, &parsed, &runtime) {
+        if let Err(e) = crate::passthrough::record_runtime(&parsed, &runtime) {
             tracing::warn!("cannot record the runtime of this container: {e}");
         }
     }
@@ -603,6 +807,183 @@ mod tests {
             Some("state"),
             "a flag's value is not the command"
         );
+    }
+
+    /// The container id as runc's grammar places it, for every command: the first positional
+    /// argument after the command's flags and their values, never a flag's value nor a word
+    /// of exec's command or kill's signal.
+    #[test]
+    fn container_id_by_command() {
+        let id = |v: &[&str]| parse_runc_args(&os(v)).id;
+        let cases: &[(&[&str], Option<&str>)] = &[
+            // The bug: `sh`, a word of the command, was looked up as well.
+            (
+                &["exec", "-t", "nosuchid", "sh", "-c", "true"],
+                Some("nosuchid"),
+            ),
+            (
+                &[
+                    "--root",
+                    "/r",
+                    "exec",
+                    "--cwd",
+                    "/",
+                    "-e",
+                    "A=1",
+                    "--env=B=2",
+                    "-u",
+                    "0:0",
+                    "-g",
+                    "5",
+                    "--process",
+                    "/p.json",
+                    "--pid-file",
+                    "/pid",
+                    "--console-socket",
+                    "/s",
+                    "--process-label",
+                    "l",
+                    "--apparmor",
+                    "a",
+                    "-c",
+                    "CAP_X",
+                    "--cap",
+                    "CAP_Y",
+                    "--preserve-fds",
+                    "1",
+                    "--cgroup",
+                    "c",
+                    "--pidfd-socket",
+                    "/f",
+                    "-d",
+                    "--no-new-privs",
+                    "--ignore-paused",
+                    "the-id",
+                    "ps",
+                    "-u",
+                    "x",
+                ],
+                Some("the-id"),
+            ),
+            (&["exec", "-cwd", "/tmp", "id1", "true"], Some("id1")),
+            // crun's argp: a cluster ending in a value letter, a value attached to a letter.
+            (&["exec", "-tu", "0", "id2", "true"], Some("id2")),
+            (&["exec", "-uroot", "id3", "true"], Some("id3")),
+            (&["exec", "--", "id4", "--help"], Some("id4")),
+            (
+                &["create", "--bundle", "/b", "--pid-file", "/p", "id5"],
+                Some("id5"),
+            ),
+            (&["create", "-b=/b", "--no-pivot", "id6"], Some("id6")),
+            (&["create", "-f", "cfg.json", "id6f"], Some("id6f")),
+            (
+                &["run", "-d", "--console-socket", "/s", "-b", "/b", "id7"],
+                Some("id7"),
+            ),
+            (&["run", "id8", "--bundle", "/b"], Some("id8")),
+            (&["delete", "--force", "id9"], Some("id9")),
+            (&["delete", "id10", "-f"], Some("id10")),
+            (&["kill", "--all", "id11", "KILL"], Some("id11")),
+            (&["kill", "id12", "9"], Some("id12")),
+            (&["start", "id13"], Some("id13")),
+            (&["state", "id14"], Some("id14")),
+            (&["pause", "id15"], Some("id15")),
+            (&["resume", "id16"], Some("id16")),
+            (&["ps", "-f", "json", "id17", "--", "-ef"], Some("id17")),
+            (&["ps", "--format=table", "id18"], Some("id18")),
+            (
+                &["events", "--interval", "1s", "--stats", "id19"],
+                Some("id19"),
+            ),
+            (
+                &[
+                    "update",
+                    "-r",
+                    "/res.json",
+                    "--memory",
+                    "1G",
+                    "--cpu-idle",
+                    "1",
+                    "id20",
+                ],
+                Some("id20"),
+            ),
+            (&["update", "--resources", "-", "id21"], Some("id21")),
+            (
+                &[
+                    "checkpoint",
+                    "--image-path",
+                    "/i",
+                    "--work-path",
+                    "/w",
+                    "--leave-running",
+                    "--page-server",
+                    "h:1",
+                    "--manage-cgroups-mode",
+                    "soft",
+                    "--empty-ns",
+                    "network",
+                    "id22",
+                ],
+                Some("id22"),
+            ),
+            (
+                &[
+                    "restore",
+                    "-b",
+                    "/b",
+                    "--image-path",
+                    "/i",
+                    "-d",
+                    "--lsm-profile",
+                    "x:y",
+                    "--console-socket",
+                    "/s",
+                    "id23",
+                ],
+                Some("id23"),
+            ),
+            (&["list", "-f", "json"], None),
+            (&["list", "-q"], None),
+            (&["spec", "--bundle", "/b", "--rootless"], None),
+            (&["features"], None),
+            (&["--root", "/r", "no-such-command", "x"], None),
+            (&["--root", "/r"], None),
+            (&["start"], None),
+            (
+                &["--cgroup-manager", "systemd", "delete", "id24"],
+                Some("id24"),
+            ),
+        ];
+        for (argv, want) in cases {
+            assert_eq!(id(argv).as_deref(), *want, "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn detach_bundle_and_help_by_command() {
+        let p = |v: &[&str]| parse_runc_args(&os(v));
+        assert!(p(&["run", "-d", "id"]).detach);
+        assert!(p(&["run", "--detach=true", "id"]).detach);
+        assert!(p(&["run", "id", "--detach"]).detach);
+        assert!(!p(&["run", "--detach=false", "id"]).detach);
+        assert!(!p(&["run", "id"]).detach);
+        assert!(!p(&["run", "--pid-file", "-d", "id"]).detach, "a value");
+        assert!(p(&["exec", "-td", "id", "sh"]).detach);
+        assert!(!p(&["exec", "id", "sh", "-d"]).detach, "the command's flag");
+        assert_eq!(
+            p(&["run", "--pid-file", "/p", "-b", "/b", "id"])
+                .bundle
+                .as_deref(),
+            Some(Path::new("/b"))
+        );
+        assert_eq!(
+            p(&["start", "--bundle", "x", "id"]).bundle,
+            None,
+            "not start's flag"
+        );
+        assert!(p(&["create", "--help"]).help);
+        assert!(!p(&["exec", "id", "sh", "--help"]).help);
     }
 
     #[test]

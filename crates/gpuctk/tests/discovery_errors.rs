@@ -77,3 +77,46 @@ fn unreadable_firmware_folder_fails_generate() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(r.stdout.is_empty(), "no partial spec:\n{}", r.stdout);
 }
+
+/// A GPU's sysfs `drm` folder that could not be listed (EACCES, EIO) read as "no display
+/// driver": `cdi generate` exited 0 with a spec that lacked the GPU's `/dev/dri` nodes, and
+/// said nothing. Now it fails with one line that names the folder.
+#[test]
+fn unreadable_drm_folder_fails_generate() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this suite runs as root");
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 1, "570.124.06", "debian");
+    chmod(t.path(), 0o755);
+    let devices = Path::new(&h.dev_root()).join("sys/bus/pci/devices");
+    let bus = std::fs::read_dir(&devices)
+        .unwrap()
+        .next()
+        .expect("the mock host lists its GPU in sysfs")
+        .unwrap()
+        .path();
+    let drm = bus.join("drm");
+    assert!(drm.is_dir(), "the mock host has {}", drm.display());
+    let roots = h.roots();
+    let args = with(&["cdi", "generate"], &roots);
+
+    // Control: as nobody, with the folder readable, the spec has the GPU's DRM nodes.
+    let r = as_nobody(&t, &args);
+    assert_eq!(r.code, 0, "as nobody, readable host:\n{}", r.stderr);
+    assert!(
+        r.stdout.contains("/dev/dri/card"),
+        "DRM nodes:\n{}",
+        r.stdout
+    );
+
+    chmod(&drm, 0o700);
+    let r = as_nobody(&t, &args);
+    chmod(&drm, 0o755);
+    assert_ne!(r.code, 0, "must fail; stdout:\n{}", r.stdout);
+    let err = r.stderr.trim();
+    assert_eq!(err.lines().count(), 1, "one line:\n{err}");
+    assert!(err.contains(&*drm.to_string_lossy()), "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(r.stdout.is_empty(), "no partial spec:\n{}", r.stdout);
+}

@@ -1510,6 +1510,74 @@ fn later_calls_go_to_the_runtime_create_used() {
     );
 }
 
+/// Two faults of the runtime record, against real runc and crun (config: runc; the records:
+/// crun, told apart by their messages for a container that is not there). A record that was
+/// a FIFO blocked every later call on its id in `open`; now only a regular file opened without
+/// blocking is a record. And every word after the command that did not start with `-` was
+/// looked up, so `exec -t nosuchid sh -c true` ran the runtime recorded for a container named
+/// `sh`; now the id is where runc's grammar puts it. `timeout` guards against the hang.
+#[test]
+fn records_are_regular_files_under_the_container_id() {
+    let t = TestDir::new();
+    let shim = t.join("nvidia-container-runtime");
+    symlink(GPUCTK, &shim).unwrap();
+    let config = t.join("config.toml");
+    fs::write(
+        &config,
+        "[nvidia-container-runtime]\nruntimes = [\"runc\"]\n",
+    )
+    .unwrap();
+    let crun = Command::new("sh")
+        .args(["-c", "command -v crun"])
+        .output()
+        .unwrap();
+    let crun = String::from_utf8(crun.stdout).unwrap().trim().to_string();
+    assert!(crun.starts_with('/'), "install crun");
+    let state = t.join("state");
+    fs::create_dir_all(&state).unwrap();
+    let records = t.join("state.gpuctk");
+    fs::create_dir_all(&records).unwrap();
+    fs::write(records.join("sh"), &crun).unwrap();
+    let st = Command::new("mkfifo")
+        .arg(records.join("piped"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let call = |args: &[&str]| {
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(&shim)
+            .arg("--root")
+            .arg(&state)
+            .args(args)
+            .env("GPUCTK_CONFIG", &config)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let by_runc = |err: &str| err.contains("container does not exist");
+    let by_crun = |err: &str| err.contains("error opening file");
+    // Control: the record of `sh` is used for a call on `sh`.
+    let (_, err) = call(&["state", "sh"]);
+    assert!(by_crun(&err), "the record names crun: {err}");
+    let (code, err) = call(&["exec", "-t", "nosuchid", "sh", "-c", "true"]);
+    assert_ne!(code, Some(124), "hung");
+    assert!(
+        by_runc(&err) && !by_crun(&err),
+        "exec on nosuchid used the record of `sh`: {err}"
+    );
+    let (code, err) = call(&["state", "piped"]);
+    assert_ne!(code, Some(124), "a FIFO record blocked the call: {err}");
+    assert!(by_runc(&err), "a FIFO is no record: {err}");
+    assert!(
+        err.contains("piped: runtime record: not a regular file; ignored"),
+        "said: {err}"
+    );
+}
+
 /// `NVIDIA_MIG_CONFIG_DEVICES` / `NVIDIA_MIG_MONITOR_DEVICES` through the legacy prestart hook
 /// (NVIDIA serves them in legacy mode only): refused in an unprivileged container, as NVIDIA's
 /// hook refuses it; given to a privileged one (the capability files read-only and the

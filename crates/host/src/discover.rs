@@ -67,6 +67,15 @@ pub enum DiscoverError {
         /// Why.
         source: io::Error,
     },
+    /// A GPU's sysfs `drm` folder exists but cannot be listed: its card and render nodes
+    /// would be left out of every spec and container without a word.
+    #[error("{}: cannot list the GPU's DRM nodes: {source}; check that sysfs is mounted and readable there (ls {}), then retry", dir.display(), dir.display())]
+    Drm {
+        /// The folder, on the host.
+        dir: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
     /// Reading a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -206,21 +215,28 @@ const MAX_DRM_ENTRIES: usize = 64;
 /// checked as a character device at `<dev_root>/dev/dri/<name>`, sorted by name. The sysfs of
 /// the dev root, not a root of its own: on a host and under the GPU Operator the device view
 /// is `/` (`/dev` and `/sys`), and a mock host lays both out under its dev root. No folder (no
-/// `nvidia-drm`) is no node; a node that is not there is a warning.
-fn discover_drm(dev_root: &Path, bus_id: &str, warnings: &mut Vec<String>) -> Vec<DeviceNode> {
+/// `nvidia-drm`) is no node; a node that is not there is a warning; a folder that is there but
+/// cannot be listed is an error: read as "no display driver", it would give containers no
+/// `/dev/dri` without a word.
+fn discover_drm(
+    dev_root: &Path,
+    bus_id: &str,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<DeviceNode>, DiscoverError> {
     let dir = host_path(
         dev_root,
         &Path::new("/sys/bus/pci/devices")
             .join(bus_id.to_ascii_lowercase())
             .join("drm"),
     );
-    let Ok(rd) = fs::read_dir(&dir) else {
-        return Vec::new();
+    let entries = match read_dir_entries_at_most(&dir, MAX_DRM_ENTRIES) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(DiscoverError::Drm { dir, source }),
     };
-    let mut names: Vec<String> = rd
-        .take(MAX_DRM_ENTRIES)
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
+    let mut names: Vec<String> = entries
+        .into_iter()
+        .filter_map(|e| e.name.into_string().ok())
         .filter(|n| {
             let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
             n.strip_prefix("card").is_some_and(digits)
@@ -235,7 +251,7 @@ fn discover_drm(dev_root: &Path, bus_id: &str, warnings: &mut Vec<String>) -> Ve
             Err(e) => warnings.push(format!("GPU {bus_id}: DRM node left out: {e}")),
         }
     }
-    out
+    Ok(out)
 }
 
 /// Why a device node is left out (a warning, not an error of discovery).
@@ -325,7 +341,7 @@ fn discover_gpus(
             }
         };
         let drm = if drm {
-            discover_drm(&roots.dev_root, &info.bus_id, warnings)
+            discover_drm(&roots.dev_root, &info.bus_id, warnings)?
         } else {
             Vec::new()
         };
@@ -729,6 +745,12 @@ pub(crate) struct DirEntry {
 /// `closedir`'s, which `std::fs::ReadDir` turns into a panic when it is dropped (an EIO from
 /// `close` on a failing disk or network filesystem aborts the shim instead of failing it).
 pub(crate) fn read_dir_entries(dir: &Path) -> io::Result<Vec<DirEntry>> {
+    read_dir_entries_at_most(dir, usize::MAX)
+}
+
+/// [`read_dir_entries`], stopping after `max` entries (a folder of a known small size, read
+/// capped like every outside input).
+pub(crate) fn read_dir_entries_at_most(dir: &Path, max: usize) -> io::Result<Vec<DirEntry>> {
     let c_dir = CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
     // SAFETY: `c_dir` is a valid NUL-terminated string; the returned descriptor is checked.
@@ -751,6 +773,9 @@ pub(crate) fn read_dir_entries(dir: &Path) -> io::Result<Vec<DirEntry>> {
     }
     let mut entries = Vec::new();
     let listed = loop {
+        if entries.len() >= max {
+            break Ok(());
+        }
         // SAFETY: errno is thread-local; cleared so that a NULL from readdir tells the end of
         // the directory (errno still 0) from an error.
         unsafe { *libc::__errno_location() = 0 };
@@ -881,6 +906,43 @@ mod tests {
         assert!(name_matches("libnvidia-ml.so.1", "libnvidia-ml.so"));
         assert!(name_matches("libnvidia-ml.so", "libnvidia-ml.so"));
         assert!(!name_matches("libnvidia-mlx.so.1", "libnvidia-ml.so"));
+    }
+
+    /// No `drm` folder is no node (no `nvidia-drm`); one that is there but cannot be listed
+    /// (here a file where the GPU's sysfs folder should be: ENOTDIR) is an error naming it,
+    /// where it used to read as "no node"; the listing stops at its cap.
+    #[test]
+    fn drm_folder_absent_unreadable_and_capped() {
+        let d = tempfile::tempdir().unwrap();
+        let devices = d.path().join("sys/bus/pci/devices");
+        fs::create_dir_all(&devices).unwrap();
+        let mut w = Vec::new();
+        assert!(discover_drm(d.path(), "0000:01:00.0", &mut w)
+            .unwrap()
+            .is_empty());
+        fs::write(devices.join("0000:02:00.0"), b"").unwrap();
+        let e = discover_drm(d.path(), "0000:02:00.0", &mut w).unwrap_err();
+        assert!(
+            matches!(&e, DiscoverError::Drm { source, .. }
+                if source.raw_os_error() == Some(libc::ENOTDIR)),
+            "{e}"
+        );
+        let msg = e.to_string();
+        assert!(msg.contains("0000:02:00.0/drm"), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+        let many = devices.join("0000:03:00.0/drm");
+        fs::create_dir_all(&many).unwrap();
+        for i in 0..(MAX_DRM_ENTRIES + 10) {
+            fs::write(many.join(format!("x{i}")), b"").unwrap();
+        }
+        assert_eq!(
+            read_dir_entries_at_most(&many, MAX_DRM_ENTRIES)
+                .unwrap()
+                .len(),
+            MAX_DRM_ENTRIES
+        );
+        assert_eq!(read_dir_entries(&many).unwrap().len(), MAX_DRM_ENTRIES + 10);
+        assert!(w.is_empty(), "{w:?}");
     }
 
     fn firmware_root() -> (tempfile::TempDir, PathBuf, DriverVersion) {
