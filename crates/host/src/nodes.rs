@@ -27,20 +27,22 @@ const SKIPPED_PREFIXES: [&str; 3] = ["nvidia-fs", "nvidia-nvswitch", "nvidia-nvl
 const MAX_DEV_ENTRIES: usize = 16384;
 
 fn char_nodes_in(dir: &Path, prefix: &str, under: &str, out: &mut Vec<Node>) -> io::Result<()> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
+    // The project's reader: std's `ReadDir` panics when `closedir` fails.
+    let entries = match crate::discover::read_dir_entries_at_most(dir, MAX_DEV_ENTRIES) {
+        Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
-    for e in rd.take(MAX_DEV_ENTRIES) {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().into_owned();
+    for e in entries {
+        let name = e.name.to_string_lossy().into_owned();
         if !name.starts_with(prefix) || SKIPPED_PREFIXES.iter().any(|p| name.starts_with(p)) {
             continue;
         }
-        // The node itself, not a link to one.
-        let Ok(md) = fs::symlink_metadata(e.path()) else {
-            continue;
+        // The node itself, not a link to one; one removed since the listing is not there.
+        let md = match fs::symlink_metadata(dir.join(&e.name)) {
+            Ok(md) => md,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(err),
         };
         if md.file_type().is_char_device() {
             out.push(Node {
