@@ -936,7 +936,7 @@ fn deb_install_docker_podman_remove_purge() {
         ),
     );
     assert!(
-        !ran && outs.len() == 2,
+        !ran,
         "without a loaded driver: {:?}",
         outs.iter().map(|o| &o.stderr).collect::<Vec<_>>()
     );
