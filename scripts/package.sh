@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Debian package gpuctk_<version>_<arch>.deb: the release binary without the test
-# fakes (--no-default-features), its NVIDIA names as links, the default config.toml as a
-# conffile, man pages and bash/zsh/fish completions made by the built binary itself, the CDI
-# refresh units, the udev rule and the maintainer scripts from packaging/. Layout and reasons:
-# docs/packaging.md.
+# fakes (--no-default-features), its NVIDIA names as links, man pages and bash/zsh/fish
+# completions made by the built binary itself, the CDI refresh units, the udev rule and the
+# maintainer scripts from packaging/. No conffile: postinst writes config.toml when there is
+# none, as NVIDIA's does. Layout and reasons: docs/packaging.md.
 #
 # Usage: scripts/package.sh [--out DIR]   (default: the repository root)
 # Needs cargo, dpkg-deb, dpkg-shlibdeps (dpkg-dev), strip (binutils), gzip. Any user: the files
@@ -57,11 +57,6 @@ for name in nvidia-ctk nvidia-container-runtime nvidia-container-runtime.cdi \
 done
 ctk=$stage/usr/bin/nvidia-ctk
 
-# The conffile, from our own `config default`.
-mkdir -p "$stage/etc/nvidia-container-runtime"
-"$ctk" config default --output "$stage/etc/nvidia-container-runtime/config.toml"
-chmod 0644 "$stage/etc/nvidia-container-runtime/config.toml"
-
 # Man pages from the clap definitions, compressed as Debian ships them.
 "$ctk" man --output "$work/man" >/dev/null
 mkdir -p "$stage/usr/share/man/man1"
@@ -97,8 +92,7 @@ mkdir -p "$stage/DEBIAN"
 installed_size=$(du -sk --apparent-size --exclude=DEBIAN "$stage" | cut -f1)
 sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@DEPENDS@/$depends/" \
     -e "s/@INSTALLED_SIZE@/$installed_size/" packaging/debian/control.in >"$stage/DEBIAN/control"
-echo /etc/nvidia-container-runtime/config.toml >"$stage/DEBIAN/conffiles"
-for script in postinst prerm postrm; do
+for script in preinst postinst prerm postrm; do
     install -m 0755 "packaging/debian/$script" "$stage/DEBIAN/$script"
 done
 (cd "$stage" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z \

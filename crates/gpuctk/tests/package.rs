@@ -48,7 +48,10 @@ const NVIDIA_PACKAGES: &[&str] = &[
 const SERVICE: &str = "/usr/lib/systemd/system/gpuctk-cdi-refresh.service";
 const PATH_UNIT: &str = "/usr/lib/systemd/system/gpuctk-cdi-refresh.path";
 const UDEV_RULE: &str = "/usr/lib/udev/rules.d/99-gpuctk-nvidia.rules";
-const CONFFILE: &str = "/etc/nvidia-container-runtime/config.toml";
+const CONFIG: &str = "/etc/nvidia-container-runtime/config.toml";
+/// Where postinst records the checksum of the config.toml it wrote.
+const CONFIG_MARK: &str = "/var/lib/gpuctk/config.toml.sha256";
+const SCRIPTS: &[&str] = &["preinst", "postinst", "prerm", "postrm"];
 
 struct Out {
     code: i32,
@@ -401,17 +404,21 @@ fn deb_metadata_and_contents() {
             "{rel}: the library stays (nothing of ours replaces it)"
         );
     }
-    for script in ["postinst", "prerm", "postrm"] {
+    for script in SCRIPTS {
         assert!(info.contains(&format!(" {script} ")), "no {script}: {info}");
     }
     let t = TestDir::new();
     let x = t.join("x");
     must(Command::new("dpkg-deb").arg("-R").arg(deb()).arg(&x));
-    assert_eq!(
-        fs::read_to_string(x.join("DEBIAN/conffiles")).unwrap(),
-        format!("{CONFFILE}\n")
+    // No conffile: NVIDIA's postinst makes config.toml and no package owns it, so a conffile of
+    // that path makes dpkg ask on every swap (issue 17); ours is made by postinst too.
+    assert!(
+        !x.join("DEBIAN/conffiles").exists(),
+        "{:?}",
+        fs::read_to_string(x.join("DEBIAN/conffiles"))
     );
-    for script in ["postinst", "prerm", "postrm"] {
+    assert!(!x.join(&CONFIG[1..]).exists(), "config.toml is shipped");
+    for script in SCRIPTS {
         must(
             Command::new("sh")
                 .arg("-n")
@@ -433,7 +440,6 @@ fn deb_metadata_and_contents() {
         assert!(e.starts_with('l') && e.ends_with(" -> gpuctk"), "{e}");
     }
     for path in [
-        CONFFILE,
         SERVICE,
         PATH_UNIT,
         UDEV_RULE,
@@ -457,11 +463,6 @@ fn deb_metadata_and_contents() {
     let bin = x.join("usr/bin/gpuctk");
     let help = must(Command::new(&bin).arg("--help")).stdout;
     assert!(!help.contains("mock-host"), "{help}");
-    // The conffile is `config default`.
-    assert_eq!(
-        fs::read_to_string(x.join(&CONFFILE[1..])).unwrap(),
-        ok(&["config", "default"]).stdout
-    );
     // md5sums cover every regular file.
     must(
         Command::new("md5sum")
@@ -469,15 +470,33 @@ fn deb_metadata_and_contents() {
             .current_dir(&x),
     );
 
-    // The units run what the package ships, by absolute path.
+    // The units run what the package ships, by absolute path: the device nodes first (a
+    // failure there left to generate, "-"), then generate, writing where
+    // NVIDIA_CTK_CDI_OUTPUT_FILE_PATH says: the unit's default, which the env file, read after
+    // it, overrides (no --output to override the variable).
     let service = fs::read_to_string(x.join(&SERVICE[1..])).unwrap();
-    let exec = service
+    let execs: Vec<&str> = service
         .lines()
-        .find_map(|l| l.strip_prefix("ExecStart="))
-        .expect("ExecStart");
-    assert_eq!(
-        exec,
-        "/usr/bin/nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml"
+        .filter_map(|l| l.strip_prefix("ExecStart="))
+        .collect();
+    assert_eq!(execs.len(), 2, "{service}");
+    assert!(
+        execs[0].starts_with("-/bin/sh -c 'exec /usr/bin/nvidia-ctk system create-device-nodes ")
+            && execs[0].contains(" --load-kernel-modules "),
+        "{}",
+        execs[0]
+    );
+    assert_eq!(execs[1], "/usr/bin/nvidia-ctk cdi generate");
+    let at = |line: &str| {
+        service
+            .lines()
+            .position(|l| l.starts_with(line))
+            .unwrap_or_else(|| panic!("no {line}"))
+    };
+    assert!(
+        at("Environment=NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml")
+            < at("EnvironmentFile=-/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"),
+        "{service}"
     );
     for line in [
         "Type=oneshot",
@@ -691,6 +710,47 @@ fn uuids_in(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The refresh service run as systemd runs it, in `ns`: its `Environment=`, then its
+/// `EnvironmentFile=` written with `env` (read after, so it overrides), then each `ExecStart=` in
+/// turn, where a failure stops the service unless the line starts with "-". `$$` is systemd's
+/// escaped `$`, the only expansion the lines may use (checked), so `sh` reads the rest as
+/// systemd would. Returns whether the service succeeded, and each command's output.
+fn run_service(ns: &Ns, service: &str, env: &str) -> (bool, Vec<Out>) {
+    let env_file = service
+        .lines()
+        .find_map(|l| l.strip_prefix("EnvironmentFile=-"))
+        .expect("EnvironmentFile=-");
+    ns.must_sh(&format!(
+        "mkdir -p $(dirname {env_file}) && printf '%s' '{env}' > {env_file}"
+    ));
+    let mut prelude = String::new();
+    for assignment in service
+        .lines()
+        .filter_map(|l| l.strip_prefix("Environment="))
+    {
+        prelude += &format!("export {assignment}; ");
+    }
+    prelude += &format!("set -a; . {env_file}; set +a; exec ");
+    let mut outs = Vec::new();
+    for line in service.lines().filter_map(|l| l.strip_prefix("ExecStart=")) {
+        let (ignore, line) = match line.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, line),
+        };
+        assert!(
+            !line.replace("$$", "").contains(['$', '%']),
+            "a systemd expansion this test does not do: {line}"
+        );
+        let r = ns.sh(&format!("{prelude}{}", line.replace("$$", "$")));
+        let failed = r.code != 0;
+        outs.push(r);
+        if failed && !ignore {
+            return (false, outs);
+        }
+    }
+    (true, outs)
+}
+
 /// What the package test compares before install and after purge: every place the package,
 /// its maintainer scripts or its units write.
 const WATCHED: &[&str] = &[
@@ -706,6 +766,7 @@ const WATCHED: &[&str] = &[
     "/etc/nvidia-container-runtime",
     "/var/lib/systemd",
     "/var/lib/dpkg/info",
+    "/var/lib/gpuctk",
     "/run/cdi",
 ];
 
@@ -759,10 +820,12 @@ fn deb_install_docker_podman_remove_purge() {
             "{name}"
         );
     }
+    // config.toml, written by postinst (there was none), with its checksum kept for purge.
     assert_eq!(
-        ns.read(CONFFILE).as_deref(),
+        ns.read(CONFIG).as_deref(),
         Some(ok(&["config", "default"]).stdout.as_str())
     );
+    ns.must_sh(&format!("sha256sum --check --status {CONFIG_MARK}"));
     // Enabled although systemd is not running here, as the admin's `systemctl enable` would.
     let wants = ns.files_under(&["/etc/systemd/system/multi-user.target.wants"]);
     for unit in ["gpuctk-cdi-refresh.path", "gpuctk-cdi-refresh.service"] {
@@ -857,24 +920,85 @@ fn deb_install_docker_podman_remove_purge() {
             r.stderr
         );
     }
-    // Its command fails while the driver is not up (no procfs entries yet), so that systemd
-    // retries it (Restart=on-failure), and writes nothing.
-    let exec_start = service
-        .lines()
-        .find_map(|l| l.strip_prefix("ExecStart="))
-        .expect("ExecStart");
-    assert!(!exec_start.contains(['"', '\'', '%', '$']), "{exec_start}");
+    // It fails while the driver is not up (no procfs entries yet), so that systemd retries it
+    // (Restart=on-failure), and writes nothing. The driver root is the mock host's in every run
+    // here, so the modprobe it asks for runs chrooted there, never on this machine.
     fs::create_dir_all(t.join("proc-not-loaded")).unwrap();
-    let r = ns.sh(&format!(
-        "GPUCTK_PROC_ROOT={} NVIDIA_CTK_DRIVER_ROOT={root} exec {exec_start}",
-        t.join("proc-not-loaded").display()
-    ));
+    let no_nodes = t.join("dev-not-loaded");
+    fs::create_dir_all(&no_nodes).unwrap();
+    let (ran, outs) = run_service(
+        &ns,
+        &service,
+        &format!(
+            "NVIDIA_CTK_DRIVER_ROOT={root}\nNVIDIA_CTK_DEV_ROOT={}\nGPUCTK_PROC_ROOT={}\n",
+            no_nodes.display(),
+            t.join("proc-not-loaded").display()
+        ),
+    );
     assert!(
-        r.code != 0,
-        "generate without a loaded driver: {}",
-        r.stdout
+        !ran,
+        "without a loaded driver: {:?}",
+        outs.iter().map(|o| &o.stderr).collect::<Vec<_>>()
     );
     assert!(ns.read("/var/run/cdi/nvidia.yaml").is_none());
+    assert!(!no_nodes.join("dev").exists(), "nodes made for no driver");
+    // On a host whose /dev/nvidia* are not made yet (a dev root without them): the service
+    // makes the nodes, then writes the spec where the env file says (a spec kept in /etc/cdi),
+    // not at the unit's default. The mock driver root holds no modprobe, so the modules cannot
+    // load there, as on a host where they cannot: the nodes of the driver procfs shows loaded
+    // are made all the same, and the failure is left to generate ("-").
+    let fresh = t.join("dev-fresh");
+    fs::create_dir_all(&fresh).unwrap();
+    let (ran, outs) = run_service(
+        &ns,
+        &service,
+        &format!(
+            "NVIDIA_CTK_DRIVER_ROOT={root}\nNVIDIA_CTK_DEV_ROOT={}\nGPUCTK_PROC_ROOT={proc_root}\nNVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/etc/cdi/nvidia.yaml\n",
+            fresh.display()
+        ),
+    );
+    let said: Vec<(i32, &str)> = outs.iter().map(|o| (o.code, o.stderr.as_str())).collect();
+    assert!(ran, "the service on a fresh dev root: {said:?}");
+    assert!(
+        outs[0].code != 0 && outs[0].stderr.contains("--load-kernel-modules"),
+        "{said:?}"
+    );
+    {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        for (node, major, minor) in [
+            ("nvidia0", 195, 0),
+            ("nvidia1", 195, 1),
+            ("nvidiactl", 195, 255),
+            ("nvidia-modeset", 195, 254),
+            (
+                "nvidia-uvm",
+                host.manifest["uvm_major"].as_u64().unwrap() as u32,
+                0,
+            ),
+        ] {
+            let md = fs::metadata(fresh.join("dev").join(node))
+                .unwrap_or_else(|e| panic!("{node} not made: {e}; {said:?}"));
+            assert!(md.file_type().is_char_device(), "{node}");
+            assert_eq!(
+                (libc::major(md.rdev()), libc::minor(md.rdev())),
+                (major, minor),
+                "{node}"
+            );
+        }
+    }
+    let spec = ns
+        .read("/etc/cdi/nvidia.yaml")
+        .unwrap_or_else(|| panic!("no spec where the env file says: {said:?}"));
+    assert_cdi_schema(&yaml(&spec));
+    assert!(
+        spec.contains(&format!("{}/dev/nvidia1", fresh.display())),
+        "the spec names the nodes made:\n{spec}"
+    );
+    assert!(
+        ns.read("/var/run/cdi/nvidia.yaml").is_none(),
+        "a second spec beside the one the env file asks for"
+    );
+    ns.must_sh("rm -r /etc/cdi");
     // The udev rule's command, pointed at the mock host by the variables its flags read.
     let rules = ns.read(UDEV_RULE).unwrap();
     let run_cmd = rules
@@ -977,16 +1101,18 @@ fn deb_install_docker_podman_remove_purge() {
         fs::read_to_string(d.join("dockerd.err")).unwrap_or_default()
     );
 
-    // podman, with the spec the refresh service writes: its ExecStart, run as systemd would
-    // (the environment from its EnvironmentFile, which an admin points at a driver root).
-    let env_file = service
-        .lines()
-        .find_map(|l| l.strip_prefix("EnvironmentFile=-"))
-        .expect("EnvironmentFile");
-    ns.must_sh(&format!(
-        "mkdir -p $(dirname {env_file}) && printf 'NVIDIA_CTK_DRIVER_ROOT={root}\\nGPUCTK_PROC_ROOT={proc_root}\\n' > {env_file}"
-    ));
-    ns.must_sh(&format!("set -a; . {env_file}; set +a; exec {exec_start}"));
+    // podman, with the spec the refresh service writes, run as systemd would, with an env file
+    // that points at a driver root and says nothing of the output: the unit's default.
+    let (ran, outs) = run_service(
+        &ns,
+        &service,
+        &format!("NVIDIA_CTK_DRIVER_ROOT={root}\nGPUCTK_PROC_ROOT={proc_root}\n"),
+    );
+    assert!(
+        ran,
+        "{:?}",
+        outs.iter().map(|o| &o.stderr).collect::<Vec<_>>()
+    );
     let spec = ns
         .read("/var/run/cdi/nvidia.yaml")
         .expect("the service wrote no spec");
@@ -1066,7 +1192,7 @@ fn deb_install_docker_podman_remove_purge() {
         .contains("nvidia-container-runtime"));
     assert!(ns.read(crio_drop_in).is_some() && ns.read(oci_hook).is_some());
 
-    // Remove: our files go, the conffile stays, each engine's config is the admin's again.
+    // Remove: our files go, config.toml stays, each engine's config is the admin's again.
     let r = must(&mut ns.cmd(&["dpkg", "-r", "gpuctk"]));
     assert!(
         r.stderr
@@ -1102,18 +1228,32 @@ fn deb_install_docker_podman_remove_purge() {
         );
     }
     assert!(ns.read(SERVICE).is_none() && ns.read(UDEV_RULE).is_none());
-    assert!(ns.read(CONFFILE).is_some(), "remove keeps the conffile");
+    assert!(ns.read(CONFIG).is_some(), "remove keeps config.toml");
 
     // Purge: nothing of ours is left.
-    must(&mut ns.cmd(&["dpkg", "-P", "gpuctk"]));
+    // config.toml was written by postinst, then changed (`config --in-place` above): it is the
+    // admin's now, and purge keeps it, saying so.
+    let edited = ns.read(CONFIG).unwrap();
+    let r = must(&mut ns.cmd(&["dpkg", "-P", "gpuctk"]));
     ns.installed = false;
     assert!(ns.sh("dpkg -s gpuctk").code != 0);
-    assert!(ns.read(CONFFILE).is_none(), "purge removes config.toml");
+    assert_eq!(
+        ns.read(CONFIG),
+        Some(edited),
+        "purge keeps an edited config.toml"
+    );
+    assert!(
+        r.stderr
+            .contains(&format!("kept {CONFIG}, changed since gpuctk wrote it")),
+        "{}",
+        r.stderr
+    );
+    ns.must_sh(&format!("rm {CONFIG}"));
     assert!(
         ns.read("/var/run/cdi/nvidia.yaml").is_none(),
         "purge removes the spec"
     );
-    for path in [CONFFILE, SERVICE, "/usr/bin/gpuctk", "/usr/bin/nvidia-ctk"] {
+    for path in [CONFIG, SERVICE, "/usr/bin/gpuctk", "/usr/bin/nvidia-ctk"] {
         let r = ns.sh(&format!("dpkg -S {path}"));
         assert!(r.code != 0, "dpkg still knows {path}: {}", r.stdout);
     }
@@ -1131,9 +1271,11 @@ fn deb_install_docker_podman_remove_purge() {
     );
 }
 
-/// A stand-in for one of NVIDIA's packages: its name, version and relations, and `files`
-/// (path, content) with the conffiles among them. Only what dpkg and apt look at.
-fn stand_in(dir: &Path, control: &str, files: &[(&str, &str)], conffiles: &[&str]) -> PathBuf {
+/// A stand-in for one of NVIDIA's packages: its name, version and relations, `files` (path,
+/// content; those under `/usr/bin` executable) and a `postinst` ("" for none). Only what dpkg and
+/// apt look at, and what NVIDIA's maintainer scripts do to the files ours meet.
+fn stand_in(dir: &Path, control: &str, files: &[(&str, &str)], postinst: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
     let name = control
         .lines()
         .next()
@@ -1146,13 +1288,21 @@ fn stand_in(dir: &Path, control: &str, files: &[(&str, &str)], conffiles: &[&str
         format!("{control}\nVersion: 1.17.8-1\nArchitecture: all\nMaintainer: test <t@example.invalid>\nDescription: stand-in for the test\n"),
     )
     .unwrap();
-    if !conffiles.is_empty() {
-        fs::write(root.join("DEBIAN/conffiles"), conffiles.join("\n") + "\n").unwrap();
+    let mut executables = Vec::new();
+    if !postinst.is_empty() {
+        fs::write(root.join("DEBIAN/postinst"), postinst).unwrap();
+        executables.push(root.join("DEBIAN/postinst"));
     }
     for (path, content) in files {
         let p = root.join(&path[1..]);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(&p, content).unwrap();
+        if path.starts_with("/usr/bin/") {
+            executables.push(p);
+        }
+    }
+    for p in executables {
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
     }
     let deb = dir.join(format!("{name}.deb"));
     must(
@@ -1164,48 +1314,62 @@ fn stand_in(dir: &Path, control: &str, files: &[(&str, &str)], conffiles: &[&str
     deb
 }
 
+/// NVIDIA's nvidia-container-toolkit-base postinst: `nvidia-ctk --quiet config --config-file=...
+/// --in-place`, which writes config.toml with the defaults when there is none. The file is
+/// then owned by no package.
+const NVIDIA_BASE_POSTINST: &str = "#!/bin/sh\nset -e\ncase \"$1\" in\n    configure)\n        /usr/bin/nvidia-ctk --quiet config --config-file=/etc/nvidia-container-runtime/config.toml --in-place\n        ;;\nesac\nexit 0\n";
+/// The stand-in's `nvidia-ctk`, for that postinst: the defaults written where the file is missing.
+const NVIDIA_CTK_STAND_IN: &str = "#!/bin/sh\nfor a; do case \"$a\" in --config-file=*) f=${a#--config-file=} ;; esac; done\nif [ -n \"$f\" ] && [ ! -e \"$f\" ]; then mkdir -p \"${f%/*}\" && printf '#no-cgroups = false\\n' >\"$f\"; fi\n";
+
 #[test]
 fn apt_install_swaps_nvidia_packages_in_one_go() {
     let deb = deb().to_path_buf();
     let t = TestDir::new();
     let d = t.path();
     let debs = [
-        stand_in(d, "Package: libnvidia-container1", &[("/usr/lib/libnvidia-container.so.1", "lib")], &[]),
+        stand_in(d, "Package: libnvidia-container1", &[("/usr/lib/libnvidia-container.so.1", "lib")], ""),
         stand_in(
             d,
             "Package: libnvidia-container-tools\nDepends: libnvidia-container1",
             &[("/usr/bin/nvidia-container-cli", "#!/bin/sh\n")],
-            &[],
+            "",
         ),
         stand_in(
             d,
             "Package: nvidia-container-toolkit-base",
             &[
-                ("/usr/bin/nvidia-ctk", "#!/bin/sh\n"),
+                ("/usr/bin/nvidia-ctk", NVIDIA_CTK_STAND_IN),
                 ("/usr/bin/nvidia-container-runtime", "#!/bin/sh\n"),
-                (CONFFILE, "# NVIDIA's\n"),
             ],
-            &[CONFFILE],
+            NVIDIA_BASE_POSTINST,
         ),
         stand_in(
             d,
             "Package: nvidia-container-toolkit\nDepends: nvidia-container-toolkit-base (= 1.17.8-1), libnvidia-container-tools",
             &[("/usr/bin/nvidia-container-runtime-hook", "#!/bin/sh\n")],
-            &[],
+            "",
         ),
         // Something of the admin's that needs a toolkit, whichever.
-        stand_in(d, "Package: gpu-app-needing-a-toolkit\nDepends: nvidia-container-toolkit", &[], &[]),
+        stand_in(d, "Package: gpu-app-needing-a-toolkit\nDepends: nvidia-container-toolkit", &[], ""),
     ];
     let mut ns = Ns::new(d);
     ns.installed = true;
     let mut argv = vec!["dpkg", "-i"];
     argv.extend(debs.iter().map(|p| p.to_str().unwrap()));
     must(&mut ns.cmd(&argv));
-    // One apt install, no network: NVIDIA's toolkit goes, ours comes, the admin's package stays.
+    // NVIDIA's postinst made config.toml, owned by no package; the admin edits it.
+    assert!(ns.sh(&format!("dpkg -S {CONFIG}")).code != 0);
+    ns.must_sh(&format!("printf 'no-cgroups = true\\n' >> {CONFIG}"));
+    let admins = ns.read(CONFIG).unwrap();
+    assert_eq!(admins, "#no-cgroups = false\nno-cgroups = true\n");
+    // One apt install, no network, no terminal, as config management runs it: NVIDIA's toolkit
+    // goes, ours comes, the admin's package stays, and nothing asks about config.toml.
     let r = ns.must_sh(&format!(
-        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o APT::Sandbox::User=root {}",
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o APT::Sandbox::User=root {} </dev/null",
         deb.display()
     ));
+    let audit = ns.must_sh("dpkg --audit");
+    assert_eq!(audit.stdout, "", "half-installed packages left");
     for gone in [
         "nvidia-container-toolkit",
         "nvidia-container-toolkit-base",
@@ -1245,13 +1409,110 @@ fn apt_install_swaps_nvidia_packages_in_one_go() {
             "{name}"
         );
     }
-    // The conffile is ours now (NVIDIA's, unedited, is replaced by our default).
-    assert_eq!(
-        ns.read(CONFFILE).as_deref(),
-        Some(ok(&["config", "default"]).stdout.as_str())
+    // The admin's config.toml, byte for byte, still owned by no package, not ours to purge.
+    assert_eq!(ns.read(CONFIG).as_deref(), Some(admins.as_str()));
+    assert!(ns.sh(&format!("dpkg -S {CONFIG}")).code != 0);
+    assert!(ns.read(CONFIG_MARK).is_none(), "gpuctk did not write it");
+    ns.must_sh("DEBIAN_FRONTEND=noninteractive apt-get purge -y -q -o APT::Sandbox::User=root gpuctk </dev/null");
+    ns.installed = false;
+    assert_eq!(ns.read(CONFIG).as_deref(), Some(admins.as_str()));
+    assert_eq!(ns.must_sh("dpkg --audit").stdout, "");
+}
+
+/// config.toml's life: written by postinst where there is none and removed by purge when
+/// unchanged; taken over from a gpuctk that shipped it as a conffile (the one before issue 17,
+/// rebuilt here from this package with the conffile added), with no prompt on the upgrade and
+/// nothing lost: an edited one stays the admin's, byte for byte, through upgrade and purge.
+#[test]
+fn config_toml_written_kept_and_taken_over_from_a_conffile() {
+    let deb = deb().to_path_buf();
+    let t = TestDir::new();
+    let default = ok(&["config", "default"]).stdout;
+    let old = t.join("old");
+    must(Command::new("dpkg-deb").arg("-R").arg(&deb).arg(&old));
+    let control = fs::read_to_string(old.join("DEBIAN/control")).unwrap();
+    let control: String = control
+        .lines()
+        .map(|l| {
+            if l.starts_with("Version: ") {
+                "Version: 0~conffile\n".to_string()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    fs::write(old.join("DEBIAN/control"), control).unwrap();
+    // That version had no preinst.
+    let _ = fs::remove_file(old.join("DEBIAN/preinst"));
+    fs::create_dir_all(old.join("etc/nvidia-container-runtime")).unwrap();
+    fs::write(old.join(&CONFIG[1..]), &default).unwrap();
+    fs::write(old.join("DEBIAN/conffiles"), format!("{CONFIG}\n")).unwrap();
+    let old_deb = t.join("gpuctk-conffile.deb");
+    must(
+        Command::new("dpkg-deb")
+            .args(["--root-owner-group", "--build"])
+            .arg(&old)
+            .arg(&old_deb),
     );
-    assert!(ns
-        .must_sh(&format!("dpkg -S {CONFFILE}"))
-        .stdout
-        .starts_with("gpuctk: "));
+    let (new, old) = (deb.to_str().unwrap(), old_deb.to_str().unwrap());
+    let mut ns = Ns::new(t.path());
+    ns.installed = true;
+    let conffiles = |ns: &Ns| {
+        ns.must_sh("dpkg-query -W -f='${Conffiles}' gpuctk")
+            .stdout
+            .trim()
+            .to_string()
+    };
+
+    // Written where there is none; purged when unchanged.
+    must(&mut ns.cmd(&["dpkg", "-i", new]));
+    assert_eq!(ns.read(CONFIG).as_deref(), Some(default.as_str()));
+    assert!(ns.read(CONFIG_MARK).is_some());
+    must(&mut ns.cmd(&["dpkg", "-P", "gpuctk"]));
+    assert!(
+        ns.read(CONFIG).is_none(),
+        "purge leaves the config.toml it wrote"
+    );
+    assert!(
+        ns.sh("test -e /var/lib/gpuctk || test -e /etc/nvidia-container-runtime")
+            .code
+            != 0
+    );
+
+    // The conffile gpuctk, its config.toml edited, upgraded by apt with no terminal: no prompt,
+    // the file as the admin left it, no longer listed as ours, and kept by purge.
+    must(&mut ns.cmd(&["dpkg", "-i", old]));
+    assert!(conffiles(&ns).starts_with(CONFIG));
+    ns.must_sh(&format!("printf 'no-cgroups = true\\n' >> {CONFIG}"));
+    let edited = ns.read(CONFIG).unwrap();
+    ns.must_sh(&format!(
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o APT::Sandbox::User=root {new} </dev/null"
+    ));
+    assert_eq!(ns.must_sh("dpkg --audit").stdout, "");
+    assert_eq!(ns.read(CONFIG).as_deref(), Some(edited.as_str()));
+    assert_eq!(conffiles(&ns), "", "dpkg still lists the old conffile");
+    assert!(ns.sh(&format!("dpkg -S {CONFIG}")).code != 0);
+    assert!(
+        ns.read(CONFIG_MARK).is_none(),
+        "the admin's file taken for ours"
+    );
+    assert!(ns.read(&format!("{CONFIG}.gpuctk-upgrade")).is_none());
+    let r = must(&mut ns.cmd(&["dpkg", "-P", "gpuctk"]));
+    assert_eq!(
+        ns.read(CONFIG).as_deref(),
+        Some(edited.as_str()),
+        "{}",
+        r.stderr
+    );
+    ns.must_sh(&format!("rm {CONFIG}"));
+
+    // The conffile gpuctk, its config.toml untouched, upgraded by dpkg: the file is the old
+    // version's default, so ours, and purge removes it.
+    must(&mut ns.cmd(&["dpkg", "-i", old]));
+    must(&mut ns.cmd(&["dpkg", "-i", new]));
+    assert_eq!(ns.read(CONFIG).as_deref(), Some(default.as_str()));
+    assert_eq!(conffiles(&ns), "");
+    must(&mut ns.cmd(&["dpkg", "-P", "gpuctk"]));
+    ns.installed = false;
+    assert!(ns.read(CONFIG).is_none(), "purge leaves the old default");
 }

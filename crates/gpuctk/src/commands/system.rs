@@ -15,7 +15,10 @@ use gpuctk_host::nodes::{existing_nodes, expected_nodes, Node};
 use crate::cli::{DevCharArgs, DeviceNodesArgs, SystemRoots};
 
 /// `modprobe` the NVIDIA modules, as NVIDIA does (in a chroot when the driver root is not `/`).
+/// Each is tried, so one that cannot load does not keep the others from loading; the error names
+/// every module that failed.
 fn load_modules(r: &SystemRoots) -> anyhow::Result<()> {
+    let mut failed = Vec::new();
     for module in ["nvidia", "nvidia-uvm", "nvidia-modeset"] {
         let mut c = if r.driver_root == Path::new("/") {
             let mut c = Command::new(&r.modprobe);
@@ -30,15 +33,17 @@ fn load_modules(r: &SystemRoots) -> anyhow::Result<()> {
             println!("would run {c:?}");
             continue;
         }
-        let out = c
-            .output()
-            .with_context(|| format!("--load-kernel-modules: running {c:?}"))?;
-        if !out.status.success() {
-            bail!(
-                "--load-kernel-modules: {c:?} failed: {}",
+        match c.output() {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => failed.push(format!(
+                "{c:?} failed: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
-            );
+            )),
+            Err(e) => failed.push(format!("running {c:?}: {e}")),
         }
+    }
+    if !failed.is_empty() {
+        bail!("--load-kernel-modules: {}", failed.join("; "));
     }
     Ok(())
 }
@@ -104,9 +109,23 @@ fn make_node(dev: &Path, node: &Node, dry_run: bool) -> anyhow::Result<()> {
 }
 
 pub fn device_nodes(a: DeviceNodesArgs) -> anyhow::Result<ExitCode> {
-    if a.roots.load_kernel_modules {
-        load_modules(&a.roots)?;
+    // A module that cannot load (no modprobe in the driver root, module loading locked down)
+    // still leaves the nodes of the driver as procfs shows it loaded to make; the failure is
+    // the exit status once they are made.
+    let not_loaded = if a.roots.load_kernel_modules {
+        load_modules(&a.roots).err()
+    } else {
+        None
+    };
+    let made = make_nodes(&a);
+    match (not_loaded, made) {
+        (None, made) => made.map(|()| ExitCode::SUCCESS),
+        (Some(e), Ok(())) => bail!("{e:#} (the nodes of the driver as loaded are made)"),
+        (Some(e), Err(nodes)) => Err(nodes.context(format!("{e:#}"))),
     }
+}
+
+fn make_nodes(a: &DeviceNodesArgs) -> anyhow::Result<()> {
     let (gpus, control) = match (a.gpu_devices, a.control_devices) {
         (false, false) => (true, true),
         flags => flags,
@@ -117,7 +136,7 @@ pub fn device_nodes(a: DeviceNodesArgs) -> anyhow::Result<ExitCode> {
     for n in &nodes {
         make_node(&dev, n, a.roots.dry_run)?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// Point `link` at `target`, replacing a wrong link atomically; a right one is left alone.
