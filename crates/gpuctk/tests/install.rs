@@ -277,6 +277,41 @@ fn install_twice_changes_nothing_and_uninstall_gives_the_host_back() {
     assert!(r.stdout.contains("nothing installed"), "{}", r.stdout);
 }
 
+/// Regression: install wrote its manifest only at the end, so one that failed part way left the
+/// files it had written unrecorded; the retry found them unchanged and never recorded them, and
+/// uninstall left them on the host. Each path is now recorded before it is written.
+#[test]
+fn install_failing_part_way_then_retried_is_uninstalled_whole() {
+    let t = TestDir::new();
+    let (h, host) = host_root(&t);
+    fs::create_dir_all(h.join("etc/containerd")).unwrap();
+    fs::write(h.join("etc/containerd/config.toml"), CONTAINERD).unwrap();
+    let before = listing(&h, &[], false);
+    let hs = h.to_str().unwrap();
+    let proc_root = host.proc_root();
+    let args = install_args(
+        hs,
+        &proc_root,
+        &["--runtime", "containerd", "--restart-mode", "none"],
+    );
+    // A file where the CDI spec dir goes: the toolkit is written, then install fails.
+    fs::write(h.join("run/cdi"), "in the way\n").unwrap();
+    fails(&args, &["/run/cdi", "cannot create directory"]);
+    assert!(h.join("usr/local/nvidia/toolkit/gpuctk").exists());
+    fs::remove_file(h.join("run/cdi")).unwrap();
+    // Then one where the drop-in's dir goes: the specs are written too, the engine not yet.
+    fs::write(h.join("etc/containerd/conf.d"), "in the way\n").unwrap();
+    fails(&args, &["conf.d", "cannot create directory"]);
+    assert!(h.join("run/cdi/nvidia.yaml").exists());
+    fs::remove_file(h.join("etc/containerd/conf.d")).unwrap();
+    let r = ok(&args);
+    assert!(r.stdout.contains("registered nvidia"), "{}", r.stdout);
+
+    ok(&["uninstall", "--host-root", hs, "--restart-mode", "none"]);
+    let back = listing(&h, &[], false);
+    assert!(before == back, "{:#?}", diff(&before, &back));
+}
+
 /// A `systemctl` for the host root: a static program that records its arguments and root.
 fn fake_systemctl(t: &TestDir, h: &Path) {
     let src = t.join("systemctl.c");
