@@ -312,6 +312,70 @@ fn install_failing_part_way_then_retried_is_uninstalled_whole() {
     assert!(before == back, "{:#?}", diff(&before, &back));
 }
 
+/// What real containerd (1.x: an imported plugin section replaces the main file's whole) makes
+/// of the config install leaves: `config dump`.
+fn containerd_dump(config: &Path) -> String {
+    let o = Command::new("containerd")
+        .arg("--config")
+        .arg(config)
+        .args(["config", "dump"])
+        .output()
+        .expect("containerd (apt-get install containerd)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Regression: the drop-in's copy of the main config's CRI table was taken once; an edit of
+/// that table in the main config afterwards never reached containerd (the drop-in's stale copy
+/// replaced it), and install said "already registered". It is refreshed on every install.
+#[test]
+fn install_again_carries_an_edit_of_the_main_cri_table_to_containerd() {
+    let t = TestDir::new();
+    let (h, host) = host_root(&t);
+    let config = h.join("etc/containerd/config.toml");
+    fs::create_dir_all(config.parent().unwrap()).unwrap();
+    fs::write(&config, CONTAINERD).unwrap();
+    let hs = h.to_str().unwrap();
+    let proc_root = host.proc_root();
+    let args = install_args(
+        hs,
+        &proc_root,
+        &["--runtime", "containerd", "--restart-mode", "none"],
+    );
+    ok(&args);
+    assert!(containerd_dump(&config).contains("registry.k8s.io/pause:3.9"));
+    // The admin moves to another pause image, in the main config.
+    let main = fs::read_to_string(&config).unwrap();
+    fs::write(
+        &config,
+        main.replace("registry.k8s.io/pause:3.9", "registry.example/pause:3.10"),
+    )
+    .unwrap();
+    let r = ok(&args);
+    assert!(
+        r.stdout
+            .contains("registered nvidia in /etc/containerd/conf.d/99-nvidia.toml")
+            && !r.stdout.contains("already registered"),
+        "{}",
+        r.stdout
+    );
+    let dump = containerd_dump(&config);
+    assert!(
+        dump.contains("sandbox_image = \"registry.example/pause:3.10\""),
+        "{dump}"
+    );
+    assert!(dump.contains("SystemdCgroup = true"), "{dump}");
+    assert!(
+        dump.contains(&format!(
+            "BinaryName = \"{TOOLKIT}/nvidia-container-runtime\""
+        )),
+        "{dump}"
+    );
+    // And once more: nothing changed, nothing written.
+    let r = ok(&args);
+    assert!(r.stdout.contains("already registered"), "{}", r.stdout);
+}
+
 /// A `systemctl` for the host root: a static program that records its arguments and root.
 fn fake_systemctl(t: &TestDir, h: &Path) {
     let src = t.join("systemctl.c");
