@@ -883,6 +883,137 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
 
+/// Regression: uninstall removed the runtime that running GPU pods' shims run for kill and
+/// delete, and containerd could no longer stop or remove them ("fork/exec
+/// .../nvidia-container-runtime: no such file or directory"), the container running on. Now
+/// uninstall unregisters the runtimes, finds the containers containerd still runs through them
+/// (the runc shim's `runtime` file in each task bundle), keeps the runtime's entry point while
+/// any is left and says so, failing; the pods stop and go through the CRI; uninstall again
+/// gives the host root back.
+#[test]
+fn uninstall_keeps_the_runtime_for_running_pods_until_they_are_gone() {
+    let bed = Bed::new(1);
+    let t = TestDir::new();
+    let h = t.join("hostroot");
+    let mock = mock_host(&t, &format!("hostroot{DRIVER}"), 1, "570.124.06", "debian");
+    fs::create_dir_all(h.join("var")).unwrap();
+    symlink("/run", h.join("var/run")).unwrap();
+    fs::create_dir_all(h.join("run/containerd")).unwrap();
+    fs::create_dir_all(h.join("etc/containerd")).unwrap();
+    fs::create_dir_all(h.join("usr/local/nvidia")).unwrap();
+    let cdir = t.join("containerd");
+    fs::create_dir_all(&cdir).unwrap();
+    let sock = h.join("run/containerd/containerd.sock");
+    let mut doc: toml_edit::DocumentMut = containerd_config(&cdir).parse().unwrap();
+    doc["grpc"]["address"] = toml_edit::value(sock.to_string_lossy().as_ref());
+    // Its task bundles where the host has them, at the host's /run (the namespace below).
+    doc["state"] = toml_edit::value("/run/containerd");
+    fs::write(h.join("etc/containerd/config.toml"), doc.to_string()).unwrap();
+    // containerd's own, and util-linux's (`mount` in containerd's namespace, at /run).
+    let skip = ["run/containerd", "run/mount"];
+    let before = listing(&h, &skip, false);
+
+    let hs = h.to_str().unwrap();
+    let proc_root = mock.proc_root();
+    ok(&install_args(
+        hs,
+        &proc_root,
+        &[
+            "--runtime",
+            "containerd",
+            "--driver-root",
+            DRIVER,
+            "--restart-mode",
+            "none",
+        ],
+    ));
+    let tk = h.join(TOOLKIT.trim_start_matches('/'));
+    let config = tk.join(".config/nvidia-container-runtime/config.toml");
+    ok(&[
+        "config",
+        "--config-file",
+        config.to_str().unwrap(),
+        "--set",
+        &format!("gpuctk.proc-root={DRIVER}/proc"),
+        "--in-place",
+    ]);
+
+    // containerd where the host root's /run, toolkit and driver are at their host paths.
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            r#"mount --bind "$0/run" /run && mount -t tmpfs tmpfs /usr/local && mkdir -p /usr/local/nvidia {DRIVER} && mount --bind "$0/usr/local/nvidia" /usr/local/nvidia && mount --bind "$0{DRIVER}" {DRIVER} && exec "$@""#
+        ))
+        .arg(&h)
+        .args(["containerd", "--config"])
+        .arg(h.join("etc/containerd/config.toml"))
+        .env("PATH", SYSTEM_PATH);
+    sighup_default(&mut c);
+    let node = Node::launch(
+        bed,
+        cdir.clone(),
+        sock.clone(),
+        c,
+        &["/run", "/usr/local", "/usr/local/nvidia", DRIVER],
+    );
+    let cri = node.cri();
+    let pod = node.pod("busy", "nvidia");
+    let pod_id = cri
+        .run_pod_sandbox(&pod)
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", node.log()));
+    let mut spec = workload("sleeper", &[("NVIDIA_VISIBLE_DEVICES", "all")]);
+    spec.command = vec!["/bin/sh".into(), "-c".into(), "sleep 600".into()];
+    let id = cri
+        .create_container(&pod_id, &pod, &spec)
+        .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", node.log()));
+    cri.start_container(&id)
+        .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", node.log()));
+
+    let first = run(&["uninstall", "--host-root", hs, "--restart-mode", "none"]);
+    // The pod stops and goes, through the runtime it was started with.
+    let stopped = cri
+        .stop_container(&id, 0)
+        .and_then(|()| cri.stop_pod_sandbox(&pod_id));
+    assert!(
+        stopped.is_ok(),
+        "stopping the pod after uninstall: {stopped:?}\nuninstall: {}{}\n{}",
+        first.stdout,
+        first.stderr,
+        node.log()
+    );
+    cri.remove_container(&id).unwrap();
+    cri.remove_pod_sandbox(&pod_id).unwrap();
+    assert_ne!(first.code, 0, "{}{}", first.stdout, first.stderr);
+    assert!(
+        first.stderr.contains("still run on gpuctk's runtime")
+            && first.stderr.contains(&format!("k8s.io/{id}"))
+            && first.stderr.contains(&format!("k8s.io/{pod_id}")),
+        "{}",
+        first.stderr
+    );
+    assert!(
+        first.stdout.contains("unregistered nvidia"),
+        "{}",
+        first.stdout
+    );
+    assert!(
+        first.stdout.contains(&format!("kept {TOOLKIT}/gpuctk")),
+        "{}",
+        first.stdout
+    );
+    assert!(!h.join("run/cdi/nvidia.yaml").exists());
+    node.shutdown();
+
+    let r = ok(&["uninstall", "--host-root", hs, "--restart-mode", "none"]);
+    assert!(
+        r.stdout.contains(&format!("removed {TOOLKIT}/gpuctk")),
+        "{}",
+        r.stdout
+    );
+    let back = listing(&h, &skip, false);
+    assert!(before == back, "{:#?}", diff(&before, &back));
+}
+
 /// `runtime configure --drop-in-config` as NVIDIA defines it: containerd's main config gets an
 /// import of the drop-in, which containerd 1.6 loads (`config dump`); CRI-O's goes where asked;
 /// docker refuses; unconfigure gives back the files it found.

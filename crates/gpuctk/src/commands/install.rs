@@ -814,7 +814,7 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
     let host = host_of(&a.host)?;
     let toolkit = a.host.toolkit_dir.clone();
     let mut out = std::io::stdout().lock();
-    let Some(m) = read_manifest(&host, &toolkit)? else {
+    let Some(mut m) = read_manifest(&host, &toolkit)? else {
         writeln!(
             out,
             "nothing installed: no {} under {}",
@@ -898,9 +898,37 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
+    // The engine told before anything it may still run is removed; a reload that fails stops
+    // here, recorded, and the next uninstall tries it again.
+    if engine_changed || m.reload_pending {
+        let mode = restart_mode(&a.host, engine);
+        m.runtimes.clear();
+        m.reload_pending = mode != RestartMode::None;
+        write_manifest(&host, &toolkit, &m)?;
+        reload(&host, &a.host, mode, engine, &mut out).map_err(|e| {
+            anyhow!("{e}; the runtimes are unregistered but nothing else was removed: restart {engine} yourself and run uninstall again")
+        })?;
+        m.reload_pending = false;
+    }
+
+    // Containers the engine started through our runtime need it to be stopped and removed
+    // (their shim runs it for kill and delete): while any is left, the runtime's entry point
+    // stays.
+    let busy = containers_on(&host, engine, &m.config, &toolkit)?;
+    let keep: BTreeSet<PathBuf> = if busy.is_empty() {
+        BTreeSet::new()
+    } else {
+        runtimes(&toolkit, "", false)
+            .into_iter()
+            .map(|r| r.binary)
+            .chain([toolkit.join(BINARY), toolkit.join(CONFIG)])
+            .filter(|p| m.created.contains(p))
+            .collect()
+    };
+
     // Our files, then the originals they replaced, then the directories we made.
     for p in &m.created {
-        if *p == m.config {
+        if *p == m.config || keep.contains(p) {
             continue;
         }
         let here = host.here(p);
@@ -929,8 +957,10 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "restored {}", p.display())?;
     }
     let manifest = host.here(&toolkit.join(MANIFEST));
-    std::fs::remove_file(&manifest)
-        .with_context(|| format!("{}: cannot remove it", manifest.display()))?;
+    if keep.is_empty() {
+        std::fs::remove_file(&manifest)
+            .with_context(|| format!("{}: cannot remove it", manifest.display()))?;
+    }
     let mut dirs: Vec<&PathBuf> = m.dirs.iter().collect();
     dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
     for d in dirs {
@@ -939,16 +969,120 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
             Ok(()) => writeln!(out, "removed {}/", d.display())?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             // Someone else's files are in it now: theirs to remove.
+            Err(e) if !keep.is_empty() && e.raw_os_error() == Some(libc::ENOTEMPTY) => {}
             Err(e) => writeln!(out, "kept {}/ ({e})", d.display())?,
         }
     }
-    if engine_changed {
-        let mode = restart_mode(&a.host, engine);
-        reload(&host, &a.host, mode, engine, &mut out).map_err(|e| {
-            anyhow!("{e}; everything else is uninstalled: restart {engine} yourself")
-        })?;
+    if keep.is_empty() {
+        return Ok(ExitCode::SUCCESS);
     }
-    Ok(ExitCode::SUCCESS)
+    // What is left, for the next uninstall.
+    let left = Manifest {
+        runtimes: Vec::new(),
+        created: keep.clone(),
+        dirs: m
+            .dirs
+            .iter()
+            .filter(|d| host.here(d).is_dir())
+            .cloned()
+            .collect(),
+        replaced: BTreeSet::new(),
+        backups: BTreeSet::new(),
+        reload_pending: false,
+        ..m
+    };
+    write_manifest(&host, &toolkit, &left)?;
+    for p in &keep {
+        writeln!(out, "kept {}", p.display())?;
+    }
+    let shown: Vec<&str> = busy.iter().take(10).map(String::as_str).collect();
+    let more = if busy.len() > shown.len() {
+        format!(" and {} more", busy.len() - shown.len())
+    } else {
+        String::new()
+    };
+    bail!(
+        "{} container(s) still run on gpuctk's runtime ({}{more}): its entry point ({}) is kept so that they can be stopped and removed; everything else is uninstalled. Run uninstall again once they are gone",
+        busy.len(),
+        shown.join(", "),
+        toolkit.join("nvidia-container-runtime*").display()
+    )
+}
+
+/// The task dirs of containerd's runc shims that may run containers through our runtime, as
+/// the host sees them: containerd's own (its config's `state`, default `/run/containerd`) and
+/// dockerd's containerd.
+fn task_dirs(host: &Host, engine: Engine, config: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut states = vec![PathBuf::from("/run/containerd")];
+    if engine == Engine::Containerd {
+        let here = host.here(config);
+        let text = match std::fs::symlink_metadata(&here) {
+            Ok(_) => Some(super::read_capped(&here, 4 << 20, "containerd's config")?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => bail!("{}: {e}", here.display()),
+        };
+        let state = text
+            .and_then(|t| String::from_utf8(t).ok())
+            .and_then(|t| t.parse::<toml_edit::DocumentMut>().ok())
+            .and_then(|d| d.get("state").and_then(|s| s.as_str()).map(PathBuf::from))
+            .filter(|s| s.is_absolute());
+        if let Some(s) = state {
+            states.insert(0, s);
+        }
+    }
+    states.push(PathBuf::from("/run/docker/containerd/daemon"));
+    states.dedup();
+    Ok(states
+        .into_iter()
+        .map(|s| s.join("io.containerd.runtime.v2.task"))
+        .collect())
+}
+
+/// The containers (`namespace/id`) whose task, in a containerd task dir, runs one of our
+/// runtime's names: the runc shim keeps its `BinaryName` in the bundle's `runtime` file and
+/// runs it for every kill and delete.
+fn containers_on(
+    host: &Host,
+    engine: Engine,
+    config: &Path,
+    toolkit: &Path,
+) -> anyhow::Result<Vec<String>> {
+    let ours: BTreeSet<Vec<u8>> = runtimes(toolkit, "", false)
+        .into_iter()
+        .map(|r| r.binary)
+        .chain([toolkit.join(BINARY)])
+        .map(|p| p.into_os_string().into_encoded_bytes())
+        .collect();
+    let root = gpuctk_container::Root::open(&host.root)
+        .with_context(|| format!("--host-root {}", host.root.display()))?;
+    // Gone between the listing and the look: not running.
+    let absent = |e: &gpuctk_container::RootError| e.is_not_found();
+    let mut found = Vec::new();
+    for dir in task_dirs(host, engine, config)? {
+        let dir = dir.to_string_lossy().into_owned();
+        let namespaces = match root.read_dir_names_limited(&dir, 4096) {
+            Err(e) if absent(&e) => continue,
+            r => r.with_context(|| format!("{dir}: cannot list containerd's tasks"))?,
+        };
+        for ns in namespaces {
+            let nsdir = format!("{dir}/{ns}");
+            let ids = match root.read_dir_names_limited(&nsdir, 1 << 16) {
+                Err(e) if absent(&e) => continue,
+                r => r.with_context(|| format!("{nsdir}: cannot list containerd's tasks"))?,
+            };
+            for id in ids {
+                let file = format!("{nsdir}/{id}/runtime");
+                let bin = match root.read_to_vec(&file, 4096) {
+                    Err(e) if absent(&e) => continue,
+                    r => r.with_context(|| format!("{file}: cannot read the task's runtime"))?,
+                };
+                if ours.contains(bin.trim_ascii()) {
+                    found.push(format!("{ns}/{id}"));
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// The pid at the other end of the unix socket `shown` (as the host sees it), reached at
