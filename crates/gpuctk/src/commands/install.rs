@@ -19,6 +19,10 @@
 //! recorded but never written is skipped by uninstall. Files the manifest does not name are never
 //! adopted, even when they hold what install would write: with recording first, only something
 //! else could have put them there.
+//!
+//! `uninstall` unregisters the runtimes and reloads the engine before it removes anything; a
+//! container containerd still runs through our runtime keeps the runtime's entry point on the
+//! host (its shim runs it to kill and delete), and uninstall finishes on a later run.
 
 use std::collections::BTreeSet;
 use std::io::Write;
