@@ -409,6 +409,35 @@ pub(crate) fn on_configure(
     Ok(edits)
 }
 
+/// What the ledger of containerd's main config says configure set: the default runtime names
+/// and whether it turned CDI on. A drop-in refreshed from the main config keeps those.
+pub(crate) struct Recorded {
+    /// `default_runtime_name` values configure wrote.
+    pub(crate) defaults: Vec<String>,
+    /// configure turned `enable_cdi` on.
+    pub(crate) cdi: bool,
+}
+
+/// The ledger's records for containerd's main config at `config_path`.
+pub(crate) fn containerd_recorded(
+    config_path: &Path,
+    read: crate::ReadFile<'_>,
+) -> Result<Recorded, EngineError> {
+    let lpath = ledger_path(config_path);
+    let bytes = read_drop_in(read, &lpath)?;
+    let records = parse_ledger(&lpath, bytes.as_deref())?;
+    Ok(Recorded {
+        defaults: records
+            .iter()
+            .filter(|r| r.setting == Setting::DefaultRuntime)
+            .filter_map(|r| r.value.as_str().map(str::to_string))
+            .collect(),
+        cdi: records
+            .iter()
+            .any(|r| r.setting == Setting::Cdi && r.value == Json::Bool(true)),
+    })
+}
+
 /// An engine's own unconfigure, from the main config's content and a drop-in reader.
 pub(crate) type EngineUnconfigure<'a> =
     &'a dyn Fn(Option<&[u8]>, crate::ReadFile<'_>) -> Result<Vec<Edit>, EngineError>;

@@ -11,9 +11,11 @@
 //! replaces the earlier one whole), so a drop-in holding only our runtime would silently drop
 //! every other CRI setting of the main file (`SystemdCgroup`, `sandbox_image`, registry
 //! mirrors…). The drop-in therefore repeats the main file's CRI plugin table, as NVIDIA's does;
-//! with containerd 2.x's deeper merge the copy is redundant but harmless.
+//! with containerd 2.x's deeper merge the copy is redundant but harmless. The copy is taken
+//! again each time our drop-in is written, keeping only what is ours from the old one (see
+//! `refreshed`), so a later edit of the main file's table is not shadowed by a stale copy.
 //!
-//! An existing drop-in of ours is edited in place like the main file: configure adds its runtime
+//! An existing drop-in of ours keeps what earlier runs put there: configure adds its runtime
 //! next to those of earlier runs (other runtime names), and unconfigure removes only its own,
 //! deleting the drop-in once none of ours is left (a runtime of the main file's copied table is
 //! not ours).
@@ -300,7 +302,6 @@ fn configure_explicit(
         doc
     });
     let version = config_version(config_path, &main)?;
-    let literal = tomlutil::prefers_literal_strings(&main);
     let mut edits = Vec::new();
     let target = match import_covering(config_path, &main, drop_in) {
         Some(t) => t,
@@ -342,7 +343,7 @@ fn configure_explicit(
         &main,
         version,
         opts,
-        literal,
+        read,
     )?;
     // The drop-in first: containerd never sees an import of a file not there yet.
     edits.insert(0, target.edit(before, after, false));
@@ -370,7 +371,7 @@ fn unconfigure_explicit(
     let target = import_covering(config_path, &doc, drop_in)
         .unwrap_or_else(|| drop_in_for(drop_in.to_path_buf(), ""));
     let mut changed = remove_runtime(&mut doc, version, &opts.runtime_name);
-    let drop_edit = unconfigure_drop_in(&target, &doc, version, opts, read)?;
+    let drop_edit = unconfigure_drop_in(config_path, &target, &doc, version, opts, read)?;
     if drop_edit.delete {
         let entry = import_entry(config_path, drop_in);
         let mut emptied = false;
@@ -437,7 +438,7 @@ pub fn configure(
             &main,
             version,
             opts,
-            literal,
+            read,
         )?;
         return Ok(vec![target.edit(before, after, false)]);
     }
@@ -452,8 +453,12 @@ pub fn configure(
     )])
 }
 
-/// The drop-in's new content: `before` with our runtime added when it is ours from an earlier
-/// run, else a new file repeating the main config's CRI plugin table (see the module docs).
+/// The drop-in's new content: a copy of the main config's CRI plugin table as it is now (see
+/// the module docs), with what is ours from `before` (the runtimes the main file does not have,
+/// the settings the ledger says configure made) and our runtime added. The copy is taken again
+/// on every run, so a later edit of the main file's CRI table reaches containerd through the
+/// next configure instead of being hidden by a stale copy. A file at our path that we did not
+/// write (no [`OURS_HEADER`]) is the admin's: our runtime is added to it in place.
 fn drop_in_content(
     config_path: &Path,
     drop_in: &Path,
@@ -461,19 +466,46 @@ fn drop_in_content(
     main: &DocumentMut,
     version: i64,
     opts: &Options,
-    literal: bool,
+    read: ReadFile<'_>,
 ) -> Result<Vec<u8>, EngineError> {
+    let literal = tomlutil::prefers_literal_strings(main);
     let existing = match before {
         Some(b) if !b.iter().all(u8::is_ascii_whitespace) => {
             Some(tomlutil::parse(drop_in, b).map_err(ContainerdError::from)?)
         }
         _ => None,
     };
-    if let Some(mut doc) = existing {
-        // Ours from an earlier run (maybe of another runtime name): add to it.
-        add_runtime(drop_in, &mut doc, version, opts, literal)?;
-        return Ok(tomlutil::render(&doc));
-    }
+    let mut doc = match existing {
+        Some(mut doc) if !written_by_us(before) => {
+            add_runtime(drop_in, &mut doc, version, opts, literal)?;
+            return Ok(tomlutil::render(&doc));
+        }
+        Some(old) => refreshed(config_path, drop_in, main, &old, version, literal, read)?,
+        None => copy_of_main(drop_in, main, version)?,
+    };
+    add_runtime(drop_in, &mut doc, version, opts, literal)?;
+    Ok(with_header(config_path, &doc))
+}
+
+/// Our drop-in's text: the header that marks it ours, then `doc`.
+fn with_header(config_path: &Path, doc: &DocumentMut) -> Vec<u8> {
+    let mut after = format!(
+        "{OURS_HEADER}. containerd 1.x replaces a plugin's whole\n\
+         # section with the one in an imported file, so the CRI plugin settings of\n\
+         # {} are repeated here. Remove this file to undo.\n",
+        config_path.display()
+    )
+    .into_bytes();
+    after.extend(tomlutil::render(doc));
+    after
+}
+
+/// A new drop-in: `version` and a copy of the main config's CRI plugin table.
+fn copy_of_main(
+    drop_in: &Path,
+    main: &DocumentMut,
+    version: i64,
+) -> Result<DocumentMut, EngineError> {
     let mut doc = DocumentMut::new();
     if version >= 2 {
         doc.insert("version", toml_edit::value(version));
@@ -486,16 +518,79 @@ fn drop_in_content(
             dst.insert_formatted(key, Item::Table(cri.clone()));
         }
     }
-    add_runtime(drop_in, &mut doc, version, opts, literal)?;
-    let mut after = format!(
-        "{OURS_HEADER}. containerd 1.x replaces a plugin's whole\n\
-         # section with the one in an imported file, so the CRI plugin settings of\n\
-         # {} are repeated here. Remove this file to undo.\n",
-        config_path.display()
-    )
-    .into_bytes();
-    after.extend(tomlutil::render(&doc));
-    Ok(after)
+    Ok(doc)
+}
+
+/// Our drop-in `old` made again from the main config as it is now: [`copy_of_main`], then
+/// `old`'s runtimes that the main file does not have (ours, with whatever the admin tuned in
+/// them), its default runtime when that is one of them or the ledger says configure set it, and
+/// its `enable_cdi` when the ledger says configure turned it on. Everything else in `old` is
+/// the stale copy, replaced.
+fn refreshed(
+    config_path: &Path,
+    drop_in: &Path,
+    main: &DocumentMut,
+    old: &DocumentMut,
+    version: i64,
+    literal: bool,
+    read: ReadFile<'_>,
+) -> Result<DocumentMut, EngineError> {
+    let mut doc = copy_of_main(drop_in, main, version)?;
+    let plugin = cri_plugin(version);
+    let rt_path = ["plugins", plugin, "containerd", "runtimes"];
+    let main_rt = tomlutil::get_table(main.as_table(), &rt_path);
+    let mut ours: Vec<String> = Vec::new();
+    if let Some(old_rt) = tomlutil::get_table(old.as_table(), &rt_path) {
+        for (name, item) in old_rt.iter() {
+            if main_rt.is_some_and(|m| m.contains_key(name)) {
+                continue;
+            }
+            let mut item = item.clone();
+            if let Item::Table(t) = &mut item {
+                // Printed where it is inserted, after the copy's tables.
+                forget_positions(t);
+            }
+            let key = old_rt.key(name).cloned().unwrap_or_else(|| Key::new(name));
+            let dst = tomlutil::ensure_table(drop_in, doc.as_table_mut(), &rt_path)
+                .map_err(ContainerdError::from)?;
+            dst.insert_formatted(&key, item);
+            ours.push(name.to_string());
+        }
+    }
+    let recorded = crate::added::containerd_recorded(config_path, read)?;
+    let old_default = tomlutil::get_table(old.as_table(), &["plugins", plugin, "containerd"])
+        .and_then(|c| c.get("default_runtime_name"))
+        .and_then(Item::as_str);
+    if let Some(d) = old_default
+        .filter(|d| ours.iter().any(|o| o == d) || recorded.defaults.iter().any(|r| r == d))
+    {
+        let c = tomlutil::ensure_table(
+            drop_in,
+            doc.as_table_mut(),
+            &["plugins", plugin, "containerd"],
+        )
+        .map_err(ContainerdError::from)?;
+        tomlutil::set_value(c, "default_runtime_name", Value::from(d), literal);
+    }
+    let old_cdi = tomlutil::get_table(old.as_table(), &["plugins", plugin])
+        .and_then(|c| c.get("enable_cdi"))
+        .and_then(Item::as_bool);
+    if old_cdi == Some(true) && recorded.cdi {
+        let c = tomlutil::ensure_table(drop_in, doc.as_table_mut(), &["plugins", plugin])
+            .map_err(ContainerdError::from)?;
+        tomlutil::set_value(c, "enable_cdi", Value::from(true), literal);
+    }
+    Ok(doc)
+}
+
+/// Clear the position of `t` and of every table in it, so that they print where they are put.
+fn forget_positions(t: &mut Table) {
+    t.set_position(None);
+    for (_, it) in t.iter_mut() {
+        if let Item::Table(sub) = it {
+            forget_positions(sub);
+        }
+    }
 }
 
 /// Add (or update) `runtimes.<name>`, and the default-runtime and CDI switches, in `doc`.
@@ -804,7 +899,14 @@ pub fn unconfigure(
     );
     let mut edits = Vec::new();
     if let Some(target) = drop_in {
-        edits.push(unconfigure_drop_in(&target, &doc, version, opts, read)?);
+        edits.push(unconfigure_drop_in(
+            config_path,
+            &target,
+            &doc,
+            version,
+            opts,
+            read,
+        )?);
         if changed {
             edits.push(main_edit);
         }
@@ -817,6 +919,7 @@ pub fn unconfigure(
 /// Remove our runtime from the drop-in; delete the drop-in when no runtime of ours (one the main
 /// file `main` does not have) is left in it.
 fn unconfigure_drop_in(
+    config_path: &Path,
     target: &DropIn,
     main: &DocumentMut,
     version: i64,
@@ -846,7 +949,20 @@ fn unconfigure_drop_in(
         r.iter()
             .any(|(k, _)| main_runtimes.is_none_or(|m| !m.contains_key(k)))
     });
-    if ours_left {
+    if ours_left && written_by_us(before.as_deref()) {
+        // Refreshed from the main file, like configure's.
+        let literal = tomlutil::prefers_literal_strings(main);
+        let doc = refreshed(
+            config_path,
+            &target.path,
+            main,
+            &doc,
+            version,
+            literal,
+            read,
+        )?;
+        Ok(target.edit(before, with_header(config_path, &doc), false))
+    } else if ours_left {
         let after = tomlutil::render(&doc);
         Ok(target.edit(before, after, false))
     } else {

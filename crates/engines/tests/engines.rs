@@ -1717,3 +1717,96 @@ fn containerd_drop_in_beside_the_main_config() {
     assert_bytes("main", &std::fs::read(&main).unwrap(), &original);
     assert!(!drop_in.exists());
 }
+
+/// Regression: containerd 1.x replaces the main file's CRI table whole with the drop-in's, so
+/// the drop-in repeats it; the copy was taken once, and a later edit of the main file's CRI
+/// table was hidden from containerd for good, configure saying nothing changed. The copy is
+/// now taken again on each configure (and unconfigure of one runtime among several), keeping
+/// what is ours: the runtimes, the default configure set, CDI configure turned on.
+#[test]
+fn containerd_drop_in_follows_the_main_files_cri_table() {
+    let d = tempfile::tempdir().unwrap();
+    let main = d.path().join("config.toml");
+    let text = String::from_utf8(data("containerd-v2-imports.toml"))
+        .unwrap()
+        .replace(
+            "/etc/containerd/conf.d",
+            &d.path().join("conf.d").display().to_string(),
+        );
+    fs::write(&main, &text).unwrap();
+    let drop_in = d.path().join("conf.d/99-nvidia.toml");
+    run_locked(
+        Engine::Containerd,
+        &main,
+        &Options {
+            runtime_name: "a".into(),
+            ..opts(true, true)
+        },
+        false,
+    );
+    run_locked(Engine::Containerd, &main, &named("b"), false);
+    // Tuned by the admin in our own table (`a`'s, the first with a BinaryName): kept.
+    let tuned = fs::read_to_string(&drop_in).unwrap().replacen(
+        "SystemdCgroup = true\n        BinaryName",
+        "SystemdCgroup = true\n        NoPivotRoot = true\n        BinaryName",
+        1,
+    );
+    fs::write(&drop_in, &tuned).unwrap();
+    let first = fs::read_to_string(&drop_in).unwrap();
+    assert!(first.contains("registry.k8s.io/pause:3.9"), "{first}");
+    // Unchanged main file: nothing to write.
+    let again = run_locked(Engine::Containerd, &main, &named("b"), false);
+    assert!(
+        again.is_empty(),
+        "{first}\n----\n{}",
+        fs::read_to_string(&drop_in).unwrap()
+    );
+
+    let edited = text
+        .replace("registry.k8s.io/pause:3.9", "registry.example/pause:3.10")
+        .replace("SystemdCgroup = true", "SystemdCgroup = false");
+    fs::write(&main, &edited).unwrap();
+    let done = run_locked(Engine::Containerd, &main, &named("b"), false);
+    assert_eq!(done.len(), 1, "the drop-in is refreshed");
+    let got = fs::read_to_string(&drop_in).unwrap();
+    assert!(
+        got.contains("registry.example/pause:3.10") && !got.contains("pause:3.9"),
+        "{got}"
+    );
+    let doc: toml_edit::DocumentMut = got.parse().unwrap();
+    let cri = &doc["plugins"]["io.containerd.grpc.v1.cri"];
+    let rts = &cri["containerd"]["runtimes"];
+    assert_eq!(
+        rts["runc"]["options"]["SystemdCgroup"].as_bool(),
+        Some(false)
+    );
+    assert_eq!(rts["a"]["options"]["BinaryName"].as_str(), Some(BIN));
+    assert_eq!(rts["b"]["options"]["BinaryName"].as_str(), Some(BIN));
+    assert_eq!(rts["a"]["options"]["NoPivotRoot"].as_bool(), Some(true));
+    assert_eq!(
+        cri["containerd"]["default_runtime_name"].as_str(),
+        Some("a")
+    );
+    assert_eq!(cri["enable_cdi"].as_bool(), Some(true));
+    assert!(run_locked(Engine::Containerd, &main, &named("b"), false).is_empty());
+
+    // Unconfiguring one runtime refreshes the copy too; the last one takes the drop-in.
+    fs::write(&main, text.replace("pause:3.9", "pause:3.11")).unwrap();
+    run_locked(Engine::Containerd, &main, &named("b"), true);
+    let got = fs::read_to_string(&drop_in).unwrap();
+    assert!(
+        got.contains("pause:3.11") && has_runtime(Engine::Containerd, &got, "a"),
+        "{got}"
+    );
+    assert!(!has_runtime(Engine::Containerd, &got, "b"), "{got}");
+    run_locked(
+        Engine::Containerd,
+        &main,
+        &Options {
+            runtime_name: "a".into(),
+            ..opts(true, true)
+        },
+        true,
+    );
+    assert!(!drop_in.exists());
+}

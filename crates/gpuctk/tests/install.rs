@@ -277,6 +277,105 @@ fn install_twice_changes_nothing_and_uninstall_gives_the_host_back() {
     assert!(r.stdout.contains("nothing installed"), "{}", r.stdout);
 }
 
+/// Regression: install wrote its manifest only at the end, so one that failed part way left the
+/// files it had written unrecorded; the retry found them unchanged and never recorded them, and
+/// uninstall left them on the host. Each path is now recorded before it is written.
+#[test]
+fn install_failing_part_way_then_retried_is_uninstalled_whole() {
+    let t = TestDir::new();
+    let (h, host) = host_root(&t);
+    fs::create_dir_all(h.join("etc/containerd")).unwrap();
+    fs::write(h.join("etc/containerd/config.toml"), CONTAINERD).unwrap();
+    let before = listing(&h, &[], false);
+    let hs = h.to_str().unwrap();
+    let proc_root = host.proc_root();
+    let args = install_args(
+        hs,
+        &proc_root,
+        &["--runtime", "containerd", "--restart-mode", "none"],
+    );
+    // A file where the CDI spec dir goes: the toolkit is written, then install fails.
+    fs::write(h.join("run/cdi"), "in the way\n").unwrap();
+    fails(&args, &["/run/cdi", "cannot create directory"]);
+    assert!(h.join("usr/local/nvidia/toolkit/gpuctk").exists());
+    fs::remove_file(h.join("run/cdi")).unwrap();
+    // Then one where the drop-in's dir goes: the specs are written too, the engine not yet.
+    fs::write(h.join("etc/containerd/conf.d"), "in the way\n").unwrap();
+    fails(&args, &["conf.d", "cannot create directory"]);
+    assert!(h.join("run/cdi/nvidia.yaml").exists());
+    fs::remove_file(h.join("etc/containerd/conf.d")).unwrap();
+    let r = ok(&args);
+    assert!(r.stdout.contains("registered nvidia"), "{}", r.stdout);
+
+    ok(&["uninstall", "--host-root", hs, "--restart-mode", "none"]);
+    let back = listing(&h, &[], false);
+    assert!(before == back, "{:#?}", diff(&before, &back));
+}
+
+/// What real containerd (1.x: an imported plugin section replaces the main file's whole) makes
+/// of the config install leaves: `config dump`.
+fn containerd_dump(config: &Path) -> String {
+    let o = Command::new("containerd")
+        .arg("--config")
+        .arg(config)
+        .args(["config", "dump"])
+        .output()
+        .expect("containerd (apt-get install containerd)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Regression: the drop-in's copy of the main config's CRI table was taken once; an edit of
+/// that table in the main config afterwards never reached containerd (the drop-in's stale copy
+/// replaced it), and install said "already registered". It is refreshed on every install.
+#[test]
+fn install_again_carries_an_edit_of_the_main_cri_table_to_containerd() {
+    let t = TestDir::new();
+    let (h, host) = host_root(&t);
+    let config = h.join("etc/containerd/config.toml");
+    fs::create_dir_all(config.parent().unwrap()).unwrap();
+    fs::write(&config, CONTAINERD).unwrap();
+    let hs = h.to_str().unwrap();
+    let proc_root = host.proc_root();
+    let args = install_args(
+        hs,
+        &proc_root,
+        &["--runtime", "containerd", "--restart-mode", "none"],
+    );
+    ok(&args);
+    assert!(containerd_dump(&config).contains("registry.k8s.io/pause:3.9"));
+    // The admin moves to another pause image, in the main config.
+    let main = fs::read_to_string(&config).unwrap();
+    fs::write(
+        &config,
+        main.replace("registry.k8s.io/pause:3.9", "registry.example/pause:3.10"),
+    )
+    .unwrap();
+    let r = ok(&args);
+    assert!(
+        r.stdout
+            .contains("registered nvidia in /etc/containerd/conf.d/99-nvidia.toml")
+            && !r.stdout.contains("already registered"),
+        "{}",
+        r.stdout
+    );
+    let dump = containerd_dump(&config);
+    assert!(
+        dump.contains("sandbox_image = \"registry.example/pause:3.10\""),
+        "{dump}"
+    );
+    assert!(dump.contains("SystemdCgroup = true"), "{dump}");
+    assert!(
+        dump.contains(&format!(
+            "BinaryName = \"{TOOLKIT}/nvidia-container-runtime\""
+        )),
+        "{dump}"
+    );
+    // And once more: nothing changed, nothing written.
+    let r = ok(&args);
+    assert!(r.stdout.contains("already registered"), "{}", r.stdout);
+}
+
 /// A `systemctl` for the host root: a static program that records its arguments and root.
 fn fake_systemctl(t: &TestDir, h: &Path) {
     let src = t.join("systemctl.c");
@@ -782,6 +881,137 @@ fn installer_image_with_podman_then_containerd_runs_a_gpu_pod_through_cri() {
             .unwrap(),
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// Regression: uninstall removed the runtime that running GPU pods' shims run for kill and
+/// delete, and containerd could no longer stop or remove them ("fork/exec
+/// .../nvidia-container-runtime: no such file or directory"), the container running on. Now
+/// uninstall unregisters the runtimes, finds the containers containerd still runs through them
+/// (the runc shim's `runtime` file in each task bundle), keeps the runtime's entry point while
+/// any is left and says so, failing; the pods stop and go through the CRI; uninstall again
+/// gives the host root back.
+#[test]
+fn uninstall_keeps_the_runtime_for_running_pods_until_they_are_gone() {
+    let bed = Bed::new(1);
+    let t = TestDir::new();
+    let h = t.join("hostroot");
+    let mock = mock_host(&t, &format!("hostroot{DRIVER}"), 1, "570.124.06", "debian");
+    fs::create_dir_all(h.join("var")).unwrap();
+    symlink("/run", h.join("var/run")).unwrap();
+    fs::create_dir_all(h.join("run/containerd")).unwrap();
+    fs::create_dir_all(h.join("etc/containerd")).unwrap();
+    fs::create_dir_all(h.join("usr/local/nvidia")).unwrap();
+    let cdir = t.join("containerd");
+    fs::create_dir_all(&cdir).unwrap();
+    let sock = h.join("run/containerd/containerd.sock");
+    let mut doc: toml_edit::DocumentMut = containerd_config(&cdir).parse().unwrap();
+    doc["grpc"]["address"] = toml_edit::value(sock.to_string_lossy().as_ref());
+    // Its task bundles where the host has them, at the host's /run (the namespace below).
+    doc["state"] = toml_edit::value("/run/containerd");
+    fs::write(h.join("etc/containerd/config.toml"), doc.to_string()).unwrap();
+    // containerd's own, and util-linux's (`mount` in containerd's namespace, at /run).
+    let skip = ["run/containerd", "run/mount"];
+    let before = listing(&h, &skip, false);
+
+    let hs = h.to_str().unwrap();
+    let proc_root = mock.proc_root();
+    ok(&install_args(
+        hs,
+        &proc_root,
+        &[
+            "--runtime",
+            "containerd",
+            "--driver-root",
+            DRIVER,
+            "--restart-mode",
+            "none",
+        ],
+    ));
+    let tk = h.join(TOOLKIT.trim_start_matches('/'));
+    let config = tk.join(".config/nvidia-container-runtime/config.toml");
+    ok(&[
+        "config",
+        "--config-file",
+        config.to_str().unwrap(),
+        "--set",
+        &format!("gpuctk.proc-root={DRIVER}/proc"),
+        "--in-place",
+    ]);
+
+    // containerd where the host root's /run, toolkit and driver are at their host paths.
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            r#"mount --bind "$0/run" /run && mount -t tmpfs tmpfs /usr/local && mkdir -p /usr/local/nvidia {DRIVER} && mount --bind "$0/usr/local/nvidia" /usr/local/nvidia && mount --bind "$0{DRIVER}" {DRIVER} && exec "$@""#
+        ))
+        .arg(&h)
+        .args(["containerd", "--config"])
+        .arg(h.join("etc/containerd/config.toml"))
+        .env("PATH", SYSTEM_PATH);
+    sighup_default(&mut c);
+    let node = Node::launch(
+        bed,
+        cdir.clone(),
+        sock.clone(),
+        c,
+        &["/run", "/usr/local", "/usr/local/nvidia", DRIVER],
+    );
+    let cri = node.cri();
+    let pod = node.pod("busy", "nvidia");
+    let pod_id = cri
+        .run_pod_sandbox(&pod)
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", node.log()));
+    let mut spec = workload("sleeper", &[("NVIDIA_VISIBLE_DEVICES", "all")]);
+    spec.command = vec!["/bin/sh".into(), "-c".into(), "sleep 600".into()];
+    let id = cri
+        .create_container(&pod_id, &pod, &spec)
+        .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", node.log()));
+    cri.start_container(&id)
+        .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", node.log()));
+
+    let first = run(&["uninstall", "--host-root", hs, "--restart-mode", "none"]);
+    // The pod stops and goes, through the runtime it was started with.
+    let stopped = cri
+        .stop_container(&id, 0)
+        .and_then(|()| cri.stop_pod_sandbox(&pod_id));
+    assert!(
+        stopped.is_ok(),
+        "stopping the pod after uninstall: {stopped:?}\nuninstall: {}{}\n{}",
+        first.stdout,
+        first.stderr,
+        node.log()
+    );
+    cri.remove_container(&id).unwrap();
+    cri.remove_pod_sandbox(&pod_id).unwrap();
+    assert_ne!(first.code, 0, "{}{}", first.stdout, first.stderr);
+    assert!(
+        first.stderr.contains("still run on gpuctk's runtime")
+            && first.stderr.contains(&format!("k8s.io/{id}"))
+            && first.stderr.contains(&format!("k8s.io/{pod_id}")),
+        "{}",
+        first.stderr
+    );
+    assert!(
+        first.stdout.contains("unregistered nvidia"),
+        "{}",
+        first.stdout
+    );
+    assert!(
+        first.stdout.contains(&format!("kept {TOOLKIT}/gpuctk")),
+        "{}",
+        first.stdout
+    );
+    assert!(!h.join("run/cdi/nvidia.yaml").exists());
+    node.shutdown();
+
+    let r = ok(&["uninstall", "--host-root", hs, "--restart-mode", "none"]);
+    assert!(
+        r.stdout.contains(&format!("removed {TOOLKIT}/gpuctk")),
+        "{}",
+        r.stdout
+    );
+    let back = listing(&h, &skip, false);
+    assert!(before == back, "{:#?}", diff(&before, &back));
 }
 
 /// `runtime configure --drop-in-config` as NVIDIA defines it: containerd's main config gets an

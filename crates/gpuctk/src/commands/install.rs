@@ -13,6 +13,16 @@
 //! reloads nothing. What it created, what it replaced (whose original it kept as `<file>.bak`)
 //! and the engine-config backups it took are recorded in a manifest in the toolkit dir, so that
 //! `uninstall` removes exactly that, restores the engine's config and leaves the host as it was.
+//! Each path is recorded (the manifest rewritten atomically) before it is created, moved or
+//! written: an install that fails or is killed part way leaves a manifest naming everything it
+//! touched, and a retry (the kubelet restarting the pod) or an uninstall works from it. A path
+//! recorded but never written is skipped by uninstall. Files the manifest does not name are never
+//! adopted, even when they hold what install would write: with recording first, only something
+//! else could have put them there.
+//!
+//! `uninstall` unregisters the runtimes and reloads the engine before it removes anything; a
+//! container containerd still runs through our runtime keeps the runtime's entry point on the
+//! host (its shim runs it to kill and delete), and uninstall finishes on a later run.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -246,8 +256,9 @@ impl Host {
     }
 
     /// Create `dir` (as the host sees it) and the missing directories above it, recording each
-    /// one created.
-    fn make_dirs(&self, dir: &Path, m: &mut Manifest) -> anyhow::Result<()> {
+    /// one before it is created. A failure removes the ones this call created, so that none is
+    /// left unrecorded before the toolkit dir (where the manifest goes) exists.
+    fn make_dirs(&self, dir: &Path, b: &mut Book) -> anyhow::Result<()> {
         let mut missing = Vec::new();
         let mut d = Some(dir);
         while let Some(cur) = d {
@@ -257,13 +268,55 @@ impl Host {
             missing.push(cur.to_path_buf());
             d = cur.parent();
         }
-        for cur in missing.into_iter().rev() {
-            let here = self.here(&cur);
+        let mut made: Vec<PathBuf> = Vec::new();
+        let mut step = |cur: &Path, b: &mut Book| -> anyhow::Result<()> {
+            b.record(self, |m| m.dirs.insert(cur.to_path_buf()))?;
+            let here = self.here(cur);
             std::fs::create_dir(&here)
                 .with_context(|| format!("{}: cannot create directory", here.display()))?;
+            made.push(cur.to_path_buf());
             std::fs::set_permissions(&here, std::fs::Permissions::from_mode(0o755))
-                .with_context(|| format!("{}: cannot set its mode", here.display()))?;
-            m.dirs.insert(cur);
+                .with_context(|| format!("{}: cannot set its mode", here.display()))
+        };
+        for cur in missing.into_iter().rev() {
+            if let Err(e) = step(&cur, b) {
+                for d in made.iter().rev() {
+                    if std::fs::remove_dir(self.here(d)).is_ok() {
+                        b.m.dirs.remove(d);
+                    }
+                }
+                let _ = b.save(self);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The manifest being built, and where it goes: every change to it is on disk before the path
+/// it names is touched (once the toolkit dir, which holds it, exists).
+struct Book {
+    toolkit: PathBuf,
+    m: Manifest,
+}
+
+impl Book {
+    /// Apply `change` to the manifest and, when it changed something, write it.
+    fn record(
+        &mut self,
+        host: &Host,
+        change: impl FnOnce(&mut Manifest) -> bool,
+    ) -> anyhow::Result<()> {
+        if change(&mut self.m) {
+            self.save(host)?;
+        }
+        Ok(())
+    }
+
+    /// Write the manifest, if its directory is there yet.
+    fn save(&self, host: &Host) -> anyhow::Result<()> {
+        if host.here(&self.toolkit).is_dir() {
+            write_manifest(host, &self.toolkit, &self.m)?;
         }
         Ok(())
     }
@@ -292,13 +345,16 @@ fn bak(path: &Path) -> PathBuf {
 }
 
 /// Keep the original of a file we are about to replace for the first time in `<file>.bak`
-/// (a file we created, or whose original is already kept, has none to keep).
-fn keep_original(host: &Host, path: &Path, m: &mut Manifest) -> anyhow::Result<()> {
-    if m.created.contains(path) || m.replaced.contains(path) {
-        return Ok(());
-    }
+/// (a file we created, or whose original is already kept, has none to keep). It is recorded
+/// first; a record whose `.bak` is missing (the move failed) is moved again.
+fn keep_original(host: &Host, path: &Path, b: &mut Book) -> anyhow::Result<()> {
     let here = host.here(path);
     let backup = bak(&here);
+    if b.m.created.contains(path)
+        || (b.m.replaced.contains(path) && std::fs::symlink_metadata(&backup).is_ok())
+    {
+        return Ok(());
+    }
     if std::fs::symlink_metadata(&backup).is_ok() {
         bail!(
             "{}: install would replace it, but {} exists already; move one of them away and run install again",
@@ -306,6 +362,7 @@ fn keep_original(host: &Host, path: &Path, m: &mut Manifest) -> anyhow::Result<(
             backup.display()
         );
     }
+    b.record(host, |m| m.replaced.insert(path.to_path_buf()))?;
     std::fs::rename(&here, &backup).with_context(|| {
         format!(
             "{}: cannot keep the original as {}",
@@ -313,7 +370,6 @@ fn keep_original(host: &Host, path: &Path, m: &mut Manifest) -> anyhow::Result<(
             backup.display()
         )
     })?;
-    m.replaced.insert(path.to_path_buf());
     Ok(())
 }
 
@@ -324,7 +380,7 @@ fn put_file(
     path: &Path,
     bytes: &[u8],
     mode: u32,
-    m: &mut Manifest,
+    b: &mut Book,
 ) -> anyhow::Result<Outcome> {
     let here = host.here(path);
     let outcome = match std::fs::symlink_metadata(&here) {
@@ -339,9 +395,9 @@ fn put_file(
         Err(e) => return Err(anyhow!("{}: {e}", here.display())),
     };
     if outcome == Outcome::Replaced {
-        keep_original(host, path, m)?;
+        keep_original(host, path, b)?;
     } else {
-        m.created.insert(path.to_path_buf());
+        b.record(host, |m| m.created.insert(path.to_path_buf()))?;
     }
     gpuctk_atomicfile::write(&here, bytes, Some(mode))
         .with_context(|| format!("{}: cannot write it; it is unchanged", here.display()))?;
@@ -350,7 +406,7 @@ fn put_file(
 
 /// Make `path` (as the host sees it) a symlink to `target`; replaced atomically (a link at a
 /// temp name renamed over it) when it is anything else.
-fn put_link(host: &Host, path: &Path, target: &Path, m: &mut Manifest) -> anyhow::Result<Outcome> {
+fn put_link(host: &Host, path: &Path, target: &Path, b: &mut Book) -> anyhow::Result<Outcome> {
     let here = host.here(path);
     let outcome = match std::fs::symlink_metadata(&here) {
         Ok(md) if md.file_type().is_symlink() => {
@@ -362,11 +418,11 @@ fn put_link(host: &Host, path: &Path, target: &Path, m: &mut Manifest) -> anyhow
         Ok(_) => Outcome::Replaced,
         Err(_) => Outcome::Created,
     };
-    if outcome == Outcome::Replaced && !m.created.contains(path) {
-        keep_original(host, path, m)?;
+    if outcome == Outcome::Replaced {
+        keep_original(host, path, b)?;
     }
     if outcome == Outcome::Created {
-        m.created.insert(path.to_path_buf());
+        b.record(host, |m| m.created.insert(path.to_path_buf()))?;
     }
     let name = here
         .file_name()
@@ -490,6 +546,7 @@ fn engine_step(
     config: &Path,
     opts: &Options,
     remove: bool,
+    before_apply: &mut dyn FnMut(&[gpuctk_engines::Edit]) -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<gpuctk_engines::Applied>> {
     let path = host.here(config);
     let _lock = ConfigLock::acquire(&path, gpuctk_engines::lock::DEFAULT_TIMEOUT)?;
@@ -506,6 +563,7 @@ fn engine_step(
     }
     .map_err(|e| anyhow!("{e}; nothing was written"))?;
     let changing: Vec<_> = edits.into_iter().filter(|e| !e.is_noop()).collect();
+    before_apply(&changing)?;
     Ok(apply(&changing)?)
 }
 
@@ -597,25 +655,31 @@ fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
     let (spec, management_spec) = spec_texts(&host, a, &toolkit)?;
 
     let mut out = std::io::stdout().lock();
-    host.make_dirs(&toolkit, &mut m)?;
+    let mut b = Book {
+        toolkit: toolkit.clone(),
+        m,
+    };
+    host.make_dirs(&toolkit, &mut b)?;
+    // From here on every change of the manifest is on disk before what it names.
+    b.save(&host)?;
     // The binary, then its names, then what they read.
     let bin_path = toolkit.join(BINARY);
-    let o = put_file(&host, &bin_path, &binary, 0o755, &mut m)?;
+    let o = put_file(&host, &bin_path, &binary, 0o755, &mut b)?;
     report(&mut out, o, &bin_path)?;
     for name in PERSONALITIES {
         let link = toolkit.join(name);
-        let o = put_link(&host, &link, Path::new(BINARY), &mut m)?;
+        let o = put_link(&host, &link, Path::new(BINARY), &mut b)?;
         report(&mut out, o, &link)?;
     }
     let config_path = toolkit.join(CONFIG);
     if let Some(dir) = config_path.parent() {
-        host.make_dirs(dir, &mut m)?;
+        host.make_dirs(dir, &mut b)?;
     }
-    let o = put_file(&host, &config_path, config_toml.as_bytes(), 0o644, &mut m)?;
+    let o = put_file(&host, &config_path, config_toml.as_bytes(), 0o644, &mut b)?;
     report(&mut out, o, &config_path)?;
-    host.make_dirs(&a.cdi_spec_dir, &mut m)?;
+    host.make_dirs(&a.cdi_spec_dir, &mut b)?;
     let spec_path = a.cdi_spec_dir.join(SPEC);
-    let o = put_file(&host, &spec_path, spec.as_bytes(), 0o644, &mut m)?;
+    let o = put_file(&host, &spec_path, spec.as_bytes(), 0o644, &mut b)?;
     report(&mut out, o, &spec_path)?;
     let management_path = a.cdi_spec_dir.join(MANAGEMENT_SPEC);
     let o = put_file(
@@ -623,18 +687,17 @@ fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
         &management_path,
         management_spec.as_bytes(),
         0o644,
-        &mut m,
+        &mut b,
     )?;
     report(&mut out, o, &management_path)?;
 
     // The engine: its config's directory and the drop-in's are ours to create if missing.
     if let Some(dir) = config.parent() {
-        host.make_dirs(dir, &mut m)?;
+        host.make_dirs(dir, &mut b)?;
     }
     if let Some(dir) = drop_in.as_deref().and_then(Path::parent) {
-        host.make_dirs(dir, &mut m)?;
+        host.make_dirs(dir, &mut b)?;
     }
-    let config_existed = host.here(&config).exists();
     let mut engine_changed = false;
     for r in &runtimes {
         let opts = Options {
@@ -644,21 +707,42 @@ fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
             enable_cdi: a.enable_cdi,
             drop_in: drop_in.as_ref().map(|d| host.here(d)),
         };
-        for done in engine_step(&host, engine, &config, &opts, false)? {
+        // The files the edits will create and the backups they will take, recorded first.
+        let config_here = host.here(&config);
+        let mut record = |edits: &[gpuctk_engines::Edit]| {
+            b.record(&host, |m| {
+                let mut changed = false;
+                for e in edits {
+                    if !e.delete && e.before.is_none() {
+                        changed |= m.created.insert(host_view(&host, &e.path));
+                        if e.path == config_here {
+                            changed |= m.created.insert(config.clone());
+                        }
+                    } else if !e.delete
+                        && !e.ours
+                        && std::fs::symlink_metadata(&e.backup)
+                            .is_err_and(|x| x.kind() == std::io::ErrorKind::NotFound)
+                    {
+                        changed |= m.backups.insert(host_view(&host, &e.backup));
+                    }
+                }
+                changed
+            })
+        };
+        let done = engine_step(&host, engine, &config, &opts, false, &mut record)?;
+        for done in done {
             engine_changed = true;
             let hv = host_view(&host, &done.path);
-            if let Backup::Written(b) = &done.backup {
-                m.backups.insert(host_view(&host, b));
+            if let Backup::Written(bk) = &done.backup {
+                b.m.backups.insert(host_view(&host, bk));
             }
             if matches!(done.backup, Backup::None) && !done.removed {
-                m.created.insert(hv.clone());
+                b.m.created.insert(hv.clone());
             }
             writeln!(out, "registered {} in {}", r.name, hv.display())?;
         }
     }
-    if !config_existed && host.here(&config).exists() {
-        m.created.insert(config.clone());
-    }
+    let mut m = b.m;
     if !engine_changed {
         writeln!(
             out,
@@ -734,7 +818,7 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
     let host = host_of(&a.host)?;
     let toolkit = a.host.toolkit_dir.clone();
     let mut out = std::io::stdout().lock();
-    let Some(m) = read_manifest(&host, &toolkit)? else {
+    let Some(mut m) = read_manifest(&host, &toolkit)? else {
         writeln!(
             out,
             "nothing installed: no {} under {}",
@@ -756,7 +840,7 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
             drop_in: m.drop_in.as_ref().map(|d| host.here(d)),
             ..Options::default()
         };
-        for done in engine_step(&host, engine, &m.config, &opts, true)? {
+        for done in engine_step(&host, engine, &m.config, &opts, true, &mut |_| Ok(()))? {
             engine_changed = true;
             writeln!(
                 out,
@@ -775,7 +859,12 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
     for b in &m.backups {
         // The backup holds the original; once the config is that again it has nothing to keep.
         let here = host.here(b);
-        let kept = std::fs::read(&here).ok();
+        let kept = match std::fs::read(&here) {
+            Ok(k) => Some(k),
+            // Recorded before the write that would have taken it, which never came.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => bail!("{}: cannot read it: {e}", here.display()),
+        };
         if kept == now {
             std::fs::remove_file(&here)
                 .with_context(|| format!("{}: cannot remove it", here.display()))?;
@@ -813,9 +902,37 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
+    // The engine told before anything it may still run is removed; a reload that fails stops
+    // here, recorded, and the next uninstall tries it again.
+    if engine_changed || m.reload_pending {
+        let mode = restart_mode(&a.host, engine);
+        m.runtimes.clear();
+        m.reload_pending = mode != RestartMode::None;
+        write_manifest(&host, &toolkit, &m)?;
+        reload(&host, &a.host, mode, engine, &mut out).map_err(|e| {
+            anyhow!("{e}; the runtimes are unregistered but nothing else was removed: restart {engine} yourself and run uninstall again")
+        })?;
+        m.reload_pending = false;
+    }
+
+    // Containers the engine started through our runtime need it to be stopped and removed
+    // (their shim runs it for kill and delete): while any is left, the runtime's entry point
+    // stays.
+    let busy = containers_on(&host, engine, &m.config, &toolkit)?;
+    let keep: BTreeSet<PathBuf> = if busy.is_empty() {
+        BTreeSet::new()
+    } else {
+        runtimes(&toolkit, "", false)
+            .into_iter()
+            .map(|r| r.binary)
+            .chain([toolkit.join(BINARY), toolkit.join(CONFIG)])
+            .filter(|p| m.created.contains(p))
+            .collect()
+    };
+
     // Our files, then the originals they replaced, then the directories we made.
     for p in &m.created {
-        if *p == m.config {
+        if *p == m.config || keep.contains(p) {
             continue;
         }
         let here = host.here(p);
@@ -827,6 +944,13 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
     }
     for p in &m.replaced {
         let here = host.here(p);
+        if std::fs::symlink_metadata(bak(&here))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            // Recorded before the move to `.bak`, which never happened: the original is in place.
+            writeln!(out, "kept {} (its original was never moved)", p.display())?;
+            continue;
+        }
         std::fs::rename(bak(&here), &here).with_context(|| {
             format!(
                 "{}: cannot put the original back from {}",
@@ -837,8 +961,10 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "restored {}", p.display())?;
     }
     let manifest = host.here(&toolkit.join(MANIFEST));
-    std::fs::remove_file(&manifest)
-        .with_context(|| format!("{}: cannot remove it", manifest.display()))?;
+    if keep.is_empty() {
+        std::fs::remove_file(&manifest)
+            .with_context(|| format!("{}: cannot remove it", manifest.display()))?;
+    }
     let mut dirs: Vec<&PathBuf> = m.dirs.iter().collect();
     dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
     for d in dirs {
@@ -847,16 +973,120 @@ pub fn uninstall(a: UninstallArgs) -> anyhow::Result<ExitCode> {
             Ok(()) => writeln!(out, "removed {}/", d.display())?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             // Someone else's files are in it now: theirs to remove.
+            Err(e) if !keep.is_empty() && e.raw_os_error() == Some(libc::ENOTEMPTY) => {}
             Err(e) => writeln!(out, "kept {}/ ({e})", d.display())?,
         }
     }
-    if engine_changed {
-        let mode = restart_mode(&a.host, engine);
-        reload(&host, &a.host, mode, engine, &mut out).map_err(|e| {
-            anyhow!("{e}; everything else is uninstalled: restart {engine} yourself")
-        })?;
+    if keep.is_empty() {
+        return Ok(ExitCode::SUCCESS);
     }
-    Ok(ExitCode::SUCCESS)
+    // What is left, for the next uninstall.
+    let left = Manifest {
+        runtimes: Vec::new(),
+        created: keep.clone(),
+        dirs: m
+            .dirs
+            .iter()
+            .filter(|d| host.here(d).is_dir())
+            .cloned()
+            .collect(),
+        replaced: BTreeSet::new(),
+        backups: BTreeSet::new(),
+        reload_pending: false,
+        ..m
+    };
+    write_manifest(&host, &toolkit, &left)?;
+    for p in &keep {
+        writeln!(out, "kept {}", p.display())?;
+    }
+    let shown: Vec<&str> = busy.iter().take(10).map(String::as_str).collect();
+    let more = if busy.len() > shown.len() {
+        format!(" and {} more", busy.len() - shown.len())
+    } else {
+        String::new()
+    };
+    bail!(
+        "{} container(s) still run on gpuctk's runtime ({}{more}): its entry point ({}) is kept so that they can be stopped and removed; everything else is uninstalled. Run uninstall again once they are gone",
+        busy.len(),
+        shown.join(", "),
+        toolkit.join("nvidia-container-runtime*").display()
+    )
+}
+
+/// The task dirs of containerd's runc shims that may run containers through our runtime, as
+/// the host sees them: containerd's own (its config's `state`, default `/run/containerd`) and
+/// dockerd's containerd.
+fn task_dirs(host: &Host, engine: Engine, config: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut states = vec![PathBuf::from("/run/containerd")];
+    if engine == Engine::Containerd {
+        let here = host.here(config);
+        let text = match std::fs::symlink_metadata(&here) {
+            Ok(_) => Some(super::read_capped(&here, 4 << 20, "containerd's config")?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => bail!("{}: {e}", here.display()),
+        };
+        let state = text
+            .and_then(|t| String::from_utf8(t).ok())
+            .and_then(|t| t.parse::<toml_edit::DocumentMut>().ok())
+            .and_then(|d| d.get("state").and_then(|s| s.as_str()).map(PathBuf::from))
+            .filter(|s| s.is_absolute());
+        if let Some(s) = state {
+            states.insert(0, s);
+        }
+    }
+    states.push(PathBuf::from("/run/docker/containerd/daemon"));
+    states.dedup();
+    Ok(states
+        .into_iter()
+        .map(|s| s.join("io.containerd.runtime.v2.task"))
+        .collect())
+}
+
+/// The containers (`namespace/id`) whose task, in a containerd task dir, runs one of our
+/// runtime's names: the runc shim keeps its `BinaryName` in the bundle's `runtime` file and
+/// runs it for every kill and delete.
+fn containers_on(
+    host: &Host,
+    engine: Engine,
+    config: &Path,
+    toolkit: &Path,
+) -> anyhow::Result<Vec<String>> {
+    let ours: BTreeSet<Vec<u8>> = runtimes(toolkit, "", false)
+        .into_iter()
+        .map(|r| r.binary)
+        .chain([toolkit.join(BINARY)])
+        .map(|p| p.into_os_string().into_encoded_bytes())
+        .collect();
+    let root = gpuctk_container::Root::open(&host.root)
+        .with_context(|| format!("--host-root {}", host.root.display()))?;
+    // Gone between the listing and the look: not running.
+    let absent = |e: &gpuctk_container::RootError| e.is_not_found();
+    let mut found = Vec::new();
+    for dir in task_dirs(host, engine, config)? {
+        let dir = dir.to_string_lossy().into_owned();
+        let namespaces = match root.read_dir_names_limited(&dir, 4096) {
+            Err(e) if absent(&e) => continue,
+            r => r.with_context(|| format!("{dir}: cannot list containerd's tasks"))?,
+        };
+        for ns in namespaces {
+            let nsdir = format!("{dir}/{ns}");
+            let ids = match root.read_dir_names_limited(&nsdir, 1 << 16) {
+                Err(e) if absent(&e) => continue,
+                r => r.with_context(|| format!("{nsdir}: cannot list containerd's tasks"))?,
+            };
+            for id in ids {
+                let file = format!("{nsdir}/{id}/runtime");
+                let bin = match root.read_to_vec(&file, 4096) {
+                    Err(e) if absent(&e) => continue,
+                    r => r.with_context(|| format!("{file}: cannot read the task's runtime"))?,
+                };
+                if ours.contains(bin.trim_ascii()) {
+                    found.push(format!("{ns}/{id}"));
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// The pid at the other end of the unix socket `shown` (as the host sees it), reached at
