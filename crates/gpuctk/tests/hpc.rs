@@ -5,7 +5,8 @@
 //! [--require=EXPR]... ROOTFS`) the three ways enroot does: as root in a user namespace
 //! (its default), as an unprivileged user in its own user namespace (the Slurm case), and as
 //! root without one (`ENROOT_ALLOW_SUPERUSER`); with the host's `/dev` bound in (enroot's
-//! default) or a restricted `/dev` (`ENROOT_RESTRICT_DEV`). Then the probe and `nvidia-smi` run
+//! default), a restricted `/dev` (`ENROOT_RESTRICT_DEV`) or the rootfs's own (the user's, root's,
+//! read-only), each giving mknod another errno. Then the probe and `nvidia-smi` run
 //! chrooted in that rootfs. Every mount lives in a private mount namespace.
 
 use std::path::{Path, PathBuf};
@@ -760,10 +761,22 @@ fn an_unprivileged_user_never_needs_mknod() {
     let s = Site::new();
     let argv = configure_argv(&["--device=0", "--compute", "--utility"]);
     // The user's own /dev: mknod would give EPERM.
-    let r = s.run_dev(As::User, Dev::Own, &s.rootfs("e1", As::User), &argv, "", &[]);
+    let r = s.run_dev(
+        As::User,
+        Dev::Own,
+        &s.rootfs("e1", As::User),
+        &argv,
+        "",
+        &[],
+    );
     ok_run(&r, "own /dev");
     assert_eq!(r.gpus(), [0], "{}", r.stdout);
-    assert_eq!(r.probe.device("/dev/nvidia-uvm"), Some("ENXIO"), "{}", r.stdout);
+    assert_eq!(
+        r.probe.device("/dev/nvidia-uvm"),
+        Some("ENXIO"),
+        "{}",
+        r.stdout
+    );
     // A /dev that root owns: mknod and creating a mount target both give EACCES.
     let root = s.rootfs("e2", As::User);
     sh(&format!("chown 0:0 {}/dev", root.display()));
@@ -794,7 +807,12 @@ fn an_unprivileged_user_never_needs_mknod() {
     let r = s.run_dev(As::User, Dev::Own, &root, &argv, "", &[]);
     ok_run(&r, "root's /dev with targets");
     assert_eq!(r.gpus(), [0], "{}", r.stdout);
-    assert_eq!(r.probe.device("/dev/nvidia-uvm"), Some("ENXIO"), "{}", r.stdout);
+    assert_eq!(
+        r.probe.device("/dev/nvidia-uvm"),
+        Some("ENXIO"),
+        "{}",
+        r.stdout
+    );
 }
 
 /// Issue 17: a node root made in the rootfs beforehand, right numbers, mode 0600: the user may

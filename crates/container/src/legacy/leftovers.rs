@@ -1,27 +1,27 @@
-//! What an earlier start left in a reused container root. enroot keeps its roots and pyxis
-//! `--container-name` starts the same one again; bind mounts end with the container, but their
-//! targets stay: the empty files the driver's libraries were mounted onto, and the soname and
-//! development links made to them (`libcuda.so.1 -> libcuda.so.<version>`). A later start that
-//! does not mount those (utility after compute) would leave `libcuda.so.1` naming an empty file,
-//! which glibc's loader finds in its default folders even where the cache does not name it
-//! ("file too short" instead of "not found"). libnvidia-container leaves the same, and the
-//! ldconfig it runs never removes a link; we remove them, before mounting, in each folder this
-//! start mounts libraries into:
-//! - an empty regular file with a library's name (`lib*.so*`, as ldconfig looks at) that this
-//!   start does not mount onto: no loader can use an empty file, and none of ours is empty once
-//!   mounted;
-//! - a link with a library's name whose target is a plain name in the same folder that is
-//!   removed (so chains such as `libcuda.so -> libcuda.so.1 -> libcuda.so.<version>` go).
-//!
-//! What may not be removed (a folder this user may not write, a read-only root, a mount point)
-//! stays, with a note: the start goes on, as libnvidia-container's would.
+//! A reused container root (enroot's, started again by pyxis `--container-name`): the empty
+//! library files and links an earlier start left are removed before this start mounts.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use super::*;
 use crate::hooks::{is_dso_name, MAX_DIR_ENTRIES};
 
-/// Removes an earlier start's leftovers from the folders `mounts` put libraries in.
+/// Removes an earlier start's leftovers from the folders `mounts` put libraries in. Bind mounts
+/// end with the container but their targets stay: the empty files the driver's libraries were
+/// mounted onto and the links made to them (`libcuda.so.1 -> libcuda.so.<version>`). A start that
+/// does not mount those (utility after compute) would leave `libcuda.so.1` naming an empty file,
+/// which glibc's loader finds in its default folders even where the cache does not name it
+/// ("file too short" instead of "not found"). libnvidia-container leaves the same, and the
+/// ldconfig it runs never removes a link. Removed, in each folder this start mounts libraries
+/// into:
+/// - an empty regular file with a library's name (`lib*.so*`, as ldconfig looks at) that this
+///   start does not mount onto: no loader can use an empty file, and none of ours is empty once
+///   mounted;
+/// - a link with a library's name whose target is a plain name in the same folder that is
+///   removed (so chains such as `libcuda.so -> libcuda.so.1 -> libcuda.so.<version>` go).
+///
+/// What may not be removed (a folder this user may not write, a read-only root, a mount point)
+/// stays, with a note: the start goes on, as libnvidia-container's would.
 pub(super) fn clear_leftovers(
     root_fd: &OwnedFd,
     root: &Root,
@@ -54,7 +54,9 @@ fn clear_folder(
         // Not there yet: the mounts will make it, and nothing was left in it.
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => return Ok(()),
         Err(e @ RootError::TooManyEntries { .. }) => {
-            notes.push(format!("{e}; an earlier start's leftovers were not looked for"));
+            notes.push(format!(
+                "{e}; an earlier start's leftovers were not looked for"
+            ));
             return Ok(());
         }
         Err(e) => return Err(e.into()),

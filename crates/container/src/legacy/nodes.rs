@@ -1,16 +1,5 @@
 //! Device nodes for legacy injection: each planned on the host from its CDI edit (type, numbers,
-//! mode, cgroup access), then, inside the container, made with `mknodat` in its in-root parent
-//! when this process may make nodes, else the host's node bound in, as libnvidia-container
-//! always does.
-//!
-//! Whether we may is decided up front ([`may_mknod`]): `CAP_MKNOD` in the initial user
-//! namespace. Anywhere else (enroot and Apptainer in a user namespace, an unprivileged user) the
-//! kernel refuses mknod with an errno that depends on the set-up (`EPERM` in a directory the
-//! caller may write, `EACCES` in one it may not, `EROFS` on a read-only mount), so nothing is
-//! tried: the node is bound. Where mknod is tried and fails, whatever the errno, binding is the
-//! fallback. A bind needs a mount target: an empty file we create, or one that is there already
-//! (a previous start's on a reused root, enroot's `x-create=file`); where neither is possible, one
-//! line names the node, why, and the fix.
+//! mode, cgroup access), then made with `mknodat` in its in-root parent or bound from the host.
 
 use super::*;
 
@@ -131,7 +120,6 @@ pub(super) fn kind_name(kind: u32) -> FileKind {
     }
 }
 
-
 /// `CAP_MKNOD` (capability.h).
 const CAP_MKNOD: u32 = 27;
 
@@ -186,8 +174,14 @@ pub(super) fn may_mknod(proc_root: &Path) -> Result<bool, LegacyError> {
     Ok(map.split_whitespace().eq(["0", "0", "4294967295"]))
 }
 
-/// Makes (or binds) node `n` in the container. `may_mknod` is [`may_mknod`]'s answer; what was
-/// done that the caller should know (a node used as it was) goes to `notes`.
+/// Makes node `n` in the container with mknod when `may_mknod` ([`may_mknod`]'s answer), else
+/// binds the host's node in, as libnvidia-container always does. Where mknod is not permitted the
+/// kernel's errno depends on the set-up (`EPERM` in a folder the caller may write, `EACCES` in one
+/// it may not, `EROFS` on a read-only mount), so it is not tried; where it is tried and fails,
+/// whatever the errno, binding is the fallback. A bind needs a mount target: an empty file we
+/// create, or one already there (a previous start's on a reused root, enroot's
+/// `x-create=file`); where neither is possible, one line names the node, why, and the fix. What
+/// the caller should know (a node used as it was) goes to `notes`.
 pub(super) fn make_node(
     root_fd: &OwnedFd,
     root: &Root,
@@ -406,7 +400,10 @@ pub(super) fn open_host_node(n: &NodePlan) -> HostNode {
         Ok(c) => {
             // SAFETY: valid NUL-terminated path.
             owned_or_err(unsafe {
-                libc::open(c.as_ptr(), libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                libc::open(
+                    c.as_ptr(),
+                    libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                )
             } as libc::c_long)
         }
         Err(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
