@@ -42,7 +42,7 @@ pub(super) fn clear_leftovers(
     Ok(())
 }
 
-fn clear_folder(
+pub(super) fn clear_folder(
     root_fd: &OwnedFd,
     root: &Root,
     folder: &str,
