@@ -30,9 +30,12 @@
 //!    moved onto that descriptor (`move_mount`); no path is joined, so a
 //!    symlink in the image cannot redirect a mount, and no `/proc` is
 //!    needed (after `pivot_root` the container's `/proc` does not show
-//!    us). Device nodes are made with `mknodat` in their in-root parent.
-//!    On failure, what was mounted is detached and what was created is
-//!    removed.
+//!    us). Before that, the empty mount targets an earlier start left in
+//!    the library folders we mount into (a reused root), and the links to
+//!    them, are removed ([`leftovers`]). Device nodes are made with
+//!    `mknodat` in their in-root parent when this process may make nodes,
+//!    else the host's node is bound in ([`nodes`]). On failure, what was
+//!    mounted is detached and what was created is removed.
 //! 5. The in-root operations ([`InRootOp`], typed by the caller: from the
 //!    plan, or decoded from a static spec's hooks by the hook's own command
 //!    line) run on the same [`Root`]; a hook that is not one of them is
@@ -40,6 +43,7 @@
 
 pub mod bpf;
 pub mod cgroup;
+mod leftovers;
 mod live;
 mod mounts;
 mod nodes;
@@ -49,7 +53,7 @@ use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use gpuctk_cdi::spec::{ContainerEdits, DeviceNode, Mount};
 
@@ -58,6 +62,7 @@ use crate::ops::Outcome;
 use crate::root::{split_parent, FileKind, Root, RootError};
 use cgroup::{DeviceCgroup, DeviceRule, DeviceType};
 use gpuctk_core::ops::InRootOp;
+use leftovers::*;
 use live::*;
 use mounts::*;
 use nodes::*;
@@ -315,6 +320,10 @@ pub fn inject(
     let enter = (theirs.st_dev, theirs.st_ino) != (ours.dev(), ours.ino());
     report.entered_namespace = enter;
 
+    // The host's nodes, cloned here in case they are bound in, and whether nodes may be made.
+    let host_nodes = nodes.iter().map(open_host_node).collect();
+    let may_mknod = !nodes.is_empty() && may_mknod(&target.proc_root)?;
+
     let rootfs = target.rootfs.clone();
     let work = Work {
         ns: enter.then(|| OwnedFd::from(ns)),
@@ -322,6 +331,8 @@ pub fn inject(
         host_root_id,
         mounts,
         nodes,
+        host_nodes,
+        may_mknod,
         works,
     };
     let inner = std::thread::Builder::new()

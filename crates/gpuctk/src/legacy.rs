@@ -177,6 +177,9 @@ fn realize(
     let mut target = Target::new(pid, rootfs);
     target.no_cgroups = no_cgroups;
     let report = inject(&target, &edits, &ops)?;
+    for note in &report.notes {
+        tracing::info!("{note}");
+    }
     tracing::info!(
         "injected {} mounts, {} device nodes into pid {pid} ({})",
         report.mounts.len(),

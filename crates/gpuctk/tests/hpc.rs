@@ -5,7 +5,8 @@
 //! [--require=EXPR]... ROOTFS`) the three ways enroot does: as root in a user namespace
 //! (its default), as an unprivileged user in its own user namespace (the Slurm case), and as
 //! root without one (`ENROOT_ALLOW_SUPERUSER`); with the host's `/dev` bound in (enroot's
-//! default) or a restricted `/dev` (`ENROOT_RESTRICT_DEV`). Then the probe and `nvidia-smi` run
+//! default), a restricted `/dev` (`ENROOT_RESTRICT_DEV`) or the rootfs's own (the user's, root's,
+//! read-only), each giving mknod another errno. Then the probe and `nvidia-smi` run
 //! chrooted in that rootfs. Every mount lives in a private mount namespace.
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,19 @@ enum As {
 }
 
 const NOBODY: u32 = 65534;
+
+/// The container's `/dev` while the hook runs.
+#[derive(Clone, Copy, Debug)]
+enum Dev {
+    /// enroot's `ENROOT_RESTRICT_DEV`: a tmpfs with the basic nodes.
+    Restricted,
+    /// enroot's default: the host's `/dev` bound in.
+    Host,
+    /// Nothing mounted: the rootfs's own `/dev` directory.
+    Own,
+    /// The rootfs's own `/dev`, read-only.
+    ReadOnly,
+}
 
 struct Site {
     t: TestDir,
@@ -163,16 +177,37 @@ impl Site {
         after: &str,
         env: &[(&str, &str)],
     ) -> Ran {
-        let root = rootfs.to_str().unwrap();
         let dev = if restrict_dev {
+            Dev::Restricted
+        } else {
+            Dev::Host
+        };
+        self.run_dev(who, dev, rootfs, argv, after, env)
+    }
+
+    /// [`Site::run_argv`] with the container's `/dev` set up as `dev` says.
+    fn run_dev(
+        &self,
+        who: As,
+        dev: Dev,
+        rootfs: &Path,
+        argv: &[&str],
+        after: &str,
+        env: &[(&str, &str)],
+    ) -> Ran {
+        let root = rootfs.to_str().unwrap();
+        let dev = match dev {
             // 10-devices.sh: a tmpfs /dev with the basic nodes bound in.
-            format!(
+            Dev::Restricted => format!(
                 "mount -t tmpfs -o nosuid,noexec,mode=755 tmpfs {root}/dev && \
                  for d in null zero urandom; do touch {root}/dev/$d && mount --bind /dev/$d {root}/dev/$d; done"
-            )
-        } else {
+            ),
             // The host's /dev (here the mock host's) bound into the container.
-            format!("mount --rbind {}/dev {root}/dev", self.host.dev_root())
+            Dev::Host => format!("mount --rbind {}/dev {root}/dev", self.host.dev_root()),
+            Dev::Own => "true".to_string(),
+            Dev::ReadOnly => {
+                format!("mount --bind {root}/dev {root}/dev && mount -o remount,bind,ro {root}/dev")
+            }
         };
         let quote = |a: &str| format!("'{}'", a.replace('\'', "'\\''"));
         let quoted: Vec<String> = argv.iter().map(|a| quote(a)).collect();
@@ -695,4 +730,187 @@ fn list_names_the_imex_channels_and_mig_capabilities() {
         ],
         "{stdout}"
     );
+}
+
+/// The device nodes `--device=0 --compute` gives, as the mock host has them.
+const NODES: [&str; 4] = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0"];
+
+fn configure_argv<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "--user",
+        "configure",
+        "--no-cgroups",
+        "--ldconfig=@/sbin/ldconfig",
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
+fn sh(script: &str) {
+    let st = Command::new("sh").args(["-c", script]).status().unwrap();
+    assert!(st.success(), "{script}");
+}
+
+/// Issue 17: as the user (enroot under Slurm and pyxis) nothing is made with mknod, whatever the
+/// kernel would answer: `EPERM` where the directory is the user's (the rootfs's own `/dev`),
+/// `EACCES` where it is not (a `/dev` root made, the host's). Where no mount target can be made
+/// either, one line names the node and the fix, and nothing is left behind; where the targets
+/// are there (enroot's `x-create=file`, a previous start), the host's nodes are bound onto them.
+#[test]
+fn an_unprivileged_user_never_needs_mknod() {
+    let s = Site::new();
+    let argv = configure_argv(&["--device=0", "--compute", "--utility"]);
+    // The user's own /dev: mknod would give EPERM.
+    let r = s.run_dev(
+        As::User,
+        Dev::Own,
+        &s.rootfs("e1", As::User),
+        &argv,
+        "",
+        &[],
+    );
+    ok_run(&r, "own /dev");
+    assert_eq!(r.gpus(), [0], "{}", r.stdout);
+    assert_eq!(
+        r.probe.device("/dev/nvidia-uvm"),
+        Some("ENXIO"),
+        "{}",
+        r.stdout
+    );
+    // A /dev that root owns: mknod and creating a mount target both give EACCES.
+    let root = s.rootfs("e2", As::User);
+    sh(&format!("chown 0:0 {}/dev", root.display()));
+    let r = s.run_dev(As::User, Dev::Own, &root, &argv, "", &[]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("device node /dev/nvidia"))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(
+        line.contains("may not make device nodes")
+            && line.contains("/dev is not writable")
+            && line.contains("Permission denied")
+            && line.contains("give the container a /dev it may write"),
+        "{line}"
+    );
+    let left: Vec<_> = std::fs::read_dir(root.join("dev"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with("nvidia"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // The same /dev with the mount targets there, root's: the host's nodes are bound onto them.
+    for n in NODES {
+        std::fs::write(root.join("dev").join(n), b"").unwrap();
+    }
+    let r = s.run_dev(As::User, Dev::Own, &root, &argv, "", &[]);
+    ok_run(&r, "root's /dev with targets");
+    assert_eq!(r.gpus(), [0], "{}", r.stdout);
+    assert_eq!(
+        r.probe.device("/dev/nvidia-uvm"),
+        Some("ENXIO"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// Issue 17: a node root made in the rootfs beforehand, right numbers, mode 0600: the user may
+/// not chmod it (`EPERM`) nor open it; the host's node is bound over it, as libnvidia-container
+/// binds over whatever is there.
+#[test]
+fn a_root_owned_node_in_the_rootfs_is_bound_over() {
+    let s = Site::new();
+    let root = s.rootfs("o1", As::User);
+    let uvm = std::fs::metadata(format!("{}/dev/nvidia-uvm", s.host.dev_root())).unwrap();
+    let uvm = std::os::unix::fs::MetadataExt::rdev(&uvm);
+    sh(&format!(
+        "mknod -m 600 {r}/dev/nvidia0 c 195 0 && mknod -m 600 {r}/dev/nvidia-uvm c {} {} && chown 0:0 {r}/dev/nvidia0 {r}/dev/nvidia-uvm",
+        libc::major(uvm),
+        libc::minor(uvm),
+        r = root.display()
+    ));
+    let argv = configure_argv(&["--device=0", "--compute", "--utility"]);
+    let r = s.run_dev(As::User, Dev::Own, &root, &argv, "", &[]);
+    ok_run(&r, "root's nodes");
+    for n in ["/dev/nvidia0", "/dev/nvidia-uvm"] {
+        assert_eq!(r.probe.device(n), Some("ENXIO"), "{n}: {}", r.stdout);
+    }
+}
+
+/// Issue 17: root without a user namespace on a read-only `/dev`: mknod gives `EROFS`; it falls
+/// back to binding, which needs a mount target: without one, one line says so; with the targets
+/// there, the host's nodes are bound onto them.
+#[test]
+fn a_read_only_dev_takes_bound_nodes_onto_its_targets() {
+    let s = Site::new();
+    let root = s.rootfs("ro", As::Root);
+    let argv = configure_argv(&["--device=0", "--compute", "--utility"]);
+    let r = s.run_dev(As::Root, Dev::ReadOnly, &root, &argv, "", &[]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("device node /dev/nvidia")
+            && r.stderr.contains("Read-only file system")
+            && r.stderr.contains("/dev is read-only"),
+        "{}",
+        r.stderr
+    );
+    for n in NODES {
+        std::fs::write(root.join("dev").join(n), b"").unwrap();
+    }
+    let r = s.run_dev(As::Root, Dev::ReadOnly, &root, &argv, "", &[]);
+    ok_run(&r, "read-only /dev with targets");
+    assert_eq!(r.gpus(), [0], "{}", r.stdout);
+}
+
+/// Lists, in the container, every library file that is empty or a link to an empty file.
+const EMPTY_LIBS: &str = "for f in /usr/lib/*/lib*.so* /usr/lib/lib*.so* /usr/lib64/lib*.so*; do \
+     [ -e \"$f\" ] && [ ! -s \"$f\" ] && echo \"empty: $f\"; done; true";
+
+/// Issue 17: pyxis `--container-name` reuses enroot's container root. A compute start leaves
+/// its mount targets (empty files) and the links made to them; a later utility-only start must
+/// not let anything find them: `dlopen("libcuda.so.1")` is "not found", not "file too short".
+#[test]
+fn a_reused_root_leaves_no_empty_library_to_a_later_start() {
+    let s = Site::new();
+    let root = s.rootfs("reuse", As::User);
+    let first = s.run_dev(
+        As::User,
+        Dev::Restricted,
+        &root,
+        &configure_argv(&["--device=0", "--compute", "--utility"]),
+        EMPTY_LIBS,
+        &[],
+    );
+    ok_run(&first, "compute");
+    assert_eq!(first.after.trim(), "", "{}", first.stdout);
+    let second = s.run_dev(
+        As::User,
+        Dev::Restricted,
+        &root,
+        &configure_argv(&["--device=0", "--utility"]),
+        EMPTY_LIBS,
+        &[],
+    );
+    assert_eq!(second.code, 0, "{}\n{}", second.stdout, second.stderr);
+    assert!(second.smi.contains("GPU 0"), "{}", second.smi);
+    assert_eq!(second.after.trim(), "", "{}", second.stdout);
+    match &second.probe.libcuda {
+        Some(gpuctk_mockhost::LibraryLoad::Failed(e)) => assert!(
+            e.contains("No such file") && !e.contains("too short"),
+            "{e}"
+        ),
+        other => panic!("{other:?}: {}", second.stdout),
+    }
+    // And a compute start after that has libcuda again.
+    let third = s.run_dev(
+        As::User,
+        Dev::Restricted,
+        &root,
+        &configure_argv(&["--device=0", "--compute", "--utility"]),
+        EMPTY_LIBS,
+        &[],
+    );
+    ok_run(&third, "compute again");
+    assert_eq!(third.after.trim(), "", "{}", third.stdout);
 }

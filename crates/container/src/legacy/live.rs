@@ -19,6 +19,10 @@ pub(super) struct Work {
     pub(super) host_root_id: (u64, u64),
     pub(super) mounts: Vec<MountPlan>,
     pub(super) nodes: Vec<NodePlan>,
+    /// The host's node for each of `nodes`, in order.
+    pub(super) host_nodes: Vec<HostNode>,
+    /// [`may_mknod`]'s answer.
+    pub(super) may_mknod: bool,
     pub(super) works: Vec<InRootOp>,
 }
 
@@ -115,12 +119,21 @@ impl Work {
         undo: &mut Vec<Undo>,
         inner: &mut Inner,
     ) -> Result<(), LegacyError> {
+        clear_leftovers(root_fd, root, &self.mounts, &mut inner.notes)?;
         for m in &self.mounts {
             mount_one(root_fd, root, m, undo)?;
             inner.mounts.push(m.container_path.clone());
         }
-        for n in &self.nodes {
-            make_node(root_fd, root, n, undo)?;
+        for (n, host) in self.nodes.iter().zip(&self.host_nodes) {
+            make_node(
+                root_fd,
+                root,
+                n,
+                host,
+                self.may_mknod,
+                undo,
+                &mut inner.notes,
+            )?;
             inner.device_nodes.push(n.path.clone());
         }
         let pending = hooks::Pending::default();

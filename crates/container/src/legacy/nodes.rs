@@ -1,5 +1,5 @@
 //! Device nodes for legacy injection: each planned on the host from its CDI edit (type, numbers,
-//! mode, cgroup access) and made with `mknodat` in its in-root parent, inside the container.
+//! mode, cgroup access), then made with `mknodat` in its in-root parent or bound from the host.
 
 use super::*;
 
@@ -120,11 +120,76 @@ pub(super) fn kind_name(kind: u32) -> FileKind {
     }
 }
 
+/// `CAP_MKNOD` (capability.h).
+const CAP_MKNOD: u32 = 27;
+
+/// Whether this process may make device nodes: `CAP_MKNOD` in its effective set, in the initial
+/// user namespace (`<proc_root>/self/uid_map` maps every uid to itself, libnvidia-container's
+/// test). Anywhere else the kernel refuses mknod of a device, whatever the directory.
+pub(super) fn may_mknod(proc_root: &Path) -> Result<bool, LegacyError> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Default, Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // _LINUX_CAPABILITY_VERSION_3: two 32-bit words per set.
+    let mut header = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: a header and the two data words version 3 asks for, both valid for writing.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(LegacyError::Io {
+            what: "this process's capabilities".into(),
+            op: "capget",
+            source: io::Error::last_os_error(),
+        });
+    }
+    if data[0].effective & (1 << CAP_MKNOD) == 0 {
+        return Ok(false);
+    }
+    let path = proc_root.join("self/uid_map");
+    let io_err = |op, source| LegacyError::Io {
+        what: path.display().to_string(),
+        op,
+        source,
+    };
+    // The initial namespace's map is one line; more than a few KiB is not a uid map.
+    let mut map = String::new();
+    use std::io::Read;
+    std::fs::File::open(&path)
+        .map_err(|e| io_err("open", e))?
+        .take(4096)
+        .read_to_string(&mut map)
+        .map_err(|e| io_err("read", e))?;
+    Ok(map.split_whitespace().eq(["0", "0", "4294967295"]))
+}
+
+/// Makes node `n` in the container with mknod when `may_mknod` ([`may_mknod`]'s answer), else
+/// binds the host's node in, as libnvidia-container always does. Where mknod is not permitted the
+/// kernel's errno depends on the set-up (`EPERM` in a folder the caller may write, `EACCES` in one
+/// it may not, `EROFS` on a read-only mount), so it is not tried; where it is tried and fails,
+/// whatever the errno, binding is the fallback. A bind needs a mount target: an empty file we
+/// create, or one already there (a previous start's on a reused root, enroot's
+/// `x-create=file`); where neither is possible, one line names the node, why, and the fix. What
+/// the caller should know (a node used as it was) goes to `notes`.
 pub(super) fn make_node(
     root_fd: &OwnedFd,
     root: &Root,
     n: &NodePlan,
+    host: &HostNode,
+    may_mknod: bool,
     undo: &mut Vec<Undo>,
+    notes: &mut Vec<String>,
 ) -> Result<(), LegacyError> {
     let io = |op: &'static str| {
         let what = format!("device node {}", n.path);
@@ -133,58 +198,59 @@ pub(super) fn make_node(
     let (dir, name, cname) = parent_of(root_fd, root, &n.path)?;
     let dfd = dir.as_raw_fd();
     let rdev = libc::makedev(n.major, n.minor);
-    let created = match fstatat_nofollow(dfd, &cname) {
+    match fstatat_nofollow(dfd, &cname) {
         Ok(st) => {
             let kind = st.st_mode & libc::S_IFMT;
-            if kind != n.kind || st.st_rdev != rdev {
-                return Err(LegacyError::Device {
-                    path: n.path.clone(),
-                    reason: format!(
-                        "the container already has a {} there{}; refusing to replace it",
-                        kind_name(kind),
-                        if kind == n.kind {
-                            format!(" ({}:{})", libc::major(st.st_rdev), libc::minor(st.st_rdev))
-                        } else {
-                            String::new()
-                        }
-                    ),
-                });
+            if kind == n.kind && st.st_rdev == rdev {
+                return existing_node(&dir, &name, &cname, &st, n, host, may_mknod, undo, notes);
             }
-            // The right node is there (a /dev bound from the host, a second run): its mode is
-            // changed only if it must be, and a node we may not change (a user namespace) is
-            // used as it is, as libnvidia-container does.
-            if st.st_mode & 0o777 != n.mode {
-                // SAFETY: valid descriptor and NUL-terminated single name (a device node we
-                // just checked, not a symlink).
-                match check(unsafe { libc::fchmodat(dfd, cname.as_ptr(), n.mode, 0) }) {
-                    Ok(()) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
-                    Err(e) => return Err(io("chmod")(e)),
-                }
+            if kind == libc::S_IFREG && st.st_size == 0 {
+                // A mount target: a previous start's on a reused root, or the engine's. The
+                // host's node is bound onto it, as libnvidia-container binds onto what is there.
+                return bind_host_node(&dir, &name, &cname, host, Some(&st), undo)
+                    .map_err(|f| f.into_error(n, None));
             }
-            return Ok(());
+            return Err(LegacyError::Device {
+                path: n.path.clone(),
+                reason: format!(
+                    "the container already has a {} there{}; refusing to replace it",
+                    kind_name(kind),
+                    if kind == n.kind {
+                        format!(" ({}:{})", libc::major(st.st_rdev), libc::minor(st.st_rdev))
+                    } else {
+                        String::new()
+                    }
+                ),
+            });
         }
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            // SAFETY: valid descriptor and NUL-terminated single name.
-            match check(unsafe { libc::mknodat(dfd, cname.as_ptr(), n.kind | n.mode, rdev) }) {
-                Ok(()) => true,
-                // A user namespace may not make device nodes: bind the host's instead.
-                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-                    bind_host_node(&dir, &name, &cname, n, undo)?;
-                    return Ok(());
-                }
-                Err(e) => return Err(io("mknod")(e)),
-            }
-        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
         Err(e) => return Err(io("lstat")(e)),
-    };
-    if created {
-        let dup = dir.try_clone().map_err(io("dup"))?;
-        undo.push(Undo::Created(dup, name));
     }
-    // mknod is subject to the umask; set the mode exactly.
-    // SAFETY: valid descriptor and NUL-terminated single name (a device
-    // node we just made, not a symlink).
+    let refused = if may_mknod {
+        // SAFETY: valid descriptor and NUL-terminated single name.
+        match check(unsafe { libc::mknodat(dfd, cname.as_ptr(), n.kind | n.mode, rdev) }) {
+            Ok(()) => {
+                undo.push(Undo::Created(dir.try_clone().map_err(io("dup"))?, name));
+                return set_made_node(dfd, &cname, n);
+            }
+            // Whatever the kernel's reason (a device cgroup, a read-only /dev, an LSM), the
+            // host's node may still be bound in.
+            Err(e) => Some(e),
+        }
+    } else {
+        None
+    };
+    bind_host_node(&dir, &name, &cname, host, None, undo).map_err(|f| f.into_error(n, refused))
+}
+
+/// Mode and owner of a node we just made with mknod (which the umask limits).
+fn set_made_node(dfd: RawFd, cname: &CString, n: &NodePlan) -> Result<(), LegacyError> {
+    let io = |op: &'static str| {
+        let what = format!("device node {}", n.path);
+        move |source| LegacyError::Io { what, op, source }
+    };
+    // SAFETY: valid descriptor and NUL-terminated single name (a device node we just made, not
+    // a symlink).
     check(unsafe { libc::fchmodat(dfd, cname.as_ptr(), n.mode, 0) }).map_err(io("chmod"))?;
     if n.uid.is_some() || n.gid.is_some() {
         let uid = n.uid.unwrap_or(u32::MAX);
@@ -196,38 +262,179 @@ pub(super) fn make_node(
     Ok(())
 }
 
-/// Bind the host's node `n.host_path` onto a new empty file `name` in `dir`, as
-/// libnvidia-container does in a user namespace: the node must be a character or block device
-/// of the planned numbers.
-fn bind_host_node(
+/// The right node is there already (a /dev bound from the host, one made beforehand, a second
+/// run). Its mode is changed only if it must be and may be; a node we may not change (root's, in
+/// a user namespace, or on a read-only /dev) gets the host's node bound over it, so that the
+/// container opens it with the host's mode; the host's own node is never changed.
+#[allow(clippy::too_many_arguments)]
+fn existing_node(
     dir: &OwnedFd,
     name: &OsString,
     cname: &CString,
+    st: &libc::stat,
     n: &NodePlan,
+    host: &HostNode,
+    may_mknod: bool,
     undo: &mut Vec<Undo>,
+    notes: &mut Vec<String>,
 ) -> Result<(), LegacyError> {
-    let io = |op: &'static str| {
-        let what = format!("device node {} (bound from {})", n.path, n.host_path);
-        move |source| LegacyError::Io { what, op, source }
+    if st.st_mode & 0o777 == n.mode {
+        return Ok(());
+    }
+    if host.id == Some((st.st_dev, st.st_ino)) {
+        notes.push(format!(
+            "device node {}: the host's own node, used with the host's mode {:o}",
+            n.path,
+            st.st_mode & 0o777
+        ));
+        return Ok(());
+    }
+    let chmod = if may_mknod {
+        // SAFETY: valid descriptor and NUL-terminated single name (a device node we just
+        // checked, not a symlink).
+        check(unsafe { libc::fchmodat(dir.as_raw_fd(), cname.as_ptr(), n.mode, 0) })
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
     };
-    let host = cstring(std::ffi::OsStr::new(&n.host_path), &n.host_path)?;
-    // SAFETY: valid NUL-terminated path.
-    let src = owned_or_err(unsafe {
-        libc::open(
-            host.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    } as libc::c_long)
-    .map_err(io("open"))?;
-    let st = fstat(src.as_raw_fd()).map_err(io("stat"))?;
-    if st.st_mode & libc::S_IFMT != n.kind || st.st_rdev != libc::makedev(n.major, n.minor) {
-        return Err(LegacyError::Device {
+    let Err(chmod) = chmod else {
+        return Ok(());
+    };
+    match bind_host_node(dir, name, cname, host, Some(st), undo) {
+        Ok(()) => Ok(()),
+        Err(f) => {
+            let f = match f {
+                BindFail::Op(op, e) => format!("{op}: {e}"),
+                BindFail::Device(r) => r,
+            };
+            notes.push(format!(
+                "device node {}: mode {:o}, not {:o}, and neither chmod ({chmod}) nor binding the host's {} over it ({f}) was possible; used as it is",
+                n.path,
+                st.st_mode & 0o777,
+                n.mode,
+                n.host_path
+            ));
+            Ok(())
+        }
+    }
+}
+
+/// Why binding the host's node failed.
+#[derive(Debug)]
+pub(super) enum BindFail {
+    /// A system call failed.
+    Op(&'static str, io::Error),
+    /// What is wrong with the node or its target.
+    Device(String),
+}
+
+impl BindFail {
+    /// The same failure once more (a kept failure is reported where the bind was needed).
+    fn again(&self) -> BindFail {
+        match self {
+            BindFail::Op(op, e) => BindFail::Op(
+                op,
+                e.raw_os_error()
+                    .map(io::Error::from_raw_os_error)
+                    .unwrap_or_else(|| io::Error::new(e.kind(), e.to_string())),
+            ),
+            BindFail::Device(r) => BindFail::Device(r.clone()),
+        }
+    }
+
+    /// The one-line error: the node, why it was not made, why it was not bound, and the fix.
+    fn into_error(self, n: &NodePlan, mknod: Option<io::Error>) -> LegacyError {
+        let (op, e) = match self {
+            BindFail::Device(reason) => {
+                return LegacyError::Device {
+                    path: n.path.clone(),
+                    reason,
+                }
+            }
+            BindFail::Op(op, e) => (op, e),
+        };
+        let parent = n
+            .path
+            .rsplit_once('/')
+            .map(|(p, _)| if p.is_empty() { "/" } else { p })
+            .unwrap_or("/");
+        let why = match &mknod {
+            Some(m) => format!("mknod: {m}"),
+            None => "this process may not make device nodes (no CAP_MKNOD in the initial user namespace)".to_string(),
+        };
+        let fix = match (op, e.raw_os_error()) {
+            ("create mount point", Some(libc::EACCES | libc::EPERM)) => format!(
+                "; {parent} is not writable by this user: give the container a /dev it may write (a tmpfs, as enroot's ENROOT_RESTRICT_DEV makes) or create {} there first (an empty file is enough)",
+                n.path
+            ),
+            ("create mount point", Some(libc::EROFS)) => format!(
+                "; {parent} is read-only: mount a writable /dev in the container (a tmpfs) or create {} there first (an empty file is enough)",
+                n.path
+            ),
+            ("open_tree" | "move_mount", Some(libc::EPERM)) => "; this process may not mount either: run it as root, or in a user namespace that owns the container's mount namespace (enroot, apptainer --userns)".to_string(),
+            _ => String::new(),
+        };
+        LegacyError::Device {
             path: n.path.clone(),
             reason: format!(
-                "mknod is not permitted here and the host's {} is not the device {}:{}",
-                n.host_path, n.major, n.minor
+                "{why}, and binding the host's {} failed: {op}: {e}{fix}",
+                n.host_path
             ),
-        });
+        }
+    }
+}
+
+/// The host's node, opened and cloned on the host before the container's namespace is entered
+/// (where the host's path may name another file, or none), in case it is to be bound in.
+#[derive(Debug)]
+pub(super) struct HostNode {
+    /// Its device and inode, when it could be opened.
+    id: Option<(u64, u64)>,
+    /// A detached clone of it, or why there is none.
+    tree: Result<OwnedFd, BindFail>,
+}
+
+/// Opens `n.host_path` on the host: it must be a character or block device of the planned
+/// numbers. Failures are kept for when a bind is needed, not reported now: mknod may not need it.
+pub(super) fn open_host_node(n: &NodePlan) -> HostNode {
+    let src = match cstring(std::ffi::OsStr::new(&n.host_path), &n.host_path) {
+        Ok(c) => {
+            // SAFETY: valid NUL-terminated path.
+            owned_or_err(unsafe {
+                libc::open(
+                    c.as_ptr(),
+                    libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                )
+            } as libc::c_long)
+        }
+        Err(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    let src = match src {
+        Ok(fd) => fd,
+        Err(e) => {
+            return HostNode {
+                id: None,
+                tree: Err(BindFail::Op("open", e)),
+            }
+        }
+    };
+    let st = match fstat(src.as_raw_fd()) {
+        Ok(st) => st,
+        Err(e) => {
+            return HostNode {
+                id: None,
+                tree: Err(BindFail::Op("stat", e)),
+            }
+        }
+    };
+    let id = Some((st.st_dev, st.st_ino));
+    if st.st_mode & libc::S_IFMT != n.kind || st.st_rdev != libc::makedev(n.major, n.minor) {
+        return HostNode {
+            id,
+            tree: Err(BindFail::Device(format!(
+                "the host's {} is not the device {}:{}, so it cannot be bound in",
+                n.host_path, n.major, n.minor
+            ))),
+        };
     }
     // SAFETY: valid descriptor and empty NUL-terminated path.
     let tree = owned_or_err(unsafe {
@@ -238,29 +445,57 @@ fn bind_host_node(
             OPEN_TREE_CLONE | libc::O_CLOEXEC as u32 | libc::AT_EMPTY_PATH as u32,
         )
     })
-    .map_err(io("open_tree"))?;
-    let dfd = dir.as_raw_fd();
-    // SAFETY: valid descriptor and NUL-terminated single name.
-    let fd = unsafe {
-        libc::openat(
-            dfd,
-            cname.as_ptr(),
-            libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC,
-            0o644 as libc::c_uint,
-        )
+    .map_err(|e| BindFail::Op("open_tree", e));
+    HostNode { id, tree }
+}
+
+/// Bind the host's node (cloned in [`open_host_node`]) onto `name` in `dir`, as
+/// libnvidia-container does. The target is a new empty file, or, with `existing`, the file that
+/// is there (still that inode).
+fn bind_host_node(
+    dir: &OwnedFd,
+    name: &OsString,
+    cname: &CString,
+    host: &HostNode,
+    existing: Option<&libc::stat>,
+    undo: &mut Vec<Undo>,
+) -> Result<(), BindFail> {
+    let tree = match &host.tree {
+        Ok(t) => t,
+        Err(f) => return Err(f.again()),
     };
-    owned_or_err(fd as libc::c_long).map_err(io("create mount point"))?;
-    undo.push(Undo::Created(
-        dir.try_clone().map_err(io("dup"))?,
-        name.clone(),
-    ));
+    let dfd = dir.as_raw_fd();
+    let dup = || dir.try_clone().map_err(|e| BindFail::Op("dup", e));
+    if existing.is_none() {
+        // SAFETY: valid descriptor and NUL-terminated single name.
+        let fd = unsafe {
+            libc::openat(
+                dfd,
+                cname.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644 as libc::c_uint,
+            )
+        };
+        owned_or_err(fd as libc::c_long).map_err(|e| BindFail::Op("create mount point", e))?;
+        undo.push(Undo::Created(dup()?, name.clone()));
+    }
     let target = openat2(
         dfd,
         cname,
         libc::O_PATH | libc::O_NOFOLLOW,
         libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH,
     )
-    .map_err(io("open mount point"))?;
+    .map_err(|e| BindFail::Op("open mount point", e))?;
+    let now = fstat(target.as_raw_fd()).map_err(|e| BindFail::Op("stat mount point", e))?;
+    let same = match existing {
+        Some(seen) => (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino),
+        None => now.st_mode & libc::S_IFMT == libc::S_IFREG,
+    };
+    if !same {
+        return Err(BindFail::Device(
+            "the mount point changed while it was being opened".into(),
+        ));
+    }
     // SAFETY: valid descriptors and empty NUL-terminated paths.
     let rc = unsafe {
         libc::syscall(
@@ -273,11 +508,8 @@ fn bind_host_node(
         )
     };
     if rc != 0 {
-        return Err(io("move_mount")(io::Error::last_os_error()));
+        return Err(BindFail::Op("move_mount", io::Error::last_os_error()));
     }
-    undo.push(Undo::Mount(
-        dir.try_clone().map_err(io("dup"))?,
-        name.clone(),
-    ));
+    undo.push(Undo::Mount(dup()?, name.clone()));
     Ok(())
 }

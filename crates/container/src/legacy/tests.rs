@@ -96,3 +96,67 @@ fn device_nodes_are_resolved_before_entering() {
         .to_string()
         .contains("cannot be read"));
 }
+
+/// An earlier start's leftovers in a library folder: empty `lib*.so*` files and the link chains
+/// to them go; this start's targets, libraries with content, links to them and other files stay.
+#[test]
+fn leftovers_are_empty_libraries_and_the_links_to_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lib = tmp.path().join("usr/lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(&lib).unwrap();
+    let link =
+        |target: &str, name: &str| std::os::unix::fs::symlink(target, lib.join(name)).unwrap();
+    for empty in [
+        "libcuda.so.570.124.06",
+        "libnvidia-ml.so.570.124.06",
+        "notalib.txt",
+    ] {
+        std::fs::write(lib.join(empty), b"").unwrap();
+    }
+    std::fs::write(lib.join("libz.so.1.3"), b"\x7fELF").unwrap();
+    link("libcuda.so.570.124.06", "libcuda.so.1");
+    link("libcuda.so.1", "libcuda.so");
+    link("libnvidia-ml.so.570.124.06", "libnvidia-ml.so.1");
+    link("libz.so.1.3", "libz.so.1");
+    link(
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06",
+        "libcuda-abs.so",
+    );
+    let root = Root::open(tmp.path()).unwrap();
+    let c = CString::new(tmp.path().as_os_str().as_bytes()).unwrap();
+    let root_fd = open_path_dir(&c).unwrap();
+    let ours: std::collections::HashSet<String> = ["libnvidia-ml.so.570.124.06".to_string()].into();
+    let mut notes = Vec::new();
+    clear_folder(
+        &root_fd,
+        &root,
+        "/usr/lib/x86_64-linux-gnu",
+        &ours,
+        &mut notes,
+    )
+    .unwrap();
+    let mut left: Vec<String> = std::fs::read_dir(&lib)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "libcuda-abs.so",
+            "libnvidia-ml.so.1",
+            "libnvidia-ml.so.570.124.06",
+            "libz.so.1",
+            "libz.so.1.3",
+            "notalib.txt"
+        ],
+        "{notes:?}"
+    );
+    assert_eq!(
+        notes,
+        ["/usr/lib/x86_64-linux-gnu: removed 3 empty library files and links an earlier start left"]
+    );
+    // A folder not there yet has nothing left in it.
+    clear_folder(&root_fd, &root, "/usr/lib64", &ours, &mut notes).unwrap();
+    assert_eq!(notes.len(), 1);
+}
