@@ -41,15 +41,32 @@ fn run_ctk(name: &str, args: &[OsString]) -> anyhow::Result<ExitCode> {
     commands::run(cli)
 }
 
-/// Help and version go out as clap prints them; a usage error becomes one line, like every
-/// other error, so scripts can grep it.
+/// What `-v`/`--version` prints. Under the name `nvidia-ctk`, NVIDIA's shape, which scripts
+/// parse: `NVIDIA Container Toolkit CLI version X`, then `commit: C` when the build knows it
+/// (`GPUCTK_COMMIT` at build time, as NVIDIA's Makefile sets its commit); else `NAME X`.
+fn version_text(name: &str) -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    if name != "nvidia-ctk" {
+        return format!("{name} {version}\n");
+    }
+    let mut text = format!("NVIDIA Container Toolkit CLI version {version}\n");
+    if let Some(commit) = option_env!("GPUCTK_COMMIT").filter(|c| !c.is_empty()) {
+        text.push_str(&format!("commit: {commit}\n"));
+    }
+    text
+}
+
+/// Help goes out as clap prints it, the version as [`version_text`] says; a usage error becomes
+/// one line, like every other error, so scripts can grep it.
 fn usage_error(name: &str, e: clap::Error) -> ! {
     use clap::error::ErrorKind;
+    if e.kind() == ErrorKind::DisplayVersion {
+        let _ = std::io::stdout().write_all(version_text(name).as_bytes());
+        std::process::exit(0);
+    }
     if matches!(
         e.kind(),
-        ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     ) {
         e.exit();
     }
