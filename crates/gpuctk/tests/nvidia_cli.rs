@@ -224,6 +224,18 @@ fn generate_reads_nvidias_environment_names() {
             &r.stdout[..r.stdout.len().min(2000)]
         );
     }
+    // A bad value in the environment (an admin's refresh.env) is one line naming the variable.
+    for (var, value) in [
+        ("NVIDIA_CTK_CDI_GENERATE_NO_ALL_DEVICE", "maybe"),
+        ("NVIDIA_CTK_CDI_GENERATE_OUTPUT_FORMAT", "xml"),
+    ] {
+        let r = gen(&[(var, value)]);
+        assert!(
+            r.code != 0 && r.stderr.contains(var) && r.stderr.lines().count() == 1,
+            "{var}={value}: {}",
+            r.stderr
+        );
+    }
     // The names gpuctk read before: in no NVIDIA release, so nothing reads them now.
     for (var, value) in [
         ("NVIDIA_CTK_CDI_OUTPUT_FORMAT", "json"),
@@ -240,6 +252,27 @@ fn generate_reads_nvidias_environment_names() {
             r.stderr
         );
     }
+    // The roots, by NVIDIA's names too: the driver root, and the dev root apart from it.
+    let (driver, proc) = (h.driver_root(), h.proc_root());
+    let args = ["cdi", "generate", "--proc-root", &proc];
+    let r = run_env(&ctk, &args, &[("NVIDIA_CTK_DRIVER_ROOT", &driver)]);
+    assert!(
+        r.code == 0 && r.stdout.contains("libcuda.so.570.124.06"),
+        "{}",
+        r.stderr
+    );
+    let no_dev = t.join("no-dev");
+    fs::create_dir_all(&no_dev).unwrap();
+    let no_dev = no_dev.to_str().unwrap();
+    let r = run_env(
+        &ctk,
+        &args,
+        &[
+            ("NVIDIA_CTK_DRIVER_ROOT", &driver),
+            ("NVIDIA_CTK_DEV_ROOT", no_dev),
+        ],
+    );
+    assert!(r.code != 0 && r.stderr.contains(no_dev), "{}", r.stderr);
 }
 
 /// `NVIDIA_CTK_CDI_GENERATE_LIBRARY_SEARCH_PATHS`: a driver whose libcuda is found only in a
