@@ -120,9 +120,10 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
 
     let mut selected: Vec<usize> = Vec::new();
     let ids: Vec<&str> = opts.device_ids.iter().map(String::as_str).collect();
+    let only_none = !ids.is_empty() && ids.iter().all(|i| *i == "none");
     if ids.is_empty() || ids.contains(&"all") {
         selected.extend(0..plan.gpus.len());
-    } else if ids != ["none"] {
+    } else if !only_none {
         for id in ids.iter().filter(|i| **i != "none") {
             let Some(g) = inv.gpu(id) else {
                 return Err(SpecError::UnknownDevice {
@@ -163,6 +164,19 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
         }
     }
     devices.sort_by(|a, b| a.name.cmp(&b.name));
+    // `--device-id none`, as NVIDIA's v1.20 writes it (its `emptyDeviceSpecGenerator`): one
+    // device `none` with no GPU, so that `nvidia.com/gpu=none` gives a container the driver
+    // (the spec's common edits) and no GPU.
+    if only_none {
+        devices.push(Device {
+            name: "none".to_string(),
+            annotations: BTreeMap::new(),
+            container_edits: ContainerEdits {
+                env: vec!["NVCT_EMPTY_DEVICE=".to_string()],
+                ..ContainerEdits::default()
+            },
+        });
+    }
     if opts.all_device && !selected.is_empty() && !devices.iter().any(|d| d.name == "all") {
         let mut all = ContainerEdits::default();
         for &pos in &selected {

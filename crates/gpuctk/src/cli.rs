@@ -11,10 +11,17 @@ use tracing::Level;
 #[command(
     name = "gpuctk",
     version,
-    propagate_version = true,
+    disable_version_flag = true,
     max_term_width = 100
 )]
 pub struct Cli {
+    /// Print the version (`-v` as nvidia-ctk has it)
+    #[arg(short = 'v', long = "version", action = clap::ArgAction::Version)]
+    pub version: Option<bool>,
+    /// The toolkit's config.toml that `cdi generate` and `info` take the driver root from
+    /// (nvidia-ctk's flag) [default: the one the runtime reads]
+    #[arg(long, env = "NVIDIA_CTK_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub global: GlobalArgs,
     #[command(subcommand)]
@@ -24,8 +31,8 @@ pub struct Cli {
 /// Flags accepted before or after any command.
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// More log output on stderr (repeat for more)
-    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    /// More log output on stderr (repeat for more; `-v` is --version, as in nvidia-ctk)
+    #[arg(long = "verbose", action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
     /// Debug logging (nvidia-ctk's flag)
     #[arg(short = 'd', long, global = true, env = "NVIDIA_CTK_DEBUG", value_parser = clap::builder::FalseyValueParser::new())]
@@ -391,9 +398,12 @@ pub struct ConfigureArgs {
     /// Make it the engine's default runtime
     #[arg(long = "set-as-default", alias = "nvidia-set-as-default")]
     pub set_as_default: bool,
-    /// Turn on the engine's CDI support (docker, containerd)
-    #[arg(long = "cdi.enabled", alias = "enable-cdi")]
+    /// Turn on the engine's CDI support: docker's features.cdi, containerd's enable_cdi (not CRI-O, whose CDI is always on)
+    #[arg(long = "cdi.enabled", visible_aliases = ["cdi.enable", "enable-cdi"])]
     pub enable_cdi: bool,
+    /// The engine's executable that --config-source command runs (`containerd config dump`, `crio status config`) [default: containerd, crio in PATH; ignored for docker]
+    #[arg(long, value_name = "PATH")]
+    pub executable_path: Option<PathBuf>,
     /// Print a unified diff and write nothing
     #[arg(long)]
     pub dry_run: bool,
@@ -456,11 +466,14 @@ pub struct RootArgs {
     /// Extra library directory inside the driver root, searched before the defaults (repeatable)
     #[arg(
         long = "library-search-path",
-        env = "NVIDIA_CTK_CDI_LIBRARY_SEARCH_PATHS",
+        env = "NVIDIA_CTK_CDI_GENERATE_LIBRARY_SEARCH_PATHS",
         value_delimiter = ',',
         value_name = "DIR"
     )]
     pub library_search_paths: Vec<String>,
+    /// The toolkit's config.toml the driver root defaults from (the same as `nvidia-ctk --config FILE`) [default: the one the runtime reads]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -502,28 +515,40 @@ pub struct GenerateArgs {
     )]
     pub output: Option<PathBuf>,
     /// Output format [default: from the file extension, else yaml]
-    #[arg(long, env = "NVIDIA_CTK_CDI_OUTPUT_FORMAT", value_enum)]
+    #[arg(long, env = "NVIDIA_CTK_CDI_GENERATE_OUTPUT_FORMAT", value_enum)]
     pub format: Option<SpecFormat>,
     /// How to name devices (repeatable)
-    #[arg(long = "device-name-strategy", env = "NVIDIA_CTK_CDI_DEVICE_NAME_STRATEGIES", value_enum, value_delimiter = ',', default_values = ["index", "uuid"])]
+    #[arg(long = "device-name-strategy", env = "NVIDIA_CTK_CDI_GENERATE_DEVICE_NAME_STRATEGIES", value_enum, value_delimiter = ',', default_values = ["index", "uuid"])]
     pub strategies: Vec<Strategy>,
     /// Do not add the "all" device
-    #[arg(long)]
+    #[arg(long, env = "NVIDIA_CTK_CDI_GENERATE_NO_ALL_DEVICE", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_all_device: bool,
-    /// Only these GPUs: all, none, an index or a UUID (repeatable)
+    /// Only these GPUs: all, an index or a UUID (repeatable); none: one device `none` with no GPU, for the driver alone, and no "all" device
     #[arg(
         long = "device-id",
+        visible_alias = "devices",
         alias = "device-ids",
         alias = "device",
+        env = "NVIDIA_CTK_CDI_GENERATE_DEVICE_IDS",
         value_delimiter = ',',
         value_name = "ID"
     )]
     pub device_ids: Vec<String>,
     /// CDI vendor
-    #[arg(long, visible_alias = "cdi-vendor", default_value = "nvidia.com")]
+    #[arg(
+        long,
+        visible_alias = "cdi-vendor",
+        env = "NVIDIA_CTK_CDI_GENERATE_VENDOR",
+        default_value = "nvidia.com"
+    )]
     pub vendor: String,
     /// CDI class
-    #[arg(long, visible_alias = "cdi-class", default_value = "gpu")]
+    #[arg(
+        long,
+        visible_alias = "cdi-class",
+        env = "NVIDIA_CTK_CDI_GENERATE_CLASS",
+        default_value = "gpu"
+    )]
     pub class: String,
     /// Also record the driver version as the annotation gpuctk/driver-version (needs cdiVersion 0.6.0)
     #[arg(long)]
@@ -552,6 +577,7 @@ pub struct GenerateArgs {
     #[arg(
         long = "disable-hook",
         visible_alias = "disable-hooks",
+        env = "NVIDIA_CTK_CDI_GENERATE_DISABLED_HOOKS",
         value_delimiter = ',',
         value_name = "NAME"
     )]
@@ -560,6 +586,7 @@ pub struct GenerateArgs {
     #[arg(
         long = "enable-hook",
         visible_alias = "enable-hooks",
+        env = "NVIDIA_CTK_CDI_GENERATE_ENABLED_HOOKS",
         value_delimiter = ',',
         value_name = "NAME"
     )]
@@ -568,6 +595,7 @@ pub struct GenerateArgs {
     #[arg(
         long = "feature-flag",
         visible_alias = "feature-flags",
+        env = "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS",
         value_delimiter = ',',
         value_name = "FLAG"
     )]
@@ -575,19 +603,33 @@ pub struct GenerateArgs {
     /// Where to look for the loaders' vendor files (EGL, Vulkan, OpenCL ICDs) inside the driver root, instead of /etc, /usr/local/share, /usr/share
     #[arg(
         long = "config-search-path",
-        env = "NVIDIA_CTK_CDI_CONFIG_SEARCH_PATHS",
+        env = "NVIDIA_CTK_CDI_GENERATE_CONFIG_SEARCH_PATHS",
         value_delimiter = ',',
         value_name = "DIR"
     )]
     pub config_search_paths: Vec<String>,
     /// The ldconfig NVIDIA's update-ldcache hook runs: accepted, unused (the cache is written natively)
-    #[arg(long, env = "NVIDIA_CTK_CDI_LDCONFIG_PATH", value_name = "PATH")]
+    #[arg(
+        long,
+        env = "NVIDIA_CTK_CDI_GENERATE_LDCONFIG_PATH",
+        value_name = "PATH"
+    )]
     pub ldconfig_path: Option<String>,
     /// CSV mode's files (Tegra): only with --mode csv, which gpuctk does not support
-    #[arg(long = "csv.file", value_name = "FILE")]
+    #[arg(
+        long = "csv.file",
+        env = "NVIDIA_CTK_CDI_GENERATE_CSV_FILES",
+        value_delimiter = ',',
+        value_name = "FILE"
+    )]
     pub csv_files: Vec<String>,
     /// CSV mode's ignore patterns (Tegra): only with --mode csv
-    #[arg(long = "csv.ignore-pattern", value_name = "PATTERN")]
+    #[arg(
+        long = "csv.ignore-pattern",
+        env = "NVIDIA_CTK_CDI_GENERATE_CSV_IGNORE_PATTERNS",
+        value_delimiter = ',',
+        value_name = "PATTERN"
+    )]
     pub csv_ignore_patterns: Vec<String>,
     /// CSV mode's compat root (Tegra): only with --mode csv
     #[arg(long = "csv.compat-container-root", value_name = "DIR")]

@@ -54,9 +54,12 @@ pub struct Config {
     /// `[nvidia-container-cli] no-cgroups`: legacy injection leaves the device cgroup alone
     /// (rootless engines).
     pub no_cgroups: bool,
-    /// Keys NVIDIA's toolkit reads that gpuctk accepts but does not apply, as `key (line N)`,
-    /// for one warning each.
+    /// Keys NVIDIA's toolkit reads that gpuctk accepts but does not apply, set to something other
+    /// than NVIDIA's default, as `key (line N)`, for one warning each.
     pub not_applied: Vec<String>,
+    /// Keys gpuctk does not apply that hold NVIDIA's default value (NVIDIA's stock config.toml
+    /// sets seven): no news for every container, so only `config` and `doctor` name them.
+    pub at_default: Vec<String>,
 }
 
 /// NVIDIA's `cuda-compat-mode`: how an image's CUDA forward-compat `libcuda` is brought in.
@@ -102,6 +105,7 @@ impl Default for Config {
             disable_compat_hook: false,
             no_cgroups: false,
             not_applied: Vec::new(),
+            at_default: Vec::new(),
         }
     }
 }
@@ -418,6 +422,98 @@ pub const KEYS: &[(&str, Kind, bool)] = &[
     ("gpuctk.hooks-in-shim", Kind::Bool, true),
 ];
 
+/// NVIDIA's default value of a key gpuctk does not apply.
+enum NvidiaDefault {
+    /// One of these strings (some defaults depend on the platform).
+    Text(&'static [&'static str]),
+    Bool(bool),
+    /// An empty list.
+    NoItems,
+}
+
+/// NVIDIA's v1.20 defaults (`api/config/v1`) of the keys gpuctk does not apply. Its
+/// `nvidia-ctk config default` writes `environment`, `ldconfig`, `load-kmods`, the CSV
+/// `mount-spec-path`, both runtime-hook keys and `[nvidia-ctk] path` uncommented; a key that
+/// holds its default changes nothing NVIDIA's toolkit would do either, so it is not worth a
+/// warning on every container. Every `[features]` flag defaults to false.
+const NVIDIA_DEFAULTS: &[(&str, NvidiaDefault)] = &[
+    ("nvidia-container-cli.path", NvidiaDefault::Text(&[""])),
+    ("nvidia-container-cli.environment", NvidiaDefault::NoItems),
+    ("nvidia-container-cli.debug", NvidiaDefault::Text(&[""])),
+    ("nvidia-container-cli.ldcache", NvidiaDefault::Text(&[""])),
+    ("nvidia-container-cli.load-kmods", NvidiaDefault::Bool(true)),
+    ("nvidia-container-cli.no-pivot", NvidiaDefault::Bool(false)),
+    // `root:video` is the default on SUSE.
+    (
+        "nvidia-container-cli.user",
+        NvidiaDefault::Text(&["", "root:video"]),
+    ),
+    // `.real` where it exists (Debian, Ubuntu).
+    (
+        "nvidia-container-cli.ldconfig",
+        NvidiaDefault::Text(&["@/sbin/ldconfig", "@/sbin/ldconfig.real"]),
+    ),
+    (
+        "nvidia-container-runtime.modes.csv.mount-spec-path",
+        NvidiaDefault::Text(&["/etc/nvidia-container-runtime/host-files-for-container.d"]),
+    ),
+    (
+        "nvidia-container-runtime.modes.csv.compat-container-root",
+        NvidiaDefault::Text(&[""]),
+    ),
+    (
+        "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags",
+        NvidiaDefault::NoItems,
+    ),
+    (
+        "nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks",
+        NvidiaDefault::NoItems,
+    ),
+    (
+        "nvidia-container-runtime-hook.path",
+        NvidiaDefault::Text(&["nvidia-container-runtime-hook"]),
+    ),
+    (
+        "nvidia-container-runtime-hook.skip-mode-detection",
+        NvidiaDefault::Bool(false),
+    ),
+    ("nvidia-ctk.path", NvidiaDefault::Text(&["nvidia-ctk"])),
+];
+
+/// Whether `item` at dotted `path` holds NVIDIA's default value for it.
+fn at_nvidia_default(path: &str, item: &Item) -> bool {
+    if path.starts_with("features.") {
+        return item.as_bool() == Some(false);
+    }
+    match NVIDIA_DEFAULTS.iter().find(|(p, _)| *p == path) {
+        Some((_, NvidiaDefault::Text(values))) => {
+            item.as_str().is_some_and(|v| values.contains(&v))
+        }
+        Some((_, NvidiaDefault::Bool(b))) => item.as_bool() == Some(*b),
+        Some((_, NvidiaDefault::NoItems)) => item.as_array().is_some_and(|a| a.is_empty()),
+        None => false,
+    }
+}
+
+/// What [`collect_keys`] finds beyond the keys gpuctk applies.
+#[derive(Default)]
+struct Found {
+    unknown: Vec<String>,
+    not_applied: Vec<String>,
+    at_default: Vec<String>,
+}
+
+impl Found {
+    /// A key gpuctk does not apply: news only when it is not at NVIDIA's default.
+    fn not_applied(&mut self, full: &str, line: usize, item: &Item) {
+        if at_nvidia_default(full, item) {
+            self.at_default.push(full.to_string());
+        } else {
+            self.not_applied.push(format!("{full} (line {line})"));
+        }
+    }
+}
+
 fn row(path: &str) -> Option<(Kind, bool)> {
     KEYS.iter()
         .find(|(p, _, _)| *p == path)
@@ -446,43 +542,30 @@ fn keys_of(prefix: &str) -> Vec<&'static str> {
 
 /// Walks the table at `prefix`: a key [`KEYS`] does not name is unknown (with the closest
 /// name of its table, if one is close), a key it marks as not applied (or any key of a table
-/// that is not applied and does not name it as applied) is collected as such.
-fn collect_keys(
-    t: &Table,
-    prefix: &str,
-    open: bool,
-    text: &str,
-    unknown: &mut Vec<String>,
-    not_applied: &mut Vec<String>,
-) {
+/// that is not applied and does not name it as applied) is collected as such, or as at
+/// NVIDIA's default when it holds that.
+fn collect_keys(t: &Table, prefix: &str, open: bool, text: &str, found: &mut Found) {
     let known = keys_of(prefix);
     for (k, item) in t.iter() {
         let full = format!("{prefix}{k}");
         let line = item.span().map(|s| line_of(text, s.start)).unwrap_or(0);
         match row(&full) {
-            None if open => not_applied.push(format!("{full} (line {line})")),
-            None => match did_you_mean(k, &known) {
-                Some(m) => unknown.push(format!("{full} (line {line}; did you mean {prefix}{m}?)")),
-                None => unknown.push(format!("{full} (line {line})")),
-            },
+            None if open => found.not_applied(&full, line, item),
+            None => found.unknown.push(match did_you_mean(k, &known) {
+                Some(m) => format!("{full} (line {line}; did you mean {prefix}{m}?)"),
+                None => format!("{full} (line {line})"),
+            }),
             Some((Kind::Table, _)) => {
                 if let Some(sub) = item.as_table() {
-                    collect_keys(sub, &format!("{full}."), false, text, unknown, not_applied);
+                    collect_keys(sub, &format!("{full}."), false, text, found);
                 }
             }
             Some((Kind::Open(_), applied)) => {
                 if let Some(sub) = item.as_table() {
-                    collect_keys(
-                        sub,
-                        &format!("{full}."),
-                        !applied,
-                        text,
-                        unknown,
-                        not_applied,
-                    );
+                    collect_keys(sub, &format!("{full}."), !applied, text, found);
                 }
             }
-            Some((_, false)) => not_applied.push(format!("{full} (line {line})")),
+            Some((_, false)) => found.not_applied(&full, line, item),
             Some((_, true)) => {}
         }
     }
@@ -672,14 +755,11 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             c.hooks_in_shim = v;
         }
     }
-    collect_keys(
-        root,
-        "",
-        false,
-        text,
-        &mut c.unknown_keys,
-        &mut c.not_applied,
-    );
+    let mut found = Found::default();
+    collect_keys(root, "", false, text, &mut found);
+    c.unknown_keys = found.unknown;
+    c.not_applied = found.not_applied;
+    c.at_default = found.at_default;
     Ok(c)
 }
 
@@ -777,7 +857,7 @@ dev-root = "/host"
 accept-nvidia-visible-devices-as-volume-mount = true
 
 [nvidia-container-cli]
-ldconfig = "@/sbin/ldconfig"
+ldconfig = "@/usr/local/sbin/ldconfig"
 no-cgroups = true
 
 [nvidia-container-runtime]
@@ -809,6 +889,68 @@ allow-gdrcopy = true
                 "nvidia-container-runtime.runtime (line 9; did you mean nvidia-container-runtime.runtimes?)",
             ]
         );
+    }
+
+    /// A key gpuctk does not apply is news only away from NVIDIA's default: at it (as NVIDIA's
+    /// stock file sets seven), it is set aside for `config` and `doctor` to name once.
+    #[test]
+    fn keys_at_nvidias_defaults_are_not_news() {
+        let p = Path::new("/c.toml");
+        let c = parse(
+            r#"
+[nvidia-container-cli]
+environment = []
+ldconfig = "@/sbin/ldconfig"
+load-kmods = true
+user = "root:video"
+
+[nvidia-container-runtime.modes.csv]
+mount-spec-path = "/etc/nvidia-container-runtime/host-files-for-container.d"
+
+[nvidia-container-runtime-hook]
+path = "nvidia-container-runtime-hook"
+skip-mode-detection = false
+
+[nvidia-ctk]
+path = "nvidia-ctk"
+
+[features]
+allow-gdrcopy = false
+"#,
+            p,
+        )
+        .unwrap();
+        assert!(c.not_applied.is_empty(), "{:?}", c.not_applied);
+        assert_eq!(c.at_default.len(), 9, "{:?}", c.at_default);
+        for (line, want) in [
+            (
+                "[nvidia-container-cli]\nenvironment = [\"A=1\"]\n",
+                "environment",
+            ),
+            ("[nvidia-container-cli]\nload-kmods = false\n", "load-kmods"),
+            (
+                "[nvidia-container-cli]\nldconfig = \"/sbin/ldconfig\"\n",
+                "ldconfig",
+            ),
+            (
+                "[nvidia-ctk]\npath = \"/usr/bin/nvidia-ctk\"\n",
+                "nvidia-ctk.path",
+            ),
+            ("[features]\nallow-gdrcopy = true\n", "allow-gdrcopy"),
+            // The wrong type is not the default either.
+            (
+                "[nvidia-container-runtime-hook]\nskip-mode-detection = \"false\"\n",
+                "skip",
+            ),
+        ] {
+            let c = parse(line, p).unwrap();
+            assert!(c.at_default.is_empty(), "{line}: {:?}", c.at_default);
+            assert!(
+                c.not_applied.len() == 1 && c.not_applied[0].contains(want),
+                "{line}: {:?}",
+                c.not_applied
+            );
+        }
     }
 
     #[test]

@@ -35,21 +35,67 @@ fn run_ctk(name: &str, args: &[OsString]) -> anyhow::Result<ExitCode> {
         .name(name)
         .bin_name(name)
         .try_get_matches_from(args)
-        .unwrap_or_else(|e| usage_error(name, e));
-    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(name, e));
+        .unwrap_or_else(|e| {
+            let env = from_env(&e, args);
+            usage_error(name, e, env)
+        });
+    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(name, e, None));
     logging::init(cli.global.level());
     commands::run(cli)
 }
 
-/// Help and version go out as clap prints them; a usage error becomes one line, like every
-/// other error, so scripts can grep it.
-fn usage_error(name: &str, e: clap::Error) -> ! {
+/// What `-v`/`--version` prints. Under the name `nvidia-ctk`, NVIDIA's shape, which scripts
+/// parse: `NVIDIA Container Toolkit CLI version X`, then `commit: C` when the build knows it
+/// (`GPUCTK_COMMIT` at build time, as NVIDIA's Makefile sets its commit); else `NAME X`.
+fn version_text(name: &str) -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    if name != "nvidia-ctk" {
+        return format!("{name} {version}\n");
+    }
+    let mut text = format!("NVIDIA Container Toolkit CLI version {version}\n");
+    if let Some(commit) = option_env!("GPUCTK_COMMIT").filter(|c| !c.is_empty()) {
+        text.push_str(&format!("commit: {commit}\n"));
+    }
+    text
+}
+
+/// The environment variable a bad value came from, when it did: the flag clap names in `e`
+/// was not on the command line and its variable is set. (An admin's `nvidia-cdi-refresh.env`
+/// is where such a value is, and clap names only the flag.)
+fn from_env(e: &clap::Error, args: &[OsString]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    fn find(cmd: &clap::Command, long: &str) -> Option<String> {
+        cmd.get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .and_then(|a| a.get_env())
+            .map(|v| v.to_string_lossy().into_owned())
+            .or_else(|| cmd.get_subcommands().find_map(|c| find(c, long)))
+    }
+    let var = find(&cli::Cli::command(), long)?;
+    let on_line = args.iter().any(|a| {
+        a.to_str()
+            .and_then(|a| a.strip_prefix("--"))
+            .is_some_and(|a| a == long || a.starts_with(&format!("{long}=")))
+    });
+    (!on_line && std::env::var_os(&var).is_some()).then_some(var)
+}
+
+/// Help goes out as clap prints it, the version as [`version_text`] says; a usage error becomes
+/// one line, like every other error, so scripts can grep it, naming the variable a bad value
+/// came from (`env`).
+fn usage_error(name: &str, e: clap::Error, env: Option<String>) -> ! {
     use clap::error::ErrorKind;
+    if e.kind() == ErrorKind::DisplayVersion {
+        let _ = std::io::stdout().write_all(version_text(name).as_bytes());
+        std::process::exit(0);
+    }
     if matches!(
         e.kind(),
-        ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     ) {
         e.exit();
     }
@@ -63,7 +109,17 @@ fn usage_error(name: &str, e: clap::Error) -> ! {
         .map(|l| l.strip_prefix("error: ").unwrap_or(l))
         .collect::<Vec<_>>()
         .join(" ");
-    let _ = writeln!(std::io::stderr(), "{name}: error: {line} (see --help)");
+    match env {
+        Some(var) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "{name}: error: {line}, from the environment variable {var}: fix or unset it (see --help)"
+            );
+        }
+        None => {
+            let _ = writeln!(std::io::stderr(), "{name}: error: {line} (see --help)");
+        }
+    }
     std::process::exit(2);
 }
 

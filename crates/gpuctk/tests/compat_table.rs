@@ -99,7 +99,9 @@ fn every_done_flag_is_accepted() {
     let ctk = exe("nvidia-ctk");
     let mut ctk_help = String::new();
     for cmd in [
-        &["cdi", "generate"][..],
+        // The global flags (`--version`, `--config`).
+        &[][..],
+        &["cdi", "generate"],
         &["cdi", "list"],
         &["cdi", "validate"],
         &["cdi", "transform", "root"],

@@ -427,6 +427,46 @@ fn unknown_config_key_only_warns() {
     assert!(line.contains("; fix: "), "{line}");
 }
 
+/// NVIDIA's stock config.toml: its seven keys gpuctk does not apply hold NVIDIA's defaults, so
+/// doctor says so once, in an ok line (the runtime never does); one of them set away from its
+/// default is a warning.
+#[test]
+fn stock_nvidia_config_is_ok_and_names_the_defaults_once() {
+    use crate::nvidia_cli::{NVIDIA_STOCK_CONFIG, STOCK_UNAPPLIED};
+    let f = Fixture::new();
+    let runc = f.t.join("bin/runc");
+    let stock = NVIDIA_STOCK_CONFIG.replace(
+        "runtimes = [\"runc\", \"crun\"]",
+        &format!("runtimes = [\"{}\"]", runc.display()),
+    );
+    std::fs::write(f.t.join("config.toml"), &stock).unwrap();
+    let (_, v) = f.json(&[]);
+    let c = check(&v, "toolkit", "config");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    let found = c["found"].as_str().unwrap();
+    assert!(found.contains("at NVIDIA's defaults"), "{found}");
+    for k in STOCK_UNAPPLIED {
+        assert!(found.contains(k), "{k}: {found}");
+    }
+    std::fs::write(
+        f.t.join("config.toml"),
+        stock.replace("load-kmods = true", "load-kmods = false"),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "config",
+        "warn",
+        &[
+            "nvidia-container-cli.load-kmods (line 12)",
+            "nvidia-ctk.path",
+        ],
+    );
+}
+
 #[test]
 fn stale_cdi_spec() {
     let f = Fixture::new();

@@ -37,6 +37,10 @@ mod hpc;
 /// `install` / `uninstall` on temp host roots, and the installer image under podman, then
 /// containerd running a GPU pod through the CRI from what it installed.
 mod install;
+/// NVIDIA's `nvidia-ctk` names scripts use: `cdi generate`'s environment variables, `-v`,
+/// `--config`, `--devices`, `--device-id none`, `runtime configure --executable-path` and
+/// `--cdi.enable`; NVIDIA's stock config.toml quiet on container create.
+mod nvidia_cli;
 /// The Debian package: built by scripts/package.sh, installed with dpkg in a copy-on-write
 /// namespace, used by docker and podman, removed and purged; completions and man pages.
 mod package;

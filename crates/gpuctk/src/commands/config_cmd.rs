@@ -182,6 +182,15 @@ pub fn run(a: ConfigCmdArgs) -> anyhow::Result<ExitCode> {
         bail!("--set: unknown key {k}; nothing was written");
     }
     crate::logging::warn_config_keys(&cfg);
+    // Said here and by `doctor`, once, never by the runtime for every container.
+    if !cfg.at_default.is_empty() {
+        writeln!(
+            std::io::stderr(),
+            "{}: {} hold NVIDIA's defaults for settings gpuctk does not apply (it injects natively); harmless",
+            path.display(),
+            cfg.at_default.join(", ")
+        )?;
+    }
     match (&a.output, a.in_place) {
         (Some(p), _) => write_out(p, &out)?,
         (None, true) => write_out(&path, &out)?,

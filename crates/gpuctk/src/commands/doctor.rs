@@ -657,11 +657,24 @@ fn check_config(a: &DoctorArgs, c: &mut Checks) -> Config {
                 G,
                 "config",
                 format!(
-                    "{}: NVIDIA key(s) gpuctk does not apply: {}",
+                    "{}: NVIDIA key(s) gpuctk does not apply: {}{}",
                     path.display(),
-                    cfg.not_applied.join(", ")
+                    cfg.not_applied.join(", "),
+                    at_defaults(&cfg)
                 ),
                 "remove them, or see docs/compat.md for what gpuctk does instead: they have no effect here",
+            );
+            cfg
+        }
+        Ok(cfg) if !cfg.at_default.is_empty() => {
+            c.ok(
+                G,
+                "config",
+                format!(
+                    "{} parses, every key applied but those at NVIDIA's defaults, which change nothing (gpuctk injects natively): {}",
+                    path.display(),
+                    cfg.at_default.join(", ")
+                ),
             );
             cfg
         }
@@ -674,6 +687,18 @@ fn check_config(a: &DoctorArgs, c: &mut Checks) -> Config {
             cfg
         }
     }
+}
+
+/// The keys at NVIDIA's defaults that gpuctk does not apply, for the config line: the runtime
+/// never names them (they change nothing), so doctor says it, once.
+fn at_defaults(cfg: &Config) -> String {
+    if cfg.at_default.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; at NVIDIA's defaults, so changing nothing: {}",
+        cfg.at_default.join(", ")
+    )
 }
 
 fn check_low_level_runtime(cfg: &Config, path_env: Option<&OsStr>, c: &mut Checks) {

@@ -71,15 +71,20 @@ fn runtime_path(engine: Engine, given: Option<&str>) -> (String, Option<String>)
     (fallback, warn)
 }
 
-fn current_from_command(engine: Engine) -> anyhow::Result<Vec<u8>> {
-    let (prog, args): (&str, &[&str]) = match engine {
+/// The engine's current config as the engine itself prints it (`--config-source command`), by
+/// `executable` (`--executable-path`) or the engine's binary in `PATH`.
+fn current_from_command(engine: Engine, executable: Option<&Path>) -> anyhow::Result<Vec<u8>> {
+    let (default, args): (&str, &[&str]) = match engine {
         Engine::Containerd => ("containerd", &["config", "dump"]),
         Engine::Crio => ("crio", &["status", "config"]),
         Engine::Docker => {
             bail!("--config-source command: docker has no such command; use --config-source file")
         }
     };
-    let out = std::process::Command::new(prog)
+    let prog = executable
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| default.to_string());
+    let out = std::process::Command::new(&prog)
         .args(args)
         .output()
         .with_context(|| format!("--config-source command: running {prog} {}", args.join(" ")))?;
@@ -163,6 +168,21 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
+    // NVIDIA's `--executable-path` names the engine binary `--config-source command` runs; it
+    // means nothing for docker, or with the config read from the file.
+    if let Some(exe) = &a.executable_path {
+        if engine == Engine::Docker {
+            tracing::warn!(
+                "--executable-path {}: ignored for docker (no command prints its config)",
+                exe.display()
+            );
+        } else if a.config_source == ConfigSource::File {
+            tracing::warn!(
+                "--executable-path {}: only used with --config-source command; ignored",
+                exe.display()
+            );
+        }
+    }
     let (runtime_path, warning) = runtime_path(engine, a.runtime_path.as_deref());
     let opts = Options {
         runtime_name: a.runtime_name.clone(),
@@ -191,14 +211,28 @@ pub fn run(a: ConfigureArgs, remove: bool) -> anyhow::Result<ExitCode> {
                 path.display()
             )
         })?,
-        ConfigSource::Command => Some(current_from_command(engine)?),
+        ConfigSource::Command => Some(current_from_command(engine, a.executable_path.as_deref())?),
     };
-    let edits = if remove {
+    let mut edits = if remove {
         unconfigure(engine, &path, current.as_deref(), &opts)
     } else {
         configure(engine, &path, current.as_deref(), &opts)
     }
     .map_err(|e| anyhow!("{e}; nothing was written"))?;
+    // With the config from the engine's command, the edit starts from the engine's view but
+    // replaces the file as it is on disk (NVIDIA's writes the dump, changed, to --config):
+    // that is what is backed up, diffed and checked for a change made meanwhile.
+    if a.config_source == ConfigSource::Command {
+        let on_disk = read_optional(&path).map_err(|e| {
+            anyhow!(
+                "--config {}: cannot read it: {e}; nothing was written",
+                path.display()
+            )
+        })?;
+        for e in edits.iter_mut().filter(|e| e.path == path) {
+            e.before = on_disk.clone();
+        }
+    }
     let done = finish(edits, a.dry_run, a.json, remove, &path, engine.as_str())?;
     // After the work: a failure stays one line, and the warning is about what was written.
     if let (Some(w), false) = (warning, remove) {

@@ -26,14 +26,23 @@ use crate::cli::{CdiCommand, Cli, Command, RootArgs, RuntimeCommand, SystemComma
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // `nvidia-ctk --config FILE` (or NVIDIA_CTK_CONFIG): the config the commands that read the
+    // driver root from config.toml take it from; the subcommand's own `--config` wins.
+    let config = cli.config;
     match cli.command {
-        Command::Cdi(CdiCommand::Generate(a)) => cdi::generate(*a),
+        Command::Cdi(CdiCommand::Generate(mut a)) => {
+            a.roots.config = a.roots.config.take().or(config);
+            cdi::generate(*a)
+        }
         Command::Cdi(CdiCommand::List(a)) => cdi::list(a),
         Command::Cdi(CdiCommand::Transform(crate::cli::TransformCommand::Root(a))) => {
             cdi::transform_root(a)
         }
         Command::Cdi(CdiCommand::Validate(a)) => cdi::validate(a),
-        Command::Info(a) => info::run(a),
+        Command::Info(mut a) => {
+            a.roots.config = a.roots.config.take().or(config);
+            info::run(a)
+        }
         Command::Doctor(a) => doctor::run(*a),
         #[cfg(feature = "mock")]
         Command::MockHost(MockHostCommand::Create(a)) => mock::create(a),
@@ -61,11 +70,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 impl RootArgs {
     /// The roots these flags name. The driver root is the flag, else config.toml's
     /// `[nvidia-container-cli] root` (GPU Operator nodes set `/run/nvidia/driver` there), else
-    /// `/`, as NVIDIA's; the dev root defaults to the driver root.
+    /// `/`, as NVIDIA's; the dev root defaults to the driver root. The config.toml is
+    /// `--config` (which must exist), else the one the runtime reads.
     pub fn roots(&self) -> anyhow::Result<Roots> {
-        let driver_root = match &self.driver_root {
-            Some(r) => r.clone(),
-            None => crate::config::load_from_env()?.driver_root,
+        let driver_root = match (&self.driver_root, &self.config) {
+            (Some(r), _) => r.clone(),
+            (None, Some(c)) => {
+                crate::config::load(c, true)
+                    .with_context(|| "--config (NVIDIA_CTK_CONFIG)")?
+                    .driver_root
+            }
+            (None, None) => crate::config::load_from_env()?.driver_root,
         };
         // Relative roots are taken from the working directory, once, here.
         let abs = |p: &Path, flag: &str| {
