@@ -443,13 +443,16 @@ fn read_conf_d(
 }
 
 /// A path the image made unusable on purpose: something other than a regular file where one
-/// belongs, or a symlink through a magic link (`/proc/self/root/...`, refused by
+/// belongs, a path whose symlinks go past the walk's budget, or a symlink through a magic link (`/proc/self/root/...`, refused by
 /// `RESOLVE_NO_MAGICLINKS` with ELOOP). Such input is skipped with a note, never followed; the
 /// container still gets its GPUs.
 fn unusable(e: &RootError) -> bool {
     matches!(
         e,
-        RootError::NotRegular { .. } | RootError::Loop { .. } | RootError::TooLarge { .. }
+        RootError::NotRegular { .. }
+            | RootError::Loop { .. }
+            | RootError::TooManyComponents { .. }
+            | RootError::TooLarge { .. }
     ) || e.errno() == Some(libc::ELOOP)
 }
 

@@ -14,12 +14,12 @@
 //!
 //! Where a container path must be *named* (the resolved compat directory in
 //! a loader configuration file), [`Root::canonicalize`] walks the path one
-//! component at a time (`fstatat(AT_SYMLINK_NOFOLLOW)` + `readlinkat`, each
-//! parent opened with `RESOLVE_NO_SYMLINKS`), and then checks that the name
-//! it computed opens, without following any symlink, the very inode the
-//! kernel's own in-root resolution gives. `/proc/self/fd` is never read.
+//! component at a time (`fstatat(AT_SYMLINK_NOFOLLOW)` + `readlinkat` relative
+//! to a directory descriptor that moves along, see `walk`: linear, and capped
+//! as the kernel's resolution is), and then checks that the name it computed
+//! opens, without following any symlink, the very inode the kernel's own
+//! in-root resolution gives. `/proc/self/fd` is never read.
 
-use std::collections::VecDeque;
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -99,6 +99,17 @@ pub enum RootError {
         root: PathBuf,
         /// The container path.
         path: String,
+    },
+    /// Resolving a path took in more components (its own and its symlinks' together) than
+    /// [`MAX_WALK_COMPONENTS`].
+    #[error("{path} (in container root {}): resolving it takes more than {cap} path components, symlink targets included; not followed", root.display())]
+    TooManyComponents {
+        /// The root, as a host path.
+        root: PathBuf,
+        /// The container path.
+        path: String,
+        /// The limit.
+        cap: usize,
     },
     /// The directory given as a container root is a directory of the host itself.
     #[error("{}: refusing to use it as a container root: {reason}; check the OCI state's root (or --container-spec / ROOTFS)", path.display())]
@@ -260,6 +271,13 @@ const IN_ROOT_NO_SYMLINKS: u64 = IN_ROOT | libc::RESOLVE_NO_SYMLINKS;
 
 /// Serial number for temporary names within this process.
 static TMP_SERIAL: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(test)]
+thread_local! {
+    /// Bytes of path this thread handed to [`openat2`]: the kernel's lookup work, which the
+    /// unit tests hold linear in the path resolved.
+    static OPENAT2_PATH_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// An open container root filesystem.
 #[derive(Debug)]
@@ -482,72 +500,6 @@ impl Root {
         })
     }
 
-    /// Walks `path` component by component as the kernel would inside the
-    /// root. Returns the existing, symlink-free components and (when
-    /// `allow_missing`) the components that do not exist yet.
-    fn walk(&self, path: &str, allow_missing: bool) -> Result<Walk, RootError> {
-        check_path(path)?;
-        let mut todo: VecDeque<OsString> = components(path.as_bytes()).collect();
-        let mut existing: Vec<OsString> = Vec::new();
-        let mut missing: Vec<OsString> = Vec::new();
-        let mut links = 0;
-        while let Some(c) = todo.pop_front() {
-            if !missing.is_empty() {
-                if c == ".." {
-                    return Err(RootError::InvalidPath {
-                        path: path.to_string(),
-                        reason: "`..` after a component that does not exist",
-                    });
-                }
-                missing.push(c);
-                continue;
-            }
-            if c == ".." {
-                existing.pop();
-                continue;
-            }
-            let dir = self.open_canonical_dir(&existing, path)?;
-            let meta = match fstatat_nofollow(dir.as_raw_fd(), &c) {
-                Ok(m) => m,
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && allow_missing => {
-                    missing.push(c);
-                    continue;
-                }
-                Err(e) => return Err(self.io_err(path, "lstat", e)),
-            };
-            match meta.kind {
-                FileKind::Symlink => {
-                    links += 1;
-                    if links > MAX_SYMLINKS {
-                        return Err(RootError::Loop {
-                            root: self.path.clone(),
-                            path: path.to_string(),
-                        });
-                    }
-                    let target = readlinkat(dir.as_raw_fd(), &c)
-                        .map_err(|e| self.io_err(path, "readlink", e))?;
-                    let bytes = target.as_bytes();
-                    if bytes.starts_with(b"/") {
-                        existing.clear();
-                    }
-                    for t in components(bytes).collect::<Vec<_>>().into_iter().rev() {
-                        todo.push_front(t);
-                    }
-                }
-                FileKind::Dir => existing.push(c),
-                _ if todo.is_empty() => existing.push(c),
-                _ => {
-                    return Err(self.io_err(
-                        path,
-                        "resolve",
-                        io::Error::from_raw_os_error(libc::ENOTDIR),
-                    ))
-                }
-            }
-        }
-        Ok(Walk { existing, missing })
-    }
-
     /// Where `path` leads inside the root as far as it exists, symlinks
     /// followed component by component, with the components that do not
     /// exist yet appended as they are: what a runtime resolving the path
@@ -595,10 +547,9 @@ impl Root {
     /// root), creates each missing component with `mkdirat` relative to
     /// its symlink-free parent. `mode` is subject to the umask, as mkdir's.
     pub fn mkdir_all(&self, path: &str, mode: u32) -> Result<(), RootError> {
-        let walk = self.walk(path, true)?;
-        let mut comps = walk.existing;
-        let mut dir = self.open_canonical_dir(&comps, path)?;
-        for c in walk.missing {
+        let found = self.walk(path, true)?;
+        let mut dir = self.open_canonical_dir(&found.existing, path)?;
+        for c in found.missing {
             let cname = name_cstring(&c, path)?;
             // SAFETY: valid descriptor and NUL-terminated single name.
             let rc = unsafe { libc::mkdirat(dir.as_raw_fd(), cname.as_ptr(), mode) };
@@ -608,10 +559,10 @@ impl Root {
                     return Err(self.io_err(path, "mkdir", e));
                 }
             }
-            comps.push(c);
-            // Reopen without following anything: if something raced a
+            // Open the one new name without following anything: if something raced a
             // symlink into place, this fails instead of escaping.
-            dir = self.open_canonical_dir(&comps, path)?;
+            dir = walk::open_child_dir(dir.as_raw_fd(), &c, path)
+                .map_err(|e| self.io_err(path, "open directory", e))?;
         }
         Ok(())
     }
@@ -831,11 +782,6 @@ impl Root {
     }
 }
 
-struct Walk {
-    existing: Vec<OsString>,
-    missing: Vec<OsString>,
-}
-
 /// Path components without empty ones and `.`; `..` kept.
 fn components(bytes: &[u8]) -> impl Iterator<Item = OsString> + '_ {
     bytes
@@ -920,6 +866,8 @@ pub(crate) fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC) as u64;
     how.resolve = resolve;
+    #[cfg(test)]
+    OPENAT2_PATH_BYTES.with(|c| c.set(c.get() + path.to_bytes().len() as u64));
     let mut slept = std::time::Duration::ZERO;
     for attempt in 0u32.. {
         if attempt > QUICK_RETRIES {
@@ -1278,6 +1226,9 @@ fn check_not_host_dir(path: &Path, md: &Metadata) -> Result<(), RootError> {
 pub fn check_container_root(path: &Path) -> Result<(), RootError> {
     Root::open_container(path).map(drop)
 }
+
+mod walk;
+pub use walk::MAX_WALK_COMPONENTS;
 
 #[cfg(test)]
 mod tests;
