@@ -346,3 +346,73 @@ fn help_works_under_every_personality() {
         );
     }
 }
+
+/// Regression (issue 17): the in-root walk resolved the whole prefix from the root again for
+/// every component, so an image whose library folder is a chain of symlinks through a directory
+/// 1,900 levels deep (each link thousands of `../a` components) made one `create-symlinks` link
+/// cost about 40 s and three of them run past any limit. The walk is now linear and capped at
+/// 4096 components: the hostile chain is refused at once with one line naming the path, and a
+/// chain within the budget resolves where the kernel's resolution leads. `timeout 60` is a hang
+/// guard, not a timing assertion: the old code needs minutes here.
+#[test]
+fn deep_symlink_chain_is_walked_linearly() {
+    let t = TestDir::new();
+    let bundle = t.join("bundle");
+    let rootfs = bundle.join("rootfs");
+    let deep = format!("x/{}", vec!["a"; 1900].join("/"));
+    std::fs::create_dir_all(rootfs.join(&deep).join("lib")).unwrap();
+    std::fs::create_dir_all(rootfs.join("usr/lib")).unwrap();
+    // Each link goes up and down again 818 times before it names the next one.
+    let hops = "../a/".repeat(818);
+    for k in 0..38 {
+        let next = if k < 37 { format!("L{}", k + 1) } else { "lib".into() };
+        std::os::unix::fs::symlink(
+            format!("{hops}{next}"),
+            rootfs.join(&deep).join(format!("L{k}")),
+        )
+        .unwrap();
+    }
+    std::os::unix::fs::symlink(
+        format!("/{deep}/L0"),
+        rootfs.join("usr/lib/x86_64-linux-gnu"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(format!("/{deep}/L37"), rootfs.join("usr/lib/deep")).unwrap();
+    std::fs::write(
+        bundle.join("config.json"),
+        r#"{"ociVersion": "1.0.2", "root": {"path": "rootfs"}}"#,
+    )
+    .unwrap();
+    let spec = bundle.join("config.json");
+    let hook = |links: &[&str]| -> Run {
+        let mut c = std::process::Command::new("timeout");
+        c.args(["60", GPUCTK, "hook", "create-symlinks"]);
+        for l in links {
+            c.args(["--link", l]);
+        }
+        c.arg("--container-spec").arg(&spec);
+        c.env_clear().env("PATH", "/usr/bin:/bin").output().unwrap().into()
+    };
+
+    let r = hook(&[
+        "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+        "libnvidia-ml.so.1::/usr/lib/x86_64-linux-gnu/libnvidia-ml.so",
+        "libnvidia-ptxjitcompiler.so.1::/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("/usr/lib/x86_64-linux-gnu")
+            && r.stderr.contains("more than 4096 path components"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.trim_end().lines().count(), 1, "{}", r.stderr);
+
+    let r = hook(&["libcuda.so.1::/usr/lib/deep/libcuda.so"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let link = rootfs.join(&deep).join("lib/libcuda.so");
+    assert_eq!(
+        std::fs::read_link(link).unwrap(),
+        std::path::Path::new("libcuda.so.1")
+    );
+}
