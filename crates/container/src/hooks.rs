@@ -52,6 +52,10 @@ pub const MAX_CONF_FILES: usize = 256;
 pub const MAX_COMPAT_DIRS: usize = 4;
 /// Most entries in a library folder we scan (a Debian multiarch folder holds about 1,100).
 pub const MAX_DIR_ENTRIES: usize = 8 << 10;
+/// Most entries of a folder over [`MAX_DIR_ENTRIES`] we read to find the libraries mounted into
+/// it, which are entered however full the folder is (each costs a `getdents` entry and, for a
+/// library name, one `statx`).
+pub const MAX_DIR_SCAN: usize = 256 << 10;
 /// Most `lib*.so*` files in one folder we open and read (each costs a few microseconds).
 pub const MAX_CANDIDATES: usize = 4 << 10;
 /// Most entries in a compat directory we scan (`/usr/local/cuda/compat` holds about 15).
@@ -271,10 +275,13 @@ pub fn update_ldcache_pending(
         } else {
             MAX_DIR_ENTRIES
         };
-        let Some(found) = scan_dir(root, &dir, cap, pending.in_dir(&dir), &mut report)? else {
+        let Some((found, whole)) = scan_dir(root, &dir, cap, pending.in_dir(&dir), &mut report)?
+        else {
             continue;
         };
-        scanned.insert(dir.clone());
+        if whole {
+            scanned.insert(dir.clone());
+        }
         if !is_compat {
             present_folders.push(dir.clone());
         }
@@ -480,15 +487,20 @@ fn is_plain_name(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
 }
 
-/// ldconfig's work on one directory: soname links and cache entries.
-/// `None` if the directory does not exist in the container.
+/// ldconfig's work on one directory: soname links and cache entries, and whether the whole
+/// directory was read. `None` if the directory does not exist in the container.
+///
+/// In a directory over [`MAX_DIR_ENTRIES`] entries or [`MAX_CANDIDATES`] library files the
+/// image's own files are skipped with a note, but not the libraries delivered into it: those
+/// mounted there ([`crate::root::Dir::is_mounted_file`]) and those about to be (`pending`).
+/// Skipping them too left the cache without the driver, and `libcuda.so.1` did not load.
 fn scan_dir(
     root: &Root,
     dir: &str,
     cap: usize,
     pending: &[(String, std::fs::File)],
     report: &mut LdcacheReport,
-) -> Result<Option<Vec<Entry>>, HookError> {
+) -> Result<Option<(Vec<Entry>, bool)>, HookError> {
     let opened = match root.open_dir(dir) {
         Ok(d) => d,
         // The runtime creates a mount's directory; so do we, ahead of it.
@@ -508,6 +520,7 @@ fn scan_dir(
         }
         Err(e) => return Err(e.into()),
     };
+    let mut whole = true;
     let names = match opened.names(cap) {
         Ok(n) => n,
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => {
@@ -517,22 +530,46 @@ fn scan_dir(
             return Ok(None);
         }
         Err(e @ RootError::TooManyEntries { .. }) => {
-            report.notes.push(format!("{e}; skipped"));
-            return Ok(None);
+            whole = false;
+            let mounted = match opened.names_where(MAX_DIR_SCAN, |n| {
+                Ok(is_dso_name(n) && opened.is_mounted_file(n)?)
+            }) {
+                Ok(m) => m,
+                Err(e @ RootError::TooManyEntries { .. }) => {
+                    report
+                        .notes
+                        .push(format!("{e}; not searched for mounted libraries"));
+                    Vec::new()
+                }
+                Err(e) => return Err(e.into()),
+            };
+            report.notes.push(format!(
+                "{e}; the image's files skipped, the {} libraries mounted into it read",
+                mounted.len()
+            ));
+            mounted
         }
         Err(e) => return Err(e.into()),
     };
     let shadowed: HashSet<&str> = pending.iter().map(|(n, _)| n.as_str()).collect();
-    let names: Vec<String> = names
+    let mut names: Vec<String> = names
         .into_iter()
         .filter(|n| is_dso_name(n) && !shadowed.contains(n.as_str()))
         .collect();
     if names.len() > MAX_CANDIDATES {
+        let found = names.len();
+        whole = false;
+        let mut mounted = Vec::new();
+        for n in names {
+            if opened.is_mounted_file(&n)? {
+                mounted.push(n);
+            }
+        }
         report.notes.push(format!(
-            "{dir}: {} library files, more than the {MAX_CANDIDATES} we read; skipped",
-            names.len()
+            "{dir}: {found} library files, more than the {MAX_CANDIDATES} we read; the image's skipped, the {} mounted into it read",
+            mounted.len()
         ));
-        return Ok(None);
+        names = mounted;
     }
     let mut candidates = Vec::new();
     let mut files: Vec<(String, bool, std::fs::File)> = Vec::with_capacity(names.len());
@@ -634,7 +671,7 @@ fn scan_dir(
         }
         entries.push(Entry::new(soname, link_path, flags));
     }
-    Ok(Some(entries))
+    Ok(Some((entries, whole)))
 }
 
 // ---------------------------------------------------------------- create-symlinks

@@ -1001,6 +1001,13 @@ fn fchmodat2_empty(fd: RawFd, mode: u32) -> io::Result<()> {
     }
 }
 
+/// Why [`Dir::names_where`] stopped reading.
+enum Stop {
+    Read(io::Error),
+    Keep(RootError),
+    Cap,
+}
+
 /// A directory inside a [`Root`], opened once ([`Root::open_dir`]).
 #[derive(Debug)]
 pub struct Dir<'r> {
@@ -1021,6 +1028,17 @@ impl Dir<'_> {
     /// The entry names, sorted, without `.` and `..` (non-UTF-8 names left
     /// out); [`RootError::TooManyEntries`] past `cap` entries.
     pub fn names(&self, cap: usize) -> Result<Vec<String>, RootError> {
+        self.names_where(cap, |_| Ok(true))
+    }
+
+    /// The entry names that `keep` accepts, sorted, reading at most `cap` entries
+    /// ([`RootError::TooManyEntries`] past them) and holding only the names kept: how a folder
+    /// too full to list is searched for a few entries.
+    pub fn names_where(
+        &self,
+        cap: usize,
+        mut keep: impl FnMut(&str) -> Result<bool, RootError>,
+    ) -> Result<Vec<String>, RootError> {
         let err = |op, e| self.root.io_err(&self.path, op, e);
         // SAFETY: dup of a descriptor we own; the DIR stream below owns the copy.
         let raw = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
@@ -1039,6 +1057,7 @@ impl Dir<'_> {
         // SAFETY: a fresh stream on a dup shares the offset with `fd`: start at the beginning.
         unsafe { libc::rewinddir(dir) };
         let mut names = Vec::new();
+        let mut seen = 0usize;
         let result = loop {
             // SAFETY: errno is thread-local; reset so a NULL from readdir
             // can be told apart as end-of-directory or error.
@@ -1050,7 +1069,7 @@ impl Dir<'_> {
                 break if e.raw_os_error().unwrap_or(0) == 0 {
                     Ok(())
                 } else {
-                    Err(Some(e))
+                    Err(Stop::Read(e))
                 };
             }
             // SAFETY: readdir returned a valid dirent whose d_name is
@@ -1061,18 +1080,24 @@ impl Dir<'_> {
                 continue;
             }
             if let Ok(s) = std::str::from_utf8(bytes) {
-                if names.len() >= cap {
-                    break Err(None);
+                if seen >= cap {
+                    break Err(Stop::Cap);
                 }
-                names.push(s.to_string());
+                seen += 1;
+                match keep(s) {
+                    Ok(true) => names.push(s.to_string()),
+                    Ok(false) => {}
+                    Err(e) => break Err(Stop::Keep(e)),
+                }
             }
         };
         // SAFETY: `dir` is valid and closed exactly once.
         let closed = unsafe { libc::closedir(dir) };
         match result {
             Ok(()) => {}
-            Err(Some(e)) => return Err(err("read directory", e)),
-            Err(None) => {
+            Err(Stop::Read(e)) => return Err(err("read directory", e)),
+            Err(Stop::Keep(e)) => return Err(e),
+            Err(Stop::Cap) => {
                 return Err(RootError::TooManyEntries {
                     root: self.root.path.clone(),
                     path: self.path.clone(),
@@ -1085,6 +1110,44 @@ impl Dir<'_> {
         }
         names.sort();
         Ok(names)
+    }
+
+    /// Whether entry `name` is a regular file mounted there (a bind mount, which is how
+    /// runtimes and the legacy hook deliver driver libraries), without following a symlink:
+    /// `statx`'s `STATX_ATTR_MOUNT_ROOT` (Linux 5.8), or, where the kernel does not report it, a
+    /// device other than the folder's. `false` when it does not exist.
+    pub fn is_mounted_file(&self, name: &str) -> Result<bool, RootError> {
+        let path = self.child(name);
+        let c = name_cstring(OsStr::new(name), &path)?;
+        // SAFETY: statx is plain old data; zero is a valid value.
+        let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor, NUL-terminated name and pointer to a statx.
+        let rc = unsafe {
+            libc::statx(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
+                libc::STATX_TYPE,
+                &mut stx,
+            )
+        };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                return Ok(false);
+            }
+            return Err(self.root.io_err(&path, "statx", e));
+        }
+        if u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+            return Ok(false);
+        }
+        let mount_root = libc::STATX_ATTR_MOUNT_ROOT as u64;
+        if stx.stx_attributes_mask & mount_root != 0 {
+            return Ok(stx.stx_attributes & mount_root != 0);
+        }
+        let dir =
+            fstat(self.fd.as_raw_fd()).map_err(|e| self.root.io_err(&self.path, "stat", e))?;
+        Ok(libc::makedev(stx.stx_dev_major, stx.stx_dev_minor) != dir.dev)
     }
 
     /// `lstat` of entry `name`; `None` when it does not exist.

@@ -378,25 +378,62 @@ fn huge_compat_confs_cost_nothing() {
     assert!(took < std::time::Duration::from_secs(5), "{took:?}");
 }
 
-/// A library folder with more entries than we scan is skipped with a note, not read whole.
+/// A library folder with more entries than we scan is not read whole: the image's files are
+/// skipped with a note. Regression (issue 17): the libraries about to be mounted there (the
+/// shim's pending mounts) were skipped with them, so the cache lost the driver; they always go
+/// in, and the image's cache entries into the folder are kept, not dropped as stale.
 #[test]
 fn huge_library_folder_is_skipped_with_a_note() {
-    let (_tmp, root, _host) = small_root();
+    let (_tmp, root, host) = small_root();
     let dir = root.join("usr/lib64");
     std::fs::create_dir_all(&dir).unwrap();
     for i in 0..(gpuctk_container::hooks::MAX_DIR_ENTRIES + 1) {
-        std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+        std::fs::File::create(dir.join(format!("libf{i}.so.1"))).unwrap();
     }
     let r = Root::open(&root).unwrap();
     let report = update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
     assert!(report.entries.is_empty());
+    let note =
+        "more than 8192 entries; the image's files skipped, the 0 libraries mounted into it read";
     assert!(
-        report
-            .notes
-            .iter()
-            .any(|n| n.contains("more than 8192 entries; skipped")),
+        report.notes.iter().any(|n| n.contains(note)),
         "{:?}",
         report.notes
+    );
+
+    let mut cache = gpuctk_ldcache::Cache::new();
+    cache.entries.push(gpuctk_ldcache::Entry::new(
+        "libimage.so.1",
+        "/usr/lib64/libimage.so.1",
+        gpuctk_container::elf::library_info(
+            &std::fs::File::open(host.join("libhost.so.1.0")).unwrap(),
+        )
+        .unwrap()
+        .cache_flags()
+        .unwrap(),
+    ));
+    std::fs::write(root.join("etc/ld.so.cache"), cache.to_bytes()).unwrap();
+    let mut pending = gpuctk_container::hooks::Pending::default();
+    pending.add(
+        "/usr/lib64/libhost.so.1.0",
+        std::fs::File::open(host.join("libhost.so.1.0")).unwrap(),
+    );
+    let report =
+        gpuctk_container::hooks::update_ldcache_pending(&r, &["/usr/lib64".into()], &pending)
+            .unwrap();
+    let keys: Vec<&str> = report.entries.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["libhost.so.1"], "{:?}", report.notes);
+    let listed: Vec<String> = ldconfig_p(&root.join("etc/ld.so.cache"))
+        .into_iter()
+        .map(|(name, _, path)| format!("{name} {path}"))
+        .collect();
+    assert!(
+        listed.contains(&"libhost.so.1 /usr/lib64/libhost.so.1".to_string()),
+        "{listed:?}"
+    );
+    assert!(
+        listed.contains(&"libimage.so.1 /usr/lib64/libimage.so.1".to_string()),
+        "{listed:?}"
     );
 }
 

@@ -365,7 +365,11 @@ fn deep_symlink_chain_is_walked_linearly() {
     // Each link goes up and down again 818 times before it names the next one.
     let hops = "../a/".repeat(818);
     for k in 0..38 {
-        let next = if k < 37 { format!("L{}", k + 1) } else { "lib".into() };
+        let next = if k < 37 {
+            format!("L{}", k + 1)
+        } else {
+            "lib".into()
+        };
         std::os::unix::fs::symlink(
             format!("{hops}{next}"),
             rootfs.join(&deep).join(format!("L{k}")),
@@ -391,7 +395,11 @@ fn deep_symlink_chain_is_walked_linearly() {
             c.args(["--link", l]);
         }
         c.arg("--container-spec").arg(&spec);
-        c.env_clear().env("PATH", "/usr/bin:/bin").output().unwrap().into()
+        c.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap()
+            .into()
     };
 
     let r = hook(&[
@@ -415,4 +423,53 @@ fn deep_symlink_chain_is_walked_linearly() {
         std::fs::read_link(link).unwrap(),
         std::path::Path::new("libcuda.so.1")
     );
+}
+
+/// Regression (issue 17): in an image whose library folder holds more than 8192 entries,
+/// update-ldcache skipped the whole folder, the driver libraries just injected into it
+/// included, so the cache we wrote lacked `libcuda.so.1` and it did not load. The image's excess
+/// is still skipped; the libraries delivered into the folder always go in: those runc mounted
+/// there (the hook processes) and those it is about to mount (the shim, before it execs runc).
+/// Under real runc, both ways; the container's probe dlopens libcuda, and the real `ldconfig -p`
+/// reads it from the cache.
+#[test]
+fn driver_libraries_go_in_the_cache_of_an_over_full_library_folder() {
+    for in_shim in [true, false] {
+        let bed = crate::runtime::Bed::new("runc", "debian", 1);
+        if !in_shim {
+            bed.hooks_as_processes();
+        }
+        bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0"]);
+        let lib_dir = bed.host.manifest["lib_dir"].as_str().unwrap().to_string();
+        let r = bed.run_image("full", &|rootfs| {
+            let dir = rootfs.join(lib_dir.trim_start_matches('/'));
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..=gpuctk_container::hooks::MAX_DIR_ENTRIES {
+                std::fs::File::create(dir.join(format!("libfiller{i}.so.1"))).unwrap();
+            }
+        });
+        r.ok();
+        let (_, real) = r.libcuda().unwrap_or_else(|| {
+            panic!(
+                "libcuda did not load (in shim: {in_shim}): {}\n{}",
+                r.stdout, r.stderr
+            )
+        });
+        assert_eq!(real, format!("{lib_dir}/libcuda.so.570.124.06"));
+        let cache = bed.bundle.join("rootfs/etc/ld.so.cache");
+        let out = std::process::Command::new("ldconfig")
+            .arg("-p")
+            .arg("-C")
+            .arg(&cache)
+            .output()
+            .unwrap();
+        let listed = String::from_utf8_lossy(&out.stdout);
+        let want = format!("=> {lib_dir}/libcuda.so.1");
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.trim_start().starts_with("libcuda.so.1 (") && l.ends_with(&want)),
+            "in shim: {in_shim}: {listed}"
+        );
+    }
 }

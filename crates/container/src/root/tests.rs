@@ -566,7 +566,13 @@ fn walk_stops_past_its_component_budget() {
         r.resolve_lexically("/a/L0/x").unwrap_err(),
     ] {
         assert!(
-            matches!(e, RootError::TooManyComponents { cap: MAX_WALK_COMPONENTS, .. }),
+            matches!(
+                e,
+                RootError::TooManyComponents {
+                    cap: MAX_WALK_COMPONENTS,
+                    ..
+                }
+            ),
             "{e}"
         );
         assert!(e.to_string().starts_with("/a/L0"), "{e}");

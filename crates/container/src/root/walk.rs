@@ -198,8 +198,8 @@ impl Root {
                             path: path.to_string(),
                         });
                     }
-                    let target = readlinkat(w.dirfd(), &c)
-                        .map_err(|e| self.io_err(path, "readlink", e))?;
+                    let target =
+                        readlinkat(w.dirfd(), &c).map_err(|e| self.io_err(path, "readlink", e))?;
                     let bytes = target.as_bytes();
                     let parts: Vec<OsString> = components(bytes).collect();
                     w.take(parts.len())?;
