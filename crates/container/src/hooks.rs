@@ -58,6 +58,11 @@ pub const MAX_DIR_ENTRIES: usize = 8 << 10;
 pub const MAX_DIR_SCAN: usize = 256 << 10;
 /// Most `lib*.so*` files in one folder we open and read (each costs a few microseconds).
 pub const MAX_CANDIDATES: usize = 4 << 10;
+/// Most library symlinks in one folder that lead out of it we follow: each is a full in-root
+/// resolution, which an image can make cost up to 40 links of 4 KiB for the kernel to walk
+/// (milliseconds). Links to a name in the same folder (`libfoo.so.1 -> libfoo.so.1.2`, most of
+/// them) cost one lookup each and are not counted.
+pub const MAX_FAR_LINKS: usize = 256;
 /// Most entries in a compat directory we scan (`/usr/local/cuda/compat` holds about 15).
 pub const MAX_COMPAT_DIR_ENTRIES: usize = 256;
 /// Always searched by glibc's loader, never worth listing.
@@ -579,6 +584,7 @@ fn scan_dir(
             .map_err(|e| root.io_err(&join(dir, name), "dup", e))?;
         files.push((name.clone(), false, file));
     }
+    let mut far = 0usize;
     for name in names {
         let path = join(dir, &name);
         // One component from the open directory: the cost per file an image can multiply.
@@ -590,15 +596,37 @@ fn scan_dir(
                 Some(f) => (false, f),
                 None => continue, // changed under us: not a library we can trust
             },
-            FileKind::Symlink => match root.open_read(&path) {
-                Ok(f) => (true, f),
-                // Dangling links and links to non-files are not libraries.
-                Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => continue,
-                Err(e) => return Err(e.into()),
+            FileKind::Symlink => match near_link(&opened, &name)? {
+                Near::File(f) => (true, f),
+                Near::None => continue,
+                Near::Far => {
+                    far += 1;
+                    if far > MAX_FAR_LINKS {
+                        continue;
+                    }
+                    match root.open_read(&path) {
+                        Ok(f) => (true, f),
+                        // Dangling links and links to non-files are not libraries.
+                        Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => {
+                            continue
+                        }
+                        // A loop, or a path through a magic link: not followed.
+                        Err(e) if unusable(&e) => {
+                            report.notes.push(format!("{e}; skipped"));
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
             },
             _ => continue,
         };
         files.push((name, is_link, file));
+    }
+    if far > MAX_FAR_LINKS {
+        report.notes.push(format!(
+            "{dir}: {far} library links lead out of the folder, more than the {MAX_FAR_LINKS} we follow; the rest skipped"
+        ));
     }
     for (name, is_link, file) in files {
         let path = join(dir, &name);
@@ -672,6 +700,43 @@ fn scan_dir(
         entries.push(Entry::new(soname, link_path, flags));
     }
     Ok(Some((entries, whole)))
+}
+
+/// Where a library symlink in an open folder leads, followed through names in that folder only.
+enum Near {
+    /// A regular file of the folder.
+    File(std::fs::File),
+    /// Nothing usable: dangling, or not a regular file.
+    None,
+    /// Out of the folder (a target with a `/`), or a chain longer than the kernel follows.
+    Far,
+}
+
+/// Follows symlink `name` of `dir` while its target is a plain name in `dir`, one lookup each.
+fn near_link(dir: &crate::root::Dir<'_>, name: &str) -> Result<Near, HookError> {
+    let mut cur = name.to_string();
+    for _ in 0..crate::root::MAX_SYMLINKS {
+        let Some(target) = dir.read_link(&cur)? else {
+            return Ok(Near::None);
+        };
+        let Some(target) = target.to_str().filter(|t| is_plain_name(t)) else {
+            return Ok(Near::Far);
+        };
+        let Some(m) = dir.lstat(target)? else {
+            return Ok(Near::None);
+        };
+        match m.kind {
+            FileKind::File => {
+                return Ok(match dir.open_file(target, &m)? {
+                    Some(f) => Near::File(f),
+                    None => Near::None,
+                })
+            }
+            FileKind::Symlink => cur = target.to_string(),
+            _ => return Ok(Near::None),
+        }
+    }
+    Ok(Near::Far)
 }
 
 // ---------------------------------------------------------------- create-symlinks

@@ -261,7 +261,7 @@ pub enum LinkOutcome {
 }
 
 /// Most symlinks followed in one resolution, as the kernel's limit.
-const MAX_SYMLINKS: usize = 40;
+pub const MAX_SYMLINKS: usize = 40;
 
 /// Resolution flags used for every lookup from the root.
 const IN_ROOT: u64 = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
@@ -1148,6 +1148,16 @@ impl Dir<'_> {
         let dir =
             fstat(self.fd.as_raw_fd()).map_err(|e| self.root.io_err(&self.path, "stat", e))?;
         Ok(libc::makedev(stx.stx_dev_major, stx.stx_dev_minor) != dir.dev)
+    }
+
+    /// The target of symlink entry `name`, not followed; `None` when it does not exist or is
+    /// not a symlink (any more).
+    pub fn read_link(&self, name: &str) -> Result<Option<OsString>, RootError> {
+        match readlinkat(self.fd.as_raw_fd(), OsStr::new(name)) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => Ok(None),
+            Err(e) => Err(self.root.io_err(&self.child(name), "readlink", e)),
+        }
     }
 
     /// `lstat` of entry `name`; `None` when it does not exist.

@@ -478,3 +478,37 @@ fn candidate_names_follow_ldconfig() {
     assert_eq!(got, want);
     assert!(!dir.join("libintl-preload.so.1").exists());
 }
+
+/// Library links leading out of the folder are each a full in-root resolution, which an image
+/// can make cost milliseconds (issue 17): past 256 of them the rest are skipped with a note,
+/// while links within the folder (a chain `libhost.so -> libhost.so.1 -> libhost.so.1.0`) cost
+/// one lookup each and always count.
+#[test]
+fn far_library_links_are_capped_near_ones_are_not() {
+    let (_tmp, root, host) = small_root();
+    let dir = root.join("usr/lib64");
+    std::fs::create_dir_all(root.join("opt")).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(host.join("libhost.so.1.0"), root.join("opt/libhost.so.1.0")).unwrap();
+    std::fs::copy(host.join("libhost.so.1.0"), dir.join("libhost.so.1.0")).unwrap();
+    symlink("libhost.so.1.0", dir.join("libhost.so.2")).unwrap();
+    symlink("libhost.so.2", dir.join("libhost.so")).unwrap();
+    let far = gpuctk_container::hooks::MAX_FAR_LINKS + 10;
+    for i in 0..far {
+        symlink(
+            "../../opt/libhost.so.1.0",
+            dir.join(format!("libfar{i}.so.1")),
+        )
+        .unwrap();
+    }
+    let r = Root::open(&root).unwrap();
+    let report = update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
+    let keys: Vec<&str> = report.entries.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["libhost.so.1"], "{:?}", report.notes);
+    let note = format!("{far} library links lead out of the folder, more than the 256 we follow");
+    assert!(
+        report.notes.iter().any(|n| n.contains(&note)),
+        "{:?}",
+        report.notes
+    );
+}
