@@ -52,8 +52,17 @@ pub const MAX_CONF_FILES: usize = 256;
 pub const MAX_COMPAT_DIRS: usize = 4;
 /// Most entries in a library folder we scan (a Debian multiarch folder holds about 1,100).
 pub const MAX_DIR_ENTRIES: usize = 8 << 10;
+/// Most entries of a folder over [`MAX_DIR_ENTRIES`] we read to find the libraries mounted into
+/// it, which are entered however full the folder is (each costs a `getdents` entry and, for a
+/// library name, one `statx`).
+pub const MAX_DIR_SCAN: usize = 256 << 10;
 /// Most `lib*.so*` files in one folder we open and read (each costs a few microseconds).
 pub const MAX_CANDIDATES: usize = 4 << 10;
+/// Most library symlinks in one folder that lead out of it we follow: each is a full in-root
+/// resolution, which an image can make cost up to 40 links of 4 KiB for the kernel to walk
+/// (milliseconds). Links to a name in the same folder (`libfoo.so.1 -> libfoo.so.1.2`, most of
+/// them) cost one lookup each and are not counted.
+pub const MAX_FAR_LINKS: usize = 256;
 /// Most entries in a compat directory we scan (`/usr/local/cuda/compat` holds about 15).
 pub const MAX_COMPAT_DIR_ENTRIES: usize = 256;
 /// Always searched by glibc's loader, never worth listing.
@@ -271,10 +280,13 @@ pub fn update_ldcache_pending(
         } else {
             MAX_DIR_ENTRIES
         };
-        let Some(found) = scan_dir(root, &dir, cap, pending.in_dir(&dir), &mut report)? else {
+        let Some((found, whole)) = scan_dir(root, &dir, cap, pending.in_dir(&dir), &mut report)?
+        else {
             continue;
         };
-        scanned.insert(dir.clone());
+        if whole {
+            scanned.insert(dir.clone());
+        }
         if !is_compat {
             present_folders.push(dir.clone());
         }
@@ -443,13 +455,16 @@ fn read_conf_d(
 }
 
 /// A path the image made unusable on purpose: something other than a regular file where one
-/// belongs, or a symlink through a magic link (`/proc/self/root/...`, refused by
+/// belongs, a path whose symlinks go past the walk's budget, or a symlink through a magic link (`/proc/self/root/...`, refused by
 /// `RESOLVE_NO_MAGICLINKS` with ELOOP). Such input is skipped with a note, never followed; the
 /// container still gets its GPUs.
 fn unusable(e: &RootError) -> bool {
     matches!(
         e,
-        RootError::NotRegular { .. } | RootError::Loop { .. } | RootError::TooLarge { .. }
+        RootError::NotRegular { .. }
+            | RootError::Loop { .. }
+            | RootError::TooManyComponents { .. }
+            | RootError::TooLarge { .. }
     ) || e.errno() == Some(libc::ELOOP)
 }
 
@@ -477,15 +492,20 @@ fn is_plain_name(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
 }
 
-/// ldconfig's work on one directory: soname links and cache entries.
-/// `None` if the directory does not exist in the container.
+/// ldconfig's work on one directory: soname links and cache entries, and whether the whole
+/// directory was read. `None` if the directory does not exist in the container.
+///
+/// In a directory over [`MAX_DIR_ENTRIES`] entries or [`MAX_CANDIDATES`] library files the
+/// image's own files are skipped with a note, but not the libraries delivered into it: those
+/// mounted there ([`crate::root::Dir::is_mounted_file`]) and those about to be (`pending`).
+/// Skipping them too left the cache without the driver, and `libcuda.so.1` did not load.
 fn scan_dir(
     root: &Root,
     dir: &str,
     cap: usize,
     pending: &[(String, std::fs::File)],
     report: &mut LdcacheReport,
-) -> Result<Option<Vec<Entry>>, HookError> {
+) -> Result<Option<(Vec<Entry>, bool)>, HookError> {
     let opened = match root.open_dir(dir) {
         Ok(d) => d,
         // The runtime creates a mount's directory; so do we, ahead of it.
@@ -505,6 +525,7 @@ fn scan_dir(
         }
         Err(e) => return Err(e.into()),
     };
+    let mut whole = true;
     let names = match opened.names(cap) {
         Ok(n) => n,
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => {
@@ -514,22 +535,46 @@ fn scan_dir(
             return Ok(None);
         }
         Err(e @ RootError::TooManyEntries { .. }) => {
-            report.notes.push(format!("{e}; skipped"));
-            return Ok(None);
+            whole = false;
+            let mounted = match opened.names_where(MAX_DIR_SCAN, |n| {
+                Ok(is_dso_name(n) && opened.is_mounted_file(n)?)
+            }) {
+                Ok(m) => m,
+                Err(e @ RootError::TooManyEntries { .. }) => {
+                    report
+                        .notes
+                        .push(format!("{e}; not searched for mounted libraries"));
+                    Vec::new()
+                }
+                Err(e) => return Err(e.into()),
+            };
+            report.notes.push(format!(
+                "{e}; the image's files skipped, the {} libraries mounted into it read",
+                mounted.len()
+            ));
+            mounted
         }
         Err(e) => return Err(e.into()),
     };
     let shadowed: HashSet<&str> = pending.iter().map(|(n, _)| n.as_str()).collect();
-    let names: Vec<String> = names
+    let mut names: Vec<String> = names
         .into_iter()
         .filter(|n| is_dso_name(n) && !shadowed.contains(n.as_str()))
         .collect();
     if names.len() > MAX_CANDIDATES {
+        let found = names.len();
+        whole = false;
+        let mut mounted = Vec::new();
+        for n in names {
+            if opened.is_mounted_file(&n)? {
+                mounted.push(n);
+            }
+        }
         report.notes.push(format!(
-            "{dir}: {} library files, more than the {MAX_CANDIDATES} we read; skipped",
-            names.len()
+            "{dir}: {found} library files, more than the {MAX_CANDIDATES} we read; the image's skipped, the {} mounted into it read",
+            mounted.len()
         ));
-        return Ok(None);
+        names = mounted;
     }
     let mut candidates = Vec::new();
     let mut files: Vec<(String, bool, std::fs::File)> = Vec::with_capacity(names.len());
@@ -539,6 +584,7 @@ fn scan_dir(
             .map_err(|e| root.io_err(&join(dir, name), "dup", e))?;
         files.push((name.clone(), false, file));
     }
+    let mut far = 0usize;
     for name in names {
         let path = join(dir, &name);
         // One component from the open directory: the cost per file an image can multiply.
@@ -550,15 +596,37 @@ fn scan_dir(
                 Some(f) => (false, f),
                 None => continue, // changed under us: not a library we can trust
             },
-            FileKind::Symlink => match root.open_read(&path) {
-                Ok(f) => (true, f),
-                // Dangling links and links to non-files are not libraries.
-                Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => continue,
-                Err(e) => return Err(e.into()),
+            FileKind::Symlink => match near_link(&opened, &name)? {
+                Near::File(f) => (true, f),
+                Near::None => continue,
+                Near::Far => {
+                    far += 1;
+                    if far > MAX_FAR_LINKS {
+                        continue;
+                    }
+                    match root.open_read(&path) {
+                        Ok(f) => (true, f),
+                        // Dangling links and links to non-files are not libraries.
+                        Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => {
+                            continue
+                        }
+                        // A loop, or a path through a magic link: not followed.
+                        Err(e) if unusable(&e) => {
+                            report.notes.push(format!("{e}; skipped"));
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
             },
             _ => continue,
         };
         files.push((name, is_link, file));
+    }
+    if far > MAX_FAR_LINKS {
+        report.notes.push(format!(
+            "{dir}: {far} library links lead out of the folder, more than the {MAX_FAR_LINKS} we follow; the rest skipped"
+        ));
     }
     for (name, is_link, file) in files {
         let path = join(dir, &name);
@@ -631,7 +699,44 @@ fn scan_dir(
         }
         entries.push(Entry::new(soname, link_path, flags));
     }
-    Ok(Some(entries))
+    Ok(Some((entries, whole)))
+}
+
+/// Where a library symlink in an open folder leads, followed through names in that folder only.
+enum Near {
+    /// A regular file of the folder.
+    File(std::fs::File),
+    /// Nothing usable: dangling, or not a regular file.
+    None,
+    /// Out of the folder (a target with a `/`), or a chain longer than the kernel follows.
+    Far,
+}
+
+/// Follows symlink `name` of `dir` while its target is a plain name in `dir`, one lookup each.
+fn near_link(dir: &crate::root::Dir<'_>, name: &str) -> Result<Near, HookError> {
+    let mut cur = name.to_string();
+    for _ in 0..crate::root::MAX_SYMLINKS {
+        let Some(target) = dir.read_link(&cur)? else {
+            return Ok(Near::None);
+        };
+        let Some(target) = target.to_str().filter(|t| is_plain_name(t)) else {
+            return Ok(Near::Far);
+        };
+        let Some(m) = dir.lstat(target)? else {
+            return Ok(Near::None);
+        };
+        match m.kind {
+            FileKind::File => {
+                return Ok(match dir.open_file(target, &m)? {
+                    Some(f) => Near::File(f),
+                    None => Near::None,
+                })
+            }
+            FileKind::Symlink => cur = target.to_string(),
+            _ => return Ok(Near::None),
+        }
+    }
+    Ok(Near::Far)
 }
 
 // ---------------------------------------------------------------- create-symlinks

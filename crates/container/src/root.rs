@@ -14,12 +14,12 @@
 //!
 //! Where a container path must be *named* (the resolved compat directory in
 //! a loader configuration file), [`Root::canonicalize`] walks the path one
-//! component at a time (`fstatat(AT_SYMLINK_NOFOLLOW)` + `readlinkat`, each
-//! parent opened with `RESOLVE_NO_SYMLINKS`), and then checks that the name
-//! it computed opens, without following any symlink, the very inode the
-//! kernel's own in-root resolution gives. `/proc/self/fd` is never read.
+//! component at a time (`fstatat(AT_SYMLINK_NOFOLLOW)` + `readlinkat` relative
+//! to a directory descriptor that moves along, see `walk`: linear, and capped
+//! as the kernel's resolution is), and then checks that the name it computed
+//! opens, without following any symlink, the very inode the kernel's own
+//! in-root resolution gives. `/proc/self/fd` is never read.
 
-use std::collections::VecDeque;
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -99,6 +99,17 @@ pub enum RootError {
         root: PathBuf,
         /// The container path.
         path: String,
+    },
+    /// Resolving a path took in more components (its own and its symlinks' together) than
+    /// [`MAX_WALK_COMPONENTS`].
+    #[error("{path} (in container root {}): resolving it takes more than {cap} path components, symlink targets included; not followed", root.display())]
+    TooManyComponents {
+        /// The root, as a host path.
+        root: PathBuf,
+        /// The container path.
+        path: String,
+        /// The limit.
+        cap: usize,
     },
     /// The directory given as a container root is a directory of the host itself.
     #[error("{}: refusing to use it as a container root: {reason}; check the OCI state's root (or --container-spec / ROOTFS)", path.display())]
@@ -250,7 +261,7 @@ pub enum LinkOutcome {
 }
 
 /// Most symlinks followed in one resolution, as the kernel's limit.
-const MAX_SYMLINKS: usize = 40;
+pub const MAX_SYMLINKS: usize = 40;
 
 /// Resolution flags used for every lookup from the root.
 const IN_ROOT: u64 = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
@@ -260,6 +271,13 @@ const IN_ROOT_NO_SYMLINKS: u64 = IN_ROOT | libc::RESOLVE_NO_SYMLINKS;
 
 /// Serial number for temporary names within this process.
 static TMP_SERIAL: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(test)]
+thread_local! {
+    /// Bytes of path this thread handed to [`openat2`]: the kernel's lookup work, which the
+    /// unit tests hold linear in the path resolved.
+    static OPENAT2_PATH_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// An open container root filesystem.
 #[derive(Debug)]
@@ -482,72 +500,6 @@ impl Root {
         })
     }
 
-    /// Walks `path` component by component as the kernel would inside the
-    /// root. Returns the existing, symlink-free components and (when
-    /// `allow_missing`) the components that do not exist yet.
-    fn walk(&self, path: &str, allow_missing: bool) -> Result<Walk, RootError> {
-        check_path(path)?;
-        let mut todo: VecDeque<OsString> = components(path.as_bytes()).collect();
-        let mut existing: Vec<OsString> = Vec::new();
-        let mut missing: Vec<OsString> = Vec::new();
-        let mut links = 0;
-        while let Some(c) = todo.pop_front() {
-            if !missing.is_empty() {
-                if c == ".." {
-                    return Err(RootError::InvalidPath {
-                        path: path.to_string(),
-                        reason: "`..` after a component that does not exist",
-                    });
-                }
-                missing.push(c);
-                continue;
-            }
-            if c == ".." {
-                existing.pop();
-                continue;
-            }
-            let dir = self.open_canonical_dir(&existing, path)?;
-            let meta = match fstatat_nofollow(dir.as_raw_fd(), &c) {
-                Ok(m) => m,
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && allow_missing => {
-                    missing.push(c);
-                    continue;
-                }
-                Err(e) => return Err(self.io_err(path, "lstat", e)),
-            };
-            match meta.kind {
-                FileKind::Symlink => {
-                    links += 1;
-                    if links > MAX_SYMLINKS {
-                        return Err(RootError::Loop {
-                            root: self.path.clone(),
-                            path: path.to_string(),
-                        });
-                    }
-                    let target = readlinkat(dir.as_raw_fd(), &c)
-                        .map_err(|e| self.io_err(path, "readlink", e))?;
-                    let bytes = target.as_bytes();
-                    if bytes.starts_with(b"/") {
-                        existing.clear();
-                    }
-                    for t in components(bytes).collect::<Vec<_>>().into_iter().rev() {
-                        todo.push_front(t);
-                    }
-                }
-                FileKind::Dir => existing.push(c),
-                _ if todo.is_empty() => existing.push(c),
-                _ => {
-                    return Err(self.io_err(
-                        path,
-                        "resolve",
-                        io::Error::from_raw_os_error(libc::ENOTDIR),
-                    ))
-                }
-            }
-        }
-        Ok(Walk { existing, missing })
-    }
-
     /// Where `path` leads inside the root as far as it exists, symlinks
     /// followed component by component, with the components that do not
     /// exist yet appended as they are: what a runtime resolving the path
@@ -595,10 +547,9 @@ impl Root {
     /// root), creates each missing component with `mkdirat` relative to
     /// its symlink-free parent. `mode` is subject to the umask, as mkdir's.
     pub fn mkdir_all(&self, path: &str, mode: u32) -> Result<(), RootError> {
-        let walk = self.walk(path, true)?;
-        let mut comps = walk.existing;
-        let mut dir = self.open_canonical_dir(&comps, path)?;
-        for c in walk.missing {
+        let found = self.walk(path, true)?;
+        let mut dir = self.open_canonical_dir(&found.existing, path)?;
+        for c in found.missing {
             let cname = name_cstring(&c, path)?;
             // SAFETY: valid descriptor and NUL-terminated single name.
             let rc = unsafe { libc::mkdirat(dir.as_raw_fd(), cname.as_ptr(), mode) };
@@ -608,10 +559,10 @@ impl Root {
                     return Err(self.io_err(path, "mkdir", e));
                 }
             }
-            comps.push(c);
-            // Reopen without following anything: if something raced a
+            // Open the one new name without following anything: if something raced a
             // symlink into place, this fails instead of escaping.
-            dir = self.open_canonical_dir(&comps, path)?;
+            dir = walk::open_child_dir(dir.as_raw_fd(), &c, path)
+                .map_err(|e| self.io_err(path, "open directory", e))?;
         }
         Ok(())
     }
@@ -831,11 +782,6 @@ impl Root {
     }
 }
 
-struct Walk {
-    existing: Vec<OsString>,
-    missing: Vec<OsString>,
-}
-
 /// Path components without empty ones and `.`; `..` kept.
 fn components(bytes: &[u8]) -> impl Iterator<Item = OsString> + '_ {
     bytes
@@ -920,6 +866,8 @@ pub(crate) fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC) as u64;
     how.resolve = resolve;
+    #[cfg(test)]
+    OPENAT2_PATH_BYTES.with(|c| c.set(c.get() + path.to_bytes().len() as u64));
     let mut slept = std::time::Duration::ZERO;
     for attempt in 0u32.. {
         if attempt > QUICK_RETRIES {
@@ -1053,6 +1001,13 @@ fn fchmodat2_empty(fd: RawFd, mode: u32) -> io::Result<()> {
     }
 }
 
+/// Why [`Dir::names_where`] stopped reading.
+enum Stop {
+    Read(io::Error),
+    Keep(RootError),
+    Cap,
+}
+
 /// A directory inside a [`Root`], opened once ([`Root::open_dir`]).
 #[derive(Debug)]
 pub struct Dir<'r> {
@@ -1073,6 +1028,17 @@ impl Dir<'_> {
     /// The entry names, sorted, without `.` and `..` (non-UTF-8 names left
     /// out); [`RootError::TooManyEntries`] past `cap` entries.
     pub fn names(&self, cap: usize) -> Result<Vec<String>, RootError> {
+        self.names_where(cap, |_| Ok(true))
+    }
+
+    /// The entry names that `keep` accepts, sorted, reading at most `cap` entries
+    /// ([`RootError::TooManyEntries`] past them) and holding only the names kept: how a folder
+    /// too full to list is searched for a few entries.
+    pub fn names_where(
+        &self,
+        cap: usize,
+        mut keep: impl FnMut(&str) -> Result<bool, RootError>,
+    ) -> Result<Vec<String>, RootError> {
         let err = |op, e| self.root.io_err(&self.path, op, e);
         // SAFETY: dup of a descriptor we own; the DIR stream below owns the copy.
         let raw = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
@@ -1091,6 +1057,7 @@ impl Dir<'_> {
         // SAFETY: a fresh stream on a dup shares the offset with `fd`: start at the beginning.
         unsafe { libc::rewinddir(dir) };
         let mut names = Vec::new();
+        let mut seen = 0usize;
         let result = loop {
             // SAFETY: errno is thread-local; reset so a NULL from readdir
             // can be told apart as end-of-directory or error.
@@ -1102,7 +1069,7 @@ impl Dir<'_> {
                 break if e.raw_os_error().unwrap_or(0) == 0 {
                     Ok(())
                 } else {
-                    Err(Some(e))
+                    Err(Stop::Read(e))
                 };
             }
             // SAFETY: readdir returned a valid dirent whose d_name is
@@ -1113,18 +1080,24 @@ impl Dir<'_> {
                 continue;
             }
             if let Ok(s) = std::str::from_utf8(bytes) {
-                if names.len() >= cap {
-                    break Err(None);
+                if seen >= cap {
+                    break Err(Stop::Cap);
                 }
-                names.push(s.to_string());
+                seen += 1;
+                match keep(s) {
+                    Ok(true) => names.push(s.to_string()),
+                    Ok(false) => {}
+                    Err(e) => break Err(Stop::Keep(e)),
+                }
             }
         };
         // SAFETY: `dir` is valid and closed exactly once.
         let closed = unsafe { libc::closedir(dir) };
         match result {
             Ok(()) => {}
-            Err(Some(e)) => return Err(err("read directory", e)),
-            Err(None) => {
+            Err(Stop::Read(e)) => return Err(err("read directory", e)),
+            Err(Stop::Keep(e)) => return Err(e),
+            Err(Stop::Cap) => {
                 return Err(RootError::TooManyEntries {
                     root: self.root.path.clone(),
                     path: self.path.clone(),
@@ -1137,6 +1110,54 @@ impl Dir<'_> {
         }
         names.sort();
         Ok(names)
+    }
+
+    /// Whether entry `name` is a regular file mounted there (a bind mount, which is how
+    /// runtimes and the legacy hook deliver driver libraries), without following a symlink:
+    /// `statx`'s `STATX_ATTR_MOUNT_ROOT` (Linux 5.8), or, where the kernel does not report it, a
+    /// device other than the folder's. `false` when it does not exist.
+    pub fn is_mounted_file(&self, name: &str) -> Result<bool, RootError> {
+        let path = self.child(name);
+        let c = name_cstring(OsStr::new(name), &path)?;
+        // SAFETY: statx is plain old data; zero is a valid value.
+        let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor, NUL-terminated name and pointer to a statx.
+        let rc = unsafe {
+            libc::statx(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
+                libc::STATX_TYPE,
+                &mut stx,
+            )
+        };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                return Ok(false);
+            }
+            return Err(self.root.io_err(&path, "statx", e));
+        }
+        if u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+            return Ok(false);
+        }
+        let mount_root = libc::STATX_ATTR_MOUNT_ROOT as u64;
+        if stx.stx_attributes_mask & mount_root != 0 {
+            return Ok(stx.stx_attributes & mount_root != 0);
+        }
+        let dir =
+            fstat(self.fd.as_raw_fd()).map_err(|e| self.root.io_err(&self.path, "stat", e))?;
+        Ok(libc::makedev(stx.stx_dev_major, stx.stx_dev_minor) != dir.dev)
+    }
+
+    /// The target of symlink entry `name`, not followed; `None` when it does not exist or is
+    /// not a symlink (any more).
+    pub fn read_link(&self, name: &str) -> Result<Option<OsString>, RootError> {
+        match readlinkat(self.fd.as_raw_fd(), OsStr::new(name)) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => Ok(None),
+            Err(e) => Err(self.root.io_err(&self.child(name), "readlink", e)),
+        }
     }
 
     /// `lstat` of entry `name`; `None` when it does not exist.
@@ -1278,6 +1299,9 @@ fn check_not_host_dir(path: &Path, md: &Metadata) -> Result<(), RootError> {
 pub fn check_container_root(path: &Path) -> Result<(), RootError> {
     Root::open_container(path).map(drop)
 }
+
+mod walk;
+pub use walk::MAX_WALK_COMPONENTS;
 
 #[cfg(test)]
 mod tests;

@@ -378,25 +378,62 @@ fn huge_compat_confs_cost_nothing() {
     assert!(took < std::time::Duration::from_secs(5), "{took:?}");
 }
 
-/// A library folder with more entries than we scan is skipped with a note, not read whole.
+/// A library folder with more entries than we scan is not read whole: the image's files are
+/// skipped with a note. Regression (issue 17): the libraries about to be mounted there (the
+/// shim's pending mounts) were skipped with them, so the cache lost the driver; they always go
+/// in, and the image's cache entries into the folder are kept, not dropped as stale.
 #[test]
 fn huge_library_folder_is_skipped_with_a_note() {
-    let (_tmp, root, _host) = small_root();
+    let (_tmp, root, host) = small_root();
     let dir = root.join("usr/lib64");
     std::fs::create_dir_all(&dir).unwrap();
     for i in 0..(gpuctk_container::hooks::MAX_DIR_ENTRIES + 1) {
-        std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+        std::fs::File::create(dir.join(format!("libf{i}.so.1"))).unwrap();
     }
     let r = Root::open(&root).unwrap();
     let report = update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
     assert!(report.entries.is_empty());
+    let note =
+        "more than 8192 entries; the image's files skipped, the 0 libraries mounted into it read";
     assert!(
-        report
-            .notes
-            .iter()
-            .any(|n| n.contains("more than 8192 entries; skipped")),
+        report.notes.iter().any(|n| n.contains(note)),
         "{:?}",
         report.notes
+    );
+
+    let mut cache = gpuctk_ldcache::Cache::new();
+    cache.entries.push(gpuctk_ldcache::Entry::new(
+        "libimage.so.1",
+        "/usr/lib64/libimage.so.1",
+        gpuctk_container::elf::library_info(
+            &std::fs::File::open(host.join("libhost.so.1.0")).unwrap(),
+        )
+        .unwrap()
+        .cache_flags()
+        .unwrap(),
+    ));
+    std::fs::write(root.join("etc/ld.so.cache"), cache.to_bytes()).unwrap();
+    let mut pending = gpuctk_container::hooks::Pending::default();
+    pending.add(
+        "/usr/lib64/libhost.so.1.0",
+        std::fs::File::open(host.join("libhost.so.1.0")).unwrap(),
+    );
+    let report =
+        gpuctk_container::hooks::update_ldcache_pending(&r, &["/usr/lib64".into()], &pending)
+            .unwrap();
+    let keys: Vec<&str> = report.entries.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["libhost.so.1"], "{:?}", report.notes);
+    let listed: Vec<String> = ldconfig_p(&root.join("etc/ld.so.cache"))
+        .into_iter()
+        .map(|(name, _, path)| format!("{name} {path}"))
+        .collect();
+    assert!(
+        listed.contains(&"libhost.so.1 /usr/lib64/libhost.so.1".to_string()),
+        "{listed:?}"
+    );
+    assert!(
+        listed.contains(&"libimage.so.1 /usr/lib64/libimage.so.1".to_string()),
+        "{listed:?}"
     );
 }
 
@@ -440,4 +477,38 @@ fn candidate_names_follow_ldconfig() {
     got.sort();
     assert_eq!(got, want);
     assert!(!dir.join("libintl-preload.so.1").exists());
+}
+
+/// Library links leading out of the folder are each a full in-root resolution, which an image
+/// can make cost milliseconds (issue 17): past 256 of them the rest are skipped with a note,
+/// while links within the folder (a chain `libhost.so -> libhost.so.1 -> libhost.so.1.0`) cost
+/// one lookup each and always count.
+#[test]
+fn far_library_links_are_capped_near_ones_are_not() {
+    let (_tmp, root, host) = small_root();
+    let dir = root.join("usr/lib64");
+    std::fs::create_dir_all(root.join("opt")).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(host.join("libhost.so.1.0"), root.join("opt/libhost.so.1.0")).unwrap();
+    std::fs::copy(host.join("libhost.so.1.0"), dir.join("libhost.so.1.0")).unwrap();
+    symlink("libhost.so.1.0", dir.join("libhost.so.2")).unwrap();
+    symlink("libhost.so.2", dir.join("libhost.so")).unwrap();
+    let far = gpuctk_container::hooks::MAX_FAR_LINKS + 10;
+    for i in 0..far {
+        symlink(
+            "../../opt/libhost.so.1.0",
+            dir.join(format!("libfar{i}.so.1")),
+        )
+        .unwrap();
+    }
+    let r = Root::open(&root).unwrap();
+    let report = update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
+    let keys: Vec<&str> = report.entries.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["libhost.so.1"], "{:?}", report.notes);
+    let note = format!("{far} library links lead out of the folder, more than the 256 we follow");
+    assert!(
+        report.notes.iter().any(|n| n.contains(&note)),
+        "{:?}",
+        report.notes
+    );
 }

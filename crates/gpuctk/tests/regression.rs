@@ -346,3 +346,130 @@ fn help_works_under_every_personality() {
         );
     }
 }
+
+/// Regression (issue 17): the in-root walk resolved the whole prefix from the root again for
+/// every component, so an image whose library folder is a chain of symlinks through a directory
+/// 1,900 levels deep (each link thousands of `../a` components) made one `create-symlinks` link
+/// cost about 40 s and three of them run past any limit. The walk is now linear and capped at
+/// 4096 components: the hostile chain is refused at once with one line naming the path, and a
+/// chain within the budget resolves where the kernel's resolution leads. `timeout 60` is a hang
+/// guard, not a timing assertion: the old code needs minutes here.
+#[test]
+fn deep_symlink_chain_is_walked_linearly() {
+    let t = TestDir::new();
+    let bundle = t.join("bundle");
+    let rootfs = bundle.join("rootfs");
+    let deep = format!("x/{}", vec!["a"; 1900].join("/"));
+    std::fs::create_dir_all(rootfs.join(&deep).join("lib")).unwrap();
+    std::fs::create_dir_all(rootfs.join("usr/lib")).unwrap();
+    // Each link goes up and down again 818 times before it names the next one.
+    let hops = "../a/".repeat(818);
+    for k in 0..38 {
+        let next = if k < 37 {
+            format!("L{}", k + 1)
+        } else {
+            "lib".into()
+        };
+        std::os::unix::fs::symlink(
+            format!("{hops}{next}"),
+            rootfs.join(&deep).join(format!("L{k}")),
+        )
+        .unwrap();
+    }
+    std::os::unix::fs::symlink(
+        format!("/{deep}/L0"),
+        rootfs.join("usr/lib/x86_64-linux-gnu"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(format!("/{deep}/L37"), rootfs.join("usr/lib/deep")).unwrap();
+    std::fs::write(
+        bundle.join("config.json"),
+        r#"{"ociVersion": "1.0.2", "root": {"path": "rootfs"}}"#,
+    )
+    .unwrap();
+    let spec = bundle.join("config.json");
+    let hook = |links: &[&str]| -> Run {
+        let mut c = std::process::Command::new("timeout");
+        c.args(["60", GPUCTK, "hook", "create-symlinks"]);
+        for l in links {
+            c.args(["--link", l]);
+        }
+        c.arg("--container-spec").arg(&spec);
+        c.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap()
+            .into()
+    };
+
+    let r = hook(&[
+        "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+        "libnvidia-ml.so.1::/usr/lib/x86_64-linux-gnu/libnvidia-ml.so",
+        "libnvidia-ptxjitcompiler.so.1::/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("/usr/lib/x86_64-linux-gnu")
+            && r.stderr.contains("more than 4096 path components"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.trim_end().lines().count(), 1, "{}", r.stderr);
+
+    let r = hook(&["libcuda.so.1::/usr/lib/deep/libcuda.so"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let link = rootfs.join(&deep).join("lib/libcuda.so");
+    assert_eq!(
+        std::fs::read_link(link).unwrap(),
+        std::path::Path::new("libcuda.so.1")
+    );
+}
+
+/// Regression (issue 17): in an image whose library folder holds more than 8192 entries,
+/// update-ldcache skipped the whole folder, the driver libraries just injected into it
+/// included, so the cache we wrote lacked `libcuda.so.1` and it did not load. The image's excess
+/// is still skipped; the libraries delivered into the folder always go in: those runc mounted
+/// there (the hook processes) and those it is about to mount (the shim, before it execs runc).
+/// Under real runc, both ways; the container's probe dlopens libcuda, and the real `ldconfig -p`
+/// reads it from the cache.
+#[test]
+fn driver_libraries_go_in_the_cache_of_an_over_full_library_folder() {
+    for in_shim in [true, false] {
+        let bed = crate::runtime::Bed::new("runc", "debian", 1);
+        if !in_shim {
+            bed.hooks_as_processes();
+        }
+        bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0"]);
+        let lib_dir = bed.host.manifest["lib_dir"].as_str().unwrap().to_string();
+        let r = bed.run_image("full", &|rootfs| {
+            let dir = rootfs.join(lib_dir.trim_start_matches('/'));
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..=gpuctk_container::hooks::MAX_DIR_ENTRIES {
+                std::fs::File::create(dir.join(format!("libfiller{i}.so.1"))).unwrap();
+            }
+        });
+        r.ok();
+        let (_, real) = r.libcuda().unwrap_or_else(|| {
+            panic!(
+                "libcuda did not load (in shim: {in_shim}): {}\n{}",
+                r.stdout, r.stderr
+            )
+        });
+        assert_eq!(real, format!("{lib_dir}/libcuda.so.570.124.06"));
+        let cache = bed.bundle.join("rootfs/etc/ld.so.cache");
+        let out = std::process::Command::new("ldconfig")
+            .arg("-p")
+            .arg("-C")
+            .arg(&cache)
+            .output()
+            .unwrap();
+        let listed = String::from_utf8_lossy(&out.stdout);
+        let want = format!("=> {lib_dir}/libcuda.so.1");
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.trim_start().starts_with("libcuda.so.1 (") && l.ends_with(&want)),
+            "in shim: {in_shim}: {listed}"
+        );
+    }
+}
