@@ -549,6 +549,16 @@ fn refreshed(
             if let Item::Table(t) = &mut item {
                 // Printed where it is inserted, after the copy's tables.
                 forget_positions(t);
+                // The first table of our old file carries its header as a comment; the header
+                // is written again by `with_header`, so it must not travel with the table.
+                let has_header = t
+                    .decor()
+                    .prefix()
+                    .and_then(|p| p.as_str())
+                    .is_some_and(|p| p.contains(OURS_HEADER));
+                if has_header {
+                    t.decor_mut().set_prefix("\n");
+                }
             }
             let key = old_rt.key(name).cloned().unwrap_or_else(|| Key::new(name));
             let dst = tomlutil::ensure_table(drop_in, doc.as_table_mut(), &rt_path)
