@@ -103,6 +103,12 @@ pub enum HookError {
         /// The mode.
         mode: u32,
     },
+    /// An operation that is a mount into the live container was run on a root.
+    #[error("{0}: a mount into the created container: run it as its hook, or as a mount of the delivery")]
+    NeedsLiveContainer(&'static str),
+    /// A driver guard failed.
+    #[error(transparent)]
+    Guard(#[from] crate::guard::GuardError),
     /// A chmod path is not one of the device paths we inject.
     #[error("chmod: {path} resolves to {resolved} ({kind}) in the container (root {}): only device nodes and directories under /dev are changed", root.display())]
     ChmodRefused {

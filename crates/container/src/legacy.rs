@@ -43,6 +43,7 @@ pub mod cgroup;
 mod live;
 mod mounts;
 mod nodes;
+mod single;
 mod sys;
 
 use std::ffi::{CString, OsStr, OsString};
@@ -62,6 +63,8 @@ use live::*;
 use mounts::*;
 use nodes::*;
 use sys::*;
+
+pub use single::bind_into;
 
 /// The container to inject into.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -218,6 +218,13 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
             folders: folders.into_iter().map(String::from).collect(),
         });
     }
+    // NVIDIA 1.20's common hooks, in its order: the container's procfs says the driver must
+    // not make device nodes, and EGL and Vulkan see the container's GPUs only.
+    ops.push(InRootOp::DisableDeviceNodeModification {
+        proc_root: (inv.roots.proc_root != std::path::Path::new(crate::ops::DEFAULT_PROC_ROOT))
+            .then(|| inv.roots.proc_root.to_string_lossy().into_owned()),
+    });
+    ops.push(InRootOp::UpdateApplicationProfile);
     common.hooks = ops.iter().map(|o| o.to_hook(&opts.hook_path)).collect();
 
     let mut mounts: Vec<Mount> = Vec::new();
