@@ -134,6 +134,19 @@ pub fn params_mount(proc_root: &Path, bundle: &Path) -> Result<Option<Mount>, Gu
     }
 }
 
+/// The container's folder of the driver's procfs.
+pub const DRIVER_PROC_DIR: &str = "/proc/driver/nvidia";
+
+/// Whether the container's procfs shows the driver's folder: only then is there a params file
+/// for the driver inside to read, and one to bind over.
+pub fn shows_driver_procfs(root: &Root) -> Result<bool, RootError> {
+    match root.metadata(DRIVER_PROC_DIR) {
+        Ok(_) => Ok(true),
+        Err(e) if e.is_not_found() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The minors of the container's GPU nodes (`/dev/nvidiaN` character devices), sorted.
 pub fn gpu_minors(root: &Root) -> Result<Vec<u32>, RootError> {
     let dir = match root.open_dir("/dev") {

@@ -543,6 +543,13 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
         let ops = crate::decision::typed_ops(&injection);
         let done = hooks_in_shim(&spec, bundle, &mut injection.edits, ops)?;
         tracing::debug!("{}: {done} hooks done by the shim", path.display());
+        if crate::guard::is_crun(runtime)
+            && crate::guard::container_shows_driver_procfs(&spec)
+                .map_err(|e| anyhow!("/proc/driver/nvidia: {e}"))?
+        {
+            let mut ops = crate::decision::decode_hooks(&injection.edits);
+            crate::guard::params_as_mount(&mut injection.edits, &mut ops, bundle)?;
+        }
     }
     let edits = &injection.edits;
     gpuctk_cdi::apply::apply_edits(&mut spec, edits)
@@ -600,6 +607,11 @@ fn hooks_in_shim(
     {
         return Ok(0);
     }
+    // Those needing the created container (its procfs, its /dev) stay hooks.
+    let ops: Vec<(usize, InRootOp)> = ops
+        .into_iter()
+        .filter(|(_, o)| !o.needs_live_container())
+        .collect();
     let Some(rootfs) = rootfs_of(spec, bundle) else {
         return Ok(0);
     };
