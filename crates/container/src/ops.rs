@@ -46,9 +46,13 @@ pub fn run(root: &Root, op: &InRootOp, pending: &Pending) -> Result<Outcome, Hoo
             hooks::chmod(root, *mode, paths)?;
             Outcome::Chmod
         }
-        InRootOp::UpdateApplicationProfile => {
-            Outcome::AppProfile(crate::guard::update_application_profile(root)?)
-        }
+        InRootOp::UpdateApplicationProfile => match pending.gpu_minors() {
+            Some(minors) => {
+                crate::guard::write_app_profile(root, minors)?;
+                Outcome::AppProfile(minors.to_vec())
+            }
+            None => Outcome::AppProfile(crate::guard::update_application_profile(root)?),
+        },
         // A mount over the container's procfs: its hook, or the delivery's own mount
         // (`guard::params_mount`), does it.
         InRootOp::DisableDeviceNodeModification { .. } => {

@@ -256,17 +256,15 @@ impl InRootOp {
             }
             InRootOp::Chmod { paths, .. } => paths.iter().map(|p| dir(p)).collect(),
             InRootOp::DisableDeviceNodeModification { .. } => vec![name(NVIDIA_PARAMS)],
-            InRootOp::UpdateApplicationProfile => vec![dir("/dev"), name(APP_PROFILE_FILE)],
+            // Its `/dev` is the runtime's, which a delivery before `create` knows from the spec.
+            InRootOp::UpdateApplicationProfile => vec![dir(APP_PROFILE_DIR), name(APP_PROFILE_FILE)],
         }
     }
 
-    /// Whether the operation needs the container as the runtime has made it (its procfs, its
-    /// `/dev`), so that a delivery working on the root before `create` cannot do it there.
+    /// Whether the operation is a mount into the created container (over its procfs), so that a
+    /// delivery working on the root before `create` cannot do it there.
     pub fn needs_live_container(&self) -> bool {
-        matches!(
-            self,
-            InRootOp::DisableDeviceNodeModification { .. } | InRootOp::UpdateApplicationProfile
-        )
+        matches!(self, InRootOp::DisableDeviceNodeModification { .. })
     }
 }
 

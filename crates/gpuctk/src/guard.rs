@@ -38,6 +38,29 @@ pub fn container_shows_driver_procfs(spec: &serde_json::Value) -> std::io::Resul
     }
 }
 
+/// The minors of the `/dev/nvidiaN` character devices `spec` has the runtime make (what
+/// `update-application-profile` finds in the created container's `/dev`), sorted.
+pub fn gpu_minors_in_spec(spec: &serde_json::Value) -> Vec<u32> {
+    let mut minors: Vec<u32> = spec
+        .pointer("/linux/devices")
+        .and_then(|d| d.as_array())
+        .into_iter()
+        .flatten()
+        .filter(|d| d.get("type").and_then(|t| t.as_str()) == Some("c"))
+        .filter(|d| {
+            d.get("path")
+                .and_then(|p| p.as_str())
+                .and_then(|p| p.strip_prefix("/dev/nvidia"))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|d| d.get("minor").and_then(|m| m.as_u64()))
+        .filter_map(|m| u32::try_from(m).ok())
+        .collect();
+    minors.sort_unstable();
+    minors.dedup();
+    minors
+}
+
 /// Takes the `disable-device-node-modification` operation out of `ops` and its hook out of
 /// `edits` (the other hooks' indices follow); returns the procfs it reads.
 pub fn take_params_op(
@@ -80,6 +103,47 @@ pub fn params_as_mount(
     Ok(true)
 }
 
+/// The shim's part: the `disable-device-node-modification` hook among `edits` is dropped where
+/// it would change nothing (the container shows no driver procfs, or the host's params already
+/// say 0), becomes crun's mount, or stays for runc (one hook process; runc refuses mounts
+/// inside `/proc`).
+pub fn params_in_shim(
+    spec: &serde_json::Value,
+    edits: &mut ContainerEdits,
+    ops: &mut Vec<(usize, InRootOp)>,
+    bundle: &Path,
+    runtime: &Path,
+) -> anyhow::Result<()> {
+    let Some(proc_root) = ops.iter().find_map(|(_, o)| match o {
+        InRootOp::DisableDeviceNodeModification { proc_root } => Some(PathBuf::from(
+            proc_root.as_deref().unwrap_or(DEFAULT_PROC_ROOT),
+        )),
+        _ => None,
+    }) else {
+        return Ok(());
+    };
+    let shows = container_shows_driver_procfs(spec)
+        .map_err(|e| anyhow::anyhow!("/proc/driver/nvidia: {e}"))?;
+    let params = if shows {
+        gpuctk_container::guard::host_params(&proc_root)?
+    } else {
+        None
+    };
+    match params {
+        None => {
+            take_params_op(edits, ops);
+        }
+        Some(p) if is_crun(runtime) => {
+            take_params_op(edits, ops);
+            edits
+                .mounts
+                .push(gpuctk_container::guard::bundle_params_mount(bundle, &p)?);
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +171,18 @@ mod tests {
         assert_eq!(edits.hooks[1].args[1], "update-application-profile");
         assert_eq!(take_params_op(&mut edits, &mut typed), None);
         assert!(is_crun(Path::new("/usr/bin/crun")) && !is_crun(Path::new("/usr/sbin/runc")));
+    }
+
+    #[test]
+    fn gpu_minors_from_the_spec_devices() {
+        let spec = serde_json::json!({"linux": {"devices": [
+            {"path": "/dev/nvidia3", "type": "c", "major": 195, "minor": 3},
+            {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255},
+            {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
+            {"path": "/dev/nvidia7", "type": "b", "major": 8, "minor": 7},
+            {"path": "/dev/nvidia-caps/nvidia-cap1", "type": "c", "major": 240, "minor": 1}
+        ]}});
+        assert_eq!(gpu_minors_in_spec(&spec), [1, 3]);
+        assert!(gpu_minors_in_spec(&serde_json::json!({})).is_empty());
     }
 }

@@ -543,13 +543,8 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
         let ops = crate::decision::typed_ops(&injection);
         let done = hooks_in_shim(&spec, bundle, &mut injection.edits, ops)?;
         tracing::debug!("{}: {done} hooks done by the shim", path.display());
-        if crate::guard::is_crun(runtime)
-            && crate::guard::container_shows_driver_procfs(&spec)
-                .map_err(|e| anyhow!("/proc/driver/nvidia: {e}"))?
-        {
-            let mut ops = crate::decision::decode_hooks(&injection.edits);
-            crate::guard::params_as_mount(&mut injection.edits, &mut ops, bundle)?;
-        }
+        let mut ops = crate::decision::decode_hooks(&injection.edits);
+        crate::guard::params_in_shim(&spec, &mut injection.edits, &mut ops, bundle, runtime)?;
     }
     let edits = &injection.edits;
     gpuctk_cdi::apply::apply_edits(&mut spec, edits)
@@ -658,6 +653,11 @@ fn hooks_in_shim(
         }
     }
     let mut pending = gpuctk_container::hooks::Pending::default();
+    // The `/dev` the runtime will make: the spec's devices once the edits are in.
+    let mut made = spec.clone();
+    gpuctk_cdi::apply::apply_edits(&mut made, edits)
+        .map_err(|e| anyhow!("{}: {e}", bundle.join("config.json").display()))?;
+    pending.set_gpu_minors(crate::guard::gpu_minors_in_spec(&made));
     for m in &edits.mounts {
         let Ok(file) = std::fs::File::open(&m.host_path) else {
             continue;
