@@ -52,7 +52,7 @@ pub enum GuardError {
         bundle: PathBuf,
         /// What failed.
         #[source]
-        source: RootError,
+        source: Box<RootError>,
     },
     /// Something in the container root failed.
     #[error(transparent)]
@@ -112,7 +112,7 @@ pub fn host_params(proc_root: &Path) -> Result<Option<Vec<u8>>, GuardError> {
 pub fn bundle_params_mount(bundle: &Path, params: &[u8]) -> Result<Mount, GuardError> {
     let err = |source| GuardError::Bundle {
         bundle: bundle.to_path_buf(),
-        source,
+        source: Box::new(source),
     };
     let dir = Root::open(bundle).map_err(err)?;
     dir.write_file_atomic(&format!("/{BUNDLE_PARAMS}"), params, 0o444)
@@ -235,7 +235,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::create_dir(dir.join("params")).unwrap();
         let msg = host_params(t.path()).unwrap_err().to_string();
-        assert!(msg.contains("driver/nvidia/params") && msg.contains("proc-root"), "{msg}");
+        assert!(
+            msg.contains("driver/nvidia/params") && msg.contains("proc-root"),
+            "{msg}"
+        );
         std::fs::remove_dir(dir.join("params")).unwrap();
         std::fs::write(dir.join("params"), vec![b'x'; MAX_PARAMS as usize + 1]).unwrap();
         assert!(matches!(
@@ -283,11 +286,7 @@ mod tests {
             let c = std::ffi::CString::new(dev.join(name).to_str().unwrap()).unwrap();
             // SAFETY: valid path.
             let rc = unsafe {
-                libc::mknod(
-                    c.as_ptr(),
-                    libc::S_IFCHR | 0o666,
-                    libc::makedev(195, minor),
-                )
+                libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(195, minor))
             };
             assert_eq!(rc, 0, "mknod {name}: {}", std::io::Error::last_os_error());
         };
@@ -298,7 +297,9 @@ mod tests {
         std::fs::create_dir(dev.join("nvidia9")).unwrap();
         let root = Root::open(t.path()).unwrap();
         assert_eq!(update_application_profile(&root).unwrap(), [1, 3]);
-        let f = t.path().join("etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf");
+        let f = t
+            .path()
+            .join("etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf");
         assert!(std::fs::read_to_string(&f).unwrap().contains("0xa]"));
         assert_eq!(
             std::fs::metadata(&f).unwrap().permissions().mode() & 0o777,

@@ -257,7 +257,9 @@ impl InRootOp {
             InRootOp::Chmod { paths, .. } => paths.iter().map(|p| dir(p)).collect(),
             InRootOp::DisableDeviceNodeModification { .. } => vec![name(NVIDIA_PARAMS)],
             // Its `/dev` is the runtime's, which a delivery before `create` knows from the spec.
-            InRootOp::UpdateApplicationProfile => vec![dir(APP_PROFILE_DIR), name(APP_PROFILE_FILE)],
+            InRootOp::UpdateApplicationProfile => {
+                vec![dir(APP_PROFILE_DIR), name(APP_PROFILE_FILE)]
+            }
         }
     }
 

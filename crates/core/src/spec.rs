@@ -271,7 +271,12 @@ pub fn build_management_spec(
     common.hooks = plan
         .ops
         .iter()
-        .filter(|o| !matches!(o, crate::ops::InRootOp::DisableDeviceNodeModification { .. }))
+        .filter(|o| {
+            !matches!(
+                o,
+                crate::ops::InRootOp::DisableDeviceNodeModification { .. }
+            )
+        })
         .map(|o| o.to_hook(hook_path))
         .collect();
     let mut spec = Spec {

@@ -139,7 +139,10 @@ fn open_root_and_bundle(target: &Target) -> anyhow::Result<(Root, PathBuf)> {
 
 /// `disable-device-node-modification`: the host's params, rewritten into the bundle, bound over
 /// the container's (this hook runs in the container's mount namespace, before `pivot_root`).
-fn disable_device_node_modification(proc_root: Option<&str>, target: &Target) -> anyhow::Result<()> {
+fn disable_device_node_modification(
+    proc_root: Option<&str>,
+    target: &Target,
+) -> anyhow::Result<()> {
     let proc_root = PathBuf::from(proc_root.unwrap_or(gpuctk_core::ops::DEFAULT_PROC_ROOT));
     let (root, bundle) = open_root_and_bundle(target)?;
     if !gpuctk_container::guard::shows_driver_procfs(&root)? {
@@ -201,10 +204,13 @@ impl Hook {
                 },
                 target,
             ),
-            Hook::DisableDeviceNodeModification { proc_root, target } => {
-                (InRootOp::DisableDeviceNodeModification { proc_root }, target)
+            Hook::DisableDeviceNodeModification { proc_root, target } => (
+                InRootOp::DisableDeviceNodeModification { proc_root },
+                target,
+            ),
+            Hook::UpdateApplicationProfile { target } => {
+                (InRootOp::UpdateApplicationProfile, target)
             }
-            Hook::UpdateApplicationProfile { target } => (InRootOp::UpdateApplicationProfile, target),
             Hook::Noop => return Ok(None),
         }))
     }
@@ -460,7 +466,9 @@ mod tests {
         }
         assert_eq!(
             decode(&s(&["x", "disable-device-node-modification"])),
-            Ok(Some(InRootOp::DisableDeviceNodeModification { proc_root: None }))
+            Ok(Some(InRootOp::DisableDeviceNodeModification {
+                proc_root: None
+            }))
         );
         assert_eq!(
             decode(&s(&["x", "update-application-profile"])),

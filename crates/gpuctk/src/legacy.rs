@@ -156,7 +156,14 @@ fn prestart(config_path: Option<&Path>) -> anyhow::Result<()> {
         return Ok(());
     }
     let rootfs = container_root(&state)?;
-    realize_in(&cfg, &request, pid, &rootfs, cfg.no_cgroups, Some(&state.bundle))
+    realize_in(
+        &cfg,
+        &request,
+        pid,
+        &rootfs,
+        cfg.no_cgroups,
+        Some(&state.bundle),
+    )
 }
 
 fn realize(

@@ -1810,7 +1810,10 @@ fn driver_guards(runtime: &str) {
              cat /etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf; echo; echo ---; \
              (echo x > /proc/driver/nvidia/params) 2>/dev/null && echo writable || echo read-only"
         ]);
-        for (dir, mode) in [("/proc/driver", "mode=755"), ("/proc/driver/nvidia", "mode=555")] {
+        for (dir, mode) in [
+            ("/proc/driver", "mode=755"),
+            ("/proc/driver/nvidia", "mode=555"),
+        ] {
             s["mounts"].as_array_mut().unwrap().push(json!({
                 "destination": dir,
                 "type": "tmpfs",
