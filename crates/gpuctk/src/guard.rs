@@ -38,6 +38,105 @@ pub fn container_shows_driver_procfs(spec: &serde_json::Value) -> std::io::Resul
     }
 }
 
+/// The driver's GPU folders under `<proc_root>/driver/nvidia/gpus` that are not of a GPU with
+/// one of `minors` (libnvidia-container shows a container its own GPUs' folders only), as
+/// container paths, sorted. A folder whose `information` cannot be read or parsed is not known
+/// to be the container's: it is listed too.
+pub fn other_gpu_proc_dirs(proc_root: &Path, minors: &[u32]) -> anyhow::Result<Vec<String>> {
+    let infos = match gpuctk_host::checks::gpu_informations(proc_root) {
+        Ok(i) => i,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => anyhow::bail!("{}/driver/nvidia/gpus: {e}", proc_root.display()),
+    };
+    let mut dirs: Vec<String> = infos
+        .into_iter()
+        .filter_map(|i| match i {
+            Ok(info) if minors.contains(&info.minor) => None,
+            Ok(info) => Some(info.bus_id),
+            Err(
+                gpuctk_host::checks::InformationError::Read { path, .. }
+                | gpuctk_host::checks::InformationError::Parse { path, .. },
+            ) => path
+                .parent()
+                .and_then(|p| p.file_name())
+                .map(|n| n.to_string_lossy().into_owned()),
+        })
+        .filter(|bus| !bus.is_empty() && !bus.contains('/') && bus != "." && bus != "..")
+        .map(|bus| format!("{DRIVER_GPUS_DIR}/{bus}"))
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    Ok(dirs)
+}
+
+/// The container's folder of the driver's per-GPU procfs folders.
+pub const DRIVER_GPUS_DIR: &str = "/proc/driver/nvidia/gpus";
+
+/// Masks (OCI `linux.maskedPaths`: the runtime mounts an empty read-only tmpfs there) the
+/// driver's procfs folders of the GPUs `spec` does not give the container. Returns how many.
+pub fn mask_other_gpus(spec: &mut serde_json::Value, proc_root: &Path) -> anyhow::Result<usize> {
+    let dirs = other_gpu_proc_dirs(proc_root, &gpu_minors_in_spec(spec))?;
+    if dirs.is_empty() {
+        return Ok(0);
+    }
+    let Some(obj) = spec.as_object_mut() else {
+        return Ok(0);
+    };
+    let linux = obj.entry("linux").or_insert_with(|| serde_json::json!({}));
+    let Some(linux) = linux.as_object_mut() else {
+        anyhow::bail!("config.json: linux is not an object");
+    };
+    let masked = linux
+        .entry("maskedPaths")
+        .or_insert_with(|| serde_json::json!([]));
+    let Some(masked) = masked.as_array_mut() else {
+        anyhow::bail!("config.json: linux.maskedPaths is not an array");
+    };
+    let mut added = 0;
+    for d in dirs {
+        if !masked.iter().any(|m| m.as_str() == Some(d.as_str())) {
+            masked.push(serde_json::Value::String(d));
+            added += 1;
+        }
+    }
+    Ok(added)
+}
+
+/// The empty folder in the bundle that legacy injection binds over other GPUs' folders.
+pub const BUNDLE_MASK_DIR: &str = "gpuctk-masked";
+
+/// For deliveries that bind instead of masking (legacy injection): an empty read-only folder,
+/// made in `bundle`, bound over the driver's procfs folder of each GPU `edits` do not give.
+pub fn other_gpus_as_mounts(
+    edits: &mut ContainerEdits,
+    proc_root: &Path,
+    bundle: &Path,
+) -> anyhow::Result<usize> {
+    let mut made = serde_json::json!({});
+    gpuctk_cdi::apply::apply_edits(&mut made, edits)?;
+    let dirs = other_gpu_proc_dirs(proc_root, &gpu_minors_in_spec(&made))?;
+    if dirs.is_empty() {
+        return Ok(0);
+    }
+    let root = gpuctk_container::Root::open(bundle)
+        .map_err(|e| anyhow::anyhow!("bundle {}: {e}", bundle.display()))?;
+    root.mkdir_all(&format!("/{BUNDLE_MASK_DIR}"), 0o555)
+        .map_err(|e| anyhow::anyhow!("bundle {}: {e}", bundle.display()))?;
+    let source = bundle.join(BUNDLE_MASK_DIR).to_string_lossy().into_owned();
+    for d in &dirs {
+        edits.mounts.push(gpuctk_cdi::spec::Mount {
+            host_path: source.clone(),
+            container_path: d.clone(),
+            options: ["ro", "nosuid", "nodev", "noexec", "bind"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            r#type: Some("bind".to_string()),
+        });
+    }
+    Ok(dirs.len())
+}
+
 /// The minors of the `/dev/nvidiaN` character devices `spec` has the runtime make (what
 /// `update-application-profile` finds in the created container's `/dev`), sorted.
 pub fn gpu_minors_in_spec(spec: &serde_json::Value) -> Vec<u32> {

@@ -213,6 +213,7 @@ fn realize_in(
     match bundle.filter(|_| shows) {
         Some(b) => {
             crate::guard::params_as_mount(&mut edits, &mut ops, b)?;
+            crate::guard::other_gpus_as_mounts(&mut edits, &cfg.proc_root, b)?;
         }
         None => {
             if crate::guard::take_params_op(&mut edits, &mut ops).is_some() {

@@ -549,6 +549,7 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
     let edits = &injection.edits;
     gpuctk_cdi::apply::apply_edits(&mut spec, edits)
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    crate::guard::mask_other_gpus(&mut spec, &cfg.proc_root)?;
     if !edits.hooks.is_empty() {
         pass_hook_errors_on(&mut spec, runtime);
     }

@@ -1802,6 +1802,26 @@ fn driver_guards(runtime: &str) {
         r#"{{"profiles":[{{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x{:x}]}}],"rules":[{{"pattern":[],"profile":"_container_"}}]}}"#,
         1u64 << minor
     );
+    let crun = runtime == "crun";
+    let gpus_dir = PathBuf::from(bed.host.proc_root()).join("driver/nvidia/gpus");
+    let bus = |i: usize| {
+        bed.host.manifest["gpus"][i]["bus_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // Its own GPU's folder only (libnvidia-container's procfs mask): the others are empty.
+    let folders: String = if crun {
+        (0..4)
+            .map(|i| {
+                let b = bus(i);
+                let ls = if i == 2 { "information" } else { "" };
+                format!("/proc/driver/nvidia/gpus/{b}: {ls}\n")
+            })
+            .collect()
+    } else {
+        String::new()
+    };
     let driver_procfs = |s: &mut Value| {
         s["process"]["args"] = json!([
             "/bin/sh",
@@ -1820,6 +1840,19 @@ fn driver_guards(runtime: &str) {
                 "source": "tmpfs",
                 "options": ["nosuid", "nodev", "noexec", mode]
             }));
+        }
+        // The GPUs' folders too, where the runtime takes a bind inside /proc (crun).
+        if crun {
+            s["mounts"].as_array_mut().unwrap().push(json!({
+                "destination": "/proc/driver/nvidia/gpus",
+                "type": "bind",
+                "source": gpus_dir,
+                "options": ["rbind", "ro"]
+            }));
+            let args = s["process"]["args"][2].as_str().unwrap().to_string();
+            s["process"]["args"][2] = json!(format!(
+                "{args}; for d in /proc/driver/nvidia/gpus/*; do echo \"$d: $(ls $d)\"; done"
+            ));
         }
     };
     let auto = fs::read_to_string(&bed.config).unwrap();
@@ -1845,13 +1878,26 @@ fn driver_guards(runtime: &str) {
         r.ok();
         assert_eq!(
             r.stdout,
-            format!("{want}---\n{profile}\n---\nread-only\n"),
+            format!("{want}---\n{profile}\n---\nread-only\n{folders}"),
             "{runtime} {how}: {}",
             r.stderr
         );
         if legacy {
             continue;
         }
+        let masked: Vec<String> = bed.spec()["linux"]["maskedPaths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m.as_str())
+            .filter(|m| m.starts_with("/proc/driver/"))
+            .map(String::from)
+            .collect();
+        let others: Vec<String> = [0, 1, 3]
+            .iter()
+            .map(|i| format!("/proc/driver/nvidia/gpus/{}", bus(*i)))
+            .collect();
+        assert_eq!(masked, others, "{how}");
         // Under crun the shim turned the hook into the runtime's mount of the bundle's file;
         // runc keeps it, as does `hooks-in-shim = false`.
         let spec = bed.spec();
