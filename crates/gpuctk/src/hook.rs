@@ -87,8 +87,8 @@ enum Hook {
     /// Make the container's /proc/driver/nvidia/params say ModifyDeviceFiles: 0, so the driver
     /// inside never creates or changes device nodes
     DisableDeviceNodeModification {
-        /// Where the host's procfs is (ours; tests and hosts with procfs elsewhere)
-        #[arg(long, hide = true, value_name = "DIR")]
+        /// Where the host's procfs is, when not /proc (ours)
+        #[arg(long, value_name = "DIR")]
         proc_root: Option<String>,
         #[command(flatten)]
         target: Target,
