@@ -40,30 +40,28 @@ pub fn container_shows_driver_procfs(spec: &serde_json::Value) -> std::io::Resul
 
 /// The driver's GPU folders under `<proc_root>/driver/nvidia/gpus` that are not of a GPU with
 /// one of `minors` (libnvidia-container shows a container its own GPUs' folders only), as
-/// container paths, sorted. A folder whose `information` cannot be read or parsed is not known
-/// to be the container's: it is listed too.
+/// container paths, sorted. An `information` file that cannot be read or parsed is an error
+/// naming it.
 pub fn other_gpu_proc_dirs(proc_root: &Path, minors: &[u32]) -> anyhow::Result<Vec<String>> {
     let infos = match gpuctk_host::checks::gpu_informations(proc_root) {
         Ok(i) => i,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => anyhow::bail!("{}/driver/nvidia/gpus: {e}", proc_root.display()),
     };
-    let mut dirs: Vec<String> = infos
-        .into_iter()
-        .filter_map(|i| match i {
-            Ok(info) if minors.contains(&info.minor) => None,
-            Ok(info) => Some(info.bus_id),
-            Err(
-                gpuctk_host::checks::InformationError::Read { path, .. }
-                | gpuctk_host::checks::InformationError::Parse { path, .. },
-            ) => path
-                .parent()
-                .and_then(|p| p.file_name())
-                .map(|n| n.to_string_lossy().into_owned()),
-        })
-        .filter(|bus| !bus.is_empty() && !bus.contains('/') && bus != "." && bus != "..")
-        .map(|bus| format!("{DRIVER_GPUS_DIR}/{bus}"))
-        .collect();
+    let mut dirs = Vec::new();
+    for info in infos {
+        let info = info?;
+        let bus = info.bus_id;
+        if minors.contains(&info.minor)
+            || bus.is_empty()
+            || bus.contains('/')
+            || bus == "."
+            || bus == ".."
+        {
+            continue;
+        }
+        dirs.push(format!("{DRIVER_GPUS_DIR}/{bus}"));
+    }
     dirs.sort();
     dirs.dedup();
     Ok(dirs)
