@@ -228,6 +228,19 @@ mod tests {
     }
 
     #[test]
+    fn host_params_of_the_mock_driver() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = gpuctk_mockhost::HostConfig::new("570.124.06", (12, 8));
+        let h = gpuctk_mockhost::create_host(&t.path().join("h"), &cfg).unwrap();
+        let text = std::fs::read(h.proc_root.join("driver/nvidia/params")).unwrap();
+        let out = host_params(&h.proc_root).unwrap().unwrap();
+        let want = String::from_utf8(text)
+            .unwrap()
+            .replace("\nModifyDeviceFiles: 1\n", "\nModifyDeviceFiles: 0\n");
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+    }
+
+    #[test]
     fn host_params_absent_unreadable_and_too_large() {
         let t = tempfile::tempdir().unwrap();
         assert!(host_params(t.path()).unwrap().is_none());

@@ -271,6 +271,40 @@ mod tests {
     }
 
     #[test]
+    fn other_gpus_folders_masked_once() {
+        let t = tempfile::tempdir().unwrap();
+        let mut cfg = gpuctk_mockhost::HostConfig::new("570.124.06", (12, 8));
+        cfg.gpus = 3;
+        let h = gpuctk_mockhost::create_host(&t.path().join("h"), &cfg).unwrap();
+        let dir = |i: usize| format!("{DRIVER_GPUS_DIR}/{}", h.gpus[i].bus_id);
+        let mut spec = serde_json::json!({"linux": {
+            "devices": [{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": h.gpus[1].minor}],
+            "maskedPaths": ["/proc/kcore", dir(2)]
+        }});
+        assert_eq!(mask_other_gpus(&mut spec, &h.proc_root).unwrap(), 1);
+        assert_eq!(
+            spec["linux"]["maskedPaths"],
+            serde_json::json!(["/proc/kcore", dir(2), dir(0)])
+        );
+        // No driver there: nothing masked. A damaged information file: an error naming it.
+        assert_eq!(mask_other_gpus(&mut spec, t.path()).unwrap(), 0);
+        let info = h
+            .proc_root
+            .join("driver/nvidia/gpus")
+            .join(&h.gpus[0].bus_id)
+            .join("information");
+        std::fs::write(&info, "garbage").unwrap();
+        let msg = mask_other_gpus(&mut spec, &h.proc_root)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("information"), "{msg}");
+        let mut bad = serde_json::json!({"linux": {"maskedPaths": {}}});
+        std::fs::remove_file(&info).unwrap();
+        std::fs::remove_dir(info.parent().unwrap()).unwrap();
+        assert!(mask_other_gpus(&mut bad, &h.proc_root).is_err());
+    }
+
+    #[test]
     fn gpu_minors_from_the_spec_devices() {
         let spec = serde_json::json!({"linux": {"devices": [
             {"path": "/dev/nvidia3", "type": "c", "major": 195, "minor": 3},
