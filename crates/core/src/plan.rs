@@ -52,6 +52,17 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// For a spec read on another machine's view than discovery's (the installer's, which sees
+    /// the host under a host root): its hooks read the procfs at `/proc`, the host's own.
+    pub fn hooks_read_proc(&mut self, hook_path: &str) {
+        for o in &mut self.ops {
+            if let InRootOp::DisableDeviceNodeModification { proc_root } = o {
+                *proc_root = None;
+            }
+        }
+        self.common.hooks = self.ops.iter().map(|o| o.to_hook(hook_path)).collect();
+    }
+
     /// Keep only the operations `keep` accepts; the common hooks, their encoding, follow.
     pub fn retain_ops(&mut self, keep: impl Fn(&InRootOp) -> bool, hook_path: &str) {
         self.ops.retain(|o| keep(o));
