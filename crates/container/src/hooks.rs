@@ -112,6 +112,12 @@ pub enum HookError {
         /// The mode.
         mode: u32,
     },
+    /// An operation that is a mount into the live container was run on a root.
+    #[error("{0}: a mount into the created container: run it as its hook, or as a mount of the delivery")]
+    NeedsLiveContainer(&'static str),
+    /// A driver guard failed.
+    #[error(transparent)]
+    Guard(#[from] crate::guard::GuardError),
     /// A chmod path is not one of the device paths we inject.
     #[error("chmod: {path} resolves to {resolved} ({kind}) in the container (root {}): only device nodes and directories under /dev are changed", root.display())]
     ChmodRefused {
@@ -173,9 +179,22 @@ pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, 
 #[derive(Debug, Default)]
 pub struct Pending {
     by_dir: BTreeMap<String, Vec<(String, std::fs::File)>>,
+    /// The minors of the `/dev/nvidiaN` nodes the runtime will make, when the caller knows
+    /// them (the shim, from the spec): `None` means read the container's `/dev`.
+    gpu_minors: Option<Vec<u32>>,
 }
 
 impl Pending {
+    /// The runtime will make `/dev` with GPU nodes of these minors (and no others).
+    pub fn set_gpu_minors(&mut self, minors: Vec<u32>) {
+        self.gpu_minors = Some(minors);
+    }
+
+    /// The GPU minors set by [`Pending::set_gpu_minors`].
+    pub fn gpu_minors(&self) -> Option<&[u32]> {
+        self.gpu_minors.as_deref()
+    }
+
     /// `container_path` (absolute, in the container) will be a bind mount of `file`.
     pub fn add(&mut self, container_path: &str, file: std::fs::File) {
         if let Some((dir, name)) = container_path.rsplit_once('/') {

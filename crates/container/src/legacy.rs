@@ -47,6 +47,7 @@ mod leftovers;
 mod live;
 mod mounts;
 mod nodes;
+mod single;
 mod sys;
 
 use std::ffi::{CString, OsStr, OsString};
@@ -67,6 +68,8 @@ use live::*;
 use mounts::*;
 use nodes::*;
 use sys::*;
+
+pub use single::bind_into;
 
 /// The container to inject into.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,13 +9,15 @@
 //!   the host;
 //! * [`elf`]: a bounded ELF reader (soname, ABI, note sections);
 //! * [`hooks`]: the hooks themselves;
-//! * [`ops`]: one typed in-root operation run on a root, for every delivery.
+//! * [`ops`]: one typed in-root operation run on a root, for every delivery;
+//! * [`guard`]: the driver's params and application profile as the container sees them.
 //!
 //! Nothing here executes anything from the image or reads the environment.
 
 #![deny(missing_docs)]
 
 pub mod elf;
+pub mod guard;
 pub mod hooks;
 pub mod legacy;
 pub mod ops;

@@ -17,6 +17,8 @@ pub enum Outcome {
     Ldcache(LdcacheReport),
     /// `chmod`.
     Chmod,
+    /// `update-application-profile`: the GPU minors the profile names.
+    AppProfile(Vec<u32>),
 }
 
 /// Does `op` on `root`; `pending` are the library mounts the runtime will add after us (empty
@@ -43,6 +45,18 @@ pub fn run(root: &Root, op: &InRootOp, pending: &Pending) -> Result<Outcome, Hoo
         InRootOp::Chmod { mode, paths } => {
             hooks::chmod(root, *mode, paths)?;
             Outcome::Chmod
+        }
+        InRootOp::UpdateApplicationProfile => match pending.gpu_minors() {
+            Some(minors) => {
+                crate::guard::write_app_profile(root, minors)?;
+                Outcome::AppProfile(minors.to_vec())
+            }
+            None => Outcome::AppProfile(crate::guard::update_application_profile(root)?),
+        },
+        // A mount over the container's procfs: its hook, or the delivery's own mount
+        // (`guard::params_mount`), does it.
+        InRootOp::DisableDeviceNodeModification { .. } => {
+            return Err(HookError::NeedsLiveContainer(op.name()))
         }
     })
 }

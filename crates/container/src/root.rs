@@ -229,6 +229,8 @@ pub struct Metadata {
     pub dev: u64,
     /// Inode number.
     pub ino: u64,
+    /// The device a device node stands for (`st_rdev`; 0 for other files).
+    pub rdev: u64,
 }
 
 impl Metadata {
@@ -241,6 +243,7 @@ impl Metadata {
             gid: st.st_gid,
             dev: st.st_dev,
             ino: st.st_ino,
+            rdev: st.st_rdev,
         }
     }
 

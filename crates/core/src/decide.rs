@@ -727,7 +727,8 @@ containerEdits:
         };
         assert_eq!(i.origin, Origin::JustInTime);
         assert_eq!((h.discovered, h.registries), (1, 0));
-        assert_eq!(i.ops.len(), 3, "{:?}", i.ops);
+        // create-symlinks, enable-cuda-compat, update-ldcache and NVIDIA 1.20's two guards.
+        assert_eq!(i.ops.len(), 5, "{:?}", i.ops);
         for (idx, op) in &i.ops {
             assert_eq!(i.edits.hooks[*idx].args[1..], op.to_args()[..]);
         }
@@ -794,12 +795,12 @@ containerEdits:
         let Decision::Inject(i) = decide(&r, &s, &mut fake()).unwrap() else {
             panic!()
         };
-        assert_eq!(i.ops.len(), 2, "{:?}", i.ops);
+        assert_eq!(i.ops.len(), 4, "{:?}", i.ops);
         assert!(i.ops.iter().all(|(_, o)| o.name() != "enable-cuda-compat"));
         for (idx, op) in &i.ops {
             assert_eq!(i.edits.hooks[*idx].args[1..], op.to_args()[..]);
         }
-        assert_eq!(i.edits.hooks.len(), 2);
+        assert_eq!(i.edits.hooks.len(), 4);
     }
 
     #[test]

@@ -135,7 +135,26 @@ pub enum InRootOp {
         /// Container paths.
         paths: Vec<String>,
     },
+    /// `disable-device-node-modification`: the container's `/proc/driver/nvidia/params` says
+    /// `ModifyDeviceFiles: 0`, so the driver inside never creates or changes device nodes. A
+    /// mount over procfs, so no delivery can do it on the root before the container exists.
+    DisableDeviceNodeModification {
+        /// `--proc-root` (ours, hidden): where the host's procfs is, when not `/proc`.
+        proc_root: Option<String>,
+    },
+    /// `update-application-profile`: the driver's application profile limits EGL and Vulkan
+    /// to the container's GPUs (`EGLVisibleDGPUDevices`, from its `/dev/nvidiaN` nodes).
+    UpdateApplicationProfile,
 }
+
+/// The host's procfs as hooks read it unless told otherwise.
+pub const DEFAULT_PROC_ROOT: &str = "/proc";
+/// The driver's module parameters in procfs, rewritten by `disable-device-node-modification`.
+pub const NVIDIA_PARAMS: &str = "/proc/driver/nvidia/params";
+/// The driver's application-profile folder, written by `update-application-profile`.
+pub const APP_PROFILE_DIR: &str = "/etc/nvidia/nvidia-application-profiles-rc.d";
+/// The file `update-application-profile` writes there.
+pub const APP_PROFILE_FILE: &str = "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf";
 
 /// `--name value`, or `--name=value` when the value would read as a flag.
 fn flag(out: &mut Vec<String>, name: &str, value: &str) {
@@ -155,6 +174,8 @@ impl InRootOp {
             InRootOp::EnableCudaCompat { .. } => "enable-cuda-compat",
             InRootOp::UpdateLdcache { .. } => "update-ldcache",
             InRootOp::Chmod { .. } => "chmod",
+            InRootOp::DisableDeviceNodeModification { .. } => "disable-device-node-modification",
+            InRootOp::UpdateApplicationProfile => "update-application-profile",
         }
     }
 
@@ -193,6 +214,12 @@ impl InRootOp {
                     flag(&mut out, "path", p);
                 }
             }
+            InRootOp::DisableDeviceNodeModification { proc_root } => {
+                if let Some(p) = proc_root {
+                    out.push(format!("--proc-root={p}"));
+                }
+            }
+            InRootOp::UpdateApplicationProfile => {}
         }
         out
     }
@@ -228,7 +255,18 @@ impl InRootOp {
                 vec![dir(compat_root), dir(LD_SO_CONF_D)]
             }
             InRootOp::Chmod { paths, .. } => paths.iter().map(|p| dir(p)).collect(),
+            InRootOp::DisableDeviceNodeModification { .. } => vec![name(NVIDIA_PARAMS)],
+            // Its `/dev` is the runtime's, which a delivery before `create` knows from the spec.
+            InRootOp::UpdateApplicationProfile => {
+                vec![dir(APP_PROFILE_DIR), name(APP_PROFILE_FILE)]
+            }
         }
+    }
+
+    /// Whether the operation is a mount into the created container (over its procfs), so that a
+    /// delivery working on the root before `create` cannot do it there.
+    pub fn needs_live_container(&self) -> bool {
+        matches!(self, InRootOp::DisableDeviceNodeModification { .. })
     }
 }
 

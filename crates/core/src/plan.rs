@@ -52,6 +52,17 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// For a spec read on another machine's view than discovery's (the installer's, which sees
+    /// the host under a host root): its hooks read the procfs at `/proc`, the host's own.
+    pub fn hooks_read_proc(&mut self, hook_path: &str) {
+        for o in &mut self.ops {
+            if let InRootOp::DisableDeviceNodeModification { proc_root } = o {
+                *proc_root = None;
+            }
+        }
+        self.common.hooks = self.ops.iter().map(|o| o.to_hook(hook_path)).collect();
+    }
+
     /// Keep only the operations `keep` accepts; the common hooks, their encoding, follow.
     pub fn retain_ops(&mut self, keep: impl Fn(&InRootOp) -> bool, hook_path: &str) {
         self.ops.retain(|o| keep(o));
@@ -218,6 +229,13 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
             folders: folders.into_iter().map(String::from).collect(),
         });
     }
+    // NVIDIA 1.20's common hooks, in its order: the container's procfs says the driver must
+    // not make device nodes, and EGL and Vulkan see the container's GPUs only.
+    ops.push(InRootOp::DisableDeviceNodeModification {
+        proc_root: (inv.roots.proc_root != std::path::Path::new(crate::ops::DEFAULT_PROC_ROOT))
+            .then(|| inv.roots.proc_root.to_string_lossy().into_owned()),
+    });
+    ops.push(InRootOp::UpdateApplicationProfile);
     common.hooks = ops.iter().map(|o| o.to_hook(&opts.hook_path)).collect();
 
     let mut mounts: Vec<Mount> = Vec::new();

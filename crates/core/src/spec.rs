@@ -280,6 +280,19 @@ pub fn build_management_spec(
     }
     let mut common = plan.common.clone();
     common.device_nodes.clear();
+    // Management containers (monitoring agents, the driver's own tools) may make device nodes,
+    // as NVIDIA's management mode lets them.
+    common.hooks = plan
+        .ops
+        .iter()
+        .filter(|o| {
+            !matches!(
+                o,
+                crate::ops::InRootOp::DisableDeviceNodeModification { .. }
+            )
+        })
+        .map(|o| o.to_hook(hook_path))
+        .collect();
     let mut spec = Spec {
         cdi_version: String::new(),
         kind,

@@ -84,13 +84,32 @@ enum Hook {
         #[command(flatten)]
         target: Target,
     },
+    /// Make the container's /proc/driver/nvidia/params say ModifyDeviceFiles: 0, so the driver
+    /// inside never creates or changes device nodes
+    DisableDeviceNodeModification {
+        /// Where the host's procfs is, when not /proc (ours)
+        #[arg(long, value_name = "DIR")]
+        proc_root: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Limit EGL and Vulkan to the container's GPUs (the driver's application profile)
+    UpdateApplicationProfile {
+        #[command(flatten)]
+        target: Target,
+    },
     /// Do nothing
     #[command(hide = true)]
     Noop,
 }
 
 fn open_root(target: &Target) -> anyhow::Result<Root> {
-    let root_path = match &target.container_spec {
+    open_root_and_bundle(target).map(|(root, _)| root)
+}
+
+/// The container root and its bundle directory.
+fn open_root_and_bundle(target: &Target) -> anyhow::Result<(Root, PathBuf)> {
+    let (root_path, bundle) = match &target.container_spec {
         Some(spec) => {
             let bundle = spec
                 .parent()
@@ -105,16 +124,44 @@ fn open_root(target: &Target) -> anyhow::Result<Root> {
                 root: None,
                 annotations: Default::default(),
             };
-            container_root(&state)?
+            (container_root(&state)?, state.bundle)
         }
         None => {
             let state = State::from_reader(std::io::stdin().lock())
                 .context("reading the OCI state from stdin")?;
-            container_root(&state)?
+            (container_root(&state)?, state.bundle)
         }
     };
-    Root::open_container(&root_path)
-        .with_context(|| format!("container root {}", root_path.display()))
+    let root = Root::open_container(&root_path)
+        .with_context(|| format!("container root {}", root_path.display()))?;
+    Ok((root, bundle))
+}
+
+/// `disable-device-node-modification`: the host's params, rewritten into the bundle, bound over
+/// the container's (this hook runs in the container's mount namespace, before `pivot_root`).
+fn disable_device_node_modification(
+    proc_root: Option<&str>,
+    target: &Target,
+) -> anyhow::Result<()> {
+    let proc_root = PathBuf::from(proc_root.unwrap_or(gpuctk_core::ops::DEFAULT_PROC_ROOT));
+    let (root, bundle) = open_root_and_bundle(target)?;
+    if !gpuctk_container::guard::shows_driver_procfs(&root)? {
+        tracing::debug!("disable-device-node-modification: the container shows no driver procfs");
+        return Ok(());
+    }
+    let bundle = if bundle.is_absolute() {
+        bundle
+    } else {
+        std::env::current_dir()
+            .context("the current directory")?
+            .join(bundle)
+    };
+    let Some(mount) = gpuctk_container::guard::params_mount(&proc_root, &bundle)? else {
+        tracing::debug!("disable-device-node-modification: nothing to change");
+        return Ok(());
+    };
+    gpuctk_container::legacy::bind_into(&root, &mount)?;
+    Ok(())
 }
 
 impl Hook {
@@ -157,6 +204,13 @@ impl Hook {
                 },
                 target,
             ),
+            Hook::DisableDeviceNodeModification { proc_root, target } => (
+                InRootOp::DisableDeviceNodeModification { proc_root },
+                target,
+            ),
+            Hook::UpdateApplicationProfile { target } => {
+                (InRootOp::UpdateApplicationProfile, target)
+            }
             Hook::Noop => return Ok(None),
         }))
     }
@@ -185,6 +239,9 @@ fn run(cli: HookCli) -> anyhow::Result<()> {
     let Some((op, target)) = cli.hook.into_op()? else {
         return Ok(());
     };
+    if let InRootOp::DisableDeviceNodeModification { proc_root } = &op {
+        return disable_device_node_modification(proc_root.as_deref(), &target);
+    }
     let root = open_root(&target)?;
     match ops::run(&root, &op, &hooks::Pending::default())? {
         ops::Outcome::Ldcache(report) => {
@@ -199,6 +256,9 @@ fn run(cli: HookCli) -> anyhow::Result<()> {
             }
         }
         ops::Outcome::Compat(outcome) => tracing::debug!("enable-cuda-compat: {outcome}"),
+        ops::Outcome::AppProfile(minors) => {
+            tracing::debug!("update-application-profile: GPU minors {minors:?}")
+        }
         ops::Outcome::Links(_) | ops::Outcome::Chmod => {}
     }
     Ok(())
@@ -307,7 +367,11 @@ mod tests {
     }
 
     fn random_op(r: &mut Rng) -> InRootOp {
-        match r.below(4) {
+        match r.below(6) {
+            4 => InRootOp::DisableDeviceNodeModification {
+                proc_root: (r.below(2) == 0).then(|| r.text(true)),
+            },
+            5 => InRootOp::UpdateApplicationProfile,
             0 => InRootOp::CreateSymlinks {
                 links: (0..r.below(4))
                     .filter_map(|_| {
@@ -393,13 +457,23 @@ mod tests {
         // Not ours as we know them: stays a hook.
         for args in [
             &["x", "update-ldcache", "--bogus", "1"][..],
-            &["x", "disable-device-node-modification"],
+            &["x", "disable-device-node-modification", "--bogus"],
             &["x"],
             &["x", "noop"],
             &["x", "update-ldcache", "--container-spec", "/b/config.json"],
         ] {
             assert_eq!(decode(&s(args)), Ok(None), "{args:?}");
         }
+        assert_eq!(
+            decode(&s(&["x", "disable-device-node-modification"])),
+            Ok(Some(InRootOp::DisableDeviceNodeModification {
+                proc_root: None
+            }))
+        );
+        assert_eq!(
+            decode(&s(&["x", "update-application-profile"])),
+            Ok(Some(InRootOp::UpdateApplicationProfile))
+        );
         // Ours, malformed: refused as the hook would.
         assert!(decode(&s(&["x", "create-symlinks", "--link", "nolink"])).is_err());
         assert!(decode(&s(&["x", "chmod", "--mode", "99"])).is_err());

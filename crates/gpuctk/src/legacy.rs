@@ -156,7 +156,14 @@ fn prestart(config_path: Option<&Path>) -> anyhow::Result<()> {
         return Ok(());
     }
     let rootfs = container_root(&state)?;
-    realize(&cfg, &request, pid, &rootfs, cfg.no_cgroups)
+    realize_in(
+        &cfg,
+        &request,
+        pid,
+        &rootfs,
+        cfg.no_cgroups,
+        Some(&state.bundle),
+    )
 }
 
 fn realize(
@@ -166,14 +173,54 @@ fn realize(
     rootfs: &Path,
     no_cgroups: bool,
 ) -> anyhow::Result<()> {
+    realize_in(cfg, request, pid, rootfs, no_cgroups, None)
+}
+
+/// [`realize`] with the container's bundle, where the driver's rewritten params file goes
+/// (see `crate::guard`); without one (`nvidia-container-cli configure`) that guard is left out.
+fn realize_in(
+    cfg: &Config,
+    request: &Request,
+    pid: i32,
+    rootfs: &Path,
+    no_cgroups: bool,
+    bundle: Option<&Path>,
+) -> anyhow::Result<()> {
     // The hook runs after runc read the spec: a legacy-mode request is served as `auto` would.
     let injection =
         match crate::decision::decide(request, cfg, Delivery::PrestartHook, Some(rootfs))? {
             Decision::Inject(injection) => injection,
             Decision::Untouched | Decision::PrestartHook => return Ok(()),
         };
-    let ops = crate::decision::typed_ops(&injection);
-    let edits = injection.edits;
+    let mut ops = crate::decision::typed_ops(&injection);
+    let mut edits = injection.edits;
+    // The container's procfs, through its init's root: without the driver's folder there is
+    // nothing to bind over (and procfs takes no new file). runc runs prestart hooks before
+    // `pivot_root`, where the container's procfs is under the rootfs path; others after.
+    let mut shows = false;
+    for theirs in [
+        PathBuf::from(format!("/proc/{pid}/root/proc/driver/nvidia")),
+        PathBuf::from(format!("/proc/{pid}/root"))
+            .join(rootfs.strip_prefix("/").unwrap_or(rootfs))
+            .join("proc/driver/nvidia"),
+    ] {
+        match std::fs::metadata(&theirs) {
+            Ok(_) => shows = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(anyhow!("{}: {e}", theirs.display())),
+        }
+    }
+    match bundle.filter(|_| shows) {
+        Some(b) => {
+            crate::guard::params_as_mount(&mut edits, &mut ops, b)?;
+            crate::guard::other_gpus_as_mounts(&mut edits, &cfg.proc_root, b)?;
+        }
+        None => {
+            if crate::guard::take_params_op(&mut edits, &mut ops).is_some() {
+                tracing::debug!("no bundle or no driver procfs in the container: /proc/driver/nvidia/params left as it is");
+            }
+        }
+    }
     let mut target = Target::new(pid, rootfs);
     target.no_cgroups = no_cgroups;
     let report = inject(&target, &edits, &ops)?;

@@ -6,6 +6,7 @@ mod cli;
 mod commands;
 mod config;
 mod decision;
+mod guard;
 mod hook;
 mod legacy;
 mod logging;

@@ -543,10 +543,13 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
         let ops = crate::decision::typed_ops(&injection);
         let done = hooks_in_shim(&spec, bundle, &mut injection.edits, ops)?;
         tracing::debug!("{}: {done} hooks done by the shim", path.display());
+        let mut ops = crate::decision::decode_hooks(&injection.edits);
+        crate::guard::params_in_shim(&spec, &mut injection.edits, &mut ops, bundle, runtime)?;
     }
     let edits = &injection.edits;
     gpuctk_cdi::apply::apply_edits(&mut spec, edits)
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    crate::guard::mask_other_gpus(&mut spec, &cfg.proc_root)?;
     if !edits.hooks.is_empty() {
         pass_hook_errors_on(&mut spec, runtime);
     }
@@ -600,6 +603,11 @@ fn hooks_in_shim(
     {
         return Ok(0);
     }
+    // Those needing the created container (its procfs, its /dev) stay hooks.
+    let ops: Vec<(usize, InRootOp)> = ops
+        .into_iter()
+        .filter(|(_, o)| !o.needs_live_container())
+        .collect();
     let Some(rootfs) = rootfs_of(spec, bundle) else {
         return Ok(0);
     };
@@ -646,6 +654,11 @@ fn hooks_in_shim(
         }
     }
     let mut pending = gpuctk_container::hooks::Pending::default();
+    // The `/dev` the runtime will make: the spec's devices once the edits are in.
+    let mut made = spec.clone();
+    gpuctk_cdi::apply::apply_edits(&mut made, edits)
+        .map_err(|e| anyhow!("{}: {e}", bundle.join("config.json").display()))?;
+    pending.set_gpu_minors(crate::guard::gpu_minors_in_spec(&made));
     for m in &edits.mounts {
         let Ok(file) = std::fs::File::open(&m.host_path) else {
             continue;

@@ -125,6 +125,8 @@ fn every_done_flag_is_accepted() {
         "create-symlinks",
         "enable-cuda-compat",
         "chmod",
+        "disable-device-node-modification",
+        "update-application-profile",
     ] {
         hook_help.push_str(&help(&hook, &[sub, "--help"]));
     }

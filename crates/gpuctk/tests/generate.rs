@@ -197,6 +197,29 @@ fn check_spec(h: &Host, spec: &Value, gpus: usize, version: &str) {
         hook_args(spec, "update-ldcache")[2..],
         ["--folder".to_string(), lib_dir.to_string()]
     );
+    // NVIDIA 1.20's common hooks, in its order; the procfs the hook reads is the mock host's.
+    let names: Vec<String> = common["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["args"][1].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "create-symlinks",
+            "enable-cuda-compat",
+            "update-ldcache",
+            "disable-device-node-modification",
+            "update-application-profile"
+        ],
+        "{common}"
+    );
+    assert_eq!(
+        hook_args(spec, "disable-device-node-modification")[2..],
+        [format!("--proc-root={}", h.proc_root())]
+    );
+    assert_eq!(hook_args(spec, "update-application-profile").len(), 2);
     for hook in common["hooks"].as_array().unwrap() {
         assert_eq!(hook["hookName"], "createContainer");
         assert_eq!(hook["path"], "/usr/bin/nvidia-cdi-hook");
@@ -433,6 +456,13 @@ fn nvidia_generate_flags() {
     let r = gen(&["--disable-hook", "enable-cuda-compat"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!r.stdout.contains("enable-cuda-compat") && r.stdout.contains("create-symlinks"));
+    let r = gen(&["--disable-hook", "disable-device-node-modification"]);
+    assert!(
+        !r.stdout.contains("disable-device-node-modification")
+            && r.stdout.contains("update-application-profile"),
+        "{}",
+        r.stdout
+    );
     let r = gen(&["--disable-hooks", "all"]);
     assert!(r.code == 0 && !r.stdout.contains("hooks:"), "{}", r.stdout);
     let r = gen(&[
@@ -524,7 +554,14 @@ fn transform_root_moves_host_paths() {
         cuda["containerPath"],
         "/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06"
     );
-    assert!(!r.stdout.contains(&format!("{root}/")), "{}", r.stdout);
+    // The hook's `--proc-root` (the mock host's procfs) is not a driver path: it stays.
+    assert!(
+        !r.stdout
+            .lines()
+            .any(|l| l.contains(&format!("{root}/")) && !l.contains("--proc-root=")),
+        "{}",
+        r.stdout
+    );
     // Container side, from stdin, to JSON by the output's extension.
     let out = t.join("moved.json");
     let mut c = gpuctk(&[
@@ -693,6 +730,12 @@ fn management_mode() {
             .to_string()
             .contains("libcuda.so.570.124.06"),
         "{common}"
+    );
+    // Management containers may make device nodes, as NVIDIA's management mode lets them.
+    let hooks = common["hooks"].to_string();
+    assert!(
+        !hooks.contains("disable-device-node-modification") && hooks.contains("update-ldcache"),
+        "{hooks}"
     );
     let file = t.join("management.json");
     std::fs::write(&file, &r.stdout).unwrap();

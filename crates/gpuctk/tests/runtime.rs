@@ -1783,3 +1783,153 @@ fn vendor_files_and_drm_nodes_follow_the_capabilities() {
         .unwrap_or_default();
     assert!(left.is_empty(), "records left by runs: {left:?}");
 }
+
+/// Issue 18 §3: the container's `/proc/driver/nvidia/params` says `ModifyDeviceFiles: 0` (the
+/// host's file otherwise byte for byte, read-only), and the driver's application profile names
+/// the container's GPUs only; through the shim (the hooks in it and as processes: a hook under
+/// runc, which takes no mount inside `/proc`, the runtime's own mount under crun) and legacy
+/// injection. The mock driver is not in the kernel's procfs: a tmpfs on `/proc/driver/nvidia`
+/// stands for its folder there.
+fn driver_guards(runtime: &str) {
+    let bed = Bed::new(runtime, "debian", 4);
+    let host_params =
+        fs::read_to_string(PathBuf::from(bed.host.proc_root()).join("driver/nvidia/params"))
+            .unwrap();
+    assert!(host_params.contains("\nModifyDeviceFiles: 1\n"));
+    let want = host_params.replace("\nModifyDeviceFiles: 1\n", "\nModifyDeviceFiles: 0\n");
+    let minor = bed.host.manifest["gpus"][2]["minor"].as_u64().unwrap();
+    let profile = format!(
+        r#"{{"profiles":[{{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x{:x}]}}],"rules":[{{"pattern":[],"profile":"_container_"}}]}}"#,
+        1u64 << minor
+    );
+    let crun = runtime == "crun";
+    let gpus_dir = PathBuf::from(bed.host.proc_root()).join("driver/nvidia/gpus");
+    let bus = |i: usize| {
+        bed.host.manifest["gpus"][i]["bus_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // Its own GPU's folder only (libnvidia-container's procfs mask): the others are empty.
+    let folders: String = if crun {
+        (0..4)
+            .map(|i| {
+                let b = bus(i);
+                let ls = if i == 2 { "information" } else { "" };
+                format!("/proc/driver/nvidia/gpus/{b}: {ls}\n")
+            })
+            .collect()
+    } else {
+        String::new()
+    };
+    let driver_procfs = |s: &mut Value| {
+        s["process"]["args"] = json!([
+            "/bin/sh",
+            "-c",
+            "cat /proc/driver/nvidia/params; echo ---; \
+             cat /etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf; echo; echo ---; \
+             (echo x > /proc/driver/nvidia/params) 2>/dev/null && echo writable || echo read-only"
+        ]);
+        for (dir, mode) in [
+            ("/proc/driver", "mode=755"),
+            ("/proc/driver/nvidia", "mode=555"),
+        ] {
+            s["mounts"].as_array_mut().unwrap().push(json!({
+                "destination": dir,
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "nodev", "noexec", mode]
+            }));
+        }
+        // The GPUs' folders too, where the runtime takes a bind inside /proc (crun).
+        if crun {
+            s["mounts"].as_array_mut().unwrap().push(json!({
+                "destination": "/proc/driver/nvidia/gpus",
+                "type": "bind",
+                "source": gpus_dir,
+                "options": ["rbind", "ro"]
+            }));
+            let args = s["process"]["args"][2].as_str().unwrap().to_string();
+            s["process"]["args"][2] = json!(format!(
+                "{args}; for d in /proc/driver/nvidia/gpus/*; do echo \"$d: $(ls $d)\"; done"
+            ));
+        }
+    };
+    let auto = fs::read_to_string(&bed.config).unwrap();
+    for (how, in_shim, legacy) in [
+        ("shim", true, false),
+        ("hooks", false, false),
+        ("legacy", true, true),
+    ] {
+        fs::write(&bed.config, &auto).unwrap();
+        if !in_shim {
+            bed.hooks_as_processes();
+        }
+        if legacy {
+            let cfg = auto.replace(
+                "[nvidia-container-runtime]\n",
+                "[nvidia-container-runtime]\nmode = \"legacy\"\n",
+            );
+            fs::write(&bed.config, cfg).unwrap();
+        }
+        bed.set_env(&["NVIDIA_VISIBLE_DEVICES=2", "NVIDIA_DRIVER_CAPABILITIES=all"]);
+        bed.edit(driver_procfs);
+        let r = bed.run(&format!("guard-{how}"));
+        r.ok();
+        assert_eq!(
+            r.stdout,
+            format!("{want}---\n{profile}\n---\nread-only\n{folders}"),
+            "{runtime} {how}: {}",
+            r.stderr
+        );
+        if legacy {
+            continue;
+        }
+        let masked: Vec<String> = bed.spec()["linux"]["maskedPaths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m.as_str())
+            .filter(|m| m.starts_with("/proc/driver/"))
+            .map(String::from)
+            .collect();
+        let others: Vec<String> = [0, 1, 3]
+            .iter()
+            .map(|i| format!("/proc/driver/nvidia/gpus/{}", bus(*i)))
+            .collect();
+        assert_eq!(masked, others, "{how}");
+        // Under crun the shim turned the hook into the runtime's mount of the bundle's file;
+        // runc keeps it, as does `hooks-in-shim = false`.
+        let spec = bed.spec();
+        let hooked = spec["hooks"]["createContainer"]
+            .as_array()
+            .is_some_and(|h| {
+                h.iter()
+                    .any(|h| h["args"][1] == json!("disable-device-node-modification"))
+            });
+        let mounted = spec["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["destination"] == json!("/proc/driver/nvidia/params"));
+        assert_eq!(
+            (hooked, mounted),
+            (runtime == "runc" || !in_shim, runtime == "crun" && in_shim),
+            "{how}: {spec}"
+        );
+    }
+    // Without the driver's folder in the container's procfs nothing is bound, and it starts.
+    fs::write(&bed.config, &auto).unwrap();
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=2"]);
+    bed.run("guard-noproc").ok();
+}
+
+#[test]
+fn runc_driver_guards() {
+    driver_guards("runc");
+}
+
+#[test]
+fn crun_driver_guards() {
+    driver_guards("crun");
+}

@@ -150,7 +150,7 @@ impl Work {
                     inner.compat = Some(o);
                 }
                 Outcome::Ldcache(r) => inner.ldcache = Some(r),
-                Outcome::Chmod => {}
+                Outcome::Chmod | Outcome::AppProfile(_) => {}
             }
         }
         Ok(())

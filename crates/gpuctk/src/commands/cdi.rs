@@ -13,7 +13,13 @@ use crate::cli::{GenerateArgs, ListArgs, SpecFormat, Strategy, ValidateArgs};
 
 /// The spec a `cdi generate` with these arguments writes.
 /// Our hooks, by the names `--disable-hook` takes.
-const OUR_HOOKS: [&str; 3] = ["create-symlinks", "enable-cuda-compat", "update-ldcache"];
+const OUR_HOOKS: [&str; 5] = [
+    "create-symlinks",
+    "enable-cuda-compat",
+    "update-ldcache",
+    "disable-device-node-modification",
+    "update-application-profile",
+];
 
 /// NVIDIA's flags that have no meaning for gpuctk's spec: refused where they would change what
 /// a user gets (another discovery mode), a warning where they would not.

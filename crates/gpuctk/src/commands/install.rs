@@ -469,13 +469,14 @@ fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(S
         .join("nvidia-cdi-hook")
         .to_string_lossy()
         .into_owned();
-    let p = plan(
+    let mut p = plan(
         &inv,
         &PlanOptions {
             hook_path: hook.clone(),
             capabilities: CapabilitySet::all(),
         },
     );
+    p.hooks_read_proc(&hook);
     let spec = build_spec(&inv, &p, &SpecOptions::default())?;
     let management =
         super::cdi::management_spec(&roots, &p, "management.nvidia.com", "gpu", &hook)?;
