@@ -288,16 +288,27 @@ fn jit(
         selected.iter().map(|i| format!("GPU {i}")).collect(),
     )?;
     let mut edits = p.common;
+    let mut links = Vec::new();
     for idx in &selected {
         if let Some(g) = p.gpus.iter().find(|g| g.index == *idx) {
-            edits.append(&g.edits);
+            // Its by-path link hook becomes one typed operation for all GPUs, below.
+            let mut e = g.edits.clone();
+            e.hooks.clear();
+            edits.append(&e);
+            links.extend(g.links.iter().cloned());
         }
     }
     edits.append(&extra_edits(request, settings, host, selected.len())?);
-    // Per-GPU edits carry no hooks: the common hooks keep their indices.
+    // The common hooks keep their indices; the links' hook comes after them.
+    let mut ops: Vec<(usize, InRootOp)> = p.ops.into_iter().enumerate().collect();
+    if !links.is_empty() {
+        let op = InRootOp::CreateSymlinks { links };
+        ops.push((edits.hooks.len(), op.clone()));
+        edits.hooks.push(op.to_hook(settings.hook_path));
+    }
     Ok(Injection {
         edits,
-        ops: p.ops.into_iter().enumerate().collect(),
+        ops,
         origin,
     })
 }
@@ -493,6 +504,7 @@ mod tests {
                         model: "Mock".into(),
                         node: Some(node(&format!("/dev/nvidia{i}"), i)),
                         drm: Vec::new(),
+                        drm_links: Vec::new(),
                     })
                     .collect(),
                 control_nodes: vec![node("/dev/nvidiactl", 255)],

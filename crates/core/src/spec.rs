@@ -248,10 +248,10 @@ pub fn build_management_spec(
         .iter()
         .filter(|n| Some(&n.path) != config_node.as_ref())
         .collect();
-    let mut all = ContainerEdits {
-        device_nodes: nodes.iter().map(|n| crate::plan::cdi_node(n)).collect(),
-        ..Default::default()
-    };
+    let mut all = ContainerEdits::default();
+    for n in &nodes {
+        crate::plan::push_node(&mut all, n);
+    }
     if nodes
         .iter()
         .any(|n| n.path.starts_with("/dev/nvidia-caps/"))

@@ -119,11 +119,14 @@ pub fn decide(
         delivery,
         cuda_compat: cfg.cuda_compat(),
     };
-    Ok(gpuctk_core::decide(
-        request,
-        &settings,
-        &mut LiveHost::new(cfg, rootfs),
-    )?)
+    let mut decision = gpuctk_core::decide(request, &settings, &mut LiveHost::new(cfg, rootfs))?;
+    // A static spec is applied as written; planned edits follow the feature flag.
+    if let Decision::Inject(i) = &mut decision {
+        if cfg.no_additional_gids && i.origin != gpuctk_core::Origin::Registry {
+            i.edits.additional_gids.clear();
+        }
+    }
+    Ok(decision)
 }
 
 /// Our operations among `edits`' hooks, each with its hook's index: typed already for planned

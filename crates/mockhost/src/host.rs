@@ -17,6 +17,8 @@ use crate::{ids, patch, procfs, sys, Error};
 pub const NVIDIA_MAJOR: u32 = 195;
 /// Major of the DRM nodes (`/dev/dri/card*`, `renderD*`).
 pub const DRM_MAJOR: u32 = 226;
+/// Group of the DRM card nodes: `video`, as udev's rules give them (44 on Debian and Ubuntu).
+pub const VIDEO_GID: u32 = 44;
 /// Minor of `/dev/nvidiactl`.
 pub const NVIDIACTL_MINOR: u32 = 255;
 /// Minor of `/dev/nvidia-modeset`.
@@ -382,7 +384,15 @@ fn write_device_nodes(host: &MockHost) -> Result<(), Error> {
             format!("renderD{}", 128 + gpu.index),
         );
         sys::make_char_device(&dri.join(&card), DRM_MAJOR, gpu.index, 0o660)?;
+        sys::set_group(&dri.join(&card), VIDEO_GID)?;
         sys::make_char_device(&dri.join(&render), DRM_MAJOR, 128 + gpu.index, 0o666)?;
+        // udev's persistent links, `pci-<bus id>-card -> ../cardN`.
+        for (kind, node) in [("card", &card), ("render", &render)] {
+            sys::make_symlink(
+                &Path::new("..").join(node),
+                &dri.join(format!("by-path/pci-{}-{kind}", gpu.bus_id)),
+            )?;
+        }
         let drm = host
             .dev_root
             .join("sys/bus/pci/devices")

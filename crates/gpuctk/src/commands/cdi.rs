@@ -15,6 +15,9 @@ use crate::cli::{GenerateArgs, ListArgs, SpecFormat, Strategy, ValidateArgs};
 /// Our hooks, by the names `--disable-hook` takes.
 const OUR_HOOKS: [&str; 3] = ["create-symlinks", "enable-cuda-compat", "update-ldcache"];
 
+/// NVIDIA's feature flag that leaves the device nodes' groups out of `additionalGids`.
+const NO_ADDITIONAL_GIDS: &str = "no-additional-gids-for-device-nodes";
+
 /// NVIDIA's flags that have no meaning for gpuctk's spec: refused where they would change what
 /// a user gets (another discovery mode), a warning where they would not.
 fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
@@ -35,7 +38,7 @@ fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
             tracing::warn!("--enable-hook {h}: gpuctk does not write this hook; ignored");
         }
     }
-    for f in &a.feature_flags {
+    for f in a.feature_flags.iter().filter(|f| *f != NO_ADDITIONAL_GIDS) {
         tracing::warn!("--feature-flag {f}: none of NVIDIA's nvcdi feature flags applies to gpuctk's spec; ignored");
     }
     if a.ldconfig_path.is_some() {
@@ -101,6 +104,9 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
             capabilities: CapabilitySet::all(),
         },
     );
+    if a.feature_flags.iter().any(|f| f == NO_ADDITIONAL_GIDS) {
+        plan.without_additional_gids();
+    }
     // `--disable-hook NAME` (or `all`) leaves those hooks out.
     if !a.disable_hooks.is_empty() {
         let all = a.disable_hooks.iter().any(|d| d == "all");
