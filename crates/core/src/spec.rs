@@ -168,6 +168,13 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
         for &pos in &selected {
             all.append(&plan.gpus[pos].edits);
         }
+        // Every card node's group once.
+        let mut seen = Vec::new();
+        all.additional_gids.retain(|g| {
+            let new = !seen.contains(g);
+            seen.push(*g);
+            new
+        });
         devices.push(Device {
             name: "all".to_string(),
             annotations: BTreeMap::new(),

@@ -528,6 +528,9 @@ pub struct GenerateArgs {
     /// Also record the driver version as the annotation gpuctk/driver-version (needs cdiVersion 0.6.0)
     #[arg(long)]
     pub driver_version_annotation: bool,
+    /// Put the group of each device node that is not open to all (the DRM card nodes' video) in additionalGids, so non-root container users can open it (needs cdiVersion 0.7.0, which Podman before 5 refuses)
+    #[arg(long)]
+    pub additional_gids: bool,
     /// Write the spec even when the driver root holds no libcuda of the running driver (no container could use CUDA with it)
     #[arg(long)]
     pub allow_missing_libcuda: bool,

@@ -31,6 +31,11 @@ fn assert_node_matches_host(n: &Value) {
     );
     assert_eq!(n["permissions"], "rwm");
     assert_eq!(n["type"], "c");
+    // The node keeps its group in the container (the card node's video), root's unwritten.
+    match md.gid() {
+        0 => assert!(n.get("gid").is_none(), "{n}"),
+        g => assert_eq!(n["gid"].as_u64(), Some(u64::from(g)), "{n}"),
+    }
 }
 
 fn hook_args(spec: &Value, name: &str) -> Vec<String> {
@@ -90,6 +95,23 @@ fn check_spec(h: &Host, spec: &Value, gpus: usize, version: &str) {
             for n in nodes {
                 assert_node_matches_host(n);
             }
+            // udev's by-path links, made as the host has them, for this GPU's nodes only.
+            let bus = h.manifest["gpus"][i]["bus_id"].as_str().unwrap();
+            let hooks = d["containerEdits"]["hooks"].as_array().unwrap();
+            assert_eq!(hooks.len(), 1, "{d}");
+            assert_eq!(
+                strs(&hooks[0]["args"])[1..],
+                [
+                    "create-symlinks".to_string(),
+                    "--link".into(),
+                    format!("../card{i}::/dev/dri/by-path/pci-{bus}-card"),
+                    "--link".into(),
+                    format!("../renderD{}::/dev/dri/by-path/pci-{bus}-render", 128 + i),
+                ]
+            );
+            assert_eq!(hooks[0]["hookName"], "createContainer");
+            // No additionalGids by default: they need cdiVersion 0.7.0.
+            assert!(d["containerEdits"].get("additionalGids").is_none(), "{d}");
         }
     }
     let all = devices.last().unwrap();
@@ -712,4 +734,37 @@ fn management_mode() {
     );
     // Discovery's warnings name each missing node; the error is one line.
     assert_eq!(r.stderr.matches("error:").count(), 1, "{}", r.stderr);
+}
+
+/// `--additional-gids` puts the group of each node not open to all, the card node's video (44),
+/// in its device's `additionalGids` and the `all` device's, at cdiVersion 0.7.0; NVIDIA's
+/// `--feature-flag no-additional-gids-for-device-nodes` wins over it.
+#[test]
+fn additional_gids_on_request() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 2, "570.124.06", "debian");
+    let gen = |extra: &[&str]| {
+        let mut args = vec!["cdi", "generate", "--format", "json"];
+        args.extend_from_slice(extra);
+        let r = ok(&with(&args, &h.roots()));
+        let spec: Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_cdi_schema(&spec);
+        spec
+    };
+    let spec = gen(&["--additional-gids"]);
+    assert_eq!(spec["cdiVersion"], "0.7.0");
+    for d in spec["devices"].as_array().unwrap() {
+        assert_eq!(d["containerEdits"]["additionalGids"], serde_json::json!([44]), "{d}");
+    }
+    assert!(spec["containerEdits"].get("additionalGids").is_none());
+    let card = &spec["devices"][0]["containerEdits"]["deviceNodes"][1];
+    assert_eq!(card["path"], "/dev/dri/card0");
+    assert_eq!(card["gid"], 44);
+    let off = gen(&[
+        "--additional-gids",
+        "--feature-flag",
+        "no-additional-gids-for-device-nodes",
+    ]);
+    assert_eq!(off["cdiVersion"], "0.5.0");
+    assert!(!off.to_string().contains("additionalGids"), "{off}");
 }

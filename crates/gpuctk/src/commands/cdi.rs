@@ -104,7 +104,11 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
             capabilities: CapabilitySet::all(),
         },
     );
-    if a.feature_flags.iter().any(|f| f == NO_ADDITIONAL_GIDS) {
+    // Opt-in for a static spec: `additionalGids` needs cdiVersion 0.7.0, and Podman 4 (Debian
+    // 12, Ubuntu 24.04) refuses the whole spec for it (NVIDIA's 1.19.1 broke them so). The
+    // runtime's own edits carry them, having no version to meet.
+    let gids = a.additional_gids && !a.feature_flags.iter().any(|f| f == NO_ADDITIONAL_GIDS);
+    if !gids {
         plan.without_additional_gids();
     }
     // `--disable-hook NAME` (or `all`) leaves those hooks out.
@@ -121,7 +125,10 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
         hook_warning(&hook_path, a.hook_path.is_none())
     };
     if a.mode == "management" {
-        let spec = management_spec(&inv.roots, &plan, &a.vendor, &a.class, &hook_path)?;
+        let mut spec = management_spec(&inv.roots, &plan, &a.vendor, &a.class, &hook_path)?;
+        if !gids {
+            without_additional_gids(&mut spec);
+        }
         return validated(spec).map(|s| (s, warning));
     }
     let strategies = a
@@ -146,6 +153,15 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
         },
     )?;
     validated(spec).map(|s| (s, warning))
+}
+
+/// `spec` without `additionalGids`, at the version it then needs.
+fn without_additional_gids(spec: &mut Spec) {
+    spec.container_edits.additional_gids.clear();
+    for d in &mut spec.devices {
+        d.container_edits.additional_gids.clear();
+    }
+    spec.cdi_version = gpuctk_cdi::version::minimum_version(spec).to_string();
 }
 
 /// The management spec of the host under `roots` (`--mode management`, and `gpuctk install`'s
