@@ -1783,3 +1783,42 @@ fn vendor_files_and_drm_nodes_follow_the_capabilities() {
         .unwrap_or_default();
     assert!(left.is_empty(), "records left by runs: {left:?}");
 }
+
+/// A graphics container run by a non-root user, through the shim with runc and crun: its card
+/// node keeps its group (video, 44) and the user gets the group in `additionalGids`, so opening
+/// it reaches the (absent) driver, `ENXIO`, instead of `EACCES`; udev's by-path links lead to
+/// the selected GPU's nodes, and the other GPU's links are not made.
+#[test]
+fn graphics_node_group_and_by_path_links() {
+    for runtime in ["runc", "crun"] {
+        let bed = Bed::new(runtime, "debian", 2);
+        let bus0 = bed.host.manifest["gpus"][0]["bus_id"].as_str().unwrap().to_string();
+        let bus1 = bed.host.manifest["gpus"][1]["bus_id"].as_str().unwrap().to_string();
+        bed.set_env(&[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_DRIVER_CAPABILITIES=graphics",
+        ]);
+        bed.edit(|s| {
+            s["process"]["user"] = json!({"uid": 1000, "gid": 1000});
+            s["process"]["args"] = json!(["/bin/sh", "-c", format!(
+                "grep ^Groups: /proc/self/status; ls -ln /dev/dri/card0 | awk '{{print $4}}'; \
+                 cat /dev/dri/card0 2>&1 | head -n1; \
+                 readlink /dev/dri/by-path/pci-{bus0}-card; readlink /dev/dri/by-path/pci-{bus0}-render; \
+                 ls /dev/dri/by-path/pci-{bus1}-card 2>&1 | head -n1"
+            )]);
+        });
+        let r = bed.run(&format!("gids-{runtime}"));
+        assert_eq!(r.code, 0, "{runtime}: {}", r.stderr);
+        let lines: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(lines.len(), 6, "{runtime}: {:?} {}", r.stdout, r.stderr);
+        assert!(
+            lines[0].split_whitespace().skip(1).any(|g| g == "44"),
+            "{runtime}: {}",
+            r.stdout
+        );
+        assert_eq!(lines[1], "44", "{runtime}: {}", r.stdout);
+        assert!(lines[2].contains("No such device or address"), "{runtime}: {}", r.stdout);
+        assert_eq!(lines[3..5], ["../card0", "../renderD128"], "{runtime}: {}", r.stdout);
+        assert!(lines[5].contains("No such file"), "{runtime}: {}", r.stdout);
+    }
+}
