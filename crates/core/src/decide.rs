@@ -306,11 +306,7 @@ fn jit(
         ops.push((edits.hooks.len(), op.clone()));
         edits.hooks.push(op.to_hook(settings.hook_path));
     }
-    Ok(Injection {
-        edits,
-        ops,
-        origin,
-    })
+    Ok(Injection { edits, ops, origin })
 }
 
 /// The edits for the MIG capabilities and IMEX channels `request` was granted, in a container

@@ -754,7 +754,11 @@ fn additional_gids_on_request() {
     let spec = gen(&["--additional-gids"]);
     assert_eq!(spec["cdiVersion"], "0.7.0");
     for d in spec["devices"].as_array().unwrap() {
-        assert_eq!(d["containerEdits"]["additionalGids"], serde_json::json!([44]), "{d}");
+        assert_eq!(
+            d["containerEdits"]["additionalGids"],
+            serde_json::json!([44]),
+            "{d}"
+        );
     }
     assert!(spec["containerEdits"].get("additionalGids").is_none());
     let card = &spec["devices"][0]["containerEdits"]["deviceNodes"][1];

@@ -1690,8 +1690,8 @@ fn mig_and_imex_env_through_the_hook_and_the_shim() {
 /// The loaders' vendor files and the DRM nodes follow the capabilities, through the shim's
 /// just-in-time edits and through the legacy prestart hook: `graphics` gives the EGL vendor file
 /// and the Vulkan ICD at the paths the loaders read (NVIDIA's), the driver's bytes, and the
-/// selected GPU's `/dev/dri` card and render nodes (not the other GPU's); `compute` gives the
-/// OpenCL ICD only; `utility` none.
+/// selected GPU's `/dev/dri` card and render nodes and their by-path links (not the other
+/// GPU's); `compute` gives the OpenCL ICD only; `utility` none.
 #[test]
 fn vendor_files_and_drm_nodes_follow_the_capabilities() {
     let bed = Bed::new("runc", "debian", 2);
@@ -1741,7 +1741,11 @@ fn vendor_files_and_drm_nodes_follow_the_capabilities() {
                 .split_once("==gbm\n")
                 .unwrap_or_else(|| panic!("{mode} {caps}: {}", r.stdout));
             let graphics = caps.contains("graphics");
-            let want_dri = if graphics { "card0 renderD128" } else { "" };
+            let want_dri = if graphics {
+                "by-path card0 renderD128"
+            } else {
+                ""
+            };
             assert_eq!(dri.trim(), want_dri, "{mode} {caps}: {}", r.stdout);
             // The allocator comes with compute, the link with graphics.
             let want_gbm = if caps == "compute,graphics" {
@@ -1792,8 +1796,14 @@ fn vendor_files_and_drm_nodes_follow_the_capabilities() {
 fn graphics_node_group_and_by_path_links() {
     for runtime in ["runc", "crun"] {
         let bed = Bed::new(runtime, "debian", 2);
-        let bus0 = bed.host.manifest["gpus"][0]["bus_id"].as_str().unwrap().to_string();
-        let bus1 = bed.host.manifest["gpus"][1]["bus_id"].as_str().unwrap().to_string();
+        let bus0 = bed.host.manifest["gpus"][0]["bus_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let bus1 = bed.host.manifest["gpus"][1]["bus_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
         bed.set_env(&[
             "NVIDIA_VISIBLE_DEVICES=0",
             "NVIDIA_DRIVER_CAPABILITIES=graphics",
@@ -1817,8 +1827,17 @@ fn graphics_node_group_and_by_path_links() {
             r.stdout
         );
         assert_eq!(lines[1], "44", "{runtime}: {}", r.stdout);
-        assert!(lines[2].contains("No such device or address"), "{runtime}: {}", r.stdout);
-        assert_eq!(lines[3..5], ["../card0", "../renderD128"], "{runtime}: {}", r.stdout);
+        assert!(
+            lines[2].contains("No such device or address"),
+            "{runtime}: {}",
+            r.stdout
+        );
+        assert_eq!(
+            lines[3..5],
+            ["../card0", "../renderD128"],
+            "{runtime}: {}",
+            r.stdout
+        );
         assert!(lines[5].contains("No such file"), "{runtime}: {}", r.stdout);
     }
 }
