@@ -743,6 +743,18 @@ pub struct MockCreateArgs {
     /// IMEX channel nodes to make, /dev/nvidia-caps-imex-channels/channel0 up (0-2048)
     #[arg(long, default_value_t = 0)]
     pub imex_channels: u32,
+    /// Make GPUDirect Storage's /dev/nvidia-fs0..15, /etc/cufile.json and /run/udev
+    #[arg(long)]
+    pub gds: bool,
+    /// Make the Mellanox OFED nodes /dev/infiniband/uverbs0, uverbs1 and rdma_cm
+    #[arg(long)]
+    pub mofed: bool,
+    /// Make GDRCopy's /dev/gdrdrv
+    #[arg(long)]
+    pub gdrcopy: bool,
+    /// NVSwitch nodes to make, /dev/nvidia-nvswitch0 up, with /dev/nvidia-nvswitchctl (0-64)
+    #[arg(long, default_value_t = 0)]
+    pub nvswitches: u32,
 }
 
 #[cfg(feature = "mock")]
