@@ -59,7 +59,9 @@ impl GatedMode {
     pub fn what(self) -> &'static str {
         match self {
             GatedMode::Gds => "/dev/nvidia-fs* (load nvidia-fs)",
-            GatedMode::Mofed => "/dev/infiniband/uverbs*, /dev/infiniband/rdma_cm (load ib_uverbs, rdma_ucm)",
+            GatedMode::Mofed => {
+                "/dev/infiniband/uverbs*, /dev/infiniband/rdma_cm (load ib_uverbs, rdma_ucm)"
+            }
             GatedMode::Gdrcopy => "/dev/gdrdrv (load gdrdrv)",
             GatedMode::Nvswitch => "/dev/nvidia-nvswitch* (an NVSwitch system's driver)",
         }
@@ -107,8 +109,7 @@ pub fn gated_nodes(dev_root: &Path, mode: GatedMode) -> io::Result<Vec<DeviceNod
             format!("/dev/{dir}")
         };
         let host_dir = host_path(dev_root, Path::new(&container_dir));
-        let entries = match crate::discover::read_dir_entries_at_most(&host_dir, MAX_DEV_ENTRIES)
-        {
+        let entries = match crate::discover::read_dir_entries_at_most(&host_dir, MAX_DEV_ENTRIES) {
             Ok(e) => e,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(named(&host_dir, e)),
@@ -146,6 +147,52 @@ pub fn gated_nodes(dev_root: &Path, mode: GatedMode) -> io::Result<Vec<DeviceNod
         }
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// The IMEX channel nodes under `<dev_root>/dev/nvidia-caps-imex-channels` (`channel<id>`,
+/// character devices), as (id, node) sorted by id; no folder is none.
+pub fn imex_channel_nodes(dev_root: &Path) -> io::Result<Vec<(u32, DeviceNode)>> {
+    let container_dir = "/dev/nvidia-caps-imex-channels";
+    let host_dir = host_path(dev_root, Path::new(container_dir));
+    let entries = match crate::discover::read_dir_entries_at_most(&host_dir, MAX_DEV_ENTRIES) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(named(&host_dir, e)),
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        let Some(id) = e
+            .name
+            .to_str()
+            .and_then(|n| n.strip_prefix("channel"))
+            .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|d| d.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let host = host_dir.join(&e.name);
+        let md = match fs::symlink_metadata(&host) {
+            Ok(md) => md,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(named(&host, err)),
+        };
+        if !md.file_type().is_char_device() {
+            continue;
+        }
+        out.push((
+            id,
+            DeviceNode {
+                path: format!("{container_dir}/channel{id}"),
+                host_path: host,
+                major: libc::major(md.rdev()),
+                minor: libc::minor(md.rdev()),
+                mode: md.mode() & 0o7777,
+                gid: md.gid(),
+            },
+        ));
+    }
+    out.sort_by_key(|(id, _)| *id);
     Ok(out)
 }
 

@@ -27,9 +27,9 @@ mod sys;
 pub use error::Error;
 pub use host::{
     compat_libcuda, create_host, load_host, GatedDevices, GatedMajors, HostConfig, Layout, MockGpu,
-    MockHost, DRM_MAJOR, INFINIBAND_VERBS_MAJOR, NVSWITCHCTL_MINOR, NVIDIA_FS_NODES, VIDEO_GID,
-    HOST_JSON, MAX_GPUS, MAX_IMEX_CHANNELS, MIG_CONFIG_MINOR, MIG_MONITOR_MINOR, NVIDIACTL_MINOR,
-    NVIDIA_MAJOR, NVIDIA_MODESET_MINOR, VENDOR_FILES,
+    MockHost, DRM_MAJOR, HOST_JSON, INFINIBAND_VERBS_MAJOR, MAX_GPUS, MAX_IMEX_CHANNELS,
+    MIG_CONFIG_MINOR, MIG_MONITOR_MINOR, NVIDIACTL_MINOR, NVIDIA_FS_NODES, NVIDIA_MAJOR,
+    NVIDIA_MODESET_MINOR, NVSWITCHCTL_MINOR, VENDOR_FILES, VIDEO_GID,
 };
 pub use ids::{fnv1a64, gpu_bus_id, gpu_uuid};
 pub use patch::{cuda_note_json, PatchError};

@@ -22,9 +22,10 @@ const NO_ADDITIONAL_GIDS: &str = "no-additional-gids-for-device-nodes";
 /// a user gets (another discovery mode), a warning where they would not.
 fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
     match a.mode.as_str() {
-        "auto" | "nvml" | "management" => {}
+        "auto" | "nvml" | "management" | "imex" => {}
+        m if m.parse::<gpuctk_host::GatedMode>().is_ok() => {}
         other => bail!(
-            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, and the management one; use --mode auto, nvml or management)"
+            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, the management one and the gds, mofed, gdrcopy, nvswitch and imex ones; use one of those)"
         ),
     }
     if !a.csv_files.is_empty()
@@ -85,6 +86,9 @@ fn hook_warning(hook: &str, defaulted: bool) -> Option<String> {
 /// one line).
 pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
     check_nvidia_flags(a)?;
+    if let Some(spec) = devices_mode_spec(a)? {
+        return validated(spec).map(|s| (s, None));
+    }
     let inv = a.roots.discover_with_configs(&a.config_search_paths)?;
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
     // always a wrong driver root.
@@ -153,6 +157,50 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
         },
     )?;
     validated(spec).map(|s| (s, warning))
+}
+
+/// The spec of `--mode gds|mofed|gdrcopy|nvswitch|imex`: device nodes only, found under the
+/// dev root (GDS's files under the driver root), no driver needed; `None` for other modes. The
+/// class defaults to the mode's (`nvidia.com/gds`, `nvidia.com/imex-channel`), as NVIDIA's.
+fn devices_mode_spec(a: &GenerateArgs) -> anyhow::Result<Option<Spec>> {
+    let gated = a.mode.parse::<gpuctk_host::GatedMode>().ok();
+    if gated.is_none() && a.mode != "imex" {
+        return Ok(None);
+    }
+    let roots = a.roots.roots()?;
+    let class = match (a.class.as_str(), gated) {
+        ("gpu", Some(m)) => m.name(),
+        ("gpu", None) => "imex-channel",
+        (c, _) => c,
+    };
+    let mut spec = match gated {
+        Some(mode) => {
+            let nodes = gpuctk_host::gated::gated_nodes(&roots.dev_root, mode)
+                .with_context(|| format!("--mode {mode}: cannot list the device nodes"))?;
+            let mounts = if mode == gpuctk_host::GatedMode::Gds {
+                gpuctk_host::gated::gds_mounts(&roots.driver_root)
+                    .context("--mode gds: cannot look for /run/udev and /etc/cufile.json")?
+            } else {
+                Vec::new()
+            };
+            gpuctk_core::gated::build_gated_spec(
+                mode,
+                gpuctk_core::gated::gated_edits(&nodes, &mounts),
+                &a.vendor,
+                class,
+                &roots.dev_root,
+            )?
+        }
+        None => {
+            let channels = gpuctk_host::gated::imex_channel_nodes(&roots.dev_root)
+                .context("--mode imex: cannot list the IMEX channels")?;
+            gpuctk_core::gated::build_imex_spec(&channels, &a.vendor, class, &roots.dev_root)?
+        }
+    };
+    if !a.additional_gids || a.feature_flags.iter().any(|f| f == NO_ADDITIONAL_GIDS) {
+        without_additional_gids(&mut spec);
+    }
+    Ok(Some(spec))
 }
 
 /// `spec` without `additionalGids`, at the version it then needs.
