@@ -144,6 +144,9 @@ pub struct Request {
     /// The IMEX channels granted (`NVIDIA_IMEX_CHANNELS`, `imex/<id>` device mounts,
     /// `--imex-channel`), in request order without repeats.
     pub imex_channels: Vec<u32>,
+    /// NVIDIA's gated modes asked by `NVIDIA_GDS`, `NVIDIA_MOFED`, `NVIDIA_GDRCOPY`,
+    /// `NVIDIA_NVSWITCH` `=enabled`, in NVIDIA's order; given with a device request only.
+    pub gated: Vec<gpuctk_host::GatedMode>,
     /// Requests dropped by policy, and unknown or unsupported capabilities dropped, as
     /// warnings to log.
     pub ignored: Vec<String>,
@@ -835,8 +838,18 @@ pub fn parse_request(
         privileged,
         mig: grant.mig,
         imex_channels: grant.imex_channels,
+        gated: gated_modes(&env),
         ignored,
     })
+}
+
+/// The gated modes `env` enables: `NVIDIA_<MODE>=enabled`, that exact value, as NVIDIA's
+/// modifiers compare it.
+fn gated_modes(env: &[(&str, &str)]) -> Vec<gpuctk_host::GatedMode> {
+    gpuctk_host::GatedMode::ALL
+        .into_iter()
+        .filter(|m| get(env, m.env_var()) == Some("enabled"))
+        .collect()
 }
 
 /// The capabilities a container gets, as NVIDIA's hook computes them: the env value (empty or

@@ -94,6 +94,16 @@ impl HostView for LiveHost<'_> {
     fn imex_channel(&mut self, id: u32) -> Result<DeviceNode, CapsError> {
         gpuctk_host::caps::imex_channel(&roots(self.cfg), id)
     }
+    fn gated(&mut self, mode: gpuctk_host::GatedMode) -> std::io::Result<ContainerEdits> {
+        let roots = roots(self.cfg);
+        let nodes = gpuctk_host::gated::gated_nodes(&roots.dev_root, mode)?;
+        let mounts = if mode == gpuctk_host::GatedMode::Gds && !nodes.is_empty() {
+            gpuctk_host::gated::gds_mounts(&roots.driver_root)?
+        } else {
+            Vec::new()
+        };
+        Ok(gpuctk_core::gated::gated_edits(&nodes, &mounts))
+    }
 }
 
 /// The hook binary written into hook entries.

@@ -33,8 +33,13 @@ pub struct Ran {
 
 impl Bed {
     pub fn new(runtime: &str, layout: &str, gpus: u32) -> Bed {
+        Bed::new_with(runtime, layout, gpus, &[])
+    }
+
+    /// [`Bed::new`] on a mock host made with more `mock-host create` flags (`--gds`, ...).
+    pub fn new_with(runtime: &str, layout: &str, gpus: u32, host_flags: &[&str]) -> Bed {
         let t = TestDir::new();
-        let host = mock_host(&t, "host", gpus, "570.124.06", layout);
+        let host = mock_host_with(&t, "host", gpus, "570.124.06", layout, host_flags);
         let bundle = t.join("bundle");
         fs::create_dir_all(&bundle).unwrap();
         ok(&[
@@ -1839,5 +1844,82 @@ fn graphics_node_group_and_by_path_links() {
             r.stdout
         );
         assert!(lines[5].contains("No such file"), "{runtime}: {}", r.stdout);
+    }
+}
+
+/// `NVIDIA_GDS=enabled` and `NVIDIA_GDRCOPY=enabled` with a device request give the host's
+/// `/dev/nvidia-fs*` (opening one reaches the absent driver, `ENXIO`), `/dev/gdrdrv`, GDS's
+/// `/etc/cufile.json` (the host's bytes) and `/run/udev`, through the shim (runc, crun) and the
+/// legacy prestart hook; `NVIDIA_MOFED` unset gives no `/dev/infiniband`; without the variable,
+/// or without a device request, no `nvidia-fs` node.
+#[test]
+fn gated_modes_through_the_shim_and_the_hook() {
+    let script = "cat /dev/nvidia-fs0 2>&1 | head -n1; ls /dev/gdrdrv 2>&1; \
+                  ls /dev/infiniband 2>&1 | head -n1; head -c 1 /etc/cufile.json 2>&1; echo; \
+                  test -d /run/udev && echo udev || echo no-udev";
+    for runtime in ["runc", "crun"] {
+        let bed = Bed::new_with(runtime, "debian", 1, &["--gds", "--gdrcopy", "--mofed"]);
+        let auto = fs::read_to_string(&bed.config).unwrap();
+        let legacy = auto.replace(
+            "[nvidia-container-runtime]\n",
+            "[nvidia-container-runtime]\nmode = \"legacy\"\n",
+        );
+        let modes: &[(&str, &String)] = if runtime == "runc" {
+            &[("auto", &auto), ("legacy", &legacy)]
+        } else {
+            &[("auto", &auto)]
+        };
+        for (mode, config) in modes {
+            fs::write(&bed.config, config).unwrap();
+            let with_env = |env: &[&str]| {
+                bed.set_env(env);
+                bed.edit(|s| s["process"]["args"] = json!(["/bin/sh", "-c", script]));
+            };
+            with_env(&[
+                "NVIDIA_VISIBLE_DEVICES=0",
+                "NVIDIA_GDS=enabled",
+                "NVIDIA_GDRCOPY=enabled",
+            ]);
+            let r = bed.run(&format!("gated-{runtime}-{mode}"));
+            assert_eq!(r.code, 0, "{runtime} {mode}: {}", r.stderr);
+            let lines: Vec<&str> = r.stdout.lines().collect();
+            assert_eq!(
+                lines.len(),
+                5,
+                "{runtime} {mode}: {:?} {}",
+                r.stdout,
+                r.stderr
+            );
+            assert!(
+                lines[0].contains("No such device or address"),
+                "{runtime} {mode}: {}",
+                r.stdout
+            );
+            assert_eq!(lines[1], "/dev/gdrdrv", "{runtime} {mode}");
+            assert!(
+                lines[2].contains("No such file"),
+                "{runtime} {mode}: {}",
+                r.stdout
+            );
+            assert_eq!(lines[3], "{", "{runtime} {mode}: {}", r.stdout);
+            assert_eq!(lines[4], "udev", "{runtime} {mode}: {}", r.stdout);
+            for env in [
+                &["NVIDIA_VISIBLE_DEVICES=0"][..],
+                &["NVIDIA_GDS=enabled"][..],
+            ] {
+                with_env(env);
+                let r = bed.run(&format!("gated-{runtime}-{mode}-off"));
+                assert_eq!(r.code, 0, "{runtime} {mode} {env:?}: {}", r.stderr);
+                assert!(
+                    r.stdout
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .contains("No such file"),
+                    "{runtime} {mode} {env:?}: {}",
+                    r.stdout
+                );
+            }
+        }
     }
 }
