@@ -1269,6 +1269,24 @@ mod tests {
         }
     }
 
+    /// `NVIDIA_<MODE>=enabled`, that exact value, asks for a gated mode, in NVIDIA's order.
+    #[test]
+    fn gated_modes_from_the_env() {
+        use gpuctk_host::GatedMode;
+        let r = shim(
+            &cfg(&[
+                "NVIDIA_VISIBLE_DEVICES=0",
+                "NVIDIA_GDRCOPY=enabled",
+                "NVIDIA_GDS=enabled",
+                "NVIDIA_MOFED=true",
+                "NVIDIA_NVSWITCH=Enabled",
+            ]),
+            &Policy::default(),
+        )
+        .unwrap();
+        assert_eq!(r.gated, [GatedMode::Gds, GatedMode::Gdrcopy]);
+    }
+
     /// `NVIDIA_MIG_*_DEVICES`: privileged containers only; the hook refuses an unprivileged one
     /// (as NVIDIA's), the shim drops it with a remark; only `all` is a value.
     #[test]

@@ -1845,11 +1845,30 @@ fn graphics_node_group_and_by_path_links() {
         );
         assert!(lines[5].contains("No such file"), "{runtime}: {}", r.stdout);
     }
+    // NVIDIA's feature flag leaves the group out; the node keeps it.
+    let bed = Bed::new("runc", "debian", 1);
+    bed.write_config("[features]\nno-additional-gids-for-device-nodes = true\n");
+    bed.set_env(&[
+        "NVIDIA_VISIBLE_DEVICES=0",
+        "NVIDIA_DRIVER_CAPABILITIES=graphics",
+    ]);
+    bed.edit(|s| {
+        s["process"]["user"] = json!({"uid": 1000, "gid": 1000});
+        s["process"]["args"] = json!([
+            "/bin/sh",
+            "-c",
+            "grep ^Groups: /proc/self/status; ls -ln /dev/dri/card0 | awk '{print $4}'"
+        ]);
+    });
+    let r = bed.run("gids-off");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let words: Vec<&str> = r.stdout.split_whitespace().collect();
+    assert_eq!(words, ["Groups:", "44"], "{}", r.stdout);
 }
 
 /// `NVIDIA_GDS=enabled` and `NVIDIA_GDRCOPY=enabled` with a device request give the host's
 /// `/dev/nvidia-fs*` (opening one reaches the absent driver, `ENXIO`), `/dev/gdrdrv`, GDS's
-/// `/etc/cufile.json` (the host's bytes) and `/run/udev`, through the shim (runc, crun) and the
+/// `/etc/cufile.json` and `/run/udev`, through the shim (runc, crun) and the
 /// legacy prestart hook; `NVIDIA_MOFED` unset gives no `/dev/infiniband`; without the variable,
 /// or without a device request, no `nvidia-fs` node.
 #[test]

@@ -976,6 +976,60 @@ mod tests {
         assert!(!name_matches("libnvidia-mlx.so.1", "libnvidia-ml.so"));
     }
 
+    /// A by-path link is kept when it leads to one of the GPU's nodes (relative or absolute
+    /// target); one to another GPU's node is left out; no link is none; a node in the link's
+    /// place is a warning.
+    #[test]
+    fn drm_links_lead_to_the_gpus_nodes() {
+        let d = tempfile::tempdir().unwrap();
+        let by_path = d.path().join("dev/dri/by-path");
+        fs::create_dir_all(&by_path).unwrap();
+        let node = |name: &str| DeviceNode {
+            path: format!("/dev/dri/{name}"),
+            host_path: d.path().join("dev/dri").join(name),
+            major: 226,
+            minor: 0,
+            mode: 0o660,
+            gid: 44,
+        };
+        let drm = [node("card1"), node("renderD128")];
+        let mut w = Vec::new();
+        assert!(discover_drm_links(d.path(), "0000:01:00.0", &drm, &mut w)
+            .unwrap()
+            .is_empty());
+        std::os::unix::fs::symlink("../card1", by_path.join("pci-0000:01:00.0-card")).unwrap();
+        std::os::unix::fs::symlink(
+            d.path().join("dev/dri/renderD128"),
+            by_path.join("pci-0000:01:00.0-render"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("../card2", by_path.join("pci-0000:02:00.0-card")).unwrap();
+        fs::write(by_path.join("pci-0000:02:00.0-render"), b"").unwrap();
+        let links = discover_drm_links(d.path(), "0000:01:00.0", &drm, &mut w).unwrap();
+        assert_eq!(
+            links,
+            [
+                DrmLink {
+                    link: "/dev/dri/by-path/pci-0000:01:00.0-card".into(),
+                    target: "../card1".into()
+                },
+                DrmLink {
+                    link: "/dev/dri/by-path/pci-0000:01:00.0-render".into(),
+                    target: d.path().join("dev/dri/renderD128").display().to_string()
+                }
+            ]
+        );
+        assert!(w.is_empty(), "{w:?}");
+        assert!(discover_drm_links(d.path(), "0000:02:00.0", &drm, &mut w)
+            .unwrap()
+            .is_empty());
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("pci-0000:02:00.0-render is not a link"),
+            "{w:?}"
+        );
+    }
+
     /// No `drm` folder is no node (no `nvidia-drm`); one that is there but cannot be listed
     /// (here a file where the GPU's sysfs folder should be: ENOTDIR) is an error naming it,
     /// where it used to read as "no node"; the listing stops at its cap.
