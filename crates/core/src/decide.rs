@@ -48,6 +48,9 @@ pub trait HostView {
     ) -> Result<(std::path::PathBuf, DeviceNode), CapsError>;
     /// The node of IMEX channel `id`.
     fn imex_channel(&mut self, id: u32) -> Result<DeviceNode, CapsError>;
+    /// The edits of gated `mode` on this host ([`crate::gated::gated_edits`]): empty when the
+    /// host has none of its nodes.
+    fn gated(&mut self, mode: gpuctk_host::GatedMode) -> std::io::Result<ContainerEdits>;
 }
 
 /// The configuration the decision depends on.
@@ -137,6 +140,14 @@ pub enum DecideError {
     /// A MIG capability or IMEX channel the host does not have.
     #[error(transparent)]
     Caps(#[from] CapsError),
+    /// A gated mode's nodes cannot be listed.
+    #[error("{var}=enabled: {source}")]
+    Gated {
+        /// The variable that asked.
+        var: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The global MIG capabilities with MIG devices selected, which libnvidia-container refuses.
     #[error("{from}: {item} is a MIG device; the global MIG capabilities (MIG config, MIG monitor) go with whole GPUs only: select the GPU, or drop the MIG capability request")]
     MigWithMigDevices {
@@ -288,18 +299,25 @@ fn jit(
         selected.iter().map(|i| format!("GPU {i}")).collect(),
     )?;
     let mut edits = p.common;
+    let mut links = Vec::new();
     for idx in &selected {
         if let Some(g) = p.gpus.iter().find(|g| g.index == *idx) {
-            edits.append(&g.edits);
+            // Its by-path link hook becomes one typed operation for all GPUs, below.
+            let mut e = g.edits.clone();
+            e.hooks.clear();
+            edits.append(&e);
+            links.extend(g.links.iter().cloned());
         }
     }
     edits.append(&extra_edits(request, settings, host, selected.len())?);
-    // Per-GPU edits carry no hooks: the common hooks keep their indices.
-    Ok(Injection {
-        edits,
-        ops: p.ops.into_iter().enumerate().collect(),
-        origin,
-    })
+    // The common hooks keep their indices; the links' hook comes after them.
+    let mut ops: Vec<(usize, InRootOp)> = p.ops.into_iter().enumerate().collect();
+    if !links.is_empty() {
+        let op = InRootOp::CreateSymlinks { links };
+        ops.push((edits.hooks.len(), op.clone()));
+        edits.hooks.push(op.to_hook(settings.hook_path));
+    }
+    Ok(Injection { edits, ops, origin })
 }
 
 /// The edits for the MIG capabilities and IMEX channels `request` was granted, in a container
@@ -350,6 +368,23 @@ fn extra_edits(
             .map(|id| host.imex_channel(*id))
             .collect::<Result<Vec<_>, _>>()?;
         edits.append(&crate::plan::imex_edits(&nodes));
+    }
+    // NVIDIA's gated modes, with a device request only (its modifiers add nothing without).
+    if request.wants_gpus() {
+        for m in &request.gated {
+            let e = host.gated(*m).map_err(|source| DecideError::Gated {
+                var: m.env_var(),
+                source,
+            })?;
+            if e.device_nodes.is_empty() {
+                host.warn(&format!(
+                    "{}=enabled: this host has no {}; nothing added",
+                    m.env_var(),
+                    m.what()
+                ));
+            }
+            edits.append(&e);
+        }
     }
     Ok(edits)
 }
@@ -493,6 +528,7 @@ mod tests {
                         model: "Mock".into(),
                         node: Some(node(&format!("/dev/nvidia{i}"), i)),
                         drm: Vec::new(),
+                        drm_links: Vec::new(),
                     })
                     .collect(),
                 control_nodes: vec![node("/dev/nvidiactl", 255)],
@@ -576,6 +612,14 @@ containerEdits:
             n.major = 238;
             Ok(n)
         }
+        fn gated(&mut self, mode: gpuctk_host::GatedMode) -> std::io::Result<ContainerEdits> {
+            if mode != gpuctk_host::GatedMode::Gds {
+                return Ok(ContainerEdits::default());
+            }
+            let mut n = node("/dev/nvidia-fs0", 0);
+            n.major = 239;
+            Ok(crate::gated::gated_edits(&[n], &[]))
+        }
     }
 
     /// The global MIG capabilities: the prestart hook gives the proc directory and the nodes
@@ -650,6 +694,37 @@ containerEdits:
         assert!(e.to_string().contains("IMEX channel 9"), "{e}");
     }
 
+    /// `NVIDIA_GDS=enabled` adds the host's nodes of the mode with a device request (`none`
+    /// too), nothing without one; a mode the host has no node of is a warning.
+    #[test]
+    fn gated_modes_come_with_a_device_request() {
+        let nodes = |d: &Decision| match d {
+            Decision::Inject(i) => i
+                .edits
+                .device_nodes
+                .iter()
+                .map(|n| n.path.clone())
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
+        };
+        let mut r = req(Devices::NoGpus);
+        r.gated = vec![gpuctk_host::GatedMode::Gds, gpuctk_host::GatedMode::Mofed];
+        let mut host = fake();
+        let d = decide(&r, &settings(Mode::Auto, Delivery::Shim), &mut host).unwrap();
+        assert!(nodes(&d).contains(&"/dev/nvidia-fs0".to_string()), "{d:?}");
+        assert!(
+            host.warnings
+                .iter()
+                .any(|w| w.starts_with("NVIDIA_MOFED=enabled")),
+            "{:?}",
+            host.warnings
+        );
+        let mut r = req(Devices::Unrequested);
+        r.gated = vec![gpuctk_host::GatedMode::Gds];
+        let d = decide(&r, &settings(Mode::Auto, Delivery::Shim), &mut fake()).unwrap();
+        assert!(!nodes(&d).contains(&"/dev/nvidia-fs0".to_string()), "{d:?}");
+    }
+
     fn req(devices: Devices) -> Request {
         Request {
             devices,
@@ -661,6 +736,7 @@ containerEdits:
             privileged: false,
             mig: Vec::new(),
             imex_channels: Vec::new(),
+            gated: Vec::new(),
             ignored: Vec::new(),
         }
     }

@@ -4,6 +4,7 @@
 
 pub mod capabilities;
 pub mod decide;
+pub mod gated;
 pub mod ops;
 pub mod plan;
 pub mod request;

@@ -35,8 +35,11 @@ pub struct GpuEdits {
     pub index: u32,
     /// Its UUID.
     pub uuid: String,
-    /// Its device node(s).
+    /// Its device node(s), and the hook that makes its [`GpuEdits::links`].
     pub edits: ContainerEdits,
+    /// Its `/dev/dri/by-path` links (with its DRM nodes), which `edits` makes by a
+    /// `create-symlinks` hook; typed here for a delivery that performs them itself.
+    pub links: Vec<Link>,
 }
 
 /// The planned edits: what every GPU container needs, and what each GPU adds.
@@ -67,6 +70,43 @@ impl Plan {
     pub fn retain_ops(&mut self, keep: impl Fn(&InRootOp) -> bool, hook_path: &str) {
         self.ops.retain(|o| keep(o));
         self.common.hooks = self.ops.iter().map(|o| o.to_hook(hook_path)).collect();
+        for g in &mut self.gpus {
+            let op = InRootOp::CreateSymlinks {
+                links: g.links.clone(),
+            };
+            if !g.links.is_empty() && !keep(&op) {
+                g.links.clear();
+                g.edits.hooks.clear();
+            }
+        }
+    }
+
+    /// Drop the device nodes' groups from `additionalGids` (NVIDIA's feature flag
+    /// `no-additional-gids-for-device-nodes`); the nodes keep their group.
+    pub fn without_additional_gids(&mut self) {
+        self.common.additional_gids.clear();
+        for g in &mut self.gpus {
+            g.edits.additional_gids.clear();
+        }
+    }
+}
+
+/// The group a container process needs to open `n`: its group when that is not root and the
+/// node is not readable and writable by all (a DRM card node, `root:video 0660`), as NVIDIA's
+/// generator puts it in `additionalGids`.
+pub fn node_group(n: &DeviceNode) -> Option<u32> {
+    let world_rw = n.mode & 0o004 != 0 && n.mode & 0o002 != 0;
+    (n.gid != 0 && !world_rw).then_some(n.gid)
+}
+
+/// Add `n` to `edits`: the node, and its group to `additionalGids` when [`node_group`] says it
+/// needs one (once).
+pub fn push_node(edits: &mut ContainerEdits, n: &DeviceNode) {
+    edits.device_nodes.push(cdi_node(n));
+    if let Some(g) = node_group(n) {
+        if !edits.additional_gids.contains(&g) {
+            edits.additional_gids.push(g);
+        }
     }
 }
 
@@ -82,7 +122,9 @@ pub fn cdi_node(n: &DeviceNode) -> CdiNode {
         file_mode: Some(n.mode & 0o777),
         permissions: Some("rwm".to_string()),
         uid: None,
-        gid: None,
+        // The node keeps its group in the container (NVIDIA's generator writes it when not
+        // root), or `additionalGids` would grant nothing.
+        gid: (n.gid != 0).then_some(n.gid),
     }
 }
 
@@ -202,7 +244,7 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
             _ => true,
         };
         if needed {
-            common.device_nodes.push(cdi_node(n));
+            push_node(&mut common, n);
         }
     }
 
@@ -270,16 +312,33 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
         .filter_map(|g| {
             let node = g.node.as_ref()?;
             let mut edits = ContainerEdits::default();
-            edits.device_nodes.push(cdi_node(node));
+            push_node(&mut edits, node);
             // Its DRM nodes go with it for a display or a GBM/Wayland client (NVIDIA's graphics
-            // modifier gives them to `graphics` and `display`).
+            // modifier gives them to `graphics` and `display`), and their udev by-path links,
+            // by which Xorg and Vulkan pick a GPU.
+            let mut links = Vec::new();
             if wants_graphics(caps) {
-                edits.device_nodes.extend(g.drm.iter().map(cdi_node));
+                for n in &g.drm {
+                    push_node(&mut edits, n);
+                }
+                links.extend(g.drm_links.iter().map(|l| Link {
+                    target: l.target.clone(),
+                    link: l.link.clone(),
+                }));
+                if !links.is_empty() {
+                    edits.hooks.push(
+                        InRootOp::CreateSymlinks {
+                            links: links.clone(),
+                        }
+                        .to_hook(&opts.hook_path),
+                    );
+                }
             }
             Some(GpuEdits {
                 index: g.index,
                 uuid: g.uuid.clone(),
                 edits,
+                links,
             })
         })
         .collect();
@@ -294,14 +353,18 @@ pub fn mig_edits(caps_dir: &std::path::Path, nodes: &[DeviceNode]) -> ContainerE
     edits
         .mounts
         .push(mount(caps_dir, CAPS_CONTAINER_DIR, CAPS_MOUNT_OPTIONS));
-    edits.device_nodes.extend(nodes.iter().map(cdi_node));
+    for n in nodes {
+        push_node(&mut edits, n);
+    }
     edits
 }
 
 /// The edits for IMEX channels: each channel's node.
 pub fn imex_edits(nodes: &[DeviceNode]) -> ContainerEdits {
     let mut edits = ContainerEdits::default();
-    edits.device_nodes.extend(nodes.iter().map(cdi_node));
+    for n in nodes {
+        push_node(&mut edits, n);
+    }
     edits
 }
 

@@ -144,6 +144,9 @@ pub struct Request {
     /// The IMEX channels granted (`NVIDIA_IMEX_CHANNELS`, `imex/<id>` device mounts,
     /// `--imex-channel`), in request order without repeats.
     pub imex_channels: Vec<u32>,
+    /// NVIDIA's gated modes asked by `NVIDIA_GDS`, `NVIDIA_MOFED`, `NVIDIA_GDRCOPY`,
+    /// `NVIDIA_NVSWITCH` `=enabled`, in NVIDIA's order; given with a device request only.
+    pub gated: Vec<gpuctk_host::GatedMode>,
     /// Requests dropped by policy, and unknown or unsupported capabilities dropped, as
     /// warnings to log.
     pub ignored: Vec<String>,
@@ -835,8 +838,18 @@ pub fn parse_request(
         privileged,
         mig: grant.mig,
         imex_channels: grant.imex_channels,
+        gated: gated_modes(&env),
         ignored,
     })
+}
+
+/// The gated modes `env` enables: `NVIDIA_<MODE>=enabled`, that exact value, as NVIDIA's
+/// modifiers compare it.
+fn gated_modes(env: &[(&str, &str)]) -> Vec<gpuctk_host::GatedMode> {
+    gpuctk_host::GatedMode::ALL
+        .into_iter()
+        .filter(|m| get(env, m.env_var()) == Some("enabled"))
+        .collect()
 }
 
 /// The capabilities a container gets, as NVIDIA's hook computes them: the env value (empty or
@@ -1254,6 +1267,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `NVIDIA_<MODE>=enabled`, that exact value, asks for a gated mode, in NVIDIA's order.
+    #[test]
+    fn gated_modes_from_the_env() {
+        use gpuctk_host::GatedMode;
+        let r = shim(
+            &cfg(&[
+                "NVIDIA_VISIBLE_DEVICES=0",
+                "NVIDIA_GDRCOPY=enabled",
+                "NVIDIA_GDS=enabled",
+                "NVIDIA_MOFED=true",
+                "NVIDIA_NVSWITCH=Enabled",
+            ]),
+            &Policy::default(),
+        )
+        .unwrap();
+        assert_eq!(r.gated, [GatedMode::Gds, GatedMode::Gdrcopy]);
     }
 
     /// `NVIDIA_MIG_*_DEVICES`: privileged containers only; the hook refuses an unprivileged one

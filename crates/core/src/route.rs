@@ -150,6 +150,7 @@ mod tests {
             privileged: false,
             mig: Vec::new(),
             imex_channels: Vec::new(),
+            gated: Vec::new(),
             ignored: Vec::new(),
         }
     }

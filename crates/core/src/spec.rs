@@ -182,6 +182,13 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
         for &pos in &selected {
             all.append(&plan.gpus[pos].edits);
         }
+        // Every card node's group once.
+        let mut seen = Vec::new();
+        all.additional_gids.retain(|g| {
+            let new = !seen.contains(g);
+            seen.push(*g);
+            new
+        });
         devices.push(Device {
             name: "all".to_string(),
             annotations: BTreeMap::new(),
@@ -262,10 +269,10 @@ pub fn build_management_spec(
         .iter()
         .filter(|n| Some(&n.path) != config_node.as_ref())
         .collect();
-    let mut all = ContainerEdits {
-        device_nodes: nodes.iter().map(|n| crate::plan::cdi_node(n)).collect(),
-        ..Default::default()
-    };
+    let mut all = ContainerEdits::default();
+    for n in &nodes {
+        crate::plan::push_node(&mut all, n);
+    }
     if nodes
         .iter()
         .any(|n| n.path.starts_with("/dev/nvidia-caps/"))

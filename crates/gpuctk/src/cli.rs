@@ -553,6 +553,9 @@ pub struct GenerateArgs {
     /// Also record the driver version as the annotation gpuctk/driver-version (needs cdiVersion 0.6.0)
     #[arg(long)]
     pub driver_version_annotation: bool,
+    /// Put the group of each device node that is not open to all (the DRM card nodes' video) in additionalGids, so non-root container users can open it (needs cdiVersion 0.7.0, which Podman before 5 refuses)
+    #[arg(long)]
+    pub additional_gids: bool,
     /// Write the spec even when the driver root holds no libcuda of the running driver (no container could use CUDA with it)
     #[arg(long)]
     pub allow_missing_libcuda: bool,
@@ -782,6 +785,18 @@ pub struct MockCreateArgs {
     /// IMEX channel nodes to make, /dev/nvidia-caps-imex-channels/channel0 up (0-2048)
     #[arg(long, default_value_t = 0)]
     pub imex_channels: u32,
+    /// Make GPUDirect Storage's /dev/nvidia-fs0..15, /etc/cufile.json and /run/udev
+    #[arg(long)]
+    pub gds: bool,
+    /// Make the Mellanox OFED nodes /dev/infiniband/uverbs0, uverbs1 and rdma_cm
+    #[arg(long)]
+    pub mofed: bool,
+    /// Make GDRCopy's /dev/gdrdrv
+    #[arg(long)]
+    pub gdrcopy: bool,
+    /// NVSwitch nodes to make, /dev/nvidia-nvswitch0 up, with /dev/nvidia-nvswitchctl (0-64)
+    #[arg(long, default_value_t = 0)]
+    pub nvswitches: u32,
 }
 
 #[cfg(feature = "mock")]

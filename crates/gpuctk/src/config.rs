@@ -51,6 +51,9 @@ pub struct Config {
     pub cuda_compat_mode: CompatMode,
     /// `[features] disable-cuda-compat-lib-hook`.
     pub disable_compat_hook: bool,
+    /// `[features] no-additional-gids-for-device-nodes`: planned edits leave the device nodes'
+    /// groups out of `process.user.additionalGids`.
+    pub no_additional_gids: bool,
     /// `[nvidia-container-cli] no-cgroups`: legacy injection leaves the device cgroup alone
     /// (rootless engines).
     pub no_cgroups: bool,
@@ -103,6 +106,7 @@ impl Default for Config {
             hooks_in_shim: true,
             cuda_compat_mode: CompatMode::Ldconfig,
             disable_compat_hook: false,
+            no_additional_gids: false,
             no_cgroups: false,
             not_applied: Vec::new(),
             at_default: Vec::new(),
@@ -410,6 +414,11 @@ pub const KEYS: &[(&str, Kind, bool)] = &[
     ("features", Kind::Open(&Kind::Bool), false),
     ("features.disable-cuda-compat-lib-hook", Kind::Bool, true),
     ("features.ignore-imex-channel-requests", Kind::Bool, true),
+    (
+        "features.no-additional-gids-for-device-nodes",
+        Kind::Bool,
+        true,
+    ),
     ("gpuctk", Kind::Table, true),
     ("gpuctk.dev-root", Kind::Text, true),
     ("gpuctk.proc-root", Kind::Text, true),
@@ -736,6 +745,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         }
         if let Some(v) = r.bool(t, "features.", "ignore-imex-channel-requests")? {
             c.policy.ignore_imex_channel_requests = v;
+        }
+        if let Some(v) = r.bool(t, "features.", "no-additional-gids-for-device-nodes")? {
+            c.no_additional_gids = v;
         }
     }
     if let Some(t) = table("gpuctk") {

@@ -94,6 +94,16 @@ impl HostView for LiveHost<'_> {
     fn imex_channel(&mut self, id: u32) -> Result<DeviceNode, CapsError> {
         gpuctk_host::caps::imex_channel(&roots(self.cfg), id)
     }
+    fn gated(&mut self, mode: gpuctk_host::GatedMode) -> std::io::Result<ContainerEdits> {
+        let roots = roots(self.cfg);
+        let nodes = gpuctk_host::gated::gated_nodes(&roots.dev_root, mode)?;
+        let mounts = if mode == gpuctk_host::GatedMode::Gds && !nodes.is_empty() {
+            gpuctk_host::gated::gds_mounts(&roots.driver_root)?
+        } else {
+            Vec::new()
+        };
+        Ok(gpuctk_core::gated::gated_edits(&nodes, &mounts))
+    }
 }
 
 /// The hook binary written into hook entries.
@@ -119,11 +129,14 @@ pub fn decide(
         delivery,
         cuda_compat: cfg.cuda_compat(),
     };
-    Ok(gpuctk_core::decide(
-        request,
-        &settings,
-        &mut LiveHost::new(cfg, rootfs),
-    )?)
+    let mut decision = gpuctk_core::decide(request, &settings, &mut LiveHost::new(cfg, rootfs))?;
+    // A static spec is applied as written; planned edits follow the feature flag.
+    if let Decision::Inject(i) = &mut decision {
+        if cfg.no_additional_gids && i.origin != gpuctk_core::Origin::Registry {
+            i.edits.additional_gids.clear();
+        }
+    }
+    Ok(decision)
 }
 
 /// Our operations among `edits`' hooks, each with its hook's index: typed already for planned

@@ -449,6 +449,8 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         privileged: true,
         mig: grant.mig,
         imex_channels: grant.imex_channels,
+        // libnvidia-container has no gated modes.
+        gated: Vec::new(),
         ignored: Vec::new(),
     };
     realize(cfg, &request, pid, &rootfs, no_cgroups || cfg.no_cgroups)?;

@@ -31,6 +31,11 @@ fn assert_node_matches_host(n: &Value) {
     );
     assert_eq!(n["permissions"], "rwm");
     assert_eq!(n["type"], "c");
+    // The node keeps its group in the container (the card node's video), root's unwritten.
+    match md.gid() {
+        0 => assert!(n.get("gid").is_none(), "{n}"),
+        g => assert_eq!(n["gid"].as_u64(), Some(u64::from(g)), "{n}"),
+    }
 }
 
 fn hook_args(spec: &Value, name: &str) -> Vec<String> {
@@ -90,6 +95,23 @@ fn check_spec(h: &Host, spec: &Value, gpus: usize, version: &str) {
             for n in nodes {
                 assert_node_matches_host(n);
             }
+            // udev's by-path links, made as the host has them, for this GPU's nodes only.
+            let bus = h.manifest["gpus"][i]["bus_id"].as_str().unwrap();
+            let hooks = d["containerEdits"]["hooks"].as_array().unwrap();
+            assert_eq!(hooks.len(), 1, "{d}");
+            assert_eq!(
+                strs(&hooks[0]["args"])[1..],
+                [
+                    "create-symlinks".to_string(),
+                    "--link".into(),
+                    format!("../card{i}::/dev/dri/by-path/pci-{bus}-card"),
+                    "--link".into(),
+                    format!("../renderD{}::/dev/dri/by-path/pci-{bus}-render", 128 + i),
+                ]
+            );
+            assert_eq!(hooks[0]["hookName"], "createContainer");
+            // No additionalGids by default: they need cdiVersion 0.7.0.
+            assert!(d["containerEdits"].get("additionalGids").is_none(), "{d}");
         }
     }
     let all = devices.last().unwrap();
@@ -755,4 +777,193 @@ fn management_mode() {
     );
     // Discovery's warnings name each missing node; the error is one line.
     assert_eq!(r.stderr.matches("error:").count(), 1, "{}", r.stderr);
+}
+
+/// `--additional-gids` puts the group of each node not open to all, the card node's video (44),
+/// in its device's `additionalGids` and the `all` device's, at cdiVersion 0.7.0; NVIDIA's
+/// `--feature-flag no-additional-gids-for-device-nodes` wins over it.
+#[test]
+fn additional_gids_on_request() {
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 2, "570.124.06", "debian");
+    let gen = |extra: &[&str]| {
+        let mut args = vec!["cdi", "generate", "--format", "json"];
+        args.extend_from_slice(extra);
+        let r = ok(&with(&args, &h.roots()));
+        let spec: Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_cdi_schema(&spec);
+        spec
+    };
+    let spec = gen(&["--additional-gids"]);
+    assert_eq!(spec["cdiVersion"], "0.7.0");
+    for d in spec["devices"].as_array().unwrap() {
+        assert_eq!(
+            d["containerEdits"]["additionalGids"],
+            serde_json::json!([44]),
+            "{d}"
+        );
+    }
+    assert!(spec["containerEdits"].get("additionalGids").is_none());
+    let card = &spec["devices"][0]["containerEdits"]["deviceNodes"][1];
+    assert_eq!(card["path"], "/dev/dri/card0");
+    assert_eq!(card["gid"], 44);
+    let off = gen(&[
+        "--additional-gids",
+        "--feature-flag",
+        "no-additional-gids-for-device-nodes",
+    ]);
+    assert_eq!(off["cdiVersion"], "0.5.0");
+    assert!(!off.to_string().contains("additionalGids"), "{off}");
+}
+
+/// `--mode gds|mofed|gdrcopy|nvswitch|imex`: NVIDIA's kinds (`nvidia.com/gds`, ...,
+/// `nvidia.com/imex-channel`), one `all` device with exactly the host's nodes of the mode (GDS
+/// also mounts `/run/udev` and `/etc/cufile.json`), an IMEX device per channel; no common
+/// edits. A host without the nodes is a one-line error naming what to load.
+#[test]
+fn gated_and_imex_modes() {
+    let t = TestDir::new();
+    let flags = [
+        "--gds",
+        "--mofed",
+        "--gdrcopy",
+        "--nvswitches",
+        "2",
+        "--imex-channels",
+        "3",
+    ];
+    let h = mock_host_with(&t, "host", 1, "570.124.06", "debian", &flags);
+    let gen = |h: &Host, mode: &str| {
+        run(&with(
+            &["cdi", "generate", "--format", "json", "--mode", mode],
+            &h.roots(),
+        ))
+    };
+    for (mode, kind, want) in [
+        (
+            "gds",
+            "nvidia.com/gds",
+            (0..16)
+                .map(|i| format!("/dev/nvidia-fs{i}"))
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "mofed",
+            "nvidia.com/mofed",
+            vec![
+                "/dev/infiniband/rdma_cm".into(),
+                "/dev/infiniband/uverbs0".into(),
+                "/dev/infiniband/uverbs1".into(),
+            ],
+        ),
+        ("gdrcopy", "nvidia.com/gdrcopy", vec!["/dev/gdrdrv".into()]),
+        (
+            "nvswitch",
+            "nvidia.com/nvswitch",
+            vec![
+                "/dev/nvidia-nvswitch0".into(),
+                "/dev/nvidia-nvswitch1".into(),
+                "/dev/nvidia-nvswitchctl".into(),
+            ],
+        ),
+    ] {
+        let r = gen(&h, mode);
+        assert_eq!(r.code, 0, "{mode}: {}", r.stderr);
+        let spec: Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_cdi_schema(&spec);
+        assert_eq!(spec["kind"], kind);
+        assert!(
+            spec.get("containerEdits")
+                .is_none_or(|c| c.as_object().unwrap().is_empty()),
+            "{spec}"
+        );
+        let devices = spec["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 1);
+        assert_eq!(devices[0]["name"], "all");
+        let edits = &devices[0]["containerEdits"];
+        let nodes = edits["deviceNodes"].as_array().unwrap();
+        let mut paths: Vec<String> = nodes
+            .iter()
+            .map(|n| n["path"].as_str().unwrap().to_string())
+            .collect();
+        paths.sort();
+        let mut want = want;
+        want.sort();
+        assert_eq!(paths, want, "{mode}");
+        for n in nodes {
+            assert_eq!(
+                n["hostPath"],
+                format!("{}{}", h.dev_root(), n["path"].as_str().unwrap())
+            );
+            assert_node_matches_host(n);
+        }
+        let mounts: Vec<&str> = edits["mounts"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .map(|m| m["containerPath"].as_str().unwrap())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if mode == "gds" {
+            assert_eq!(mounts, ["/run/udev", "/etc/cufile.json"], "{spec}");
+        } else {
+            assert!(mounts.is_empty(), "{spec}");
+        }
+    }
+    // The majors are the modules' in /proc/devices.
+    let devices = std::fs::read_to_string(format!(
+        "{}/devices",
+        h.manifest["proc_root"].as_str().unwrap()
+    ))
+    .unwrap();
+    for name in ["nvidia-fs", "gdrdrv", "nvidia-nvswitch", "infiniband_verbs"] {
+        assert!(
+            devices.lines().any(|l| l.ends_with(&format!(" {name}"))),
+            "{name}: {devices}"
+        );
+    }
+    let r = gen(&h, "imex");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let spec: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_cdi_schema(&spec);
+    assert_eq!(spec["kind"], "nvidia.com/imex-channel");
+    let names: Vec<&str> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["0", "1", "2", "all"]);
+    assert_eq!(
+        spec["devices"][2]["containerEdits"]["deviceNodes"][0]["path"],
+        "/dev/nvidia-caps-imex-channels/channel2"
+    );
+    assert_eq!(
+        spec["devices"][3]["containerEdits"]["deviceNodes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // A host without them: one line naming the module and the folder.
+    let bare = mock_host(&t, "bare", 1, "570.124.06", "debian");
+    for (mode, what) in [
+        ("gds", "nvidia-fs"),
+        ("mofed", "ib_uverbs"),
+        ("gdrcopy", "gdrdrv"),
+        ("nvswitch", "nvidia-nvswitch"),
+        ("imex", "nvidia-caps-imex-channels"),
+    ] {
+        let r = gen(&bare, mode);
+        assert_eq!(r.code, 1, "{mode}: {}", r.stdout);
+        assert!(
+            r.stderr.contains(what) && r.stderr.contains(&bare.dev_root()),
+            "{mode}: {}",
+            r.stderr
+        );
+        assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+        assert!(r.stdout.is_empty());
+    }
 }

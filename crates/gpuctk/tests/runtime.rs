@@ -33,8 +33,13 @@ pub struct Ran {
 
 impl Bed {
     pub fn new(runtime: &str, layout: &str, gpus: u32) -> Bed {
+        Bed::new_with(runtime, layout, gpus, &[])
+    }
+
+    /// [`Bed::new`] on a mock host made with more `mock-host create` flags (`--gds`, ...).
+    pub fn new_with(runtime: &str, layout: &str, gpus: u32, host_flags: &[&str]) -> Bed {
         let t = TestDir::new();
-        let host = mock_host(&t, "host", gpus, "570.124.06", layout);
+        let host = mock_host_with(&t, "host", gpus, "570.124.06", layout, host_flags);
         let bundle = t.join("bundle");
         fs::create_dir_all(&bundle).unwrap();
         ok(&[
@@ -1690,8 +1695,8 @@ fn mig_and_imex_env_through_the_hook_and_the_shim() {
 /// The loaders' vendor files and the DRM nodes follow the capabilities, through the shim's
 /// just-in-time edits and through the legacy prestart hook: `graphics` gives the EGL vendor file
 /// and the Vulkan ICD at the paths the loaders read (NVIDIA's), the driver's bytes, and the
-/// selected GPU's `/dev/dri` card and render nodes (not the other GPU's); `compute` gives the
-/// OpenCL ICD only; `utility` none.
+/// selected GPU's `/dev/dri` card and render nodes and their by-path links (not the other
+/// GPU's); `compute` gives the OpenCL ICD only; `utility` none.
 #[test]
 fn vendor_files_and_drm_nodes_follow_the_capabilities() {
     let bed = Bed::new("runc", "debian", 2);
@@ -1741,7 +1746,11 @@ fn vendor_files_and_drm_nodes_follow_the_capabilities() {
                 .split_once("==gbm\n")
                 .unwrap_or_else(|| panic!("{mode} {caps}: {}", r.stdout));
             let graphics = caps.contains("graphics");
-            let want_dri = if graphics { "card0 renderD128" } else { "" };
+            let want_dri = if graphics {
+                "by-path card0 renderD128"
+            } else {
+                ""
+            };
             assert_eq!(dri.trim(), want_dri, "{mode} {caps}: {}", r.stdout);
             // The allocator comes with compute, the link with graphics.
             let want_gbm = if caps == "compute,graphics" {
@@ -1932,4 +1941,152 @@ fn runc_driver_guards() {
 #[test]
 fn crun_driver_guards() {
     driver_guards("crun");
+/// A graphics container run by a non-root user, through the shim with runc and crun: its card
+/// node keeps its group (video, 44) and the user gets the group in `additionalGids`, so opening
+/// it reaches the (absent) driver, `ENXIO`, instead of `EACCES`; udev's by-path links lead to
+/// the selected GPU's nodes, and the other GPU's links are not made.
+#[test]
+fn graphics_node_group_and_by_path_links() {
+    for runtime in ["runc", "crun"] {
+        let bed = Bed::new(runtime, "debian", 2);
+        let bus0 = bed.host.manifest["gpus"][0]["bus_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let bus1 = bed.host.manifest["gpus"][1]["bus_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        bed.set_env(&[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_DRIVER_CAPABILITIES=graphics",
+        ]);
+        bed.edit(|s| {
+            s["process"]["user"] = json!({"uid": 1000, "gid": 1000});
+            s["process"]["args"] = json!(["/bin/sh", "-c", format!(
+                "grep ^Groups: /proc/self/status; ls -ln /dev/dri/card0 | awk '{{print $4}}'; \
+                 cat /dev/dri/card0 2>&1 | head -n1; \
+                 readlink /dev/dri/by-path/pci-{bus0}-card; readlink /dev/dri/by-path/pci-{bus0}-render; \
+                 ls /dev/dri/by-path/pci-{bus1}-card 2>&1 | head -n1"
+            )]);
+        });
+        let r = bed.run(&format!("gids-{runtime}"));
+        assert_eq!(r.code, 0, "{runtime}: {}", r.stderr);
+        let lines: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(lines.len(), 6, "{runtime}: {:?} {}", r.stdout, r.stderr);
+        assert!(
+            lines[0].split_whitespace().skip(1).any(|g| g == "44"),
+            "{runtime}: {}",
+            r.stdout
+        );
+        assert_eq!(lines[1], "44", "{runtime}: {}", r.stdout);
+        assert!(
+            lines[2].contains("No such device or address"),
+            "{runtime}: {}",
+            r.stdout
+        );
+        assert_eq!(
+            lines[3..5],
+            ["../card0", "../renderD128"],
+            "{runtime}: {}",
+            r.stdout
+        );
+        assert!(lines[5].contains("No such file"), "{runtime}: {}", r.stdout);
+    }
+    // NVIDIA's feature flag leaves the group out; the node keeps it.
+    let bed = Bed::new("runc", "debian", 1);
+    bed.write_config("[features]\nno-additional-gids-for-device-nodes = true\n");
+    bed.set_env(&[
+        "NVIDIA_VISIBLE_DEVICES=0",
+        "NVIDIA_DRIVER_CAPABILITIES=graphics",
+    ]);
+    bed.edit(|s| {
+        s["process"]["user"] = json!({"uid": 1000, "gid": 1000});
+        s["process"]["args"] = json!([
+            "/bin/sh",
+            "-c",
+            "grep ^Groups: /proc/self/status; ls -ln /dev/dri/card0 | awk '{print $4}'"
+        ]);
+    });
+    let r = bed.run("gids-off");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let words: Vec<&str> = r.stdout.split_whitespace().collect();
+    assert_eq!(words, ["Groups:", "44"], "{}", r.stdout);
+}
+
+/// `NVIDIA_GDS=enabled` and `NVIDIA_GDRCOPY=enabled` with a device request give the host's
+/// `/dev/nvidia-fs*` (opening one reaches the absent driver, `ENXIO`), `/dev/gdrdrv`, GDS's
+/// `/etc/cufile.json` and `/run/udev`, through the shim (runc, crun) and the
+/// legacy prestart hook; `NVIDIA_MOFED` unset gives no `/dev/infiniband`; without the variable,
+/// or without a device request, no `nvidia-fs` node.
+#[test]
+fn gated_modes_through_the_shim_and_the_hook() {
+    let script = "cat /dev/nvidia-fs0 2>&1 | head -n1; ls /dev/gdrdrv 2>&1; \
+                  ls /dev/infiniband 2>&1 | head -n1; head -c 1 /etc/cufile.json 2>&1; echo; \
+                  test -d /run/udev && echo udev || echo no-udev";
+    for runtime in ["runc", "crun"] {
+        let bed = Bed::new_with(runtime, "debian", 1, &["--gds", "--gdrcopy", "--mofed"]);
+        let auto = fs::read_to_string(&bed.config).unwrap();
+        let legacy = auto.replace(
+            "[nvidia-container-runtime]\n",
+            "[nvidia-container-runtime]\nmode = \"legacy\"\n",
+        );
+        let modes: &[(&str, &String)] = if runtime == "runc" {
+            &[("auto", &auto), ("legacy", &legacy)]
+        } else {
+            &[("auto", &auto)]
+        };
+        for (mode, config) in modes {
+            fs::write(&bed.config, config).unwrap();
+            let with_env = |env: &[&str]| {
+                bed.set_env(env);
+                bed.edit(|s| s["process"]["args"] = json!(["/bin/sh", "-c", script]));
+            };
+            with_env(&[
+                "NVIDIA_VISIBLE_DEVICES=0",
+                "NVIDIA_GDS=enabled",
+                "NVIDIA_GDRCOPY=enabled",
+            ]);
+            let r = bed.run(&format!("gated-{runtime}-{mode}"));
+            assert_eq!(r.code, 0, "{runtime} {mode}: {}", r.stderr);
+            let lines: Vec<&str> = r.stdout.lines().collect();
+            assert_eq!(
+                lines.len(),
+                5,
+                "{runtime} {mode}: {:?} {}",
+                r.stdout,
+                r.stderr
+            );
+            assert!(
+                lines[0].contains("No such device or address"),
+                "{runtime} {mode}: {}",
+                r.stdout
+            );
+            assert_eq!(lines[1], "/dev/gdrdrv", "{runtime} {mode}");
+            assert!(
+                lines[2].contains("No such file"),
+                "{runtime} {mode}: {}",
+                r.stdout
+            );
+            assert_eq!(lines[3], "{", "{runtime} {mode}: {}", r.stdout);
+            assert_eq!(lines[4], "udev", "{runtime} {mode}: {}", r.stdout);
+            for env in [
+                &["NVIDIA_VISIBLE_DEVICES=0"][..],
+                &["NVIDIA_GDS=enabled"][..],
+            ] {
+                with_env(env);
+                let r = bed.run(&format!("gated-{runtime}-{mode}-off"));
+                assert_eq!(r.code, 0, "{runtime} {mode} {env:?}: {}", r.stderr);
+                assert!(
+                    r.stdout
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .contains("No such file"),
+                    "{runtime} {mode} {env:?}: {}",
+                    r.stdout
+                );
+            }
+        }
+    }
 }

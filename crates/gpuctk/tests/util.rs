@@ -127,10 +127,22 @@ impl Host {
 }
 
 pub fn mock_host(t: &TestDir, name: &str, gpus: u32, version: &str, layout: &str) -> Host {
+    mock_host_with(t, name, gpus, version, layout, &[])
+}
+
+/// [`mock_host`] with more `mock-host create` flags (`--gds`, `--imex-channels 3`, ...).
+pub fn mock_host_with(
+    t: &TestDir,
+    name: &str,
+    gpus: u32,
+    version: &str,
+    layout: &str,
+    extra: &[&str],
+) -> Host {
     let dir = t.join(name);
     let d = dir.to_str().unwrap().to_string();
     let g = gpus.to_string();
-    ok(&[
+    let mut args = vec![
         "mock-host",
         "create",
         &d,
@@ -140,7 +152,9 @@ pub fn mock_host(t: &TestDir, name: &str, gpus: u32, version: &str, layout: &str
         version,
         "--layout",
         layout,
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    ok(&args);
     let manifest =
         serde_json::from_slice(&std::fs::read(dir.join("mock-host.json")).unwrap()).unwrap();
     Host { manifest }

@@ -17,7 +17,7 @@ use gpuctk_ldcache::{flags, NATIVE_FLAGS};
 
 use crate::catalog::{self, Capability};
 use crate::cuda::{cuda_version_known, CudaVersion};
-use crate::inventory::{DeviceNode, Gpu, HostFile, Inventory, Library, Roots};
+use crate::inventory::{DeviceNode, DrmLink, Gpu, HostFile, Inventory, Library, Roots};
 use crate::procfs::{self, DriverVersion, ProcError};
 use crate::resolve::{host_path, resolve_in_root};
 
@@ -254,6 +254,72 @@ fn discover_drm(
     Ok(out)
 }
 
+/// The `/dev/dri/by-path` links udev makes for the GPU at `bus_id` (`pci-<bus id>-card` and
+/// `-render`), read at `<dev_root>/dev/dri/by-path`, kept when they lead to one of the GPU's
+/// DRM nodes `drm` (as NVIDIA's generator keeps them). No link (no udev, as in many containers)
+/// is none; something else there is a warning; a link that cannot be read is an error.
+fn discover_drm_links(
+    dev_root: &Path,
+    bus_id: &str,
+    drm: &[DeviceNode],
+    warnings: &mut Vec<String>,
+) -> Result<Vec<DrmLink>, DiscoverError> {
+    let mut out = Vec::new();
+    if drm.is_empty() {
+        return Ok(out);
+    }
+    let bus = bus_id.to_ascii_lowercase();
+    for kind in ["card", "render"] {
+        let link = format!("/dev/dri/by-path/pci-{bus}-{kind}");
+        let host = host_path(dev_root, Path::new(&link));
+        let target = match fs::read_link(&host) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                warnings.push(format!(
+                    "GPU {bus_id}: {} is not a link; left out",
+                    host.display()
+                ));
+                continue;
+            }
+            Err(e) => return Err(io_err(&host)(e)),
+        };
+        let Some(target_text) = target.to_str() else {
+            continue;
+        };
+        let dir = host.parent().unwrap_or(Path::new("/"));
+        let resolved = lexical_join(dir, &target);
+        if drm.iter().any(|n| n.host_path == resolved) {
+            out.push(DrmLink {
+                link,
+                target: target_text.to_string(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// `dir` joined with `rel` and `.`/`..` folded away without touching the disk (what Go's
+/// `filepath.Join` gives NVIDIA's generator for a relative link target).
+fn lexical_join(dir: &Path, rel: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = if rel.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        dir.to_path_buf()
+    };
+    for c in rel.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
 /// Why a device node is left out (a warning, not an error of discovery).
 #[derive(Debug, thiserror::Error)]
 enum NodeError {
@@ -345,6 +411,7 @@ fn discover_gpus(
         } else {
             Vec::new()
         };
+        let drm_links = discover_drm_links(&roots.dev_root, &info.bus_id, &drm, warnings)?;
         gpus.push(Gpu {
             index: index as u32,
             minor: info.minor,
@@ -353,6 +420,7 @@ fn discover_gpus(
             model: info.model,
             node,
             drm,
+            drm_links,
         });
     }
     Ok(gpus)
@@ -906,6 +974,60 @@ mod tests {
         assert!(name_matches("libnvidia-ml.so.1", "libnvidia-ml.so"));
         assert!(name_matches("libnvidia-ml.so", "libnvidia-ml.so"));
         assert!(!name_matches("libnvidia-mlx.so.1", "libnvidia-ml.so"));
+    }
+
+    /// A by-path link is kept when it leads to one of the GPU's nodes (relative or absolute
+    /// target); one to another GPU's node is left out; no link is none; a node in the link's
+    /// place is a warning.
+    #[test]
+    fn drm_links_lead_to_the_gpus_nodes() {
+        let d = tempfile::tempdir().unwrap();
+        let by_path = d.path().join("dev/dri/by-path");
+        fs::create_dir_all(&by_path).unwrap();
+        let node = |name: &str| DeviceNode {
+            path: format!("/dev/dri/{name}"),
+            host_path: d.path().join("dev/dri").join(name),
+            major: 226,
+            minor: 0,
+            mode: 0o660,
+            gid: 44,
+        };
+        let drm = [node("card1"), node("renderD128")];
+        let mut w = Vec::new();
+        assert!(discover_drm_links(d.path(), "0000:01:00.0", &drm, &mut w)
+            .unwrap()
+            .is_empty());
+        std::os::unix::fs::symlink("../card1", by_path.join("pci-0000:01:00.0-card")).unwrap();
+        std::os::unix::fs::symlink(
+            d.path().join("dev/dri/renderD128"),
+            by_path.join("pci-0000:01:00.0-render"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("../card2", by_path.join("pci-0000:02:00.0-card")).unwrap();
+        fs::write(by_path.join("pci-0000:02:00.0-render"), b"").unwrap();
+        let links = discover_drm_links(d.path(), "0000:01:00.0", &drm, &mut w).unwrap();
+        assert_eq!(
+            links,
+            [
+                DrmLink {
+                    link: "/dev/dri/by-path/pci-0000:01:00.0-card".into(),
+                    target: "../card1".into()
+                },
+                DrmLink {
+                    link: "/dev/dri/by-path/pci-0000:01:00.0-render".into(),
+                    target: d.path().join("dev/dri/renderD128").display().to_string()
+                }
+            ]
+        );
+        assert!(w.is_empty(), "{w:?}");
+        assert!(discover_drm_links(d.path(), "0000:02:00.0", &drm, &mut w)
+            .unwrap()
+            .is_empty());
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("pci-0000:02:00.0-render is not a link"),
+            "{w:?}"
+        );
     }
 
     /// No `drm` folder is no node (no `nvidia-drm`); one that is there but cannot be listed

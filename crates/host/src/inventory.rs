@@ -65,6 +65,18 @@ pub struct Gpu {
     /// `<dev root>/sys/bus/pci/devices/<bus id>/drm`: the ones a display or a GBM/Wayland
     /// client opens. Empty without `nvidia-drm` loaded.
     pub drm: Vec<DeviceNode>,
+    /// The udev links to those nodes in `/dev/dri/by-path` (`pci-<bus id>-card`, `-render`)
+    /// that lead to one of them, by which Xorg, Vulkan and EGL device selection find a GPU.
+    pub drm_links: Vec<DrmLink>,
+}
+
+/// A `/dev/dri/by-path` link as udev made it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DrmLink {
+    /// The link's path in the container, e.g. `/dev/dri/by-path/pci-0000:01:00.0-card`.
+    pub link: String,
+    /// Its target, as read on the host, e.g. `../card1`.
+    pub target: String,
 }
 
 /// A driver library found on the host.

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod checks;
 pub mod cuda;
 pub mod discover;
+pub mod gated;
 pub mod inventory;
 pub mod nodes;
 pub mod procfs;
@@ -17,7 +18,8 @@ pub use caps::{CapsError, MigCapability};
 pub use catalog::Capability;
 pub use cuda::{cuda_version_for_branch, cuda_version_known, CudaVersion};
 pub use discover::{discover, DiscoverError, DiscoverOptions};
-pub use inventory::{DeviceNode, Gpu, HostFile, Inventory, Library, Roots};
+pub use gated::GatedMode;
+pub use inventory::{DeviceNode, DrmLink, Gpu, HostFile, Inventory, Library, Roots};
 pub use procfs::DriverVersion;
 
 /// The running driver's version from `<proc_root>/driver/nvidia/version`, or `None` when the

@@ -17,6 +17,8 @@ use crate::{ids, patch, procfs, sys, Error};
 pub const NVIDIA_MAJOR: u32 = 195;
 /// Major of the DRM nodes (`/dev/dri/card*`, `renderD*`).
 pub const DRM_MAJOR: u32 = 226;
+/// Group of the DRM card nodes: `video`, as udev's rules give them (44 on Debian and Ubuntu).
+pub const VIDEO_GID: u32 = 44;
 /// Minor of `/dev/nvidiactl`.
 pub const NVIDIACTL_MINOR: u32 = 255;
 /// Minor of `/dev/nvidia-modeset`.
@@ -115,7 +117,41 @@ pub struct HostConfig {
     pub ldconfig: PathBuf,
     /// IMEX channel nodes to make, `channel0` up (the driver makes none by default).
     pub imex_channels: u32,
+    /// The nodes of NVIDIA's gated modes to make (none by default).
+    pub gated: GatedDevices,
 }
+
+/// The devices other kernel modules than the GPU driver make, which NVIDIA's toolkit gives when
+/// asked (`NVIDIA_GDS=enabled`, `cdi generate --mode gds`, ...).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatedDevices {
+    /// GPUDirect Storage: `nvidia-fs0..15`, as the `nvidia-fs` module makes them on a dynamic
+    /// major, with `/etc/cufile.json` and the `/run/udev` folder.
+    pub gds: bool,
+    /// Mellanox OFED: `infiniband/uverbs0`, `uverbs1` (231:192, 193, `infiniband_verbs`) and
+    /// `infiniband/rdma_cm` (a misc node).
+    pub mofed: bool,
+    /// GDRCopy: `gdrdrv` on a dynamic major.
+    pub gdrcopy: bool,
+    /// NVSwitches: `nvidia-nvswitch0..N-1` and `nvidia-nvswitchctl` (minor 255) on the
+    /// `nvidia-nvswitch` major.
+    pub nvswitches: u32,
+}
+
+/// Major of the InfiniBand verbs nodes (`infiniband_verbs`), fixed by the kernel.
+pub const INFINIBAND_VERBS_MAJOR: u32 = 231;
+/// First minor of `infiniband/uverbs<N>`.
+pub const UVERBS_FIRST_MINOR: u32 = 192;
+/// Major of misc devices, where `rdma_cm` lives.
+pub const MISC_MAJOR: u32 = 10;
+/// The misc minor given to the mock's `rdma_cm` (the kernel hands it a dynamic one).
+pub const RDMA_CM_MINOR: u32 = 227;
+/// `nvidia-fs` nodes the module makes (its `nvfs_n_devices` default).
+pub const NVIDIA_FS_NODES: u32 = 16;
+/// Minor of `/dev/nvidia-nvswitchctl`.
+pub const NVSWITCHCTL_MINOR: u32 = 255;
+/// Most NVSwitches a mock host can have.
+pub const MAX_NVSWITCHES: u32 = 64;
 
 impl HostConfig {
     /// Two A100s, Debian layout, seed "gpuctk", ldconfig from $PATH.
@@ -129,6 +165,7 @@ impl HostConfig {
             seed: "gpuctk".to_string(),
             ldconfig: PathBuf::from("ldconfig"),
             imex_channels: 0,
+            gated: GatedDevices::default(),
         }
     }
 
@@ -144,6 +181,13 @@ impl HostConfig {
                 "driver version",
                 self.driver_version.clone(),
                 "expected digits in the form 570.124.06 or 550.54",
+            ));
+        }
+        if self.gated.nvswitches > MAX_NVSWITCHES {
+            return Err(invalid(
+                "NVSwitch count",
+                self.gated.nvswitches.to_string(),
+                &format!("must be at most {MAX_NVSWITCHES}"),
             ));
         }
         if self.imex_channels > MAX_IMEX_CHANNELS {
@@ -247,8 +291,25 @@ pub struct MockHost {
     /// IMEX channel nodes made, `channel0` up.
     #[serde(default)]
     pub imex_channels: u32,
+    /// The gated modes' nodes made.
+    #[serde(default)]
+    pub gated: GatedDevices,
+    /// Majors of `nvidia-fs`, `gdrdrv` and `nvidia-nvswitch` (0 where not made).
+    #[serde(default)]
+    pub gated_majors: GatedMajors,
     /// The GPUs.
     pub gpus: Vec<MockGpu>,
+}
+
+/// The dynamic majors of the gated modes' modules, 0 for a module not "loaded".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatedMajors {
+    /// `nvidia-fs`.
+    pub nvidia_fs: u32,
+    /// `gdrdrv`.
+    pub gdrdrv: u32,
+    /// `nvidia-nvswitch`.
+    pub nvswitch: u32,
 }
 
 /// One GPU of a mock host.
@@ -308,6 +369,20 @@ pub fn create_host(dir: &Path, cfg: &HostConfig) -> Result<MockHost, Error> {
     let caps_major = procfs::pick_free_major(&real, &[uvm_major]).ok_or_else(no_major)?;
     let imex_major =
         procfs::pick_free_major(&real, &[uvm_major, caps_major]).ok_or_else(no_major)?;
+    let mut used = vec![uvm_major, caps_major, imex_major];
+    let mut next_major = |wanted: bool| -> Result<u32, Error> {
+        if !wanted {
+            return Ok(0);
+        }
+        let m = procfs::pick_free_major(&real, &used).ok_or_else(no_major)?;
+        used.push(m);
+        Ok(m)
+    };
+    let gated_majors = GatedMajors {
+        nvidia_fs: next_major(cfg.gated.gds)?,
+        gdrdrv: next_major(cfg.gated.gdrcopy)?,
+        nvswitch: next_major(cfg.gated.nvswitches > 0)?,
+    };
     let root = sys::prepare_empty_dir(dir)?;
     let driver_root = match cfg.layout.driver_root_rel() {
         "" => root.clone(),
@@ -327,6 +402,8 @@ pub fn create_host(dir: &Path, cfg: &HostConfig) -> Result<MockHost, Error> {
         caps_major,
         imex_major,
         imex_channels: cfg.imex_channels,
+        gated: cfg.gated.clone(),
+        gated_majors,
         gpus: (0..cfg.gpus)
             .map(|i| MockGpu {
                 index: i,
@@ -382,7 +459,15 @@ fn write_device_nodes(host: &MockHost) -> Result<(), Error> {
             format!("renderD{}", 128 + gpu.index),
         );
         sys::make_char_device(&dri.join(&card), DRM_MAJOR, gpu.index, 0o660)?;
+        sys::set_group(&dri.join(&card), VIDEO_GID)?;
         sys::make_char_device(&dri.join(&render), DRM_MAJOR, 128 + gpu.index, 0o666)?;
+        // udev's persistent links, `pci-<bus id>-card -> ../cardN`.
+        for (kind, node) in [("card", &card), ("render", &render)] {
+            sys::make_symlink(
+                &Path::new("..").join(node),
+                &dri.join(format!("by-path/pci-{}-{kind}", gpu.bus_id)),
+            )?;
+        }
         let drm = host
             .dev_root
             .join("sys/bus/pci/devices")
@@ -411,6 +496,7 @@ fn write_device_nodes(host: &MockHost) -> Result<(), Error> {
             procfs::CAP_FILE_MODE,
         )?;
     }
+    write_gated_nodes(host, &dev)?;
     if host.imex_channels > 0 {
         let imex = dev.join("nvidia-caps-imex-channels");
         sys::make_dir(&imex, 0o755)?;
@@ -425,6 +511,102 @@ fn write_device_nodes(host: &MockHost) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// The gated modes' nodes, as their modules and udev rules make them (all 0666, as the
+/// packages' rules set them), and GDS's cuFile configuration and udev folder.
+fn write_gated_nodes(host: &MockHost, dev: &Path) -> Result<(), Error> {
+    let g = &host.gated;
+    let m = &host.gated_majors;
+    if g.gds {
+        for minor in 0..NVIDIA_FS_NODES {
+            sys::make_char_device(
+                &dev.join(format!("nvidia-fs{minor}")),
+                m.nvidia_fs,
+                minor,
+                0o666,
+            )?;
+        }
+        sys::write_file(
+            &host.driver_root.join("etc/cufile.json"),
+            CUFILE_JSON.as_bytes(),
+            0o644,
+        )?;
+        sys::make_dir(&host.driver_root.join("run/udev/data"), 0o755)?;
+    }
+    if g.mofed {
+        let ib = dev.join("infiniband");
+        sys::make_dir(&ib, 0o755)?;
+        for i in 0..2 {
+            sys::make_char_device(
+                &ib.join(format!("uverbs{i}")),
+                INFINIBAND_VERBS_MAJOR,
+                UVERBS_FIRST_MINOR + i,
+                0o666,
+            )?;
+        }
+        sys::make_char_device(&ib.join("rdma_cm"), MISC_MAJOR, RDMA_CM_MINOR, 0o666)?;
+    }
+    if g.gdrcopy {
+        sys::make_char_device(&dev.join("gdrdrv"), m.gdrdrv, 0, 0o666)?;
+    }
+    if g.nvswitches > 0 {
+        for i in 0..g.nvswitches {
+            sys::make_char_device(
+                &dev.join(format!("nvidia-nvswitch{i}")),
+                m.nvswitch,
+                i,
+                0o666,
+            )?;
+        }
+        sys::make_char_device(
+            &dev.join("nvidia-nvswitchctl"),
+            m.nvswitch,
+            NVSWITCHCTL_MINOR,
+            0o666,
+        )?;
+    }
+    Ok(())
+}
+
+/// A cuFile configuration as the GDS package installs it (its leading part; cuFile reads JSON
+/// with `//` comments).
+const CUFILE_JSON: &str = r#"{
+    // NOTE : Application can override custom configuration via export CUFILE_ENV_PATH_JSON=<filepath>
+    // e.g : export CUFILE_ENV_PATH_JSON="/home/<xxx>/cufile.json"
+
+    "logging": {
+        // log directory, if not enabled will create log file under current working directory
+        //"dir": "/home/<xxxx>",
+
+        // NOTICE|ERROR|WARN|INFO|DEBUG|TRACE (in decreasing order of severity)
+        "level": "ERROR"
+    },
+
+    "profile": {
+        // nvtx profiling on/off
+        "nvtx": false,
+        // cufile stats level(0-3)
+        "cufile_stats": 0
+    },
+
+    "properties": {
+        // max IO chunk size (parameter should be multiples of 64K) used by cuFileRead/Write internally per IO request
+        "max_direct_io_size_kb" : 16384,
+        // device memory size (parameter should be 4K aligned) for reserving bounce buffers for the entire GPU
+        "max_device_cache_size_kb" : 131072,
+        // per-io bounce-buffer size (parameter should be multiples of 64K) ranging from 1024kb to 16384kb
+        "per_buffer_cache_size_kb": 1024,
+        // limit on maximum device memory size (parameter should be 4K aligned) that can be pinned for a given process
+        "max_device_pinned_mem_size_kb" : 33554432,
+        // true or false (true will enable asynchronous io submission to nvidia-fs driver)
+        "use_poll_mode" : false,
+        // maximum IO request size (parameter should be 4K aligned) within or equal to which library will use polling for IO completion
+        "poll_mode_max_size_kb": 4,
+        // allow compat mode, this will enable use of cuFile posix read/writes
+        "allow_compat_mode": true
+    }
+}
+"#;
 
 fn write_proc(host: &MockHost) -> Result<(), Error> {
     let nv = host.proc_root.join("driver/nvidia");
@@ -450,9 +632,34 @@ fn write_proc(host: &MockHost) -> Result<(), Error> {
     }
     sys::write_file(
         &host.proc_root.join("devices"),
-        procfs::devices_file(host.uvm_major, host.caps_major, host.imex_major).as_bytes(),
+        procfs::devices_file(
+            host.uvm_major,
+            host.caps_major,
+            host.imex_major,
+            &gated_devices_entries(host),
+        )
+        .as_bytes(),
         0o444,
     )
+}
+
+/// The `/proc/devices` lines of the gated modes' modules that are "loaded".
+fn gated_devices_entries(host: &MockHost) -> Vec<(u32, &'static str)> {
+    let (g, m) = (&host.gated, &host.gated_majors);
+    let mut out = Vec::new();
+    if g.gds {
+        out.push((m.nvidia_fs, "nvidia-fs"));
+    }
+    if g.mofed {
+        out.push((INFINIBAND_VERBS_MAJOR, "infiniband_verbs"));
+    }
+    if g.gdrcopy {
+        out.push((m.gdrdrv, "gdrdrv"));
+    }
+    if g.nvswitches > 0 {
+        out.push((m.nvswitch, "nvidia-nvswitch"));
+    }
+    out
 }
 
 fn write_os_release(host: &MockHost) -> Result<(), Error> {

@@ -152,7 +152,12 @@ pub(crate) fn cap_file(minor: u32) -> String {
 }
 
 /// `/proc/devices` for the mock host: ordinary entries plus the driver's.
-pub(crate) fn devices_file(uvm_major: u32, caps_major: u32, imex_major: u32) -> String {
+pub(crate) fn devices_file(
+    uvm_major: u32,
+    caps_major: u32,
+    imex_major: u32,
+    extra: &[(u32, &'static str)],
+) -> String {
     let mut chars: Vec<(u32, &str)> = vec![
         (1, "mem"),
         (4, "/dev/vc/0"),
@@ -175,6 +180,7 @@ pub(crate) fn devices_file(uvm_major: u32, caps_major: u32, imex_major: u32) -> 
         (caps_major, "nvidia-caps"),
         (imex_major, "nvidia-caps-imex-channels"),
     ];
+    chars.extend_from_slice(extra);
     // The kernel lists by major; the sort is stable so equal majors keep order.
     chars.sort_by_key(|(m, _)| *m);
     let mut out = String::from("Character devices:\n");
@@ -204,9 +210,10 @@ mod tests {
 
     #[test]
     fn devices_file_round_trips() {
-        let text = devices_file(508, 507, 506);
+        let text = devices_file(508, 507, 506, &[(505, "gdrdrv")]);
         assert!(text.contains("507 nvidia-caps\n"));
         assert!(text.contains("506 nvidia-caps-imex-channels\n"));
+        assert!(text.contains("505 gdrdrv\n"));
         assert_eq!(
             cap_file(1),
             "DeviceFileMinor: 1\nDeviceFileMode: 292\nDeviceFileModify: 1\n"

@@ -81,6 +81,11 @@ pub(crate) fn make_char_device(
     set_mode(path, mode)
 }
 
+/// `chown path -1:gid`: give `path` to a group, as udev gives the DRM card nodes to `video`.
+pub(crate) fn set_group(path: &Path, gid: u32) -> Result<(), Error> {
+    std::os::unix::fs::lchown(path, None, Some(gid)).map_err(io_err("chown", path, ""))
+}
+
 /// Create a unix socket file at `path` the way a daemon's listener leaves it.
 pub(crate) fn make_socket(path: &Path) -> Result<(), Error> {
     if let Some(parent) = path.parent() {

@@ -21,13 +21,17 @@ const OUR_HOOKS: [&str; 5] = [
     "update-application-profile",
 ];
 
+/// NVIDIA's feature flag that leaves the device nodes' groups out of `additionalGids`.
+const NO_ADDITIONAL_GIDS: &str = "no-additional-gids-for-device-nodes";
+
 /// NVIDIA's flags that have no meaning for gpuctk's spec: refused where they would change what
 /// a user gets (another discovery mode), a warning where they would not.
 fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
     match a.mode.as_str() {
-        "auto" | "nvml" | "management" => {}
+        "auto" | "nvml" | "management" | "imex" => {}
+        m if m.parse::<gpuctk_host::GatedMode>().is_ok() => {}
         other => bail!(
-            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, and the management one; use --mode auto, nvml or management)"
+            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, the management one and the gds, mofed, gdrcopy, nvswitch and imex ones; use one of those)"
         ),
     }
     if !a.csv_files.is_empty()
@@ -41,7 +45,7 @@ fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
             tracing::warn!("--enable-hook {h}: gpuctk does not write this hook; ignored");
         }
     }
-    for f in &a.feature_flags {
+    for f in a.feature_flags.iter().filter(|f| *f != NO_ADDITIONAL_GIDS) {
         tracing::warn!("--feature-flag {f}: none of NVIDIA's nvcdi feature flags applies to gpuctk's spec; ignored");
     }
     if a.ldconfig_path.is_some() {
@@ -88,6 +92,9 @@ fn hook_warning(hook: &str, defaulted: bool) -> Option<String> {
 /// one line).
 pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
     check_nvidia_flags(a)?;
+    if let Some(spec) = devices_mode_spec(a)? {
+        return validated(spec).map(|s| (s, None));
+    }
     let inv = a.roots.discover_with_configs(&a.config_search_paths)?;
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
     // always a wrong driver root.
@@ -107,6 +114,13 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
             capabilities: CapabilitySet::all(),
         },
     );
+    // Opt-in for a static spec: `additionalGids` needs cdiVersion 0.7.0, and Podman 4 (Debian
+    // 12, Ubuntu 24.04) refuses the whole spec for it (NVIDIA's 1.19.1 broke them so). The
+    // runtime's own edits carry them, having no version to meet.
+    let gids = a.additional_gids && !a.feature_flags.iter().any(|f| f == NO_ADDITIONAL_GIDS);
+    if !gids {
+        plan.without_additional_gids();
+    }
     // `--disable-hook NAME` (or `all`) leaves those hooks out.
     if !a.disable_hooks.is_empty() {
         let all = a.disable_hooks.iter().any(|d| d == "all");
@@ -121,7 +135,10 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
         hook_warning(&hook_path, a.hook_path.is_none())
     };
     if a.mode == "management" {
-        let spec = management_spec(&inv.roots, &plan, &a.vendor, &a.class, &hook_path)?;
+        let mut spec = management_spec(&inv.roots, &plan, &a.vendor, &a.class, &hook_path)?;
+        if !gids {
+            without_additional_gids(&mut spec);
+        }
         return validated(spec).map(|s| (s, warning));
     }
     let strategies = a
@@ -146,6 +163,59 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
         },
     )?;
     validated(spec).map(|s| (s, warning))
+}
+
+/// The spec of `--mode gds|mofed|gdrcopy|nvswitch|imex`: device nodes only, found under the
+/// dev root (GDS's files under the driver root), no driver needed; `None` for other modes. The
+/// class defaults to the mode's (`nvidia.com/gds`, `nvidia.com/imex-channel`), as NVIDIA's.
+fn devices_mode_spec(a: &GenerateArgs) -> anyhow::Result<Option<Spec>> {
+    let gated = a.mode.parse::<gpuctk_host::GatedMode>().ok();
+    if gated.is_none() && a.mode != "imex" {
+        return Ok(None);
+    }
+    let roots = a.roots.roots()?;
+    let class = match (a.class.as_str(), gated) {
+        ("gpu", Some(m)) => m.name(),
+        ("gpu", None) => "imex-channel",
+        (c, _) => c,
+    };
+    let mut spec = match gated {
+        Some(mode) => {
+            let nodes = gpuctk_host::gated::gated_nodes(&roots.dev_root, mode)
+                .with_context(|| format!("--mode {mode}: cannot list the device nodes"))?;
+            let mounts = if mode == gpuctk_host::GatedMode::Gds {
+                gpuctk_host::gated::gds_mounts(&roots.driver_root)
+                    .context("--mode gds: cannot look for /run/udev and /etc/cufile.json")?
+            } else {
+                Vec::new()
+            };
+            gpuctk_core::gated::build_gated_spec(
+                mode,
+                gpuctk_core::gated::gated_edits(&nodes, &mounts),
+                &a.vendor,
+                class,
+                &roots.dev_root,
+            )?
+        }
+        None => {
+            let channels = gpuctk_host::gated::imex_channel_nodes(&roots.dev_root)
+                .context("--mode imex: cannot list the IMEX channels")?;
+            gpuctk_core::gated::build_imex_spec(&channels, &a.vendor, class, &roots.dev_root)?
+        }
+    };
+    if !a.additional_gids || a.feature_flags.iter().any(|f| f == NO_ADDITIONAL_GIDS) {
+        without_additional_gids(&mut spec);
+    }
+    Ok(Some(spec))
+}
+
+/// `spec` without `additionalGids`, at the version it then needs.
+fn without_additional_gids(spec: &mut Spec) {
+    spec.container_edits.additional_gids.clear();
+    for d in &mut spec.devices {
+        d.container_edits.additional_gids.clear();
+    }
+    spec.cdi_version = gpuctk_cdi::version::minimum_version(spec).to_string();
 }
 
 /// The management spec of the host under `roots` (`--mode management`, and `gpuctk install`'s

@@ -36,6 +36,12 @@ pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
     cfg.model = a.model.clone();
     cfg.ldconfig = a.ldconfig.clone();
     cfg.imex_channels = a.imex_channels;
+    cfg.gated = gpuctk_mockhost::GatedDevices {
+        gds: a.gds,
+        mofed: a.mofed,
+        gdrcopy: a.gdrcopy,
+        nvswitches: a.nvswitches,
+    };
     Ok(cfg)
 }
 
