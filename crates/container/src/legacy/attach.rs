@@ -3,15 +3,16 @@
 //! Where the kernel has the mount API (Linux 5.2; `mount_setattr`, 5.12), the source is cloned
 //! on the host into a detached mount (`open_tree(OPEN_TREE_CLONE)`), its flags set there, and
 //! moved onto the target's descriptor (`move_mount`). Before 5.2 (`ENOSYS`) there is no detached
-//! mount (nor, before 5.12, a way to set a detached mount's flags): the source is remembered by its canonical host path and its device and inode, and in
-//! the container's mount namespace (before `pivot_root` it still shows the host's tree, which is
-//! when runtimes run prestart hooks) it is opened again by that path, checked to be the same
-//! inode, and bound with the classic `mount(MS_BIND)` from descriptor to descriptor through
-//! `/proc/thread-self/fd` (as runc does), so neither side's path is resolved by name; the flags
-//! are then set by a bind remount of the new mount, opened again by its single name and checked
-//! to be the source. Where the host path is not visible there (the runtime has pivoted already)
-//! or a recursive bind of a folder must be made read-only (the classic remount changes the top mount only),
-//! one line says that this needs Linux 5.2 (or 5.12).
+//! mount, nor before 5.12 a way to set a detached mount's flags: the source is then remembered
+//! by its canonical host path and its device and inode, and in the container's mount namespace
+//! (before `pivot_root` it still shows the host's tree, which is when runtimes run prestart
+//! hooks) it is opened again by that path, checked to be the same inode, and bound with the
+//! classic `mount(MS_BIND)` from descriptor to descriptor through `/proc/thread-self/fd` (as runc
+//! does), so neither side's path is resolved by name. The flags are then set by a bind remount
+//! of the new mount, opened again by its single name and checked to be the source. Where the
+//! host path is not visible there (the runtime has pivoted already), or a recursive bind of a
+//! folder that holds mounts must be made read-only (the classic remount changes one mount), one
+//! line says that this needs Linux 5.2 (or 5.12).
 
 use super::*;
 use std::ffi::CStr;
@@ -155,13 +156,6 @@ pub(super) fn attach(
         }
     };
     let is_dir = fstat(src.as_raw_fd())?.st_mode & libc::S_IFMT == libc::S_IFDIR;
-    // A file has no submounts; a folder's would keep their own flags.
-    if recursive && is_dir && (flags.set | flags.clear) != 0 {
-        return Err(needs(
-            "mount_setattr",
-            "a recursive bind of a folder with mount flags (ro, nosuid, nodev, noexec) would leave its submounts unchanged",
-        ));
-    }
     let bind = libc::MS_BIND | if recursive { libc::MS_REC } else { 0 };
     // SAFETY: NUL-terminated paths; no fs type or data for a bind.
     check(unsafe {
@@ -176,6 +170,60 @@ pub(super) fn attach(
     if (flags.set | flags.clear) == 0 && flags.propagation.is_none() {
         return Ok(());
     }
+    let set = set_flags(dfd, name, id, recursive && is_dir, flags);
+    if set.is_err() {
+        // Not attached half-way: the caller's undo list only hears of a mount that is done.
+        // This thread's cwd is its own (unshare(CLONE_FS)); the name is a single component.
+        // SAFETY: valid descriptor and NUL-terminated name.
+        unsafe {
+            if libc::fchdir(dfd) == 0 {
+                libc::umount2(name.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW);
+            }
+        }
+    }
+    set
+}
+
+/// Most bytes of `/proc/thread-self/mountinfo` read: far more than any mount table has.
+const MOUNTINFO_CAP: u64 = 16 << 20;
+
+/// A kernel file, at most `cap` bytes.
+fn read_proc(path: &str, cap: u64) -> io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(cap + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > cap {
+        return Err(io::Error::other(format!("{path}: more than {cap} bytes")));
+    }
+    Ok(text)
+}
+
+/// Whether the mount whose root `fd` is has mounts on top of anything below it, in this
+/// thread's mount namespace (`mnt_id` from fdinfo, then a line of mountinfo naming it parent).
+fn has_submounts(fd: RawFd) -> io::Result<bool> {
+    let info = read_proc(&format!("/proc/thread-self/fdinfo/{fd}"), 64 << 10)?;
+    let id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| io::Error::other("no mnt_id in /proc/thread-self/fdinfo"))?;
+    let table = read_proc("/proc/thread-self/mountinfo", MOUNTINFO_CAP)?;
+    Ok(table
+        .lines()
+        .any(|l| l.split(' ').nth(1).and_then(|p| p.parse::<u64>().ok()) == Some(id)))
+}
+
+/// The flags and propagation of the classic bind just made as `name` in `dfd` (see [`attach`]).
+fn set_flags(
+    dfd: RawFd,
+    name: &CStr,
+    id: (u64, u64),
+    recursive_dir: bool,
+    flags: &MountFlags,
+) -> io::Result<()> {
+    let recursive = flags.recursive;
     // The new mount, by its single name, never followed: it must show the source.
     // SAFETY: valid descriptor and NUL-terminated single name.
     let top = owned_or_err(unsafe {
@@ -192,6 +240,13 @@ pub(super) fn attach(
         ));
     }
     let at = thread_fd_path(top.as_raw_fd());
+    // A folder's submounts would keep their own flags: the classic remount changes one mount.
+    if recursive_dir && (flags.set | flags.clear) != 0 && has_submounts(top.as_raw_fd())? {
+        return Err(needs(
+            "mount_setattr",
+            "the folder has mounts inside it, which a bind remount would leave writable (or suid, dev, exec)",
+        ));
+    }
     if (flags.set | flags.clear) != 0 {
         // The flags the source's mount has (some may be locked in a user namespace) with ours.
         // SAFETY: statvfs is plain old data.

@@ -14,9 +14,10 @@ use crate::util::TestDir;
 /// Set in the child run, where the filter is on.
 const UNDER_FILTER: &str = "GPUCTK_TEST_OLD_KERNEL";
 
-/// The tests run again under the filter: deliveries through both runtimes, and the attack suite
+/// The tests run again under the filter: deliveries through both runtimes; the attack suite
 /// through the shim's in-root hooks (CDI) under runc and crun, the legacy prestart hook and
-/// `nvidia-container-cli configure`.
+/// `nvidia-container-cli configure`; enroot's and Apptainer's `configure` in a user namespace
+/// and as an unprivileged user (nodes bound, not made).
 const SECOND_RUN: &[&str] = &[
     "old_kernel::the_filter_is_on",
     "runtime::runc_rhel_selections",
@@ -26,6 +27,10 @@ const SECOND_RUN: &[&str] = &[
     "attacks::shim_crun_run",
     "attacks::prestart_hook_runc",
     "attacks::nvidia_container_cli_configure",
+    "hpc::enroot_as_root_in_a_user_namespace",
+    "hpc::enroot_as_an_unprivileged_user",
+    "hpc::enroot_mig_flags_accepted",
+    "hpc::apptainer_nvccli",
 ];
 
 /// Compiles the launcher into `dir`.
