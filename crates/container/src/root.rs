@@ -1136,9 +1136,8 @@ impl Dir<'_> {
 
     /// Whether entry `name` is a regular file mounted there (a bind mount, which is how
     /// runtimes and the legacy hook deliver driver libraries), without following a symlink:
-    /// `statx`'s `STATX_ATTR_MOUNT_ROOT` (Linux 5.8), or, where the kernel does not report it (or
-    /// has no `statx`, before 4.11), a device other than the folder's. `false` when it does not
-    /// exist.
+    /// `statx`'s `STATX_ATTR_MOUNT_ROOT` (Linux 5.8), or, where the kernel does not report it, a
+    /// device other than the folder's. `false` when it does not exist.
     pub fn is_mounted_file(&self, name: &str) -> Result<bool, RootError> {
         let path = self.child(name);
         let c = name_cstring(OsStr::new(name), &path)?;
@@ -1154,22 +1153,12 @@ impl Dir<'_> {
                 &mut stx,
             )
         };
-        let dir_dev = || {
-            fstat(self.fd.as_raw_fd())
-                .map(|m| m.dev)
-                .map_err(|e| self.root.io_err(&self.path, "stat", e))
-        };
         if rc != 0 {
             let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::ENOENT) => Ok(false),
-                // Before Linux 4.11 (or under a seccomp filter that hides it): the device test.
-                Some(libc::ENOSYS) => match self.lstat(name)? {
-                    Some(m) if m.kind == FileKind::File => Ok(m.dev != dir_dev()?),
-                    _ => Ok(false),
-                },
-                _ => Err(self.root.io_err(&path, "statx", e)),
-            };
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                return Ok(false);
+            }
+            return Err(self.root.io_err(&path, "statx", e));
         }
         if u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFREG {
             return Ok(false);
@@ -1178,7 +1167,9 @@ impl Dir<'_> {
         if stx.stx_attributes_mask & mount_root != 0 {
             return Ok(stx.stx_attributes & mount_root != 0);
         }
-        Ok(libc::makedev(stx.stx_dev_major, stx.stx_dev_minor) != dir_dev()?)
+        let dir =
+            fstat(self.fd.as_raw_fd()).map_err(|e| self.root.io_err(&self.path, "stat", e))?;
+        Ok(libc::makedev(stx.stx_dev_major, stx.stx_dev_minor) != dir.dev)
     }
 
     /// The target of symlink entry `name`, not followed; `None` when it does not exist or is
