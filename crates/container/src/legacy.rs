@@ -14,7 +14,9 @@
 //!    canonical path, checked to be a regular file, socket or directory,
 //!    and cloned there into a detached mount (`open_tree(OPEN_TREE_CLONE)`)
 //!    whose flags (`ro`, `nosuid`, `nodev`, `noexec`) are set
-//!    (`mount_setattr`) before it is ever attached anywhere.
+//!    (`mount_setattr`) before it is ever attached anywhere. On kernels without these calls
+//!    (before 5.2, or 5.12 for the flags) the source is bound the classic way instead, from the
+//!    container's namespace before `pivot_root` (see [`attach`]).
 //! 3. **The container's mount namespace** is entered by a dedicated thread
 //!    that first gives itself its own filesystem context
 //!    (`unshare(CLONE_FS)`), which is what `setns(CLONE_NEWNS)` requires;
@@ -41,6 +43,7 @@
 //!    line) run on the same [`Root`]; a hook that is not one of them is
 //!    noted and skipped.
 
+mod attach;
 pub mod bpf;
 pub mod cgroup;
 mod leftovers;
@@ -61,6 +64,7 @@ use gpuctk_cdi::spec::{ContainerEdits, DeviceNode, Mount};
 use crate::hooks::{self, CompatOutcome, HookError, LdcacheReport};
 use crate::ops::Outcome;
 use crate::root::{split_parent, FileKind, Root, RootError};
+use attach::*;
 use cgroup::{DeviceCgroup, DeviceRule, DeviceType};
 use gpuctk_core::ops::InRootOp;
 use leftovers::*;

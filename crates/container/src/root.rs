@@ -19,6 +19,9 @@
 //! as the kernel's resolution is), and then checks that the name it computed
 //! opens, without following any symlink, the very inode the kernel's own
 //! in-root resolution gives. `/proc/self/fd` is never read.
+//!
+//! On kernels without `openat2` (before Linux 5.6) the same resolutions are made in userspace,
+//! one `O_PATH` component at a time, with every step checked (see `opath`).
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
@@ -864,6 +867,9 @@ fn temp_name(name: &OsStr) -> OsString {
 /// host tight retries can all lose: after [`QUICK_RETRIES`] the retries back off, and give up
 /// once [`RETRY_SLEEP_BUDGET`] has been slept (a rename storm in the image costs that much, no
 /// more).
+///
+/// Where the kernel has no `openat2` (`ENOSYS`, before Linux 5.6), the first call learns it and
+/// this and every later call resolve the path in userspace with the same rules (`opath`).
 pub(crate) fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
     // SAFETY: open_how is plain old data; zero is a valid value for every field.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
@@ -882,22 +888,38 @@ pub(crate) fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io
             std::thread::sleep(pause);
             slept += pause;
         }
-        // SAFETY: valid pointers to a NUL-terminated path and an open_how of
-        // the size passed.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dirfd,
-                path.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
+        let result = if opath::emulating() {
+            opath::openat2(dirfd, path, flags, resolve)
+        } else {
+            // SAFETY: valid pointers to a NUL-terminated path and an open_how of
+            // the size passed.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_openat2,
+                    dirfd,
+                    path.as_ptr(),
+                    &how as *const libc::open_how,
+                    std::mem::size_of::<libc::open_how>(),
+                )
+            };
+            let result = if rc >= 0 {
+                // SAFETY: the kernel returned a new descriptor that we own.
+                Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) })
+            } else {
+                Err(io::Error::last_os_error())
+            };
+            opath::learn(&result);
+            if opath::emulating() {
+                // Before Linux 5.6: resolve in userspace from now on.
+                opath::openat2(dirfd, path, flags, resolve)
+            } else {
+                result
+            }
         };
-        if rc >= 0 {
-            // SAFETY: the kernel returned a new descriptor that we own.
-            return Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) });
-        }
-        let e = io::Error::last_os_error();
+        let e = match result {
+            Ok(fd) => return Ok(fd),
+            Err(e) => e,
+        };
         match e.raw_os_error() {
             Some(libc::EAGAIN) | Some(libc::EINTR) => continue,
             _ => return Err(e),
@@ -1303,6 +1325,7 @@ pub fn check_container_root(path: &Path) -> Result<(), RootError> {
     Root::open_container(path).map(drop)
 }
 
+mod opath;
 mod walk;
 pub use walk::MAX_WALK_COMPONENTS;
 

@@ -41,6 +41,9 @@ mod install;
 /// `--config`, `--devices`, `--device-id none`, `runtime configure --executable-path` and
 /// `--cdi.enable`; NVIDIA's stock config.toml quiet on container create.
 mod nvidia_cli;
+/// A kernel without the newer system calls (openat2, fchmodat2, open_tree, clone3, ...): deliveries
+/// and attacks again under a seccomp filter that makes them `ENOSYS`, as Linux 4.18 does.
+mod old_kernel;
 /// The Debian package: built by scripts/package.sh, installed with dpkg in a copy-on-write
 /// namespace, used by docker and podman, removed and purged; completions and man pages.
 mod package;

@@ -91,7 +91,7 @@ pub(super) fn parse_options(m: &Mount) -> Result<MountFlags, LegacyError> {
 pub(super) struct MountPlan {
     pub(super) host_path: String,
     pub(super) container_path: String,
-    pub(super) tree: OwnedFd,
+    pub(super) tree: Detached,
     pub(super) dir: bool,
     pub(super) flags: MountFlags,
 }
@@ -159,28 +159,22 @@ pub(super) fn plan_mount(m: &Mount) -> Result<MountPlan, LegacyError> {
             )))
         }
     };
-    let clone_flags = OPEN_TREE_CLONE
-        | libc::O_CLOEXEC as u32
-        | libc::AT_EMPTY_PATH as u32
-        | if flags.recursive { AT_RECURSIVE } else { 0 };
-    // SAFETY: valid descriptor and empty NUL-terminated path.
-    let tree = owned_or_err(unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            src.as_raw_fd(),
-            c"".as_ptr(),
-            clone_flags,
-        )
-    })
-    .map_err(io("open_tree"))?;
-    if flags.set != 0 || flags.clear != 0 {
+    let setattr = flags.set != 0 || flags.clear != 0 || flags.propagation.is_some();
+    let tree = if setattr && !has_mount_setattr() {
+        by_path(&src, &c, flags.recursive).map_err(io("stat"))?
+    } else {
+        detach(&src, &c, flags.recursive).map_err(io("open_tree"))?
+    };
+    if let (Detached::Tree(t), true) = (&tree, flags.set != 0 || flags.clear != 0) {
         let attr = MountAttr {
             attr_set: flags.set,
             attr_clr: flags.clear,
             propagation: 0,
             userns_fd: 0,
         };
-        mount_setattr(tree.as_raw_fd(), flags.recursive, &attr).map_err(io("mount_setattr"))?;
+        mount_setattr(t.as_raw_fd(), flags.recursive, &attr)
+            .map_err(new_call("mount_setattr"))
+            .map_err(io("mount_setattr"))?;
     }
     Ok(MountPlan {
         host_path: m.host_path.clone(),
@@ -256,31 +250,8 @@ pub(super) fn mount_one(
             ),
         });
     }
-    // SAFETY: valid descriptors and empty NUL-terminated paths.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            m.tree.as_raw_fd(),
-            c"".as_ptr(),
-            target.as_raw_fd(),
-            c"".as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-        )
-    };
-    if rc != 0 {
-        return Err(io("move_mount")(io::Error::last_os_error()));
-    }
+    attach(&m.tree, dfd, &cname, &target, &m.flags).map_err(io("mount"))?;
     let dup = dir.try_clone().map_err(io("dup"))?;
     undo.push(Undo::Mount(dup, name));
-    if let Some(p) = m.flags.propagation {
-        let attr = MountAttr {
-            attr_set: 0,
-            attr_clr: 0,
-            propagation: p,
-            userns_fd: 0,
-        };
-        mount_setattr(m.tree.as_raw_fd(), m.flags.recursive, &attr)
-            .map_err(io("mount_setattr (propagation)"))?;
-    }
     Ok(())
 }

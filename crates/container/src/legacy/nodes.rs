@@ -390,7 +390,7 @@ pub(super) struct HostNode {
     /// Its device and inode, when it could be opened.
     id: Option<(u64, u64)>,
     /// A detached clone of it, or why there is none.
-    tree: Result<OwnedFd, BindFail>,
+    tree: Result<Detached, BindFail>,
 }
 
 /// Opens `n.host_path` on the host: it must be a character or block device of the planned
@@ -436,16 +436,13 @@ pub(super) fn open_host_node(n: &NodePlan) -> HostNode {
             ))),
         };
     }
-    // SAFETY: valid descriptor and empty NUL-terminated path.
-    let tree = owned_or_err(unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            src.as_raw_fd(),
-            c"".as_ptr(),
-            OPEN_TREE_CLONE | libc::O_CLOEXEC as u32 | libc::AT_EMPTY_PATH as u32,
-        )
-    })
-    .map_err(|e| BindFail::Op("open_tree", e));
+    let tree = match cstring(std::ffi::OsStr::new(&n.host_path), &n.host_path) {
+        Ok(path) => detach(&src, &path, false).map_err(|e| BindFail::Op("open_tree", e)),
+        Err(_) => Err(BindFail::Op(
+            "open",
+            io::Error::from_raw_os_error(libc::EINVAL),
+        )),
+    };
     HostNode { id, tree }
 }
 
@@ -496,20 +493,8 @@ fn bind_host_node(
             "the mount point changed while it was being opened".into(),
         ));
     }
-    // SAFETY: valid descriptors and empty NUL-terminated paths.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            target.as_raw_fd(),
-            c"".as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-        )
-    };
-    if rc != 0 {
-        return Err(BindFail::Op("move_mount", io::Error::last_os_error()));
-    }
+    attach(tree, dfd, cname, &target, &MountFlags::default())
+        .map_err(|e| BindFail::Op("move_mount", e))?;
     undo.push(Undo::Mount(dup()?, name.clone()));
     Ok(())
 }

@@ -59,3 +59,24 @@ pub(super) fn check(rc: libc::c_int) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// The error of a mount API call, where the kernel lacks the call (`ENOSYS`) one that names the
+/// kernel it needs. `attach` falls back to classic binds where a call is missing; this is for a
+/// kernel that answers otherwise than its version says.
+pub(super) fn new_call(call: &'static str) -> impl Fn(io::Error) -> io::Error {
+    move |e| {
+        if e.raw_os_error() != Some(libc::ENOSYS) {
+            return e;
+        }
+        let version = match call {
+            "mount_setattr" => "5.12",
+            _ => "5.2",
+        };
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "this kernel has no {call}(2) (Linux {version} or newer has it), which legacy injection (Docker --gpus, nvidia-container-cli configure) needs; use CDI instead (--device nvidia.com/gpu=all, or NVIDIA_VISIBLE_DEVICES through the runtime in cdi mode)"
+            ),
+        )
+    }
+}

@@ -1,0 +1,295 @@
+//! Putting a host file (a mount source, a device node) onto an in-root target.
+//!
+//! Where the kernel has the mount API (Linux 5.2; `mount_setattr`, 5.12), the source is cloned
+//! on the host into a detached mount (`open_tree(OPEN_TREE_CLONE)`), its flags set there, and
+//! moved onto the target's descriptor (`move_mount`). Before 5.2 (`ENOSYS`) there is no detached
+//! mount, nor before 5.12 a way to set a detached mount's flags: the source is then remembered
+//! by its canonical host path and its device and inode, and in the container's mount namespace
+//! (before `pivot_root` it still shows the host's tree, which is when runtimes run prestart
+//! hooks) it is opened again by that path, checked to be the same inode, and bound with the
+//! classic `mount(MS_BIND)` from descriptor to descriptor through `/proc/thread-self/fd` (as runc
+//! does), so neither side's path is resolved by name. The flags are then set by a bind remount
+//! of the new mount, opened again by its single name and checked to be the source. Where the
+//! host path is not visible there (the runtime has pivoted already), or a recursive bind of a
+//! folder that holds mounts must be made read-only (the classic remount changes one mount), one
+//! line says that this needs Linux 5.2 (or 5.12).
+
+use super::*;
+use std::ffi::CStr;
+
+/// A host file ready to be attached in the container.
+#[derive(Debug)]
+pub(super) enum Detached {
+    /// A detached clone made on the host, its flags set.
+    Tree(OwnedFd),
+    /// Before Linux 5.2: the host file by canonical path and identity.
+    Path {
+        path: CString,
+        id: (u64, u64),
+        recursive: bool,
+    },
+}
+
+/// Whether the kernel has `mount_setattr` (Linux 5.12): asked with a descriptor that cannot be
+/// valid, so only `ENOSYS` says no.
+pub(super) fn has_mount_setattr() -> bool {
+    let attr = MountAttr {
+        attr_set: 0,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    mount_setattr(-1, false, &attr)
+        .err()
+        .and_then(|e| e.raw_os_error())
+        != Some(libc::ENOSYS)
+}
+
+/// [`Detached::Path`] for `src`, opened on the host from `path`.
+pub(super) fn by_path(src: &OwnedFd, path: &CStr, recursive: bool) -> io::Result<Detached> {
+    let st = fstat(src.as_raw_fd())?;
+    Ok(Detached::Path {
+        path: path.to_owned(),
+        id: (st.st_dev, st.st_ino),
+        recursive,
+    })
+}
+
+/// Clones `src` (opened on the host from `path`, its canonical path) for [`attach`]:
+/// `open_tree`, or where the kernel has none, the path and identity for a classic bind.
+pub(super) fn detach(src: &OwnedFd, path: &CStr, recursive: bool) -> io::Result<Detached> {
+    let flags = OPEN_TREE_CLONE
+        | libc::O_CLOEXEC as u32
+        | libc::AT_EMPTY_PATH as u32
+        | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: valid descriptor and empty NUL-terminated path.
+    match owned_or_err(unsafe {
+        libc::syscall(libc::SYS_open_tree, src.as_raw_fd(), c"".as_ptr(), flags)
+    }) {
+        Ok(tree) => Ok(Detached::Tree(tree)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => by_path(src, path, recursive),
+        Err(e) => Err(e),
+    }
+}
+
+fn thread_fd_path(fd: RawFd) -> CString {
+    CString::new(format!("/proc/thread-self/fd/{fd}")).expect("no NUL")
+}
+
+/// The one-line refusal where the classic bind cannot do what the mount API would.
+fn needs(call: &'static str, why: &str) -> io::Error {
+    let version = if call == "mount_setattr" {
+        "5.12"
+    } else {
+        "5.2"
+    };
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{why}; this needs {call}(2), which this kernel lacks (Linux {version} has it)"),
+    )
+}
+
+/// Attaches `d` onto `target` (opened without following it as `name` in `dfd`), with `flags`
+/// set (only for [`Detached::Path`]: a tree has its flags already) and its propagation applied.
+pub(super) fn attach(
+    d: &Detached,
+    dfd: RawFd,
+    name: &CStr,
+    target: &OwnedFd,
+    flags: &MountFlags,
+) -> io::Result<()> {
+    let (path, id, recursive) = match d {
+        Detached::Tree(tree) => {
+            // SAFETY: valid descriptors and empty NUL-terminated paths.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_move_mount,
+                    tree.as_raw_fd(),
+                    c"".as_ptr(),
+                    target.as_raw_fd(),
+                    c"".as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+                )
+            };
+            if rc != 0 {
+                return Err(new_call("move_mount")(io::Error::last_os_error()));
+            }
+            if let Some(p) = flags.propagation {
+                let attr = MountAttr {
+                    attr_set: 0,
+                    attr_clr: 0,
+                    propagation: p,
+                    userns_fd: 0,
+                };
+                mount_setattr(tree.as_raw_fd(), flags.recursive, &attr)
+                    .map_err(new_call("mount_setattr"))?;
+            }
+            return Ok(());
+        }
+        Detached::Path {
+            path,
+            id,
+            recursive,
+        } => (path, *id, *recursive),
+    };
+    // SAFETY: valid NUL-terminated path.
+    let src = owned_or_err(unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    } as libc::c_long);
+    let same = match &src {
+        Ok(fd) => fstat(fd.as_raw_fd()).map(|st| (st.st_dev, st.st_ino) == id)?,
+        Err(_) => false,
+    };
+    let src = match (src, same) {
+        (Ok(fd), true) => fd,
+        _ => {
+            return Err(needs(
+                "open_tree",
+                &format!(
+                    "{} is not the host's file in the container's mount namespace (the runtime has pivoted into the container already)",
+                    path.to_string_lossy()
+                ),
+            ))
+        }
+    };
+    let is_dir = fstat(src.as_raw_fd())?.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    let bind = libc::MS_BIND | if recursive { libc::MS_REC } else { 0 };
+    // SAFETY: NUL-terminated paths; no fs type or data for a bind.
+    check(unsafe {
+        libc::mount(
+            thread_fd_path(src.as_raw_fd()).as_ptr(),
+            thread_fd_path(target.as_raw_fd()).as_ptr(),
+            std::ptr::null(),
+            bind,
+            std::ptr::null(),
+        )
+    })?;
+    if (flags.set | flags.clear) == 0 && flags.propagation.is_none() {
+        return Ok(());
+    }
+    let set = set_flags(dfd, name, id, recursive && is_dir, flags);
+    if set.is_err() {
+        // Not attached half-way: the caller's undo list only hears of a mount that is done.
+        // This thread's cwd is its own (unshare(CLONE_FS)); the name is a single component.
+        // SAFETY: valid descriptor and NUL-terminated name.
+        unsafe {
+            if libc::fchdir(dfd) == 0 {
+                libc::umount2(name.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW);
+            }
+        }
+    }
+    set
+}
+
+/// Most bytes of `/proc/thread-self/mountinfo` read: far more than any mount table has.
+const MOUNTINFO_CAP: u64 = 16 << 20;
+
+/// A kernel file, at most `cap` bytes.
+fn read_proc(path: &str, cap: u64) -> io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(cap + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > cap {
+        return Err(io::Error::other(format!("{path}: more than {cap} bytes")));
+    }
+    Ok(text)
+}
+
+/// Whether the mount whose root `fd` is has mounts on top of anything below it, in this
+/// thread's mount namespace (`mnt_id` from fdinfo, then a line of mountinfo naming it parent).
+fn has_submounts(fd: RawFd) -> io::Result<bool> {
+    let info = read_proc(&format!("/proc/thread-self/fdinfo/{fd}"), 64 << 10)?;
+    let id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| io::Error::other("no mnt_id in /proc/thread-self/fdinfo"))?;
+    let table = read_proc("/proc/thread-self/mountinfo", MOUNTINFO_CAP)?;
+    Ok(table
+        .lines()
+        .any(|l| l.split(' ').nth(1).and_then(|p| p.parse::<u64>().ok()) == Some(id)))
+}
+
+/// The flags and propagation of the classic bind just made as `name` in `dfd` (see [`attach`]).
+fn set_flags(
+    dfd: RawFd,
+    name: &CStr,
+    id: (u64, u64),
+    recursive_dir: bool,
+    flags: &MountFlags,
+) -> io::Result<()> {
+    let recursive = flags.recursive;
+    // The new mount, by its single name, never followed: it must show the source.
+    // SAFETY: valid descriptor and NUL-terminated single name.
+    let top = owned_or_err(unsafe {
+        libc::openat(
+            dfd,
+            name.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    } as libc::c_long)?;
+    let st = fstat(top.as_raw_fd())?;
+    if (st.st_dev, st.st_ino) != id {
+        return Err(io::Error::other(
+            "the new mount changed while it was being opened",
+        ));
+    }
+    let at = thread_fd_path(top.as_raw_fd());
+    // A folder's submounts would keep their own flags: the classic remount changes one mount.
+    if recursive_dir && (flags.set | flags.clear) != 0 && has_submounts(top.as_raw_fd())? {
+        return Err(needs(
+            "mount_setattr",
+            "the folder has mounts inside it, which a bind remount would leave writable (or suid, dev, exec)",
+        ));
+    }
+    if (flags.set | flags.clear) != 0 {
+        // The flags the source's mount has (some may be locked in a user namespace) with ours.
+        // SAFETY: statvfs is plain old data.
+        let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor and pointer.
+        check(unsafe { libc::fstatvfs(top.as_raw_fd(), &mut vfs) })?;
+        let pairs = [
+            (MOUNT_ATTR_RDONLY, libc::ST_RDONLY, libc::MS_RDONLY),
+            (MOUNT_ATTR_NOSUID, libc::ST_NOSUID, libc::MS_NOSUID),
+            (MOUNT_ATTR_NODEV, libc::ST_NODEV, libc::MS_NODEV),
+            (MOUNT_ATTR_NOEXEC, libc::ST_NOEXEC, libc::MS_NOEXEC),
+        ];
+        let mut ms = libc::MS_REMOUNT | libc::MS_BIND;
+        for (attr, st_flag, ms_flag) in pairs {
+            let on =
+                (vfs.f_flag & st_flag != 0 || flags.set & attr != 0) && flags.clear & attr == 0;
+            if on {
+                ms |= ms_flag;
+            }
+        }
+        // SAFETY: NUL-terminated path; no source, type or data for a remount.
+        check(unsafe {
+            libc::mount(
+                std::ptr::null(),
+                at.as_ptr(),
+                std::ptr::null(),
+                ms,
+                std::ptr::null(),
+            )
+        })?;
+    }
+    if let Some(p) = flags.propagation {
+        let rec = if recursive { libc::MS_REC } else { 0 };
+        // SAFETY: NUL-terminated path; no source, type or data for a propagation change.
+        check(unsafe {
+            libc::mount(
+                std::ptr::null(),
+                at.as_ptr(),
+                std::ptr::null(),
+                p | rec,
+                std::ptr::null(),
+            )
+        })?;
+    }
+    Ok(())
+}
