@@ -5,6 +5,7 @@
 pub mod caps;
 pub mod catalog;
 pub mod checks;
+pub mod csv;
 pub mod cuda;
 pub mod discover;
 pub mod inventory;
