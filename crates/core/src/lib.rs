@@ -6,6 +6,7 @@ pub mod capabilities;
 pub mod decide;
 pub mod ops;
 pub mod plan;
+pub mod platform;
 pub mod request;
 pub mod require;
 pub mod route;
