@@ -159,3 +159,54 @@ pub fn decode_hooks(edits: &ContainerEdits) -> Vec<(usize, InRootOp)> {
         })
         .collect()
 }
+
+/// `mode = "csv"` (Jetson): the edits for `request` from the CSV files under
+/// `modes.csv.mount-spec-path`, the three base files or, with `all_files`
+/// (`NVIDIA_REQUIRE_JETPACK=csv-mounts=all`), every `*.csv` there. `None` when the container
+/// asks for nothing; `none` (or `void`) gets the driver files without device nodes. CSV mode
+/// has one device: `0`, `all`, or a CDI name of either.
+pub fn csv_injection(
+    request: &Request,
+    cfg: &Config,
+    all_files: bool,
+) -> anyhow::Result<Option<Injection>> {
+    use gpuctk_core::request::Devices;
+    let ids = match &request.devices {
+        Devices::Unrequested => return Ok(None),
+        Devices::NoGpus => Vec::new(),
+        Devices::Ids(ids) => ids.clone(),
+    };
+    let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
+    if let Some(bad) = ids
+        .iter()
+        .find(|d| !gpuctk_core::platform::csv_serves(d, &kinds))
+    {
+        anyhow::bail!(
+            "{}: device {bad}: mode \"csv\" (Jetson) has one device; ask for 0 or all",
+            request.source
+        );
+    }
+    let dir = &cfg.csv_mount_spec_path;
+    let files = gpuctk_host::csv::files_in(dir, all_files)?;
+    let specs = gpuctk_host::csv::read_files(&files)?;
+    let r = roots(cfg);
+    let host = gpuctk_host::csv::lookup(&specs, &r.driver_root, &r.dev_root, &[])?;
+    let planned = gpuctk_core::platform::csv_edits(&host, &hook_path(cfg));
+    if !ids.is_empty() && planned.device.device_nodes.is_empty() {
+        anyhow::bail!(
+            "{}: mode \"csv\": none of the `dev` entries of the CSV files in {} exists under {}/dev; check [nvidia-container-runtime.modes.csv] mount-spec-path and the dev root",
+            request.source,
+            dir.display(),
+            r.dev_root.display()
+        );
+    }
+    let mut edits = planned.common;
+    if !ids.is_empty() {
+        edits.device_nodes = planned.device.device_nodes;
+    }
+    Ok(Some(Injection {
+        ops: planned.ops.into_iter().enumerate().collect(),
+        edits,
+        origin: gpuctk_core::Origin::JustInTime,
+    }))
+}

@@ -19,16 +19,17 @@ const OUR_HOOKS: [&str; 3] = ["create-symlinks", "enable-cuda-compat", "update-l
 /// a user gets (another discovery mode), a warning where they would not.
 fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
     match a.mode.as_str() {
-        "auto" | "nvml" | "management" => {}
+        "auto" | "nvml" | "management" | "csv" => {}
         other => bail!(
-            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, and the management one; use --mode auto, nvml or management)"
+            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, the management one and Jetson's csv one; use --mode auto, nvml, management or csv)"
         ),
     }
-    if !a.csv_files.is_empty()
-        || !a.csv_ignore_patterns.is_empty()
-        || a.csv_compat_container_root.is_some()
+    if a.mode != "csv" && a.mode != "auto" && (!a.csv_files.is_empty() || !a.csv_ignore_patterns.is_empty())
     {
-        bail!("--csv.*: only for --mode csv (Tegra), which gpuctk does not support");
+        bail!("--csv.*: only for --mode csv (Jetson)");
+    }
+    if a.csv_compat_container_root.is_some() {
+        tracing::warn!("--csv.compat-container-root: the CUDA compat hook of CSV mode needs NVML, which gpuctk does not use; ignored");
     }
     for h in &a.enable_hooks {
         if !OUR_HOOKS.contains(&h.as_str()) {
@@ -82,6 +83,9 @@ fn hook_warning(hook: &str, defaulted: bool) -> Option<String> {
 /// one line).
 pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
     check_nvidia_flags(a)?;
+    if a.mode == "csv" || (a.mode == "auto" && auto_is_tegra(a)?) {
+        return csv_spec(a);
+    }
     let inv = a.roots.discover_with_configs(&a.config_search_paths)?;
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
     // always a wrong driver root.
@@ -139,6 +143,66 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
             annotate_driver_version: a.driver_version_annotation,
         },
     )?;
+    validated(spec).map(|s| (s, warning))
+}
+
+/// `--mode auto` on a Jetson: Tegra markers under the driver root (`/etc/nv_tegra_release`,
+/// `/sys/devices/soc0/family`) and no NVIDIA kernel driver in procfs, NVIDIA's rule for CSV.
+fn auto_is_tegra(a: &GenerateArgs) -> anyhow::Result<bool> {
+    let roots = a.roots.roots()?;
+    Ok(gpuctk_host::csv::is_tegra(&roots.driver_root, &roots.driver_root)
+        && gpuctk_host::running_driver_version(&roots.proc_root).is_none())
+}
+
+/// `--mode csv`: the spec of the CSV files' entries on the host (Jetson).
+fn csv_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
+    let roots = a.roots.roots()?;
+    let files: Vec<std::path::PathBuf> = if a.csv_files.is_empty() {
+        gpuctk_host::csv::files_in(
+            Path::new(gpuctk_host::csv::DEFAULT_MOUNT_SPEC_PATH),
+            false,
+        )?
+    } else {
+        a.csv_files.iter().map(std::path::PathBuf::from).collect()
+    };
+    let specs = gpuctk_host::csv::read_files(&files)?;
+    if specs.is_empty() {
+        bail!(
+            "--mode csv: no entries in the CSV files {}; give them with --csv.file",
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let host = gpuctk_host::csv::lookup(
+        &specs,
+        &roots.driver_root,
+        &roots.dev_root,
+        &a.csv_ignore_patterns,
+    )?;
+    let hook_path = a.hook_path.clone().unwrap_or_else(default_hook_path);
+    let mut edits = gpuctk_core::platform::csv_edits(&host, &hook_path);
+    if !a.disable_hooks.is_empty() {
+        let all = a.disable_hooks.iter().any(|d| d == "all");
+        edits
+            .ops
+            .retain(|o| !all && !a.disable_hooks.iter().any(|d| d == o.name()));
+        edits.common.hooks = edits.ops.iter().map(|o| o.to_hook(&hook_path)).collect();
+    }
+    let warning = if edits.ops.is_empty() {
+        None
+    } else {
+        hook_warning(&hook_path, a.hook_path.is_none())
+    };
+    let all_device = !a.no_all_device && !a.device_ids.iter().any(|d| d == "none");
+    for id in &a.device_ids {
+        if id != "all" && id != "0" && id != "none" {
+            bail!("--device-id {id}: CSV mode (Jetson) has one device; use 0 or all");
+        }
+    }
+    let spec = gpuctk_core::platform::build_csv_spec(&edits, &a.vendor, &a.class, all_device)?;
     validated(spec).map(|s| (s, warning))
 }
 
