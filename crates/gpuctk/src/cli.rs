@@ -564,7 +564,7 @@ pub struct GenerateArgs {
         value_name = "PATH"
     )]
     pub hook_path: Option<String>,
-    /// Discovery mode: auto or nvml (gpuctk reads procfs for both), or management (one `all` device with every NVIDIA device node, for monitoring agents); NVIDIA's csv, wsl, imex, gds, mofed, gdrcopy and nvswitch are refused with a message
+    /// Discovery mode: auto or nvml (gpuctk reads procfs for both), management (one `all` device with every NVIDIA device node, for monitoring agents), or csv (Jetson: the CSV files' entries; auto picks it on a Jetson); NVIDIA's wsl, imex, gds, mofed, gdrcopy and nvswitch are refused with a message
     #[arg(
         long,
         visible_alias = "discovery-mode",
@@ -615,7 +615,7 @@ pub struct GenerateArgs {
         value_name = "PATH"
     )]
     pub ldconfig_path: Option<String>,
-    /// CSV mode's files (Tegra): only with --mode csv, which gpuctk does not support
+    /// CSV mode's files (Jetson) [default: devices.csv, drivers.csv, l4t.csv in /etc/nvidia-container-runtime/host-files-for-container.d]
     #[arg(
         long = "csv.file",
         env = "NVIDIA_CTK_CDI_GENERATE_CSV_FILES",
@@ -623,7 +623,7 @@ pub struct GenerateArgs {
         value_name = "FILE"
     )]
     pub csv_files: Vec<String>,
-    /// CSV mode's ignore patterns (Tegra): only with --mode csv
+    /// CSV mode's ignore patterns (Jetson): `sym` entries whose path matches (`**/NAME` matches the file name) are left out
     #[arg(
         long = "csv.ignore-pattern",
         env = "NVIDIA_CTK_CDI_GENERATE_CSV_IGNORE_PATTERNS",
@@ -631,7 +631,7 @@ pub struct GenerateArgs {
         value_name = "PATTERN"
     )]
     pub csv_ignore_patterns: Vec<String>,
-    /// CSV mode's compat root (Tegra): only with --mode csv
+    /// CSV mode's compat root (Jetson): accepted, ignored (NVIDIA's compat hook there needs NVML)
     #[arg(long = "csv.compat-container-root", value_name = "DIR")]
     pub csv_compat_container_root: Option<String>,
 }
@@ -748,6 +748,8 @@ pub enum LayoutArg {
     Debian,
     Rhel,
     DriverContainer,
+    /// A Jetson: nvhost/nvmap nodes, L4T's libraries and CSV files, no NVIDIA procfs
+    Tegra,
 }
 
 #[cfg(feature = "mock")]

@@ -673,9 +673,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                     return Err(r.err(
                         t.get("mode").unwrap(),
                         "nvidia-container-runtime.mode",
-                        &format!(
-                            "unknown mode {other:?} (use auto, cdi, jit-cdi, legacy or csv)"
-                        ),
+                        &format!("unknown mode {other:?} (use auto, cdi, jit-cdi, legacy or csv)"),
                     ))
                 }
             };

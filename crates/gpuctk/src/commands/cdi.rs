@@ -24,7 +24,9 @@ fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
             "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, the management one and Jetson's csv one; use --mode auto, nvml, management or csv)"
         ),
     }
-    if a.mode != "csv" && a.mode != "auto" && (!a.csv_files.is_empty() || !a.csv_ignore_patterns.is_empty())
+    if a.mode != "csv"
+        && a.mode != "auto"
+        && (!a.csv_files.is_empty() || !a.csv_ignore_patterns.is_empty())
     {
         bail!("--csv.*: only for --mode csv (Jetson)");
     }
@@ -150,18 +152,17 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
 /// `/sys/devices/soc0/family`) and no NVIDIA kernel driver in procfs, NVIDIA's rule for CSV.
 fn auto_is_tegra(a: &GenerateArgs) -> anyhow::Result<bool> {
     let roots = a.roots.roots()?;
-    Ok(gpuctk_host::csv::is_tegra(&roots.driver_root, &roots.driver_root)
-        && gpuctk_host::running_driver_version(&roots.proc_root).is_none())
+    Ok(
+        gpuctk_host::csv::is_tegra(&roots.driver_root, &roots.driver_root)
+            && gpuctk_host::running_driver_version(&roots.proc_root).is_none(),
+    )
 }
 
 /// `--mode csv`: the spec of the CSV files' entries on the host (Jetson).
 fn csv_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
     let roots = a.roots.roots()?;
     let files: Vec<std::path::PathBuf> = if a.csv_files.is_empty() {
-        gpuctk_host::csv::files_in(
-            Path::new(gpuctk_host::csv::DEFAULT_MOUNT_SPEC_PATH),
-            false,
-        )?
+        gpuctk_host::csv::files_in(Path::new(gpuctk_host::csv::DEFAULT_MOUNT_SPEC_PATH), false)?
     } else {
         a.csv_files.iter().map(std::path::PathBuf::from).collect()
     };
