@@ -21,7 +21,13 @@ struct Jetson {
 fn jetson() -> Jetson {
     let t = TestDir::new();
     let dir = t.join("host");
-    ok(&["mock-host", "create", dir.to_str().unwrap(), "--layout", "tegra"]);
+    ok(&[
+        "mock-host",
+        "create",
+        dir.to_str().unwrap(),
+        "--layout",
+        "tegra",
+    ]);
     let root = dir.to_str().unwrap().to_string();
     let csv_dir = format!("{root}/etc/nvidia-container-runtime/host-files-for-container.d");
     Jetson { t, root, csv_dir }
@@ -65,7 +71,10 @@ impl Jetson {
 }
 
 fn links_of(spec: &Value) -> Vec<String> {
-    let hooks = spec["containerEdits"]["hooks"].as_array().cloned().unwrap_or_default();
+    let hooks = spec["containerEdits"]["hooks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     hooks
         .iter()
         .filter(|h| h["args"][1] == "create-symlinks")
@@ -103,7 +112,13 @@ fn csv_spec_of_a_jetson() {
             .collect();
         assert_eq!(
             nodes,
-            ["/dev/nvmap", "/dev/nvhost-ctrl", "/dev/nvhost-ctrl-gpu", "/dev/nvhost-gpu", "/dev/nvhost-as-gpu"]
+            [
+                "/dev/nvmap",
+                "/dev/nvhost-ctrl",
+                "/dev/nvhost-ctrl-gpu",
+                "/dev/nvhost-gpu",
+                "/dev/nvhost-as-gpu"
+            ]
         );
         let mounts: Vec<&str> = spec["containerEdits"]["mounts"]
             .as_array()
@@ -133,11 +148,17 @@ fn csv_spec_of_a_jetson() {
             .iter()
             .find(|h| h["args"][1] == "update-ldcache")
             .unwrap();
-        assert_eq!(ld["args"], json!(["nvidia-cdi-hook", "update-ldcache", "--folder", TEGRA_LIB]));
+        assert_eq!(
+            ld["args"],
+            json!(["nvidia-cdi-hook", "update-ldcache", "--folder", TEGRA_LIB])
+        );
     }
     // Ignore patterns drop `sym` entries; only `libcuda.so` next to libcuda is added back.
     let spec = j.generate(&["--mode", "csv", "--csv.ignore-pattern", "**/libcuda.so"]);
-    assert_eq!(links_of(&spec), [format!("libcuda.so.1::{TEGRA_LIB}/libcuda.so")]);
+    assert_eq!(
+        links_of(&spec),
+        [format!("libcuda.so.1::{TEGRA_LIB}/libcuda.so")]
+    );
     let spec = j.generate(&["--mode", "csv", "--no-all-device", "--disable-hook", "all"]);
     assert_eq!(spec["devices"].as_array().unwrap().len(), 1);
     assert!(spec["containerEdits"].get("hooks").is_none());
@@ -151,22 +172,50 @@ fn csv_mode_refuses_what_it_cannot_serve() {
     fs::write(&bad, "dev, /dev/nvmap\nlibrary, /usr/lib/x.so\n").unwrap();
     let b = bad.to_str().unwrap();
     fails(
-        &with(&["cdi", "generate", "--mode", "csv", "--csv.file", b], &roots),
+        &with(
+            &["cdi", "generate", "--mode", "csv", "--csv.file", b],
+            &roots,
+        ),
         &[&format!("{b}:2: unknown type \"library\"")],
     );
     let empty = j.t.join("none.csv");
     fs::write(&empty, "dev, /dev/nvidia-absent\n").unwrap();
     fails(
-        &with(&["cdi", "generate", "--mode", "csv", "--csv.file", empty.to_str().unwrap()], &roots),
+        &with(
+            &[
+                "cdi",
+                "generate",
+                "--mode",
+                "csv",
+                "--csv.file",
+                empty.to_str().unwrap(),
+            ],
+            &roots,
+        ),
         &["none of the CSV files' `dev` entries exists"],
     );
     let files = j.csv_files();
     fails(
-        &with(&["cdi", "generate", "--mode", "csv", "--csv.file", &files, "--device-id", "1"], &roots),
+        &with(
+            &[
+                "cdi",
+                "generate",
+                "--mode",
+                "csv",
+                "--csv.file",
+                &files,
+                "--device-id",
+                "1",
+            ],
+            &roots,
+        ),
         &["--device-id 1: CSV mode (Jetson) has one device"],
     );
     fails(
-        &with(&["cdi", "generate", "--mode", "nvml", "--csv.file", &files], &roots),
+        &with(
+            &["cdi", "generate", "--mode", "nvml", "--csv.file", &files],
+            &roots,
+        ),
         &["--csv.*: only for --mode csv"],
     );
 }
@@ -177,8 +226,11 @@ fn csv_container(runtime: &str, env: &[&str], id: &str) -> (Jetson, i32, String,
     let j = jetson();
     let bundle = j.t.join("bundle");
     fs::create_dir_all(&bundle).unwrap();
-    gpuctk_mockhost::create_rootfs(&bundle.join("rootfs"), &gpuctk_mockhost::RootfsConfig::default())
-        .unwrap();
+    gpuctk_mockhost::create_rootfs(
+        &bundle.join("rootfs"),
+        &gpuctk_mockhost::RootfsConfig::default(),
+    )
+    .unwrap();
     assert!(Command::new(runtime)
         .arg("spec")
         .arg("--bundle")
@@ -228,7 +280,13 @@ fn csv_mode_in_a_container(runtime: &str) {
     let (_j, code, stdout, stderr) = csv_container(runtime, &["NVIDIA_VISIBLE_DEVICES=all"], "all");
     assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
     let (ls, probe) = stdout.split_once("---probe---\n").unwrap();
-    for n in ["nvmap", "nvhost-ctrl", "nvhost-ctrl-gpu", "nvhost-gpu", "nvhost-as-gpu"] {
+    for n in [
+        "nvmap",
+        "nvhost-ctrl",
+        "nvhost-ctrl-gpu",
+        "nvhost-gpu",
+        "nvhost-as-gpu",
+    ] {
         assert!(ls.lines().any(|l| l == n), "/dev/{n} missing: {ls}");
     }
     // The L4T link was recreated, and libcuda loads through the updated cache from the Tegra
@@ -247,7 +305,11 @@ fn csv_mode_in_a_container(runtime: &str) {
     assert!(!stdout.lines().any(|l| l == "nvmap"), "{stdout}");
     let (_j, code, _, stderr) = csv_container(runtime, &["NVIDIA_VISIBLE_DEVICES=1"], "one");
     assert_ne!(code, 0);
-    assert!(stderr.contains("mode \\\"csv\\\" (Jetson) has one device") || stderr.contains("mode \"csv\" (Jetson) has one device"), "{stderr}");
+    assert!(
+        stderr.contains("mode \\\"csv\\\" (Jetson) has one device")
+            || stderr.contains("mode \"csv\" (Jetson) has one device"),
+        "{stderr}"
+    );
 }
 
 #[test]

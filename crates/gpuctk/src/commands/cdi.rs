@@ -88,6 +88,9 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
     if a.mode == "csv" || (a.mode == "auto" && auto_is_tegra(a)?) {
         return csv_spec(a);
     }
+    if !a.csv_files.is_empty() || !a.csv_ignore_patterns.is_empty() {
+        bail!("--csv.*: only for --mode csv (Jetson); --mode auto found no Jetson under the driver root");
+    }
     let inv = a.roots.discover_with_configs(&a.config_search_paths)?;
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
     // always a wrong driver root.
