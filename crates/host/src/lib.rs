@@ -13,6 +13,7 @@ pub mod nodes;
 pub mod procfs;
 pub mod resolve;
 pub mod watch;
+pub mod wsl;
 
 pub use caps::{CapsError, MigCapability};
 pub use catalog::Capability;
