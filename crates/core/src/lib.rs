@@ -13,6 +13,7 @@ pub mod route;
 pub mod select;
 pub mod spec;
 pub mod verdict;
+pub mod wsl;
 
 pub use capabilities::CapabilitySet;
 pub use decide::{decide, DecideError, Decision, HostView, Injection, Origin, Settings};
