@@ -564,7 +564,7 @@ pub struct GenerateArgs {
         value_name = "PATH"
     )]
     pub hook_path: Option<String>,
-    /// Discovery mode: auto or nvml (gpuctk reads procfs for both), management (one `all` device with every NVIDIA device node, for monitoring agents), or csv (Jetson: the CSV files' entries; auto picks it on a Jetson); NVIDIA's wsl, imex, gds, mofed, gdrcopy and nvswitch are refused with a message
+    /// Discovery mode: auto or nvml (gpuctk reads procfs for both), management (one `all` device with every NVIDIA device node, for monitoring agents), csv (Jetson: the CSV files' entries; auto picks it on a Jetson), or wsl (WSL2: /dev/dxg and the driver store; auto picks it on WSL2); NVIDIA's imex, gds, mofed, gdrcopy and nvswitch are refused with a message
     #[arg(
         long,
         visible_alias = "discovery-mode",
@@ -750,6 +750,8 @@ pub enum LayoutArg {
     DriverContainer,
     /// A Jetson: nvhost/nvmap nodes, L4T's libraries and CSV files, no NVIDIA procfs
     Tegra,
+    /// A WSL2 host: /dev/dxg, /usr/lib/wsl/lib and the NVIDIA driver store, no NVIDIA procfs
+    Wsl,
 }
 
 #[cfg(feature = "mock")]

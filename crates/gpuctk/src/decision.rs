@@ -210,3 +210,47 @@ pub fn csv_injection(
         origin: gpuctk_core::Origin::JustInTime,
     }))
 }
+
+/// `auto` or `jit-cdi` on a WSL2 host (no NVIDIA kernel driver, `/dev/dxg` or `libdxcore.so`
+/// present): the WSL edits for `request`, planned just in time as NVIDIA's `jit-cdi` plans
+/// them there (`--mode wsl`). `Ok(None)` when the request is not for just in time (the
+/// registry serves CDI names under `auto`); `Ok(Some(None))` when the container asks for
+/// nothing. `none` (or `void`) gets the driver files without `/dev/dxg`. WSL has one device:
+/// `all`, `0`, or a CDI name of either.
+pub fn wsl_injection(request: &Request, cfg: &Config) -> anyhow::Result<Option<Option<Injection>>> {
+    use gpuctk_core::route::{route, Route};
+    let ids = match route(request, cfg.mode, &cfg.default_kind)? {
+        Route::Untouched => return Ok(Some(None)),
+        Route::JustInTime(ids) => ids,
+        _ => return Ok(None),
+    };
+    let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
+    if let Some(bad) = ids
+        .iter()
+        .find(|d| !gpuctk_core::wsl::wsl_serves(d, &kinds))
+    {
+        anyhow::bail!(
+            "{}: device {bad}: a WSL2 host has one device; ask for all",
+            request.source
+        );
+    }
+    let r = roots(cfg);
+    let host = gpuctk_host::wsl::discover(&r.driver_root, &r.dev_root)
+        .map_err(|e| anyhow::anyhow!("{}: WSL2 host: {e}", request.source))?;
+    let planned = gpuctk_core::wsl::wsl_edits(&host, &hook_path(cfg));
+    let mut edits = planned.common;
+    if !ids.is_empty() {
+        edits.device_nodes = planned.device.device_nodes;
+    }
+    Ok(Some(Some(Injection {
+        ops: planned.ops.into_iter().enumerate().collect(),
+        edits,
+        origin: gpuctk_core::Origin::JustInTime,
+    })))
+}
+
+/// Whether the host under `cfg`'s roots is a WSL2 one.
+pub fn on_wsl(cfg: &Config) -> bool {
+    let r = roots(cfg);
+    gpuctk_host::wsl::is_wsl(&r.driver_root, &r.dev_root, &r.proc_root)
+}

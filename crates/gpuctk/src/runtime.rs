@@ -530,6 +530,8 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
             cfg,
             jetpack_all_csv(&spec),
         )?)
+    } else if matches!(cfg.mode, Mode::Auto | Mode::JitCdi) && crate::decision::on_wsl(cfg) {
+        crate::decision::wsl_injection(&request, cfg)?
     } else {
         None
     };

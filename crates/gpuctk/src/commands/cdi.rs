@@ -19,9 +19,9 @@ const OUR_HOOKS: [&str; 3] = ["create-symlinks", "enable-cuda-compat", "update-l
 /// a user gets (another discovery mode), a warning where they would not.
 fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
     match a.mode.as_str() {
-        "auto" | "nvml" | "management" | "csv" => {}
+        "auto" | "nvml" | "management" | "csv" | "wsl" => {}
         other => bail!(
-            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, the management one and Jetson's csv one; use --mode auto, nvml, management or csv)"
+            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, the management one, Jetson's csv one and WSL2's wsl one; use --mode auto, nvml, management, csv or wsl)"
         ),
     }
     if a.mode != "csv"
@@ -85,6 +85,13 @@ fn hook_warning(hook: &str, defaulted: bool) -> Option<String> {
 /// one line).
 pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
     check_nvidia_flags(a)?;
+    // NVIDIA's `auto` asks for WSL (dxcore) before Tegra.
+    if a.mode == "wsl" || (a.mode == "auto" && auto_is_wsl(a)?) {
+        if !a.csv_files.is_empty() || !a.csv_ignore_patterns.is_empty() {
+            bail!("--csv.*: only for --mode csv (Jetson); this is a WSL2 host");
+        }
+        return wsl_spec(a);
+    }
     if a.mode == "csv" || (a.mode == "auto" && auto_is_tegra(a)?) {
         return csv_spec(a);
     }
@@ -159,6 +166,48 @@ fn auto_is_tegra(a: &GenerateArgs) -> anyhow::Result<bool> {
         gpuctk_host::csv::is_tegra(&roots.driver_root, &roots.driver_root)
             && gpuctk_host::running_driver_version(&roots.proc_root).is_none(),
     )
+}
+
+/// `--mode auto` on WSL2: no NVIDIA kernel driver in procfs, and `libdxcore.so` under the
+/// driver root or `/dev/dxg` under the dev root.
+fn auto_is_wsl(a: &GenerateArgs) -> anyhow::Result<bool> {
+    let roots = a.roots.roots()?;
+    Ok(gpuctk_host::wsl::is_wsl(
+        &roots.driver_root,
+        &roots.dev_root,
+        &roots.proc_root,
+    ))
+}
+
+/// `--mode wsl`: the spec of a WSL2 host's `/dev/dxg` and driver store.
+fn wsl_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
+    let roots = a.roots.roots()?;
+    for id in &a.device_ids {
+        if id != "all" {
+            bail!("--device-id {id}: WSL mode has one device; use all");
+        }
+    }
+    if a.no_all_device {
+        bail!("--no-all-device: WSL mode's one device is `all`; leave the flag out");
+    }
+    let host = gpuctk_host::wsl::discover(&roots.driver_root, &roots.dev_root)
+        .map_err(|e| anyhow::anyhow!("--mode wsl: {e}"))?;
+    let hook_path = a.hook_path.clone().unwrap_or_else(default_hook_path);
+    let mut edits = gpuctk_core::wsl::wsl_edits(&host, &hook_path);
+    if !a.disable_hooks.is_empty() {
+        let all = a.disable_hooks.iter().any(|d| d == "all");
+        edits
+            .ops
+            .retain(|o| !all && !a.disable_hooks.iter().any(|d| d == o.name()));
+        edits.common.hooks = edits.ops.iter().map(|o| o.to_hook(&hook_path)).collect();
+    }
+    let warning = if edits.ops.is_empty() {
+        None
+    } else {
+        hook_warning(&hook_path, a.hook_path.is_none())
+    };
+    let spec = gpuctk_core::wsl::build_wsl_spec(&edits, &a.vendor, &a.class)?;
+    validated(spec).map(|s| (s, warning))
 }
 
 /// `--mode csv`: the spec of the CSV files' entries on the host (Jetson).

@@ -35,6 +35,9 @@ pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
         LayoutArg::Tegra => {
             anyhow::bail!("--layout tegra: built by create, not from a host config")
         }
+        LayoutArg::Wsl => {
+            anyhow::bail!("--layout wsl: built by create, not from a host config")
+        }
     };
     cfg.model = a.model.clone();
     cfg.ldconfig = a.ldconfig.clone();
@@ -45,6 +48,9 @@ pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
 pub fn create(a: MockCreateArgs) -> anyhow::Result<ExitCode> {
     if matches!(a.layout, LayoutArg::Tegra) {
         return create_tegra(&a);
+    }
+    if matches!(a.layout, LayoutArg::Wsl) {
+        return create_wsl(&a);
     }
     let cfg = host_config(&a)?;
     let host = gpuctk_mockhost::create_host(&a.dir, &cfg)
@@ -103,6 +109,38 @@ fn create_tegra(a: &MockCreateArgs) -> anyhow::Result<ExitCode> {
         host.root.display(),
         gpuctk_mockhost::TEGRA_DRIVER_VERSION,
         host.csv_dir.display()
+    );
+    println!(
+        "use: --driver-root {} --dev-root {} --proc-root {}",
+        host.root.display(),
+        host.root.display(),
+        host.proc_root.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mock-host create --layout wsl`: a WSL2 host, with `mock-host.json` naming its roots.
+fn create_wsl(a: &MockCreateArgs) -> anyhow::Result<ExitCode> {
+    let host = gpuctk_mockhost::create_wsl_host(&a.dir)
+        .with_context(|| format!("mock-host create {}", a.dir.display()))?;
+    let manifest = serde_json::json!({
+        "layout": "wsl",
+        "driver_root": host.root,
+        "dev_root": host.root,
+        "proc_root": host.proc_root,
+        "driver_store": gpuctk_mockhost::WSL_STORE_DIR,
+        "gpus": [],
+    });
+    std::fs::write(
+        host.root.join(gpuctk_mockhost::HOST_JSON),
+        serde_json::to_vec_pretty(&manifest)?,
+    )
+    .with_context(|| format!("mock-host create {}: write the manifest", a.dir.display()))?;
+    println!(
+        "mock WSL2 host in {}: Windows driver {}, driver store {}",
+        host.root.display(),
+        gpuctk_mockhost::WSL_DRIVER_VERSION,
+        gpuctk_mockhost::WSL_STORE_DIR
     );
     println!(
         "use: --driver-root {} --dev-root {} --proc-root {}",
