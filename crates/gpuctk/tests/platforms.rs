@@ -321,3 +321,327 @@ fn runc_csv_mode() {
 fn crun_csv_mode() {
     csv_mode_in_a_container("crun");
 }
+
+// ------------------------------------------------------------------ WSL2
+
+const WSL_STORE: &str = gpuctk_mockhost::WSL_STORE_DIR;
+
+struct Wsl {
+    t: TestDir,
+    root: String,
+}
+
+fn wsl() -> Wsl {
+    let t = TestDir::new();
+    let dir = t.join("host");
+    ok(&[
+        "mock-host",
+        "create",
+        dir.to_str().unwrap(),
+        "--layout",
+        "wsl",
+    ]);
+    let root = dir.to_str().unwrap().to_string();
+    Wsl { t, root }
+}
+
+impl Wsl {
+    fn roots(&self) -> Vec<String> {
+        vec![
+            "--driver-root".into(),
+            self.root.clone(),
+            "--dev-root".into(),
+            self.root.clone(),
+            "--proc-root".into(),
+            format!("{}/proc", self.root),
+        ]
+    }
+    fn generate(&self, extra: &[&str]) -> Value {
+        let mut args = vec![
+            "cdi",
+            "generate",
+            "--nvidia-cdi-hook-path",
+            GPUCTK,
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let roots = self.roots();
+        let r = ok(&with(&args, &roots));
+        serde_json::from_str(&r.stdout).unwrap()
+    }
+}
+
+fn hook_args(spec: &Value, name: &str) -> Value {
+    spec["containerEdits"]["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["args"][1] == name)
+        .map(|h| h["args"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn wsl_spec_of_a_wsl_host() {
+    let w = wsl();
+    for mode in [&["--mode", "wsl"][..], &["--mode", "auto"][..], &[][..]] {
+        let spec = w.generate(mode);
+        assert_cdi_schema(&spec);
+        let devices = spec["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 1, "{mode:?}");
+        assert_eq!(devices[0]["name"], "all");
+        let nodes = devices[0]["containerEdits"]["deviceNodes"]
+            .as_array()
+            .unwrap();
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0]["path"], "/dev/dxg");
+        assert_eq!(nodes[0]["hostPath"], format!("{}/dev/dxg", w.root));
+        let mounts: Vec<(&str, &str)> = spec["containerEdits"]["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["hostPath"].as_str().unwrap(),
+                    m["containerPath"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        // The store is mounted where the host has it; dxcore from /usr/lib/wsl/lib, not WSL's
+        // copies of libcuda and NVML there.
+        let want: Vec<String> = ["/usr/lib/wsl/lib/libdxcore.so".to_string()]
+            .into_iter()
+            .chain(
+                [
+                    "libcuda.so.1.1",
+                    "libcuda_loader.so",
+                    "libnvidia-ptxjitcompiler.so.1",
+                    "libnvidia-ml.so.1",
+                    "libnvidia-ml_loader.so",
+                    "libnvdxgdmal.so.1",
+                    "nvidia-smi",
+                    "libnvwgf2umx.so",
+                ]
+                .iter()
+                .map(|f| format!("{WSL_STORE}/{f}")),
+            )
+            .collect();
+        assert_eq!(
+            mounts.iter().map(|m| m.1).collect::<Vec<_>>(),
+            want,
+            "{mode:?}"
+        );
+        for (host, inner) in &mounts {
+            assert_eq!(*host, format!("{}{inner}", w.root));
+        }
+        assert_eq!(
+            hook_args(&spec, "create-symlinks"),
+            json!([
+                "nvidia-cdi-hook",
+                "create-symlinks",
+                "--link",
+                format!("{WSL_STORE}/nvidia-smi::/usr/bin/nvidia-smi")
+            ])
+        );
+        assert_eq!(
+            hook_args(&spec, "update-ldcache"),
+            json!([
+                "nvidia-cdi-hook",
+                "update-ldcache",
+                "--folder",
+                WSL_STORE,
+                "--folder",
+                "/usr/lib/wsl/lib"
+            ])
+        );
+    }
+    let spec = w.generate(&["--mode", "wsl", "--disable-hook", "update-ldcache"]);
+    assert!(hook_args(&spec, "update-ldcache").is_null());
+    assert!(!hook_args(&spec, "create-symlinks").is_null());
+}
+
+#[test]
+fn wsl_mode_refuses_what_it_cannot_serve() {
+    let w = wsl();
+    let roots = w.roots();
+    fails(
+        &with(
+            &["cdi", "generate", "--mode", "wsl", "--device-id", "0"],
+            &roots,
+        ),
+        &["--device-id 0: WSL mode has one device; use all"],
+    );
+    fails(
+        &with(
+            &["cdi", "generate", "--mode", "wsl", "--csv.file", "/x.csv"],
+            &roots,
+        ),
+        &["--csv.*: only for --mode csv"],
+    );
+    // Without the store (the Windows driver not installed), and without /dev/dxg.
+    fs::remove_file(format!("{}{WSL_STORE}/libcuda.so.1.1", w.root)).unwrap();
+    fails(
+        &with(&["cdi", "generate"], &roots),
+        &[
+            "--mode wsl: ",
+            "no driver store folder holds libcuda.so.1.1",
+        ],
+    );
+    fs::remove_file(format!("{}/dev/dxg", w.root)).unwrap();
+    fails(
+        &with(&["cdi", "generate", "--mode", "wsl"], &roots),
+        &["--mode wsl: ", "dev/dxg: absent or not a character device"],
+    );
+}
+
+/// A bundle for `runtime` whose container runs `script`, through a shim configured with
+/// `mode_line` (empty: NVIDIA's default, auto) on the WSL host.
+fn wsl_container(
+    w: &Wsl,
+    runtime: &str,
+    mode_line: &str,
+    env: &[&str],
+    script: &str,
+    id: &str,
+) -> (i32, String, String) {
+    let bundle = w.t.join(&format!("bundle-{id}"));
+    fs::create_dir_all(&bundle).unwrap();
+    gpuctk_mockhost::create_rootfs(
+        &bundle.join("rootfs"),
+        &gpuctk_mockhost::RootfsConfig::default(),
+    )
+    .unwrap();
+    assert!(Command::new(runtime)
+        .arg("spec")
+        .arg("--bundle")
+        .arg(&bundle)
+        .status()
+        .unwrap()
+        .success());
+    let cfg_path = bundle.join("config.json");
+    let mut spec: Value = serde_json::from_slice(&fs::read(&cfg_path).unwrap()).unwrap();
+    spec["process"]["terminal"] = json!(false);
+    spec["process"]["args"] = json!(["/bin/sh", "-c", script]);
+    spec["root"]["readonly"] = json!(false);
+    let e = spec["process"]["env"].as_array_mut().unwrap();
+    for x in env {
+        e.push(json!(x));
+    }
+    fs::write(&cfg_path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    let config = w.t.join(&format!("config-{id}.toml"));
+    fs::write(
+        &config,
+        format!(
+            "[nvidia-container-cli]\nroot = \"{root}\"\n\n[nvidia-container-runtime]\n{mode_line}runtimes = [\"{runtime}\"]\n\n[gpuctk]\ndev-root = \"{root}\"\nproc-root = \"{root}/proc\"\nhook-path = \"{GPUCTK}\"\n",
+            root = w.root,
+        ),
+    )
+    .unwrap();
+    let shim = w.t.join("bin/nvidia-container-runtime");
+    if !shim.exists() {
+        fs::create_dir_all(shim.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(GPUCTK, &shim).unwrap();
+    }
+    let id = format!("{}-{id}", w.t.path().file_name().unwrap().to_string_lossy());
+    let out = Command::new(&shim)
+        .env("GPUCTK_CONFIG", &config)
+        .arg("--root")
+        .arg(w.t.join("state"))
+        .args(["run", "--bundle", bundle.to_str().unwrap(), &id])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const WSL_SCRIPT: &str =
+    "readlink /usr/bin/nvidia-smi; nvidia-smi -L; echo ---probe---; /usr/bin/gpuctk-probe";
+
+/// What a container given WSL's device shows: `/dev/dxg` opens as the mock's present-and-allowed
+/// node, libcuda loads from the driver store through the updated ld.so.cache and finds the
+/// GPU, and nvidia-smi runs through the link, with NVML from the store.
+fn assert_wsl_gpu(code: i32, stdout: &str, stderr: &str) {
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let (head, probe) = stdout.split_once("---probe---\n").unwrap();
+    assert!(
+        head.lines().any(|l| l == format!("{WSL_STORE}/nvidia-smi")),
+        "{head}"
+    );
+    assert!(
+        head.lines()
+            .any(|l| l.starts_with("GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-")),
+        "{head}"
+    );
+    let report = ProbeReport::parse(probe);
+    assert_eq!(report.device("/dev/dxg"), Some("ENXIO"), "{probe}");
+    match &report.libcuda {
+        Some(LibraryLoad::Loaded { realpath, .. }) => {
+            assert_eq!(realpath, &format!("{WSL_STORE}/libcuda.so.1.1"), "{stdout}")
+        }
+        other => panic!("libcuda did not load: {other:?}\n{stdout}\n{stderr}"),
+    }
+    assert_eq!(report.cu_init, Some(0), "{probe}");
+    assert_eq!(report.cu_device_count, Some((0, 1)), "{probe}");
+}
+
+fn wsl_just_in_time(runtime: &str) {
+    let w = wsl();
+    // NVIDIA's default mode (auto) and jit-cdi plan WSL's edits on a WSL host.
+    for (i, mode) in ["", "mode = \"jit-cdi\"\n"].iter().enumerate() {
+        let (code, stdout, stderr) = wsl_container(
+            &w,
+            runtime,
+            mode,
+            &["NVIDIA_VISIBLE_DEVICES=all"],
+            WSL_SCRIPT,
+            &format!("all{i}"),
+        );
+        assert_wsl_gpu(code, &stdout, &stderr);
+    }
+    // `none`: the driver's files, no GPU node.
+    let (code, stdout, stderr) = wsl_container(
+        &w,
+        runtime,
+        "",
+        &["NVIDIA_VISIBLE_DEVICES=none"],
+        "ls /dev; echo ---probe---; /usr/bin/gpuctk-probe",
+        "none",
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stdout.lines().any(|l| l == "dxg"), "{stdout}");
+    let report = ProbeReport::parse(stdout.split_once("---probe---\n").unwrap().1);
+    assert!(
+        matches!(report.libcuda, Some(LibraryLoad::Loaded { .. })),
+        "{stdout}"
+    );
+    // CUDA_ERROR_NO_DEVICE: the driver is there, the GPU is not.
+    assert_eq!(report.cu_init, Some(100), "{stdout}");
+    // A container that asks for nothing is left alone; WSL has one device.
+    let (code, stdout, _) = wsl_container(&w, runtime, "", &[], "ls /dev", "unasked");
+    assert_eq!(code, 0);
+    assert!(!stdout.lines().any(|l| l == "dxg"), "{stdout}");
+    let (code, _, stderr) = wsl_container(
+        &w,
+        runtime,
+        "",
+        &["NVIDIA_VISIBLE_DEVICES=1"],
+        "true",
+        "one",
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("a WSL2 host has one device"), "{stderr}");
+}
+
+#[test]
+fn runc_wsl_just_in_time() {
+    wsl_just_in_time("runc");
+}
+
+#[test]
+fn crun_wsl_just_in_time() {
+    wsl_just_in_time("crun");
+}

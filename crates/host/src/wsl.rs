@@ -187,8 +187,7 @@ pub fn driver_store(driver_root: &Path) -> Result<Option<String>, WslError> {
                 })
             }
         };
-        if md.is_dir() && regular_file(driver_root, &format!("{inner}/{STORE_MARKER}"))?.is_some()
-        {
+        if md.is_dir() && regular_file(driver_root, &format!("{inner}/{STORE_MARKER}"))?.is_some() {
             found.push(inner);
         }
     }
@@ -340,7 +339,10 @@ mod tests {
         assert!(!is_wsl(r, r, &r.join("proc")));
         fs::remove_file(nv.join("libcuda.so.1.1")).unwrap();
         let e = discover(r, r).unwrap_err().to_string();
-        assert!(e.contains("no driver store folder holds libcuda.so.1.1"), "{e}");
+        assert!(
+            e.contains("no driver store folder holds libcuda.so.1.1"),
+            "{e}"
+        );
     }
 
     fn nix_mknod(p: &Path) {

@@ -70,7 +70,11 @@ pub fn create_wsl_host(dir: &Path) -> Result<WslHost, Error> {
         ("libnvidia-ml.so.1", nvml),
         (
             "libnvidia-ptxjitcompiler.so.1",
-            patched(artifacts::LIBPTXJIT, &config, "libnvidia-ptxjitcompiler.so.1")?,
+            patched(
+                artifacts::LIBPTXJIT,
+                &config,
+                "libnvidia-ptxjitcompiler.so.1",
+            )?,
         ),
         ("nvidia-smi", smi),
     ] {
