@@ -645,3 +645,95 @@ fn runc_wsl_just_in_time() {
 fn crun_wsl_just_in_time() {
     wsl_just_in_time("crun");
 }
+
+// ------------------------------------------------------------------ podman
+
+/// `script` in a podman container given `device` from `spec_args`' generated spec (written to
+/// /var/run/cdi, one of the two folders Podman reads, under a vendor of this test's own so
+/// that specs of other tests cannot clash with it).
+fn podman_with_spec(spec_args: &[String], vendor: &str, script: &str) -> crate::engines::Out {
+    use crate::engines::{out, podman, Bed, SpecFile};
+    let bed = Bed::new(1);
+    fs::create_dir_all("/var/run/cdi").unwrap();
+    let spec = std::path::PathBuf::from(format!(
+        "/var/run/cdi/gpuctk-test-{}-{vendor}.yaml",
+        std::process::id()
+    ));
+    let _guard = SpecFile(spec.clone());
+    let mut args: Vec<String> = vec![
+        "cdi".into(),
+        "generate".into(),
+        "--output".into(),
+        spec.to_string_lossy().into_owned(),
+        "--vendor".into(),
+        vendor.into(),
+        "--nvidia-cdi-hook-path".into(),
+        GPUCTK.into(),
+    ];
+    args.extend(spec_args.iter().cloned());
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let image = format!("gpuctk-{vendor}:latest");
+    let r = out(&mut podman(
+        &bed,
+        &["import", bed.rootfs_tar().to_str().unwrap(), &image],
+    ));
+    assert_eq!(r.code, 0, "podman import: {}", r.stderr);
+    let device = format!("{vendor}/gpu=all");
+    out(&mut podman(
+        &bed,
+        &[
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--ulimit",
+            "nofile=20000:20000",
+            "--ulimit",
+            "nproc=32768:32768",
+            "--device",
+            &device,
+            &image,
+            "/bin/sh",
+            "-c",
+            script,
+        ],
+    ))
+}
+
+#[test]
+fn podman_runs_the_csv_spec() {
+    let j = jetson();
+    let mut args = j.roots();
+    args.extend([
+        "--mode".into(),
+        "csv".into(),
+        "--csv.file".into(),
+        j.csv_files(),
+    ]);
+    let r = podman_with_spec(
+        &args,
+        "csv.gpuctk.test",
+        "ls /dev; readlink /usr/lib/aarch64-linux-gnu/libcuda.so; echo ---probe---; /usr/bin/gpuctk-probe",
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let (ls, probe) = r.stdout.split_once("---probe---\n").unwrap();
+    for n in gpuctk_mockhost::TEGRA_NODES {
+        assert!(ls.lines().any(|l| l == n), "/dev/{n} missing: {ls}");
+    }
+    assert!(ls.lines().any(|l| l == "tegra/libcuda.so"), "{ls}");
+    match ProbeReport::parse(probe).libcuda {
+        Some(LibraryLoad::Loaded { realpath, .. }) => {
+            assert_eq!(realpath, format!("{TEGRA_LIB}/libcuda.so.1.1"))
+        }
+        other => panic!("libcuda did not load: {other:?}\n{}", r.stdout),
+    }
+}
+
+#[test]
+fn podman_runs_the_wsl_spec() {
+    let w = wsl();
+    let mut args = w.roots();
+    args.extend(["--mode".into(), "wsl".into()]);
+    let r = podman_with_spec(&args, "wsl.gpuctk.test", WSL_SCRIPT);
+    assert_wsl_gpu(r.code, &r.stdout, &r.stderr);
+}
