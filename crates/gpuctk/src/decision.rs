@@ -211,15 +211,19 @@ pub fn csv_injection(
     }))
 }
 
-/// `auto` or `jit-cdi` on a WSL2 host (no NVIDIA kernel driver, `/dev/dxg` or `libdxcore.so`
-/// present): the WSL edits for `request`, planned just in time as NVIDIA's `jit-cdi` plans
-/// them there (`--mode wsl`). `Ok(None)` when the request is not for just in time (the
-/// registry serves CDI names under `auto`); `Ok(Some(None))` when the container asks for
-/// nothing. `none` (or `void`) gets the driver files without `/dev/dxg`. WSL has one device:
-/// `all`, `0`, or a CDI name of either.
-pub fn wsl_injection(request: &Request, cfg: &Config) -> anyhow::Result<Option<Option<Injection>>> {
+/// A request routed under `mode` (`auto` or `jit-cdi`) on a WSL2 host (no NVIDIA kernel
+/// driver, `/dev/dxg` or `libdxcore.so` present): the WSL edits for it, planned just in time as
+/// NVIDIA's `jit-cdi` plans them there (`--mode wsl`). `Ok(None)` when the request is not for
+/// just in time (the registry serves CDI names under `auto`); `Ok(Some(None))` when the
+/// container asks for nothing. `none` (or `void`) gets the driver files without `/dev/dxg`.
+/// WSL has one device: `all`, `0`, or a CDI name of either.
+pub fn wsl_injection(
+    request: &Request,
+    cfg: &Config,
+    mode: gpuctk_core::route::Mode,
+) -> anyhow::Result<Option<Option<Injection>>> {
     use gpuctk_core::route::{route, Route};
-    let ids = match route(request, cfg.mode, &cfg.default_kind)? {
+    let ids = match route(request, mode, &cfg.default_kind)? {
         Route::Untouched => return Ok(Some(None)),
         Route::JustInTime(ids) => ids,
         _ => return Ok(None),

@@ -167,11 +167,26 @@ fn realize(
     no_cgroups: bool,
 ) -> anyhow::Result<()> {
     // The hook runs after runc read the spec: a legacy-mode request is served as `auto` would.
-    let injection =
-        match crate::decision::decide(request, cfg, Delivery::PrestartHook, Some(rootfs))? {
-            Decision::Inject(injection) => injection,
-            Decision::Untouched | Decision::PrestartHook => return Ok(()),
+    let wsl = if crate::decision::on_wsl(cfg) {
+        use gpuctk_core::route::Mode;
+        let mode = match cfg.mode {
+            Mode::Legacy | Mode::Csv => Mode::Auto,
+            m => m,
         };
+        crate::decision::wsl_injection(request, cfg, mode)?
+    } else {
+        None
+    };
+    let injection = match wsl {
+        Some(None) => return Ok(()),
+        Some(Some(i)) => i,
+        None => {
+            match crate::decision::decide(request, cfg, Delivery::PrestartHook, Some(rootfs))? {
+                Decision::Inject(injection) => *injection,
+                Decision::Untouched | Decision::PrestartHook => return Ok(()),
+            }
+        }
+    };
     let ops = crate::decision::typed_ops(&injection);
     let edits = injection.edits;
     let mut target = Target::new(pid, rootfs);

@@ -531,7 +531,7 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
             jetpack_all_csv(&spec),
         )?)
     } else if matches!(cfg.mode, Mode::Auto | Mode::JitCdi) && crate::decision::on_wsl(cfg) {
-        crate::decision::wsl_injection(&request, cfg)?
+        crate::decision::wsl_injection(&request, cfg, cfg.mode)?
     } else {
         None
     };

@@ -590,8 +590,12 @@ fn assert_wsl_gpu(code: i32, stdout: &str, stderr: &str) {
 
 fn wsl_just_in_time(runtime: &str) {
     let w = wsl();
-    // NVIDIA's default mode (auto) and jit-cdi plan WSL's edits on a WSL host.
-    for (i, mode) in ["", "mode = \"jit-cdi\"\n"].iter().enumerate() {
+    // NVIDIA's default mode (auto) and jit-cdi plan WSL's edits on a WSL host; under legacy,
+    // our prestart hook makes the same edits.
+    for (i, mode) in ["", "mode = \"jit-cdi\"\n", "mode = \"legacy\"\n"]
+        .iter()
+        .enumerate()
+    {
         let (code, stdout, stderr) = wsl_container(
             &w,
             runtime,
