@@ -254,7 +254,11 @@ pub fn wsl_injection(
 }
 
 /// Whether the host under `cfg`'s roots is a WSL2 one.
-pub fn on_wsl(cfg: &Config) -> bool {
+pub fn on_wsl(cfg: &Config) -> anyhow::Result<bool> {
     let r = roots(cfg);
-    gpuctk_host::wsl::is_wsl(&r.driver_root, &r.dev_root, &r.proc_root)
+    Ok(gpuctk_host::wsl::is_wsl(
+        &r.driver_root,
+        &r.dev_root,
+        &r.proc_root,
+    )?)
 }

@@ -167,7 +167,7 @@ fn realize(
     no_cgroups: bool,
 ) -> anyhow::Result<()> {
     // The hook runs after runc read the spec: a legacy-mode request is served as `auto` would.
-    let wsl = if crate::decision::on_wsl(cfg) {
+    let wsl = if crate::decision::on_wsl(cfg)? {
         use gpuctk_core::route::Mode;
         let mode = match cfg.mode {
             Mode::Legacy | Mode::Csv => Mode::Auto,

@@ -530,7 +530,10 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
             cfg,
             jetpack_all_csv(&spec),
         )?)
-    } else if matches!(cfg.mode, Mode::Auto | Mode::JitCdi) && crate::decision::on_wsl(cfg) {
+    } else if matches!(cfg.mode, Mode::Auto | Mode::JitCdi)
+        && !matches!(request.devices, gpuctk_core::request::Devices::Unrequested)
+        && crate::decision::on_wsl(cfg)?
+    {
         crate::decision::wsl_injection(&request, cfg, cfg.mode)?
     } else {
         None

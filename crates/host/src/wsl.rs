@@ -259,13 +259,14 @@ pub fn discover(driver_root: &Path, dev_root: &Path) -> Result<WslHost, WslError
 
 /// Whether the host under these roots is a WSL2 one, as NVIDIA's `auto` tells it (dxcore
 /// present), taking `/dev/dxg` as a sign too: no NVIDIA kernel driver in procfs, and
-/// `libdxcore.so` under the driver root or `/dev/dxg` under the dev root.
-pub fn is_wsl(driver_root: &Path, dev_root: &Path, proc_root: &Path) -> bool {
+/// `libdxcore.so` under the driver root or `/dev/dxg` under the dev root. An error reading
+/// either is an error, not "no".
+pub fn is_wsl(driver_root: &Path, dev_root: &Path, proc_root: &Path) -> Result<bool, WslError> {
     if crate::running_driver_version(proc_root).is_some() {
-        return false;
+        return Ok(false);
     }
-    host_path(driver_root, Path::new(&format!("{WSL_LIB_DIR}/{DXCORE}"))).is_file()
-        || matches!(dxg_node(dev_root), Ok(Some(_)))
+    Ok(dxg_node(dev_root)?.is_some()
+        || regular_file(driver_root, &format!("{WSL_LIB_DIR}/{DXCORE}"))?.is_some())
 }
 
 #[cfg(test)]
@@ -329,14 +330,14 @@ mod tests {
                 format!("{s}/nvxdapix.dll"),
             ]
         );
-        assert!(is_wsl(r, r, &r.join("proc")));
+        assert!(is_wsl(r, r, &r.join("proc")).unwrap());
         fs::create_dir_all(r.join("proc/driver/nvidia")).unwrap();
         fs::write(
             r.join("proc/driver/nvidia/version"),
             "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06  Wed Feb 26 2025\n",
         )
         .unwrap();
-        assert!(!is_wsl(r, r, &r.join("proc")));
+        assert!(!is_wsl(r, r, &r.join("proc")).unwrap());
         fs::remove_file(nv.join("libcuda.so.1.1")).unwrap();
         let e = discover(r, r).unwrap_err().to_string();
         assert!(
@@ -355,6 +356,6 @@ mod tests {
     #[test]
     fn not_wsl_without_its_signs() {
         let t = tempfile::tempdir().unwrap();
-        assert!(!is_wsl(t.path(), t.path(), t.path()));
+        assert!(!is_wsl(t.path(), t.path(), t.path()).unwrap());
     }
 }

@@ -176,7 +176,7 @@ fn auto_is_wsl(a: &GenerateArgs) -> anyhow::Result<bool> {
         &roots.driver_root,
         &roots.dev_root,
         &roots.proc_root,
-    ))
+    )?)
 }
 
 /// `--mode wsl`: the spec of a WSL2 host's `/dev/dxg` and driver store.
