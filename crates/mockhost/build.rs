@@ -46,6 +46,16 @@ const STUB_LIBS: &[(&str, &str, &str)] = &[
     ("libnvidia-glcore.so", "", "libnvidia-glcore"),
     ("libEGL_nvidia.so", "libEGL_nvidia.so.0", "libEGL_nvidia"),
     ("libGLX_nvidia.so", "libGLX_nvidia.so.0", "libGLX_nvidia"),
+    // WSL2: dxcore (in /usr/lib/wsl/lib) and driver-store libraries.
+    ("libdxcore.so", "libdxcore.so", "libdxcore"),
+    ("libcuda_loader.so", "libcuda_loader.so", "libcuda_loader"),
+    (
+        "libnvidia-ml_loader.so",
+        "libnvidia-ml_loader.so",
+        "libnvidia-ml_loader",
+    ),
+    ("libnvdxgdmal.so", "libnvdxgdmal.so.1", "libnvdxgdmal"),
+    ("libnvwgf2umx.so", "libnvwgf2umx.so", "libnvwgf2umx"),
 ];
 
 /// Generic stub executables.

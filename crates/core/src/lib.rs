@@ -7,12 +7,14 @@ pub mod decide;
 pub mod gated;
 pub mod ops;
 pub mod plan;
+pub mod platform;
 pub mod request;
 pub mod require;
 pub mod route;
 pub mod select;
 pub mod spec;
 pub mod verdict;
+pub mod wsl;
 
 pub use capabilities::CapabilitySet;
 pub use decide::{decide, DecideError, Decision, HostView, Injection, Origin, Settings};

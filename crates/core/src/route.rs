@@ -19,6 +19,9 @@ pub enum Mode {
     JitCdi,
     /// The legacy prestart hook does the work; the shim only adds it.
     Legacy,
+    /// Jetson (Tegra): the shim plans from the CSV mount specs (NVIDIA's `csv`); other
+    /// deliveries plan just in time.
+    Csv,
 }
 
 /// How a request is served.
@@ -102,7 +105,7 @@ pub fn route(request: &Request, mode: Mode, default_kind: &str) -> Result<Route,
             names: ids.iter().map(|d| d.to_string()).collect(),
             fallback: as_ids(&ids),
         }),
-        Mode::Auto | Mode::JitCdi => match as_ids(&ids) {
+        Mode::Auto | Mode::JitCdi | Mode::Csv => match as_ids(&ids) {
             Some(mapped) => Ok(Route::JustInTime(mapped)),
             None => Err(RouteError::Mixed { from: source }),
         },

@@ -567,7 +567,7 @@ pub struct GenerateArgs {
         value_name = "PATH"
     )]
     pub hook_path: Option<String>,
-    /// Discovery mode: auto or nvml (gpuctk reads procfs for both), or management (one `all` device with every NVIDIA device node, for monitoring agents); NVIDIA's csv, wsl, imex, gds, mofed, gdrcopy and nvswitch are refused with a message
+    /// Discovery mode: auto or nvml (gpuctk reads procfs for both), management (one `all` device with every NVIDIA device node, for monitoring agents), csv (Jetson: the CSV files' entries; auto picks it on a Jetson), or wsl (WSL2: /dev/dxg and the driver store; auto picks it on WSL2); NVIDIA's imex, gds, mofed, gdrcopy and nvswitch are refused with a message
     #[arg(
         long,
         visible_alias = "discovery-mode",
@@ -618,7 +618,7 @@ pub struct GenerateArgs {
         value_name = "PATH"
     )]
     pub ldconfig_path: Option<String>,
-    /// CSV mode's files (Tegra): only with --mode csv, which gpuctk does not support
+    /// CSV mode's files (Jetson) [default: devices.csv, drivers.csv, l4t.csv in /etc/nvidia-container-runtime/host-files-for-container.d]
     #[arg(
         long = "csv.file",
         env = "NVIDIA_CTK_CDI_GENERATE_CSV_FILES",
@@ -626,7 +626,7 @@ pub struct GenerateArgs {
         value_name = "FILE"
     )]
     pub csv_files: Vec<String>,
-    /// CSV mode's ignore patterns (Tegra): only with --mode csv
+    /// CSV mode's ignore patterns (Jetson): `sym` entries whose path matches (`**/NAME` matches the file name) are left out
     #[arg(
         long = "csv.ignore-pattern",
         env = "NVIDIA_CTK_CDI_GENERATE_CSV_IGNORE_PATTERNS",
@@ -634,7 +634,7 @@ pub struct GenerateArgs {
         value_name = "PATTERN"
     )]
     pub csv_ignore_patterns: Vec<String>,
-    /// CSV mode's compat root (Tegra): only with --mode csv
+    /// CSV mode's compat root (Jetson): accepted, ignored (NVIDIA's compat hook there needs NVML)
     #[arg(long = "csv.compat-container-root", value_name = "DIR")]
     pub csv_compat_container_root: Option<String>,
 }
@@ -751,6 +751,10 @@ pub enum LayoutArg {
     Debian,
     Rhel,
     DriverContainer,
+    /// A Jetson: nvhost/nvmap nodes, L4T's libraries and CSV files, no NVIDIA procfs
+    Tegra,
+    /// A WSL2 host: /dev/dxg, /usr/lib/wsl/lib and the NVIDIA driver store, no NVIDIA procfs
+    Wsl,
 }
 
 #[cfg(feature = "mock")]

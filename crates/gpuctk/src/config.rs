@@ -44,6 +44,9 @@ pub struct Config {
     pub hook_path: Option<String>,
     /// Keys we do not know, as `table.key` with their line, for a warning.
     pub unknown_keys: Vec<String>,
+    /// `[nvidia-container-runtime.modes.csv] mount-spec-path`: the CSV folder of `mode = "csv"`
+    /// (a host path).
+    pub csv_mount_spec_path: PathBuf,
     /// `[gpuctk] hooks-in-shim` (default true): the shim does our createContainer hooks'
     /// work itself before it execs the runtime, instead of leaving three hook processes to it.
     pub hooks_in_shim: bool,
@@ -61,7 +64,7 @@ pub struct Config {
     /// than NVIDIA's default, as `key (line N)`, for one warning each.
     pub not_applied: Vec<String>,
     /// Keys gpuctk does not apply that hold NVIDIA's default value (NVIDIA's stock config.toml
-    /// sets seven): no news for every container, so only `config` and `doctor` name them.
+    /// sets six): no news for every container, so only `config` and `doctor` name them.
     pub at_default: Vec<String>,
 }
 
@@ -103,6 +106,7 @@ impl Default for Config {
             proc_root: PathBuf::from("/proc"),
             hook_path: None,
             unknown_keys: Vec::new(),
+            csv_mount_spec_path: PathBuf::from(gpuctk_host::csv::DEFAULT_MOUNT_SPEC_PATH),
             hooks_in_shim: true,
             cuda_compat_mode: CompatMode::Ldconfig,
             disable_compat_hook: false,
@@ -388,6 +392,11 @@ pub const KEYS: &[(&str, Kind, bool)] = &[
         false,
     ),
     (
+        "nvidia-container-runtime.modes.csv.mount-spec-path",
+        Kind::Text,
+        true,
+    ),
+    (
         "nvidia-container-runtime.modes.jit-cdi",
         Kind::Open(&Kind::Text),
         false,
@@ -461,10 +470,6 @@ const NVIDIA_DEFAULTS: &[(&str, NvidiaDefault)] = &[
     (
         "nvidia-container-cli.ldconfig",
         NvidiaDefault::Text(&["@/sbin/ldconfig", "@/sbin/ldconfig.real"]),
-    ),
-    (
-        "nvidia-container-runtime.modes.csv.mount-spec-path",
-        NvidiaDefault::Text(&["/etc/nvidia-container-runtime/host-files-for-container.d"]),
     ),
     (
         "nvidia-container-runtime.modes.csv.compat-container-root",
@@ -672,11 +677,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
                 "cdi" => Mode::Cdi,
                 "jit-cdi" => Mode::JitCdi,
                 "legacy" => Mode::Legacy,
+                "csv" => Mode::Csv,
                 other => {
                     return Err(r.err(
                         t.get("mode").unwrap(),
                         "nvidia-container-runtime.mode",
-                        &format!("unknown mode {other:?} (use auto, cdi, jit-cdi or legacy)"),
+                        &format!("unknown mode {other:?} (use auto, cdi, jit-cdi, legacy or csv)"),
                     ))
                 }
             };
@@ -719,6 +725,19 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         if let Some(v) = r.string(t, p, "debug")? {
             if !v.is_empty() && v != "/dev/null" {
                 c.debug_log = Some(PathBuf::from(v));
+            }
+        }
+        if let Some(csv) = t
+            .get("modes")
+            .and_then(Item::as_table)
+            .and_then(|m| m.get("csv"))
+            .and_then(Item::as_table)
+        {
+            let p = "nvidia-container-runtime.modes.csv.";
+            if let Some(v) = r.string(csv, p, "mount-spec-path")? {
+                if !v.is_empty() {
+                    c.csv_mount_spec_path = PathBuf::from(v);
+                }
             }
         }
         if let Some(cdi) = t
@@ -904,7 +923,7 @@ allow-gdrcopy = true
     }
 
     /// A key gpuctk does not apply is news only away from NVIDIA's default: at it (as NVIDIA's
-    /// stock file sets seven), it is set aside for `config` and `doctor` to name once.
+    /// stock file sets six), it is set aside for `config` and `doctor` to name once.
     #[test]
     fn keys_at_nvidias_defaults_are_not_news() {
         let p = Path::new("/c.toml");
@@ -933,7 +952,7 @@ allow-gdrcopy = false
         )
         .unwrap();
         assert!(c.not_applied.is_empty(), "{:?}", c.not_applied);
-        assert_eq!(c.at_default.len(), 9, "{:?}", c.at_default);
+        assert_eq!(c.at_default.len(), 8, "{:?}", c.at_default);
         for (line, want) in [
             (
                 "[nvidia-container-cli]\nenvironment = [\"A=1\"]\n",

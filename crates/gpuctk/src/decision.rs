@@ -172,3 +172,106 @@ pub fn decode_hooks(edits: &ContainerEdits) -> Vec<(usize, InRootOp)> {
         })
         .collect()
 }
+
+/// `mode = "csv"` (Jetson): the edits for `request` from the CSV files under
+/// `modes.csv.mount-spec-path`, the three base files or, with `all_files`
+/// (`NVIDIA_REQUIRE_JETPACK=csv-mounts=all`), every `*.csv` there. `None` when the container
+/// asks for nothing; `none` (or `void`) gets the driver files without device nodes. CSV mode
+/// has one device: `0`, `all`, or a CDI name of either.
+pub fn csv_injection(
+    request: &Request,
+    cfg: &Config,
+    all_files: bool,
+) -> anyhow::Result<Option<Injection>> {
+    use gpuctk_core::request::Devices;
+    let ids = match &request.devices {
+        Devices::Unrequested => return Ok(None),
+        Devices::NoGpus => Vec::new(),
+        Devices::Ids(ids) => ids.clone(),
+    };
+    let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
+    if let Some(bad) = ids
+        .iter()
+        .find(|d| !gpuctk_core::platform::csv_serves(d, &kinds))
+    {
+        anyhow::bail!(
+            "{}: device {bad}: mode \"csv\" (Jetson) has one device; ask for 0 or all",
+            request.source
+        );
+    }
+    let dir = &cfg.csv_mount_spec_path;
+    let files = gpuctk_host::csv::files_in(dir, all_files)?;
+    let specs = gpuctk_host::csv::read_files(&files)?;
+    let r = roots(cfg);
+    let host = gpuctk_host::csv::lookup(&specs, &r.driver_root, &r.dev_root, &[])?;
+    let planned = gpuctk_core::platform::csv_edits(&host, &hook_path(cfg));
+    if !ids.is_empty() && planned.device.device_nodes.is_empty() {
+        anyhow::bail!(
+            "{}: mode \"csv\": none of the `dev` entries of the CSV files in {} exists under {}/dev; check [nvidia-container-runtime.modes.csv] mount-spec-path and the dev root",
+            request.source,
+            dir.display(),
+            r.dev_root.display()
+        );
+    }
+    let mut edits = planned.common;
+    if !ids.is_empty() {
+        edits.device_nodes = planned.device.device_nodes;
+    }
+    Ok(Some(Injection {
+        ops: planned.ops.into_iter().enumerate().collect(),
+        edits,
+        origin: gpuctk_core::Origin::JustInTime,
+    }))
+}
+
+/// A request routed under `mode` (`auto` or `jit-cdi`) on a WSL2 host (no NVIDIA kernel
+/// driver, `/dev/dxg` or `libdxcore.so` present): the WSL edits for it, planned just in time as
+/// NVIDIA's `jit-cdi` plans them there (`--mode wsl`). `Ok(None)` when the request is not for
+/// just in time (the registry serves CDI names under `auto`); `Ok(Some(None))` when the
+/// container asks for nothing. `none` (or `void`) gets the driver files without `/dev/dxg`.
+/// WSL has one device: `all`, `0`, or a CDI name of either.
+pub fn wsl_injection(
+    request: &Request,
+    cfg: &Config,
+    mode: gpuctk_core::route::Mode,
+) -> anyhow::Result<Option<Option<Injection>>> {
+    use gpuctk_core::route::{route, Route};
+    let ids = match route(request, mode, &cfg.default_kind)? {
+        Route::Untouched => return Ok(Some(None)),
+        Route::JustInTime(ids) => ids,
+        _ => return Ok(None),
+    };
+    let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
+    if let Some(bad) = ids
+        .iter()
+        .find(|d| !gpuctk_core::wsl::wsl_serves(d, &kinds))
+    {
+        anyhow::bail!(
+            "{}: device {bad}: a WSL2 host has one device; ask for all",
+            request.source
+        );
+    }
+    let r = roots(cfg);
+    let host = gpuctk_host::wsl::discover(&r.driver_root, &r.dev_root)
+        .map_err(|e| anyhow::anyhow!("{}: WSL2 host: {e}", request.source))?;
+    let planned = gpuctk_core::wsl::wsl_edits(&host, &hook_path(cfg));
+    let mut edits = planned.common;
+    if !ids.is_empty() {
+        edits.device_nodes = planned.device.device_nodes;
+    }
+    Ok(Some(Some(Injection {
+        ops: planned.ops.into_iter().enumerate().collect(),
+        edits,
+        origin: gpuctk_core::Origin::JustInTime,
+    })))
+}
+
+/// Whether the host under `cfg`'s roots is a WSL2 one.
+pub fn on_wsl(cfg: &Config) -> anyhow::Result<bool> {
+    let r = roots(cfg);
+    Ok(gpuctk_host::wsl::is_wsl(
+        &r.driver_root,
+        &r.dev_root,
+        &r.proc_root,
+    )?)
+}

@@ -187,11 +187,26 @@ fn realize_in(
     bundle: Option<&Path>,
 ) -> anyhow::Result<()> {
     // The hook runs after runc read the spec: a legacy-mode request is served as `auto` would.
-    let injection =
-        match crate::decision::decide(request, cfg, Delivery::PrestartHook, Some(rootfs))? {
-            Decision::Inject(injection) => injection,
-            Decision::Untouched | Decision::PrestartHook => return Ok(()),
+    let wsl = if crate::decision::on_wsl(cfg)? {
+        use gpuctk_core::route::Mode;
+        let mode = match cfg.mode {
+            Mode::Legacy | Mode::Csv => Mode::Auto,
+            m => m,
         };
+        crate::decision::wsl_injection(request, cfg, mode)?
+    } else {
+        None
+    };
+    let injection = match wsl {
+        Some(None) => return Ok(()),
+        Some(Some(i)) => i,
+        None => {
+            match crate::decision::decide(request, cfg, Delivery::PrestartHook, Some(rootfs))? {
+                Decision::Inject(injection) => *injection,
+                Decision::Untouched | Decision::PrestartHook => return Ok(()),
+            }
+        }
+    };
     let mut ops = crate::decision::typed_ops(&injection);
     let mut edits = injection.edits;
     // The container's procfs, through its init's root: without the driver's folder there is

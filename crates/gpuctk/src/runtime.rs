@@ -524,8 +524,27 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
         tracing::warn!("{w}");
     }
     let rootfs = rootfs_of(&spec, bundle);
-    let mut injection =
-        match crate::decision::decide(&request, cfg, Delivery::Shim, rootfs.as_deref())? {
+    let csv = if cfg.mode == Mode::Csv {
+        Some(crate::decision::csv_injection(
+            &request,
+            cfg,
+            jetpack_all_csv(&spec),
+        )?)
+    } else if matches!(cfg.mode, Mode::Auto | Mode::JitCdi)
+        && !matches!(request.devices, gpuctk_core::request::Devices::Unrequested)
+        && crate::decision::on_wsl(cfg)?
+    {
+        crate::decision::wsl_injection(&request, cfg, cfg.mode)?
+    } else {
+        None
+    };
+    let mut injection = match csv {
+        Some(None) => {
+            tracing::debug!("{}: no GPU requested; spec left as is", path.display());
+            return Ok(());
+        }
+        Some(Some(i)) => Box::new(i),
+        None => match crate::decision::decide(&request, cfg, Delivery::Shim, rootfs.as_deref())? {
             Decision::Untouched => {
                 tracing::debug!("{}: no GPU requested; spec left as is", path.display());
                 return Ok(());
@@ -538,7 +557,8 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
                 return Ok(());
             }
             Decision::Inject(injection) => injection,
-        };
+        },
+    };
     if cfg.hooks_in_shim {
         let ops = crate::decision::typed_ops(&injection);
         let done = hooks_in_shim(&spec, bundle, &mut injection.edits, ops)?;
@@ -562,6 +582,17 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
         edits.hooks.len()
     );
     Ok(())
+}
+
+/// Whether the container's env has `NVIDIA_REQUIRE_JETPACK` with `csv-mounts=all`: CSV mode
+/// then reads every CSV file, not only the three base ones (NVIDIA's rule).
+fn jetpack_all_csv(spec: &serde_json::Value) -> bool {
+    spec.pointer("/process/env")
+        .and_then(|e| e.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str()?.strip_prefix("NVIDIA_REQUIRE_JETPACK="))
+        .any(|v| v.split([' ', ',']).any(|w| w == "csv-mounts=all"))
 }
 
 /// The container's root on the host: `root.path`, relative to the bundle unless absolute.

@@ -427,7 +427,7 @@ fn unknown_config_key_only_warns() {
     assert!(line.contains("; fix: "), "{line}");
 }
 
-/// NVIDIA's stock config.toml: its seven keys gpuctk does not apply hold NVIDIA's defaults, so
+/// NVIDIA's stock config.toml: its six keys gpuctk does not apply hold NVIDIA's defaults, so
 /// doctor says so once, in an ok line (the runtime never does); one of them set away from its
 /// default is a warning.
 #[test]

@@ -150,7 +150,7 @@ pub(crate) struct Out {
     pub(crate) stderr: String,
 }
 
-fn out(c: &mut Command) -> Out {
+pub(crate) fn out(c: &mut Command) -> Out {
     let o = c.stdin(Stdio::null()).output().unwrap();
     Out {
         code: o.status.code().unwrap_or(-1),
@@ -428,7 +428,7 @@ fn docker_runtime_flag_after_runtime_configure() {
 
 // ------------------------------------------------------------------ podman
 
-fn podman(bed: &Bed, extra: &[&str]) -> Command {
+pub(crate) fn podman(bed: &Bed, extra: &[&str]) -> Command {
     let root = bed.t.join("podman");
     let mut argv: Vec<String> = vec![
         "podman".into(),
@@ -450,7 +450,7 @@ fn podman(bed: &Bed, extra: &[&str]) -> Command {
 }
 
 /// Podman reads CDI specs only from /etc/cdi and /var/run/cdi; this test owns its file there.
-struct SpecFile(PathBuf);
+pub(crate) struct SpecFile(pub(crate) PathBuf);
 impl Drop for SpecFile {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.0);

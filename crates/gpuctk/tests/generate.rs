@@ -523,7 +523,12 @@ fn nvidia_generate_flags() {
         r.stderr
     );
     for (args, needle) in [
-        (&["--mode", "csv"][..], "--mode csv: not supported"),
+        (&["--mode", "imex"][..], "--mode imex: not supported"),
+        (&["--mode", "wsl"][..], "--mode wsl: "),
+        (
+            &["--mode", "csv", "--csv.file", "/nonexistent/l4t.csv"],
+            "--mode csv: no entries in the CSV files /nonexistent/l4t.csv",
+        ),
         (&["--csv.file", "/x"], "--csv.*"),
     ] {
         let r = gen(args);

@@ -62,11 +62,10 @@ path = "nvidia-ctk"
 "#;
 
 /// The stock file's keys that gpuctk does not apply, all at NVIDIA's defaults.
-pub const STOCK_UNAPPLIED: [&str; 7] = [
+pub const STOCK_UNAPPLIED: [&str; 6] = [
     "nvidia-container-cli.environment",
     "nvidia-container-cli.ldconfig",
     "nvidia-container-cli.load-kmods",
-    "nvidia-container-runtime.modes.csv.mount-spec-path",
     "nvidia-container-runtime-hook.path",
     "nvidia-container-runtime-hook.skip-mode-detection",
     "nvidia-ctk.path",
@@ -536,7 +535,7 @@ fn runtime_configure_cdi_enable_and_executable_path() {
 }
 
 /// A host that kept NVIDIA's stock config.toml: a container create through the shim prints no
-/// WARN line (seven keys gpuctk does not apply hold NVIDIA's defaults, which is no news);
+/// WARN line (six keys gpuctk does not apply hold NVIDIA's defaults, which is no news);
 /// `config` names them once. A key gpuctk does not apply that is set away from NVIDIA's default
 /// still warns, since NVIDIA's toolkit would behave differently.
 #[test]
@@ -568,7 +567,7 @@ fn stock_nvidia_config_is_quiet_on_container_create() {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let r = run_env(&ctk, &a, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    // `config` says it once, in one line naming the seven.
+    // `config` says it once, in one line naming the six.
     assert!(!r.stderr.contains("WARN"), "{}", r.stderr);
     assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
     for k in STOCK_UNAPPLIED {

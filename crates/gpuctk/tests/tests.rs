@@ -47,6 +47,8 @@ mod old_kernel;
 /// The Debian package: built by scripts/package.sh, installed with dpkg in a copy-on-write
 /// namespace, used by docker and podman, removed and purged; completions and man pages.
 mod package;
+/// Jetson (CSV mode) on a mock Jetson: `cdi generate --mode csv` and the shim under runc and crun.
+mod platforms;
 /// Discovery on the real Debian 535 driver packages, unpacked with dpkg-deb.
 mod real_driver;
 /// One test per fixed bug.

@@ -5,6 +5,7 @@
 pub mod caps;
 pub mod catalog;
 pub mod checks;
+pub mod csv;
 pub mod cuda;
 pub mod discover;
 pub mod gated;
@@ -13,6 +14,7 @@ pub mod nodes;
 pub mod procfs;
 pub mod resolve;
 pub mod watch;
+pub mod wsl;
 
 pub use caps::{CapsError, MigCapability};
 pub use catalog::Capability;

@@ -158,6 +158,16 @@ static inline void gm_scan_devices(struct gm_scan *s)
         else if (gm_is_denied(err))
             s->denied = 1;
     }
+    /* WSL2 has no NVIDIA nodes: its one GPU is reached through /dev/dxg. */
+    if (s->ctl_err == ENOENT && s->count == 0) {
+        err = gm_open_errno("/dev/dxg");
+        if (err == ENXIO) {
+            s->ctl_err = ENXIO;
+            s->minors[s->count++] = 0;
+        } else if (gm_is_denied(err)) {
+            s->denied = 1;
+        }
+    }
 }
 
 #endif

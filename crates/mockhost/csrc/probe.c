@@ -113,6 +113,9 @@ static void report_devices(void)
         free(names[i]);
     }
     free(names);
+    /* WSL2's GPU node. */
+    if (lstat("/dev/dxg", &st) == 0)
+        printf("dev /dev/dxg %s\n", errno_name(open_errno("/dev/dxg")));
 }
 
 static void report_loaded(const char *label, void *h)

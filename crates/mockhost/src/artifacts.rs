@@ -17,6 +17,17 @@ const SONAME_PLACEHOLDER: &str =
 
 pub(crate) const LIBCUDA: &[u8] = embed!("libcuda.so");
 pub(crate) const NVIDIA_SMI: &[u8] = embed!("nvidia-smi");
+pub(crate) const LIBNVML: &[u8] = embed!("libnvidia-ml.so");
+pub(crate) const LIBPTXJIT: &[u8] = embed!("libnvidia-ptxjitcompiler.so");
+/// WSL2's dxcore, found in `/usr/lib/wsl/lib`.
+pub(crate) const LIBDXCORE: &[u8] = embed!("libdxcore.so");
+/// WSL2 driver-store libraries: (file name in the store, bytes).
+pub(crate) const WSL_STORE_LIBS: &[(&str, &[u8])] = &[
+    ("libcuda_loader.so", embed!("libcuda_loader.so")),
+    ("libnvidia-ml_loader.so", embed!("libnvidia-ml_loader.so")),
+    ("libnvdxgdmal.so.1", embed!("libnvdxgdmal.so")),
+    ("libnvwgf2umx.so", embed!("libnvwgf2umx.so")),
+];
 /// The container-side probe. Carries no config block: it is host-independent.
 pub(crate) const PROBE: &[u8] = embed!("gpuctk-probe");
 
@@ -84,13 +95,13 @@ pub(crate) const LIBRARIES: &[Library] = &[
         stem: "libnvidia-ml",
         soname: Soname::Fixed("libnvidia-ml.so.1"),
         dev_link: true,
-        bytes: embed!("libnvidia-ml.so"),
+        bytes: LIBNVML,
     },
     Library {
         stem: "libnvidia-ptxjitcompiler",
         soname: Soname::Fixed("libnvidia-ptxjitcompiler.so.1"),
         dev_link: false,
-        bytes: embed!("libnvidia-ptxjitcompiler.so"),
+        bytes: LIBPTXJIT,
     },
     Library {
         stem: "libnvidia-nvvm",

@@ -23,6 +23,8 @@ mod probe;
 mod procfs;
 mod rootfs;
 mod sys;
+mod tegra;
+mod wsl;
 
 pub use error::Error;
 pub use host::{
@@ -35,3 +37,5 @@ pub use ids::{fnv1a64, gpu_bus_id, gpu_uuid};
 pub use patch::{cuda_note_json, PatchError};
 pub use probe::{LibraryLoad, ProbeReport};
 pub use rootfs::{create_rootfs, create_rootfs_from, probe_binary, RootfsConfig, PROBE_PATH};
+pub use tegra::{create_tegra_host, TegraHost, TEGRA_DRIVER_VERSION, TEGRA_LIB_DIR, TEGRA_NODES};
+pub use wsl::{create_wsl_host, WslHost, WSL_DRIVER_VERSION, WSL_STORE_DIR};

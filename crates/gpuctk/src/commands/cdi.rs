@@ -28,17 +28,20 @@ const NO_ADDITIONAL_GIDS: &str = "no-additional-gids-for-device-nodes";
 /// a user gets (another discovery mode), a warning where they would not.
 fn check_nvidia_flags(a: &GenerateArgs) -> anyhow::Result<()> {
     match a.mode.as_str() {
-        "auto" | "nvml" | "management" | "imex" => {}
+        "auto" | "nvml" | "management" | "imex" | "csv" | "wsl" => {}
         m if m.parse::<gpuctk_host::GatedMode>().is_ok() => {}
         other => bail!(
-            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, the management one and the gds, mofed, gdrcopy, nvswitch and imex ones; use one of those)"
+            "--mode {other}: not supported by gpuctk on this platform (it generates the nvml mode's spec, from procfs, the management one, the gds, mofed, gdrcopy, nvswitch and imex ones, Jetson's csv one and WSL2's wsl one; use one of those)"
         ),
     }
-    if !a.csv_files.is_empty()
-        || !a.csv_ignore_patterns.is_empty()
-        || a.csv_compat_container_root.is_some()
+    if a.mode != "csv"
+        && a.mode != "auto"
+        && (!a.csv_files.is_empty() || !a.csv_ignore_patterns.is_empty())
     {
-        bail!("--csv.*: only for --mode csv (Tegra), which gpuctk does not support");
+        bail!("--csv.*: only for --mode csv (Jetson)");
+    }
+    if a.csv_compat_container_root.is_some() {
+        tracing::warn!("--csv.compat-container-root: the CUDA compat hook of CSV mode needs NVML, which gpuctk does not use; ignored");
     }
     for h in &a.enable_hooks {
         if !OUR_HOOKS.contains(&h.as_str()) {
@@ -94,6 +97,19 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
     check_nvidia_flags(a)?;
     if let Some(spec) = devices_mode_spec(a)? {
         return validated(spec).map(|s| (s, None));
+    }
+    // NVIDIA's `auto` asks for WSL (dxcore) before Tegra.
+    if a.mode == "wsl" || (a.mode == "auto" && auto_is_wsl(a)?) {
+        if !a.csv_files.is_empty() || !a.csv_ignore_patterns.is_empty() {
+            bail!("--csv.*: only for --mode csv (Jetson); this is a WSL2 host");
+        }
+        return wsl_spec(a);
+    }
+    if a.mode == "csv" || (a.mode == "auto" && auto_is_tegra(a)?) {
+        return csv_spec(a);
+    }
+    if !a.csv_files.is_empty() || !a.csv_ignore_patterns.is_empty() {
+        bail!("--csv.*: only for --mode csv (Jetson); --mode auto found no Jetson under the driver root");
     }
     let inv = a.roots.discover_with_configs(&a.config_search_paths)?;
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
@@ -216,6 +232,107 @@ fn without_additional_gids(spec: &mut Spec) {
         d.container_edits.additional_gids.clear();
     }
     spec.cdi_version = gpuctk_cdi::version::minimum_version(spec).to_string();
+}
+
+/// `--mode auto` on a Jetson: Tegra markers under the driver root (`/etc/nv_tegra_release`,
+/// `/sys/devices/soc0/family`) and no NVIDIA kernel driver in procfs, NVIDIA's rule for CSV.
+fn auto_is_tegra(a: &GenerateArgs) -> anyhow::Result<bool> {
+    let roots = a.roots.roots()?;
+    Ok(
+        gpuctk_host::csv::is_tegra(&roots.driver_root, &roots.driver_root)
+            && gpuctk_host::running_driver_version(&roots.proc_root).is_none(),
+    )
+}
+
+/// `--mode auto` on WSL2: no NVIDIA kernel driver in procfs, and `libdxcore.so` under the
+/// driver root or `/dev/dxg` under the dev root.
+fn auto_is_wsl(a: &GenerateArgs) -> anyhow::Result<bool> {
+    let roots = a.roots.roots()?;
+    Ok(gpuctk_host::wsl::is_wsl(
+        &roots.driver_root,
+        &roots.dev_root,
+        &roots.proc_root,
+    )?)
+}
+
+/// `--mode wsl`: the spec of a WSL2 host's `/dev/dxg` and driver store.
+fn wsl_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
+    let roots = a.roots.roots()?;
+    for id in &a.device_ids {
+        if id != "all" {
+            bail!("--device-id {id}: WSL mode has one device; use all");
+        }
+    }
+    if a.no_all_device {
+        bail!("--no-all-device: WSL mode's one device is `all`; leave the flag out");
+    }
+    let host = gpuctk_host::wsl::discover(&roots.driver_root, &roots.dev_root)
+        .map_err(|e| anyhow::anyhow!("--mode wsl: {e}"))?;
+    let hook_path = a.hook_path.clone().unwrap_or_else(default_hook_path);
+    let mut edits = gpuctk_core::wsl::wsl_edits(&host, &hook_path);
+    if !a.disable_hooks.is_empty() {
+        let all = a.disable_hooks.iter().any(|d| d == "all");
+        edits
+            .ops
+            .retain(|o| !all && !a.disable_hooks.iter().any(|d| d == o.name()));
+        edits.common.hooks = edits.ops.iter().map(|o| o.to_hook(&hook_path)).collect();
+    }
+    let warning = if edits.ops.is_empty() {
+        None
+    } else {
+        hook_warning(&hook_path, a.hook_path.is_none())
+    };
+    let spec = gpuctk_core::wsl::build_wsl_spec(&edits, &a.vendor, &a.class)?;
+    validated(spec).map(|s| (s, warning))
+}
+
+/// `--mode csv`: the spec of the CSV files' entries on the host (Jetson).
+fn csv_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
+    let roots = a.roots.roots()?;
+    let files: Vec<std::path::PathBuf> = if a.csv_files.is_empty() {
+        gpuctk_host::csv::files_in(Path::new(gpuctk_host::csv::DEFAULT_MOUNT_SPEC_PATH), false)?
+    } else {
+        a.csv_files.iter().map(std::path::PathBuf::from).collect()
+    };
+    let specs = gpuctk_host::csv::read_files(&files)?;
+    if specs.is_empty() {
+        bail!(
+            "--mode csv: no entries in the CSV files {}; give them with --csv.file",
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let host = gpuctk_host::csv::lookup(
+        &specs,
+        &roots.driver_root,
+        &roots.dev_root,
+        &a.csv_ignore_patterns,
+    )?;
+    let hook_path = a.hook_path.clone().unwrap_or_else(default_hook_path);
+    let mut edits = gpuctk_core::platform::csv_edits(&host, &hook_path);
+    if !a.disable_hooks.is_empty() {
+        let all = a.disable_hooks.iter().any(|d| d == "all");
+        edits
+            .ops
+            .retain(|o| !all && !a.disable_hooks.iter().any(|d| d == o.name()));
+        edits.common.hooks = edits.ops.iter().map(|o| o.to_hook(&hook_path)).collect();
+    }
+    let warning = if edits.ops.is_empty() {
+        None
+    } else {
+        hook_warning(&hook_path, a.hook_path.is_none())
+    };
+    let all_device = !a.no_all_device && !a.device_ids.iter().any(|d| d == "none");
+    for id in &a.device_ids {
+        if id != "all" && id != "0" && id != "none" {
+            bail!("--device-id {id}: CSV mode (Jetson) has one device; use 0 or all");
+        }
+    }
+    let spec = gpuctk_core::platform::build_csv_spec(&edits, &a.vendor, &a.class, all_device)?;
+    validated(spec).map(|s| (s, warning))
 }
 
 /// The management spec of the host under `roots` (`--mode management`, and `gpuctk install`'s

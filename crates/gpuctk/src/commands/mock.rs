@@ -32,6 +32,12 @@ pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
         LayoutArg::Debian => Layout::Debian,
         LayoutArg::Rhel => Layout::Rhel,
         LayoutArg::DriverContainer => Layout::DriverContainer,
+        LayoutArg::Tegra => {
+            anyhow::bail!("--layout tegra: built by create, not from a host config")
+        }
+        LayoutArg::Wsl => {
+            anyhow::bail!("--layout wsl: built by create, not from a host config")
+        }
     };
     cfg.model = a.model.clone();
     cfg.ldconfig = a.ldconfig.clone();
@@ -46,6 +52,12 @@ pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
 }
 
 pub fn create(a: MockCreateArgs) -> anyhow::Result<ExitCode> {
+    if matches!(a.layout, LayoutArg::Tegra) {
+        return create_tegra(&a);
+    }
+    if matches!(a.layout, LayoutArg::Wsl) {
+        return create_wsl(&a);
+    }
     let cfg = host_config(&a)?;
     let host = gpuctk_mockhost::create_host(&a.dir, &cfg)
         .with_context(|| format!("mock-host create {}", a.dir.display()))?;
@@ -77,6 +89,70 @@ pub fn rootfs(a: MockRootfsArgs) -> anyhow::Result<ExitCode> {
     println!(
         "container rootfs in {} (probe: /usr/bin/gpuctk-probe)",
         a.dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mock-host create --layout tegra`: a Jetson, with `mock-host.json` naming its roots.
+fn create_tegra(a: &MockCreateArgs) -> anyhow::Result<ExitCode> {
+    let host = gpuctk_mockhost::create_tegra_host(&a.dir)
+        .with_context(|| format!("mock-host create {}", a.dir.display()))?;
+    let manifest = serde_json::json!({
+        "layout": "tegra",
+        "driver_root": host.root,
+        "dev_root": host.root,
+        "proc_root": host.proc_root,
+        "csv_dir": host.csv_dir,
+        "gpus": [],
+    });
+    std::fs::write(
+        host.root.join(gpuctk_mockhost::HOST_JSON),
+        serde_json::to_vec_pretty(&manifest)?,
+    )
+    .with_context(|| format!("mock-host create {}: write the manifest", a.dir.display()))?;
+    println!(
+        "mock Jetson host in {}: L4T driver {}, CSV files in {}",
+        host.root.display(),
+        gpuctk_mockhost::TEGRA_DRIVER_VERSION,
+        host.csv_dir.display()
+    );
+    println!(
+        "use: --driver-root {} --dev-root {} --proc-root {}",
+        host.root.display(),
+        host.root.display(),
+        host.proc_root.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mock-host create --layout wsl`: a WSL2 host, with `mock-host.json` naming its roots.
+fn create_wsl(a: &MockCreateArgs) -> anyhow::Result<ExitCode> {
+    let host = gpuctk_mockhost::create_wsl_host(&a.dir)
+        .with_context(|| format!("mock-host create {}", a.dir.display()))?;
+    let manifest = serde_json::json!({
+        "layout": "wsl",
+        "driver_root": host.root,
+        "dev_root": host.root,
+        "proc_root": host.proc_root,
+        "driver_store": gpuctk_mockhost::WSL_STORE_DIR,
+        "gpus": [],
+    });
+    std::fs::write(
+        host.root.join(gpuctk_mockhost::HOST_JSON),
+        serde_json::to_vec_pretty(&manifest)?,
+    )
+    .with_context(|| format!("mock-host create {}: write the manifest", a.dir.display()))?;
+    println!(
+        "mock WSL2 host in {}: Windows driver {}, driver store {}",
+        host.root.display(),
+        gpuctk_mockhost::WSL_DRIVER_VERSION,
+        gpuctk_mockhost::WSL_STORE_DIR
+    );
+    println!(
+        "use: --driver-root {} --dev-root {} --proc-root {}",
+        host.root.display(),
+        host.root.display(),
+        host.proc_root.display()
     );
     Ok(ExitCode::SUCCESS)
 }
