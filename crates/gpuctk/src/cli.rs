@@ -782,6 +782,10 @@ pub struct MockCreateArgs {
     /// IMEX channel nodes to make, /dev/nvidia-caps-imex-channels/channel0 up (0-2048)
     #[arg(long, default_value_t = 0)]
     pub imex_channels: u32,
+    /// Put GPU INDEX in MIG mode with these GPU instances (one compute instance each), e.g.
+    /// `--mig 0=1g.10gb,1g.10gb,2g.20gb`; repeat for more GPUs
+    #[arg(long, value_name = "INDEX=PROFILE[,PROFILE...]")]
+    pub mig: Vec<String>,
 }
 
 #[cfg(feature = "mock")]
