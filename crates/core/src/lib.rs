@@ -4,6 +4,7 @@
 
 pub mod capabilities;
 pub mod decide;
+pub mod mig;
 pub mod ops;
 pub mod plan;
 pub mod request;

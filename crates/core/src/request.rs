@@ -321,6 +321,18 @@ pub fn parse_device_id(item: &str, source: &str) -> Result<DeviceId, RequestErro
         };
     }
     if let Some(rest) = item.strip_prefix("MIG-") {
+        // `MIG-GPU-<uuid>/<gi>/<ci>`, the form of drivers before R470.
+        let old_form = rest.strip_prefix("GPU-").and_then(|r| {
+            let mut parts = r.split('/');
+            let ok = parts.next().is_some_and(uuidish)
+                && parts.next().is_some_and(|g| g.parse::<u32>().is_ok())
+                && parts.next().is_some_and(|c| c.parse::<u32>().is_ok())
+                && parts.next().is_none();
+            ok.then_some(())
+        });
+        if old_form.is_some() {
+            return Ok(DeviceId::MigUuid(item.to_string()));
+        }
         return if uuidish(rest) {
             Ok(DeviceId::MigUuid(item.to_string()))
         } else {

@@ -9,6 +9,7 @@ mod decision;
 mod hook;
 mod legacy;
 mod logging;
+mod mig;
 mod passthrough;
 mod runtime;
 

@@ -4,9 +4,8 @@
  * /dev/nvidiaN nodes that answer ENXIO, indexed in order of minor, under the
  * root the library sits in (see find_root).  MIG devices come from the
  * host's layout in the config block ("mig=<minor>:<profile>@<gi>+...//...");
- * like the real driver, a process sees a MIG device only when it can read
- * its capability files under /proc/driver/nvidia/capabilities and open the
- * /dev/nvidia-caps nodes they name.
+ * like the real driver, a process sees a MIG device only when it can open
+ * the /dev/nvidia-caps nodes its capability files name.
  */
 #define _GNU_SOURCE
 #include "mock_common.h"
@@ -120,15 +119,26 @@ static long cap_minor(const char *rel)
     return strtol(p + 16, NULL, 10);
 }
 
-/* The capability file is readable and the node it names answers like a present device. */
-static int cap_usable(const char *rel)
+/*
+ * The capability file's node answers like a present device.  A container's
+ * procfs on this machine has no NVIDIA files (the real kernel's would show
+ * every capability file), so a file that cannot be read stands for the
+ * driver's fixed table: `table_minor`, what mig-minors lists for it.
+ */
+static int cap_usable(const char *rel, long table_minor)
 {
     char path[PATH_MAX + 64];
     long minor = cap_minor(rel);
     if (minor < 0)
-        return 0;
+        minor = table_minor;
     snprintf(path, sizeof path, "%s/dev/nvidia-caps/nvidia-cap%ld", g_root, minor);
     return gm_open_errno(path) == ENXIO;
+}
+
+/* The minor /proc/driver/nvidia-caps/mig-minors gives gpu<m>/gi<g>/access. */
+static long table_gi_minor(unsigned gpu_minor, unsigned gi)
+{
+    return 3 + (long)gpu_minor * 15 * 9 + (long)gi * 9;
 }
 
 static struct nvmlDevice_st *gpu_by_minor(unsigned minor)
@@ -159,10 +169,10 @@ static void add_mig(struct nvmlDevice_st *gpu, const char *seed, const char *ent
     *at = '\0';
     gi = (unsigned)strtoul(at + 1, NULL, 10);
     snprintf(rel, sizeof rel, "gpu%u/mig/gi%u/access", gpu->minor, gi);
-    if (!cap_usable(rel))
+    if (!cap_usable(rel, table_gi_minor(gpu->minor, gi)))
         return;
     snprintf(rel, sizeof rel, "gpu%u/mig/gi%u/ci0/access", gpu->minor, gi);
-    if (!cap_usable(rel))
+    if (!cap_usable(rel, table_gi_minor(gpu->minor, gi) + 1))
         return;
     m = &g_migs[g_mig_total++];
     memset(m, 0, sizeof *m);

@@ -112,6 +112,8 @@ pub(crate) fn place(profiles: &[String]) -> Result<Vec<(String, u32)>, String> {
         used.push(gi);
         out.push((p.clone(), gi));
     }
+    // NVML and procfs list a GPU's instances by id.
+    out.sort_by_key(|(_, gi)| *gi);
     Ok(out)
 }
 
@@ -122,9 +124,9 @@ pub fn parse_mig_arg(arg: &str) -> Result<(u32, Vec<String>), Error> {
         value: arg.chars().take(200).collect(),
         reason,
     };
-    let (gpu, profiles) = arg
-        .split_once('=')
-        .ok_or_else(|| invalid("expected INDEX=PROFILE[,PROFILE...], e.g. 0=1g.10gb,2g.20gb".into()))?;
+    let (gpu, profiles) = arg.split_once('=').ok_or_else(|| {
+        invalid("expected INDEX=PROFILE[,PROFILE...], e.g. 0=1g.10gb,2g.20gb".into())
+    })?;
     let gpu: u32 = gpu
         .parse()
         .map_err(|_| invalid(format!("{gpu:?} is not a GPU index")))?;
@@ -195,9 +197,9 @@ mod tests {
         assert_eq!(
             p(&["1g.10gb", "1g.10gb", "2g.20gb"]).unwrap(),
             vec![
+                ("2g.20gb".to_string(), 3),
                 ("1g.10gb".to_string(), 7),
-                ("1g.10gb".to_string(), 8),
-                ("2g.20gb".to_string(), 3)
+                ("1g.10gb".to_string(), 8)
             ]
         );
         assert_eq!(p(&["7g.80gb"]).unwrap()[0].1, 0);
@@ -213,9 +215,9 @@ mod tests {
             assert!(parse_mig_arg(bad).is_err(), "{bad}");
         }
         let layout = vec![(0, vec!["1g.10gb".to_string(), "3g.40gb".to_string()])];
-        assert_eq!(config_value(&layout), "0:1g.10gb@7+3g.40gb@1");
+        assert_eq!(config_value(&layout), "0:3g.40gb@1+1g.10gb@7");
         let d = devices("gpuctk", 1, &layout[0].1);
-        assert_eq!((d[1].gi, d[1].gi_minor, d[1].ci_minor), (1, 147, 148));
+        assert_eq!((d[0].gi, d[0].gi_minor, d[0].ci_minor), (1, 147, 148));
         assert!(d[0].uuid.starts_with("MIG-") && d[0].uuid.len() == 40);
     }
 }

@@ -109,11 +109,22 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
             &hook_path,
         );
     }
-    let warning = if plan.ops.is_empty() {
+    let mut warning = if plan.ops.is_empty() {
         None
     } else {
         hook_warning(&hook_path, a.hook_path.is_none())
     };
+    // MIG devices from procfs, their UUIDs from NVML; without NVML one line says what is missing
+    // (only where there is something to miss: MIG devices or a GPU NVML would call MIG-enabled).
+    let nvml = crate::mig::ask_nvml(&inv);
+    let migs = crate::mig::mig_devices(&inv, nvml.as_ref().ok())?;
+    (plan.mig, plan.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok());
+    if let (Err(why), false) = (&nvml, migs.is_empty()) {
+        warning = Some(match warning {
+            Some(w) => format!("{w}; {why}"),
+            None => why.clone(),
+        });
+    }
     if a.mode == "management" {
         let spec = management_spec(&inv.roots, &plan, &a.vendor, &a.class, &hook_path)?;
         return validated(spec).map(|s| (s, warning));

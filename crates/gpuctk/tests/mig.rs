@@ -1,0 +1,269 @@
+//! MIG: the mock host's MIG mode (procfs, capability nodes, fake NVML, `nvidia-smi -L`), and
+//! MIG devices in `cdi generate` by index (`N:M`) and UUID, each with its parent's node and
+//! exactly its own capability nodes.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// A mock host with 2 GPUs, GPU 0 in MIG mode with 1g.10gb, 1g.10gb and 2g.20gb.
+pub fn mig_host(t: &TestDir) -> Host {
+    let dir = t.join("host");
+    ok(&[
+        "mock-host",
+        "create",
+        dir.to_str().unwrap(),
+        "--gpus",
+        "2",
+        "--mig",
+        "0=1g.10gb,1g.10gb,2g.20gb",
+    ]);
+    let manifest =
+        serde_json::from_slice(&std::fs::read(dir.join("mock-host.json")).unwrap()).unwrap();
+    Host { manifest }
+}
+
+/// GPU 0's MIG devices from the manifest: (uuid, gi, gi minor, ci minor), in index order.
+pub fn migs(h: &Host) -> Vec<(String, u64, u64, u64)> {
+    h.manifest["gpus"][0]["mig"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["uuid"].as_str().unwrap().to_string(),
+                m["gi"].as_u64().unwrap(),
+                m["gi_minor"].as_u64().unwrap(),
+                m["ci_minor"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn generate(h: &Host, extra: &[&str]) -> (Value, String) {
+    let mut args = vec!["cdi", "generate", "--format", "json"];
+    let roots = h.roots();
+    args.extend(roots.iter().map(String::as_str));
+    args.extend(extra);
+    let r = ok(&args);
+    (serde_json::from_str(&r.stdout).unwrap(), r.stderr)
+}
+
+fn device<'a>(spec: &'a Value, name: &str) -> &'a Value {
+    spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == name)
+        .unwrap_or_else(|| panic!("no device {name} in {spec}"))
+}
+
+fn names(spec: &Value) -> Vec<String> {
+    spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn node_paths(d: &Value) -> Vec<String> {
+    d["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Each node of `d` is the host's node: same major, minor and mode.
+fn nodes_match_host(d: &Value, dev_root: &str) {
+    for n in d["containerEdits"]["deviceNodes"].as_array().unwrap() {
+        let p = n["path"].as_str().unwrap();
+        let host = n["hostPath"]
+            .as_str()
+            .map(String::from)
+            .unwrap_or_else(|| format!("{dev_root}{p}"));
+        let md = std::fs::metadata(&host).unwrap_or_else(|e| panic!("{host}: {e}"));
+        let rdev = md.rdev();
+        assert_eq!(n["major"].as_u64().unwrap(), libc_major(rdev), "{n}");
+        assert_eq!(n["minor"].as_u64().unwrap(), libc_minor(rdev), "{n}");
+        assert_eq!(
+            n["fileMode"].as_u64().unwrap(),
+            u64::from(md.mode() & 0o777)
+        );
+    }
+}
+
+fn libc_major(rdev: u64) -> u64 {
+    ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff)
+}
+fn libc_minor(rdev: u64) -> u64 {
+    (rdev & 0xff) | ((rdev >> 12) & !0xff)
+}
+
+#[test]
+fn mock_host_mig_files_are_the_drivers() {
+    let t = TestDir::new();
+    let h = mig_host(&t);
+    let proc_root = h.proc_root();
+    let minors =
+        std::fs::read_to_string(format!("{proc_root}/driver/nvidia-caps/mig-minors")).unwrap();
+    assert!(minors.starts_with("config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\n"));
+    assert!(minors.ends_with("gpu31/gi14/ci7/access 4322\n"));
+    let m = migs(&h);
+    // NVML's order, by GPU instance id: the 2g.20gb instance (gi 3) first.
+    assert_eq!(
+        m.iter().map(|x| x.1).collect::<Vec<_>>(),
+        [3, 7, 8],
+        "{m:?}"
+    );
+    for (_, gi, gi_minor, ci_minor) in &m {
+        let gi_file = format!("{proc_root}/driver/nvidia/capabilities/gpu0/mig/gi{gi}/access");
+        assert_eq!(
+            std::fs::read_to_string(&gi_file).unwrap(),
+            format!("DeviceFileMinor: {gi_minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+        );
+        assert!(minors.contains(&format!("gpu0/gi{gi}/access {gi_minor}\n")));
+        assert!(minors.contains(&format!("gpu0/gi{gi}/ci0/access {ci_minor}\n")));
+        for minor in [gi_minor, ci_minor] {
+            let node = format!("{}/dev/nvidia-caps/nvidia-cap{minor}", h.dev_root());
+            let md = std::fs::metadata(&node).unwrap();
+            assert_eq!(libc_minor(md.rdev()), *minor);
+            assert_eq!(md.mode() & 0o777, 0o444);
+        }
+    }
+    assert!(!Path::new(&format!("{proc_root}/driver/nvidia/capabilities/gpu1")).exists());
+}
+
+#[test]
+fn nvidia_smi_lists_the_partitions() {
+    let t = TestDir::new();
+    let h = mig_host(&t);
+    let lib = format!(
+        "{}{}",
+        h.driver_root(),
+        h.manifest["lib_dir"].as_str().unwrap()
+    );
+    let out = std::process::Command::new(format!("{}/usr/bin/nvidia-smi", h.driver_root()))
+        .arg("-L")
+        .env("LD_LIBRARY_PATH", &lib)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let m = migs(&h);
+    let uuids = h.uuids();
+    let expected = format!(
+        "GPU 0: NVIDIA A100-SXM4-80GB (UUID: {})\n  MIG 2g.20gb     Device  0: (UUID: {})\n  MIG 1g.10gb     Device  1: (UUID: {})\n  MIG 1g.10gb     Device  2: (UUID: {})\nGPU 1: NVIDIA A100-SXM4-80GB (UUID: {})\n",
+        uuids[0], m[0].0, m[1].0, m[2].0, uuids[1]
+    );
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn generate_names_mig_devices_by_index_and_uuid() {
+    let t = TestDir::new();
+    let h = mig_host(&t);
+    let (spec, stderr) = generate(&h, &[]);
+    assert_cdi_schema(&spec);
+    assert!(!stderr.contains("NVML"), "{stderr}");
+    let m = migs(&h);
+    let uuids = h.uuids();
+    let mut want: Vec<String> = vec!["0:0".into(), "0:1".into(), "0:2".into(), "1".into()];
+    want.extend([uuids[1].clone(), "all".into()]);
+    want.extend(m.iter().map(|x| x.0.clone()));
+    want.sort();
+    let mut got = names(&spec);
+    got.sort();
+    // GPU 0 is in MIG mode: there as its MIG devices only, as NVIDIA's generator does.
+    assert_eq!(got, want);
+    for (i, (uuid, _, gi_minor, ci_minor)) in m.iter().enumerate() {
+        let want_nodes = vec![
+            "/dev/nvidia0".to_string(),
+            format!("/dev/nvidia-caps/nvidia-cap{gi_minor}"),
+            format!("/dev/nvidia-caps/nvidia-cap{ci_minor}"),
+        ];
+        for name in [format!("0:{i}"), uuid.clone()] {
+            let d = device(&spec, &name);
+            assert_eq!(node_paths(d), want_nodes, "{name}");
+            nodes_match_host(d, &h.dev_root());
+        }
+    }
+    let all = node_paths(device(&spec, "all"));
+    assert_eq!(
+        all.iter().filter(|p| *p == "/dev/nvidia0").count(),
+        1,
+        "{all:?}"
+    );
+    assert!(all.contains(&"/dev/nvidia1".to_string()));
+    for (_, _, g, c) in &m {
+        for minor in [g, c] {
+            assert!(all.contains(&format!("/dev/nvidia-caps/nvidia-cap{minor}")));
+        }
+    }
+}
+
+#[test]
+fn generate_selects_mig_devices_in_each_form() {
+    let t = TestDir::new();
+    let h = mig_host(&t);
+    let m = migs(&h);
+    let uuids = h.uuids();
+    let old_form = format!("MIG-{}/{}/0", uuids[0], m[1].1);
+    for id in ["0:1", m[1].0.as_str(), old_form.as_str()] {
+        let (spec, _) = generate(&h, &["--device-id", id]);
+        let mut got = names(&spec);
+        got.sort();
+        assert_eq!(got, ["0:1", m[1].0.as_str(), "all"], "{id}");
+        assert_eq!(
+            node_paths(device(&spec, "all")),
+            node_paths(device(&spec, "0:1")),
+            "{id}"
+        );
+    }
+    let mut args = vec!["cdi", "generate", "--device-id", "0:3"];
+    let roots = h.roots();
+    args.extend(roots.iter().map(String::as_str));
+    fails(&args, &["0:3", "MIG devices 0:0, 0:1, 0:2"]);
+}
+
+#[test]
+fn without_nvml_mig_devices_keep_their_index_names_and_one_line_says_why() {
+    let t = TestDir::new();
+    let h = mig_host(&t);
+    let lib = Path::new(&h.driver_root()).join(
+        h.manifest["lib_dir"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches('/'),
+    );
+    for e in std::fs::read_dir(&lib).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("libnvidia-ml.so")
+        {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let (spec, stderr) = generate(&h, &["--allow-missing-libcuda"]);
+    let mut got = names(&spec);
+    got.sort();
+    assert_eq!(
+        got,
+        ["0:0", "0:1", "0:2", "1", h.uuids()[1].as_str(), "all"]
+    );
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.contains("NVML not used"))
+            .count(),
+        1,
+        "{stderr}"
+    );
+}
