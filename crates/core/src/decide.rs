@@ -10,6 +10,7 @@
 
 use gpuctk_cdi::registry::{Registry, ResolveError};
 use gpuctk_cdi::spec::ContainerEdits;
+use gpuctk_host::mig::{MigDevice, MigError};
 use gpuctk_host::{CapsError, DeviceNode, DiscoverError, Inventory, MigCapability};
 
 use crate::ops::InRootOp;
@@ -48,6 +49,9 @@ pub trait HostView {
     ) -> Result<(std::path::PathBuf, DeviceNode), CapsError>;
     /// The node of IMEX channel `id`.
     fn imex_channel(&mut self, id: u32) -> Result<DeviceNode, CapsError>;
+    /// The MIG devices of `inv`'s GPUs (procfs), with the UUIDs NVML's recorded answers give;
+    /// asked only when a request names a MIG device or `all`.
+    fn mig_devices(&mut self, inv: &Inventory) -> Result<Vec<MigDevice>, MigError>;
 }
 
 /// The configuration the decision depends on.
@@ -148,6 +152,12 @@ pub enum DecideError {
     /// A device id names no GPU here.
     #[error(transparent)]
     Select(#[from] SelectError),
+    /// A MIG id names no MIG device here.
+    #[error(transparent)]
+    MigSelect(#[from] crate::mig::MigSelectError),
+    /// The MIG devices could not be read.
+    #[error(transparent)]
+    MigDiscover(#[from] MigError),
     /// The image's requirements (`NVIDIA_REQUIRE_*`, `CUDA_VERSION`, `--require`) are not met,
     /// or malformed.
     #[error(transparent)]
@@ -262,10 +272,38 @@ fn jit(
             });
         }
     }
+    // MIG ids select MIG devices (and their parents' nodes), as libnvidia-container does;
+    // `all` is every GPU and every MIG device.
+    let (mig_ids, gpu_ids): (Vec<DeviceId>, Vec<DeviceId>) =
+        ids.iter().cloned().partition(crate::mig::is_mig_id);
     let selected = match &request.devices {
-        Devices::Ids(_) => select_gpus(&inv, ids, &request.source.to_string())?,
+        Devices::Ids(_) => select_gpus(&inv, &gpu_ids, &request.source.to_string())?,
         Devices::NoGpus | Devices::Unrequested => Vec::new(),
     };
+    let mut mig_edits = ContainerEdits::default();
+    let mut mig_parents: Vec<u32> = Vec::new();
+    let wants_all = ids.iter().any(|i| matches!(i, DeviceId::All));
+    if matches!(request.devices, Devices::Ids(_)) && (!mig_ids.is_empty() || wants_all) {
+        let migs = crate::mig::plan_mig(&inv, &host.mig_devices(&inv)?);
+        let mut chosen: Vec<&crate::mig::MigEdits> = Vec::new();
+        for id in &mig_ids {
+            chosen.push(crate::mig::select_mig(
+                &inv,
+                &migs,
+                id,
+                &request.source.to_string(),
+            )?);
+        }
+        if wants_all {
+            chosen.extend(migs.iter());
+        }
+        for m in chosen {
+            if !mig_parents.contains(&m.gpu) {
+                mig_parents.push(m.gpu);
+            }
+            mig_edits.append(&m.edits);
+        }
+    }
     let mut p = plan(
         &inv,
         &PlanOptions {
@@ -285,7 +323,11 @@ fn jit(
         host,
         Some(&inv.driver_version.to_string()),
         inv.cuda_version.map(Version::from),
-        selected.iter().map(|i| format!("GPU {i}")).collect(),
+        selected
+            .iter()
+            .chain(mig_parents.iter().filter(|p| !selected.contains(p)))
+            .map(|i| format!("GPU {i}"))
+            .collect(),
     )?;
     let mut edits = p.common;
     for idx in &selected {
@@ -293,7 +335,18 @@ fn jit(
             edits.append(&g.edits);
         }
     }
-    edits.append(&extra_edits(request, settings, host, selected.len())?);
+    if !mig_edits.device_nodes.is_empty() {
+        edits.append(&mig_edits);
+        // A parent given whole and through its MIG devices, or shared by several, once.
+        let mut seen = std::collections::BTreeSet::new();
+        edits.device_nodes.retain(|n| seen.insert(n.path.clone()));
+    }
+    edits.append(&extra_edits(
+        request,
+        settings,
+        host,
+        selected.len() + mig_parents.len(),
+    )?);
     // Per-GPU edits carry no hooks: the common hooks keep their indices.
     Ok(Injection {
         edits,
@@ -555,6 +608,9 @@ containerEdits:
         }
         fn image_compat_cuda(&mut self, _driver: &str, _cuda: Option<&str>) -> Option<Version> {
             self.compat.map(|c| c.parse().unwrap())
+        }
+        fn mig_devices(&mut self, _inv: &Inventory) -> Result<Vec<MigDevice>, MigError> {
+            Ok(Vec::new())
         }
         fn mig_capability(
             &mut self,

@@ -47,6 +47,9 @@ pub struct Config {
     /// `[gpuctk] hooks-in-shim` (default true): the shim does our createContainer hooks'
     /// work itself before it execs the runtime, instead of leaving three hook processes to it.
     pub hooks_in_shim: bool,
+    /// `[gpuctk] nvml-cache`: where `cdi generate` and `info` record what NVML said (MIG
+    /// UUIDs), for the runtime, which never initialises NVML.
+    pub nvml_cache: PathBuf,
     /// `[nvidia-container-runtime.modes.legacy] cuda-compat-mode`.
     pub cuda_compat_mode: CompatMode,
     /// `[features] disable-cuda-compat-lib-hook`.
@@ -77,6 +80,9 @@ pub enum CompatMode {
     Disabled,
 }
 
+/// Where NVML's answers are recorded by default.
+pub const DEFAULT_NVML_CACHE: &str = "/run/gpuctk/nvml-cache.json";
+
 impl Config {
     /// Whether the `enable-cuda-compat` operation is planned.
     pub fn cuda_compat(&self) -> bool {
@@ -101,6 +107,7 @@ impl Default for Config {
             hook_path: None,
             unknown_keys: Vec::new(),
             hooks_in_shim: true,
+            nvml_cache: PathBuf::from(DEFAULT_NVML_CACHE),
             cuda_compat_mode: CompatMode::Ldconfig,
             disable_compat_hook: false,
             no_cgroups: false,
@@ -420,6 +427,7 @@ pub const KEYS: &[(&str, Kind, bool)] = &[
         true,
     ),
     ("gpuctk.hooks-in-shim", Kind::Bool, true),
+    ("gpuctk.nvml-cache", Kind::Text, true),
 ];
 
 /// NVIDIA's default value of a key gpuctk does not apply.
@@ -753,6 +761,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         }
         if let Some(v) = r.bool(t, "gpuctk.", "hooks-in-shim")? {
             c.hooks_in_shim = v;
+        }
+        if let Some(v) = r.string(t, "gpuctk.", "nvml-cache")? {
+            c.nvml_cache = PathBuf::from(v);
         }
     }
     let mut found = Found::default();

@@ -94,6 +94,21 @@ impl HostView for LiveHost<'_> {
     fn imex_channel(&mut self, id: u32) -> Result<DeviceNode, CapsError> {
         gpuctk_host::caps::imex_channel(&roots(self.cfg), id)
     }
+    fn mig_devices(
+        &mut self,
+        inv: &Inventory,
+    ) -> Result<Vec<gpuctk_host::mig::MigDevice>, gpuctk_host::mig::MigError> {
+        let mut devices = gpuctk_host::mig::discover_mig(&inv.roots, &inv.gpus)?;
+        // UUIDs only from what `cdi generate` or `info` recorded: NVML is never initialised here.
+        if !devices.is_empty() {
+            match crate::mig::recorded(&self.cfg.nvml_cache, inv) {
+                Ok(Some(info)) => gpuctk_host::mig::attach_uuids(&mut devices, &info),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
+        Ok(devices)
+    }
 }
 
 /// The hook binary written into hook entries.

@@ -267,3 +267,147 @@ fn without_nvml_mig_devices_keep_their_index_names_and_one_line_says_why() {
         "{stderr}"
     );
 }
+
+/// A runtime bed on the MIG host, with NVML's answers recorded where its config says, as
+/// `cdi generate` run as root leaves them.
+fn mig_bed(runtime: &str) -> (crate::runtime::Bed, Vec<(String, u64, u64, u64)>) {
+    let t = TestDir::new();
+    let host = mig_host(&t);
+    let m = migs(&host);
+    let bed = crate::runtime::Bed::with_host(runtime, t, host);
+    let cache = bed.t.join("nvml-cache.json");
+    let cfg = std::fs::read_to_string(&bed.config).unwrap().replace(
+        "[gpuctk]\n",
+        &format!("[gpuctk]\nnvml-cache = \"{}\"\n", cache.display()),
+    );
+    std::fs::write(&bed.config, cfg).unwrap();
+    (bed, m)
+}
+
+fn record_nvml(bed: &crate::runtime::Bed) {
+    let out = bed.t.join("spec.json");
+    let mut args = vec![
+        "cdi".to_string(),
+        "generate".into(),
+        "--config".into(),
+        bed.config.display().to_string(),
+        "--output".into(),
+        out.display().to_string(),
+    ];
+    args.extend(bed.host.roots());
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let md = std::fs::metadata(bed.t.join("nvml-cache.json")).unwrap();
+    assert_eq!(md.mode() & 0o777, 0o644);
+}
+
+/// The cap nodes the container has.
+fn caps_in(r: &crate::runtime::Ran) -> Vec<String> {
+    let mut v: Vec<String> = r
+        .probe
+        .devices
+        .iter()
+        .filter(|(p, _)| p.starts_with("/dev/nvidia-caps/"))
+        .map(|(p, res)| {
+            assert_eq!(res, "ENXIO", "{p}: {}", r.stdout);
+            p.clone()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn cap_nodes(m: &[(String, u64, u64, u64)], which: &[usize]) -> Vec<String> {
+    let mut v: Vec<String> = which
+        .iter()
+        .flat_map(|i| [m[*i].2, m[*i].3])
+        .map(|n| format!("/dev/nvidia-caps/nvidia-cap{n}"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn shim_selects_mig_devices(runtime: &str) {
+    let (bed, m) = mig_bed(runtime);
+    let uuids = bed.host.uuids();
+    // Before anything recorded NVML's answers, a MIG UUID cannot be resolved: the shim never
+    // initialises NVML; the message says how to record them, and the index form.
+    bed.set_env(&[&format!("NVIDIA_VISIBLE_DEVICES={}", m[2].0)]);
+    let r = bed.run("nocache");
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("MIG UUIDs are known only from NVML") && r.stderr.contains("0:2"),
+        "{}",
+        r.stderr
+    );
+    record_nvml(&bed);
+    let old_form = format!("MIG-{}/{}/0", uuids[0], m[1].1);
+    // (NVIDIA_VISIBLE_DEVICES, GPU nodes, MIG devices whose cap nodes, nvidia-smi -L UUIDs)
+    type Case = (String, Vec<u32>, Vec<usize>, Vec<String>);
+    let cases: Vec<Case> = vec![
+        (
+            "0:1".into(),
+            vec![0],
+            vec![1],
+            vec![uuids[0].clone(), m[1].0.clone()],
+        ),
+        (
+            m[2].0.clone(),
+            vec![0],
+            vec![2],
+            vec![uuids[0].clone(), m[2].0.clone()],
+        ),
+        (
+            old_form,
+            vec![0],
+            vec![1],
+            vec![uuids[0].clone(), m[1].0.clone()],
+        ),
+        (
+            "0:0,1".into(),
+            vec![0, 1],
+            vec![0],
+            vec![uuids[0].clone(), m[0].0.clone(), uuids[1].clone()],
+        ),
+        (
+            "all".into(),
+            vec![0, 1],
+            vec![0, 1, 2],
+            vec![
+                uuids[0].clone(),
+                m[0].0.clone(),
+                m[1].0.clone(),
+                m[2].0.clone(),
+                uuids[1].clone(),
+            ],
+        ),
+        // The whole GPU in MIG mode: its node, no MIG device.
+        ("0".into(), vec![0], vec![], vec![uuids[0].clone()]),
+    ];
+    for (i, (value, gpus, mig, smi)) in cases.iter().enumerate() {
+        bed.set_env(&[&format!("NVIDIA_VISIBLE_DEVICES={value}")]);
+        let r = bed.run(&format!("mig{i}"));
+        r.ok();
+        assert_eq!(&r.gpus(), gpus, "{value}: {}", r.stdout);
+        // Exactly the instances' nodes: not the global MIG capabilities, not other instances.
+        assert_eq!(caps_in(&r), cap_nodes(&m, mig), "{value}: {}", r.stdout);
+        assert_eq!(&r.smi_uuids(), smi, "{value}: nvidia-smi -L: {}", r.smi);
+    }
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0:3"]);
+    let r = bed.run("unknown");
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("no MIG device 0:3") && r.stderr.contains("0:0, 0:1, 0:2"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn runc_shim_selects_mig_devices() {
+    shim_selects_mig_devices("runc");
+}
+
+#[test]
+fn crun_shim_selects_mig_devices() {
+    shim_selects_mig_devices("crun");
+}

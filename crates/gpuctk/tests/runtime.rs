@@ -35,6 +35,11 @@ impl Bed {
     pub fn new(runtime: &str, layout: &str, gpus: u32) -> Bed {
         let t = TestDir::new();
         let host = mock_host(&t, "host", gpus, "570.124.06", layout);
+        Bed::with_host(runtime, t, host)
+    }
+
+    /// A bed around `host`, a mock host made in `t`.
+    pub fn with_host(runtime: &str, t: TestDir, host: Host) -> Bed {
         let bundle = t.join("bundle");
         fs::create_dir_all(&bundle).unwrap();
         ok(&[

@@ -129,10 +129,17 @@ static int cap_usable(const char *rel, long table_minor)
 {
     char path[PATH_MAX + 64];
     long minor = cap_minor(rel);
+    int fd;
     if (minor < 0)
         minor = table_minor;
     snprintf(path, sizeof path, "%s/dev/nvidia-caps/nvidia-cap%ld", g_root, minor);
-    return gm_open_errno(path) == ENXIO;
+    /* Capability nodes are 0444: NVML opens them read-only. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    return errno == ENXIO;
 }
 
 /* The minor /proc/driver/nvidia-caps/mig-minors gives gpu<m>/gi<g>/access. */

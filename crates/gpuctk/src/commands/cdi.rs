@@ -116,13 +116,17 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
     };
     // MIG devices from procfs, their UUIDs from NVML; without NVML one line says what is missing
     // (only where there is something to miss: MIG devices or a GPU NVML would call MIG-enabled).
-    let nvml = crate::mig::ask_nvml(&inv);
+    let (nvml, not_recorded) = crate::mig::ask_and_record(&inv, &a.roots.nvml_cache());
     let migs = crate::mig::mig_devices(&inv, nvml.as_ref().ok())?;
     (plan.mig, plan.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok());
-    if let (Err(why), false) = (&nvml, migs.is_empty()) {
+    let nvml_warning = match (&nvml, migs.is_empty()) {
+        (Err(why), false) => Some(why.clone()),
+        _ => not_recorded,
+    };
+    if let Some(why) = nvml_warning {
         warning = Some(match warning {
             Some(w) => format!("{w}; {why}"),
-            None => why.clone(),
+            None => why,
         });
     }
     if a.mode == "management" {

@@ -97,6 +97,17 @@ impl RootArgs {
         })
     }
 
+    /// Where NVML's answers are recorded: config.toml's `[gpuctk] nvml-cache` (`--config`, else
+    /// the one the runtime reads), else the default.
+    pub fn nvml_cache(&self) -> std::path::PathBuf {
+        let cfg = match &self.config {
+            Some(c) => crate::config::load(c, true).ok(),
+            None => crate::config::load_from_env().ok(),
+        };
+        cfg.map(|c| c.nvml_cache)
+            .unwrap_or_else(|| crate::config::DEFAULT_NVML_CACHE.into())
+    }
+
     /// Discover the host these flags point at, logging discovery's warnings.
     pub fn discover(&self) -> anyhow::Result<Inventory> {
         self.discover_with_configs(&[])
