@@ -302,6 +302,9 @@ fn jit(
                 mig_parents.push(m.gpu);
             }
             mig_edits.append(&m.edits);
+            if settings.delivery == Delivery::PrestartHook {
+                mig_edits.mounts.extend(m.proc_mounts.iter().cloned());
+            }
         }
     }
     let mut p = plan(

@@ -2,7 +2,7 @@
 //! older `MIG-GPU-<uuid>/<gi>/<ci>`), and the edits one gets: its parent's node and exactly its
 //! GPU instance's and compute instance's capability nodes, as NVIDIA's CDI generator gives them.
 
-use gpuctk_cdi::spec::ContainerEdits;
+use gpuctk_cdi::spec::{ContainerEdits, Mount};
 use gpuctk_host::mig::MigDevice;
 use gpuctk_host::Inventory;
 
@@ -24,6 +24,10 @@ pub struct MigEdits {
     pub ci: u32,
     /// The parent node and the two capability nodes.
     pub edits: ContainerEdits,
+    /// Its two capability files bound read-only where procfs has them, the
+    /// `/proc/driver/nvidia/capabilities` view libnvidia-container gives (legacy delivery only:
+    /// NVIDIA's CDI specs have none, and a runtime takes no bind mount inside `/proc`).
+    pub proc_mounts: Vec<Mount>,
 }
 
 impl MigEdits {
@@ -67,6 +71,19 @@ pub fn plan_mig(inv: &Inventory, devices: &[MigDevice]) -> Vec<MigEdits> {
             let mut edits = ContainerEdits::default();
             edits.device_nodes.push(cdi_node(parent));
             edits.device_nodes.extend(d.caps.iter().map(cdi_node));
+            let proc_mounts = d
+                .proc_files
+                .iter()
+                .map(|f| Mount {
+                    host_path: f.host_path.to_string_lossy().into_owned(),
+                    container_path: f.path.clone(),
+                    r#type: None,
+                    options: crate::plan::CAPS_MOUNT_OPTIONS
+                        .iter()
+                        .map(|o| o.to_string())
+                        .collect(),
+                })
+                .collect();
             Some(MigEdits {
                 gpu: d.gpu,
                 index: d.index,
@@ -74,6 +91,7 @@ pub fn plan_mig(inv: &Inventory, devices: &[MigDevice]) -> Vec<MigEdits> {
                 gi: d.gi,
                 ci: d.ci,
                 edits,
+                proc_mounts,
             })
         })
         .collect()

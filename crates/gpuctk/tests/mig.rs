@@ -411,3 +411,61 @@ fn runc_shim_selects_mig_devices() {
 fn crun_shim_selects_mig_devices() {
     shim_selects_mig_devices("crun");
 }
+
+/// Legacy mode (the prestart hook): the MIG device's nodes and exactly its two capability files
+/// under `/proc/driver/nvidia/capabilities`, read-only, as libnvidia-container binds them.
+#[test]
+fn prestart_hook_gives_the_capability_view() {
+    for runtime in ["runc", "crun"] {
+        let (bed, m) = mig_bed(runtime);
+        let cfg = std::fs::read_to_string(&bed.config).unwrap().replace(
+            "[nvidia-container-runtime]\n",
+            "[nvidia-container-runtime]\nmode = \"legacy\"\n",
+        );
+        std::fs::write(&bed.config, cfg).unwrap();
+        record_nvml(&bed);
+        let uuids = bed.host.uuids();
+        for (i, value) in ["0:1", m[1].0.as_str()].iter().enumerate() {
+            bed.set_env(&[&format!("NVIDIA_VISIBLE_DEVICES={value}")]);
+            bed.edit(|s| {
+                s["process"]["args"] = serde_json::json!([
+                    "/bin/sh",
+                    "-c",
+                    "/usr/bin/gpuctk-probe; echo ---smi---; nvidia-smi -L; echo ---view---; \
+                     find /proc/driver/nvidia/capabilities -type f | sort; \
+                     for f in $(find /proc/driver/nvidia/capabilities -type f); do \
+                     (echo x >> $f) 2>/dev/null && echo writable || echo read-only; done"
+                ]);
+                // The mock driver is not in the kernel's procfs: a tmpfs on /proc/driver
+                // stands for the driver's folder, where the hook binds the files.
+                s["mounts"].as_array_mut().unwrap().push(serde_json::json!({
+                    "destination": "/proc/driver",
+                    "type": "tmpfs",
+                    "source": "tmpfs",
+                    "options": ["nosuid", "nodev", "noexec", "mode=755"]
+                }));
+            });
+            let r = bed.run(&format!("legacy{i}"));
+            r.ok();
+            assert_eq!(r.gpus(), [0], "{value}: {}", r.stdout);
+            assert_eq!(caps_in(&r), cap_nodes(&m, &[1]), "{value}: {}", r.stdout);
+            let (smi, view) = r.smi.split_once("---view---\n").unwrap();
+            assert_eq!(
+                smi,
+                format!(
+                    "GPU 0: NVIDIA A100-SXM4-80GB (UUID: {})\n  MIG 1g.10gb     Device  0: (UUID: {})\n",
+                    uuids[0], m[1].0
+                ),
+                "{value}"
+            );
+            let gi = m[1].1;
+            assert_eq!(
+                view,
+                format!(
+                    "/proc/driver/nvidia/capabilities/gpu0/mig/gi{gi}/access\n/proc/driver/nvidia/capabilities/gpu0/mig/gi{gi}/ci0/access\nread-only\nread-only\n"
+                ),
+                "{value}"
+            );
+        }
+    }
+}
