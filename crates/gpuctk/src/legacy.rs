@@ -435,18 +435,58 @@ fn info(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         .cuda_version
         .map(|c| c.to_string())
         .unwrap_or_else(|| "N/A".into());
+    // Brand and architecture (the compute capability, as libnvidia-container prints it) are
+    // NVML's; without it they are left out and one line says so.
+    let nvml = match crate::mig::ask_nvml(&inv) {
+        Ok(i) => Some(i),
+        Err(why) => {
+            tracing::warn!("{why}");
+            None
+        }
+    };
+    let facts = |minor: u32| -> (String, String) {
+        let g = nvml
+            .as_ref()
+            .and_then(|n| n.gpus.iter().find(|g| g.minor == minor));
+        (
+            g.and_then(|g| g.brand.clone())
+                .unwrap_or_else(|| "N/A".into()),
+            g.and_then(|g| g.compute_capability.clone())
+                .unwrap_or_else(|| "N/A".into()),
+        )
+    };
     let mut out = String::new();
     if csv {
-        out.push_str(&format!("NVRM version,CUDA version\n{},{cuda}\n\nDevice Index,Device Minor,Model,GPU UUID,Bus Location\n", inv.driver_version));
+        let header = if nvml.is_some() {
+            "Device Index,Device Minor,Model,Brand,GPU UUID,Bus Location,Architecture"
+        } else {
+            "Device Index,Device Minor,Model,GPU UUID,Bus Location"
+        };
+        out.push_str(&format!(
+            "NVRM version,CUDA version\n{},{cuda}\n\n{header}\n",
+            inv.driver_version
+        ));
         for g in &inv.gpus {
-            out.push_str(&format!(
-                "{},{},{},{},{}\n",
-                g.index,
-                g.minor,
-                g.model,
-                g.uuid,
-                bus32(&g.bus_id)
-            ));
+            let (brand, arch) = facts(g.minor);
+            if nvml.is_some() {
+                out.push_str(&format!(
+                    "{},{},{},{brand},{},{},{arch}\n",
+                    g.index,
+                    g.minor,
+                    g.model,
+                    g.uuid,
+                    bus32(&g.bus_id)
+                ));
+            } else {
+                out.push_str(&format!(
+                    "{},{},{},{},{}\n",
+                    g.index,
+                    g.minor,
+                    g.model,
+                    g.uuid,
+                    bus32(&g.bus_id)
+                ));
+            }
         }
     } else {
         out.push_str(&format!(
@@ -454,19 +494,20 @@ fn info(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
             "NVRM version:", inv.driver_version, "CUDA version:"
         ));
         for g in &inv.gpus {
-            out.push_str(&format!(
-                "\n{:<15} {}\n{:<15} {}\n{:<15} {}\n{:<15} {}\n{:<15} {}\n",
-                "Device Index:",
-                g.index,
-                "Device Minor:",
-                g.minor,
-                "Model:",
-                g.model,
-                "GPU UUID:",
-                g.uuid,
-                "Bus Location:",
-                bus32(&g.bus_id)
-            ));
+            let (brand, arch) = facts(g.minor);
+            let line = |k: &str, v: &dyn std::fmt::Display| format!("{k:<15} {v}\n");
+            out.push('\n');
+            out.push_str(&line("Device Index:", &g.index));
+            out.push_str(&line("Device Minor:", &g.minor));
+            out.push_str(&line("Model:", &g.model));
+            if nvml.is_some() {
+                out.push_str(&line("Brand:", &brand));
+            }
+            out.push_str(&line("GPU UUID:", &g.uuid));
+            out.push_str(&line("Bus Location:", &bus32(&g.bus_id)));
+            if nvml.is_some() {
+                out.push_str(&line("Architecture:", &arch));
+            }
         }
     }
     std::io::stdout().write_all(out.as_bytes())?;

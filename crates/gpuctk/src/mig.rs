@@ -19,12 +19,15 @@ pub fn ask_nvml(inv: &Inventory) -> Result<NvmlInfo, String> {
         .map_err(|e| format!("NVML not used ({e}): MIG UUIDs, brand and architecture are unknown"))
 }
 
-/// NVML's answers, recorded at `cache` for the runtime when this process may write there
-/// (root); a failure to record is the returned line.
-pub fn ask_and_record(inv: &Inventory, cache: &Path) -> (Result<NvmlInfo, String>, Option<String>) {
+/// NVML's answers, recorded at `cache` (when given) for the runtime when this process may
+/// write there (root); a failure to record is the returned line.
+pub fn ask_and_record(
+    inv: &Inventory,
+    cache: Option<&Path>,
+) -> (Result<NvmlInfo, String>, Option<String>) {
     let info = ask_nvml(inv);
     let mut warning = None;
-    if let Ok(i) = &info {
+    if let (Ok(i), Some(cache)) = (&info, cache) {
         // SAFETY: geteuid cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             warning = record(cache, inv, i)

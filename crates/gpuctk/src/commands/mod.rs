@@ -97,15 +97,20 @@ impl RootArgs {
         })
     }
 
-    /// Where NVML's answers are recorded: config.toml's `[gpuctk] nvml-cache` (`--config`, else
-    /// the one the runtime reads), else the default.
-    pub fn nvml_cache(&self) -> std::path::PathBuf {
+    /// Where NVML's answers are recorded for the runtime: config.toml's `[gpuctk] nvml-cache`
+    /// (`--config`, else the one the runtime reads), and only when these roots are the runtime's
+    /// (it reads records for its own driver only): `None` otherwise, and nothing is written.
+    pub fn nvml_cache(&self, roots: &Roots) -> Option<std::path::PathBuf> {
         let cfg = match &self.config {
-            Some(c) => crate::config::load(c, true).ok(),
-            None => crate::config::load_from_env().ok(),
+            Some(c) => crate::config::load(c, true).ok()?,
+            None => crate::config::load_from_env().ok()?,
         };
-        cfg.map(|c| c.nvml_cache)
-            .unwrap_or_else(|| crate::config::DEFAULT_NVML_CACHE.into())
+        let runtime = crate::decision::roots(&cfg);
+        let same = |a: &Path, b: &Path| std::path::absolute(a).ok() == std::path::absolute(b).ok();
+        (same(&runtime.driver_root, &roots.driver_root)
+            && same(&runtime.dev_root, &roots.dev_root)
+            && same(&runtime.proc_root, &roots.proc_root))
+        .then_some(cfg.nvml_cache)
     }
 
     /// Discover the host these flags point at, logging discovery's warnings.
