@@ -52,6 +52,10 @@ pub trait HostView {
     /// The MIG devices of `inv`'s GPUs (procfs), with the UUIDs NVML's recorded answers give;
     /// asked only when a request names a MIG device or `all`.
     fn mig_devices(&mut self, inv: &Inventory) -> Result<Vec<MigDevice>, MigError>;
+    /// What NVML said of `inv`'s GPUs, as `cdi generate` or `info` recorded it (each GPU's
+    /// compute capability and brand, for `arch` and `brand` requirements); `None` when nothing
+    /// current is recorded. Never NVML itself.
+    fn recorded_nvml(&mut self, inv: &Inventory) -> Option<gpuctk_host::nvml::NvmlInfo>;
 }
 
 /// The configuration the decision depends on.
@@ -220,7 +224,15 @@ pub fn decide(
                 host,
                 running.as_deref(),
                 cuda,
-                resolved.devices.clone(),
+                resolved
+                    .devices
+                    .iter()
+                    .map(|id| DeviceFacts {
+                        id: id.clone(),
+                        arch: None,
+                        brand: None,
+                    })
+                    .collect(),
             )?;
             let mut edits = resolved.edits;
             edits.append(&extra_edits(
@@ -320,17 +332,21 @@ fn jit(
             settings.hook_path,
         );
     }
+    let facts = device_facts(
+        request,
+        host,
+        &inv,
+        selected
+            .iter()
+            .chain(mig_parents.iter().filter(|p| !selected.contains(p))),
+    );
     check_requirements(
         request,
         settings,
         host,
         Some(&inv.driver_version.to_string()),
         inv.cuda_version.map(Version::from),
-        selected
-            .iter()
-            .chain(mig_parents.iter().filter(|p| !selected.contains(p)))
-            .map(|i| format!("GPU {i}"))
-            .collect(),
+        facts,
     )?;
     let mut edits = p.common;
     for idx in &selected {
@@ -420,7 +436,7 @@ fn check_requirements(
     host: &mut dyn HostView,
     driver: Option<&str>,
     cuda: Option<Version>,
-    devices: Vec<String>,
+    devices: Vec<DeviceFacts>,
 ) -> Result<(), DecideError> {
     if request.active_requirements().is_empty() {
         return Ok(());
@@ -435,19 +451,46 @@ fn check_requirements(
         cuda,
         driver: driver.and_then(|d| d.parse().ok()),
         compat_cuda,
-        devices: devices
-            .into_iter()
-            .map(|id| DeviceFacts {
-                id,
-                arch: None,
-                brand: None,
-            })
-            .collect(),
+        devices,
     };
     for w in require::check(request.active_requirements(), &facts)? {
         host.warn(&w);
     }
     Ok(())
+}
+
+/// The facts of the GPUs `indices` of `inv` (a MIG device's: its parent's), with the compute
+/// capability and brand NVML's recorded answers give; asked only when `request` has
+/// requirements, since reading the record is IO the create path otherwise skips.
+fn device_facts<'a>(
+    request: &Request,
+    host: &mut dyn HostView,
+    inv: &Inventory,
+    indices: impl Iterator<Item = &'a u32>,
+) -> Vec<DeviceFacts> {
+    let indices: Vec<u32> = indices.copied().collect();
+    let nvml = if request.active_requirements().is_empty() || indices.is_empty() {
+        None
+    } else {
+        host.recorded_nvml(inv)
+    };
+    indices
+        .into_iter()
+        .map(|i| {
+            let g = inv
+                .gpus
+                .iter()
+                .find(|g| g.index == i)
+                .and_then(|g| nvml.as_ref()?.gpus.iter().find(|n| n.minor == g.minor));
+            DeviceFacts {
+                id: format!("GPU {i}"),
+                arch: g
+                    .and_then(|g| g.compute_capability.as_deref())
+                    .and_then(|c| c.parse().ok()),
+                brand: g.and_then(|g| g.brand.clone()),
+            }
+        })
+        .collect()
 }
 
 /// Whether the static specs used still fit this host ([`stale_reason`]).
@@ -614,6 +657,9 @@ containerEdits:
         }
         fn mig_devices(&mut self, _inv: &Inventory) -> Result<Vec<MigDevice>, MigError> {
             Ok(Vec::new())
+        }
+        fn recorded_nvml(&mut self, _inv: &Inventory) -> Option<gpuctk_host::nvml::NvmlInfo> {
+            None
         }
         fn mig_capability(
             &mut self,

@@ -339,7 +339,8 @@ pub fn parse_device_id(item: &str, source: &str) -> Result<DeviceId, RequestErro
             Err(bad())
         };
     }
-    if let Some((g, i)) = item.split_once(':') {
+    // `0:1`; a CDI name may hold a `:` too (`nvidia.com/gpu=0:1`, a MIG device's name).
+    if let Some((g, i)) = item.split_once(':').filter(|_| !item.contains('=')) {
         if let (Ok(g), Ok(i)) = (g.parse(), i.parse()) {
             return Ok(DeviceId::Mig(g, i));
         }
@@ -950,6 +951,29 @@ mod tests {
             req(&["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void"]).devices,
             Devices::Unrequested
         );
+    }
+
+    #[test]
+    fn mig_forms() {
+        let id = |s: &str| parse_device_id(s, "X");
+        assert_eq!(id("2:5").unwrap(), DeviceId::Mig(2, 5));
+        assert_eq!(
+            id("MIG-GPU-0986a80f-9ded-4980-0986-ab0f9ded4e99/7/0").unwrap(),
+            DeviceId::MigUuid("MIG-GPU-0986a80f-9ded-4980-0986-ab0f9ded4e99/7/0".into())
+        );
+        // A MIG device's CDI name holds a colon.
+        assert_eq!(
+            id("nvidia.com/gpu=0:1").unwrap(),
+            DeviceId::Cdi("nvidia.com/gpu=0:1".into())
+        );
+        for bad in [
+            "MIG-GPU-abc/7",
+            "MIG-GPU-abc/7/0/1",
+            "MIG-GPU-abc/x/0",
+            "MIG-a/b",
+        ] {
+            assert!(id(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

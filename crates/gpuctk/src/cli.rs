@@ -98,6 +98,17 @@ pub enum Command {
     Install(Box<InstallArgs>),
     /// Remove what install put into the host and restore the engine's config
     Uninstall(UninstallArgs),
+    /// Ask the driver root's NVML about the GPUs and MIG devices and print the answer as JSON
+    /// (the helper a statically linked gpuctk runs, since it cannot dlopen)
+    #[command(hide = true)]
+    NvmlQuery(NvmlQueryArgs),
+}
+
+/// `nvml-query`.
+#[derive(Debug, Args)]
+pub struct NvmlQueryArgs {
+    #[command(flatten)]
+    pub roots: RootArgs,
 }
 
 /// `completion SHELL`.

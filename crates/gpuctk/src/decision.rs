@@ -101,13 +101,20 @@ impl HostView for LiveHost<'_> {
         let mut devices = gpuctk_host::mig::discover_mig(&inv.roots, &inv.gpus)?;
         // UUIDs only from what `cdi generate` or `info` recorded: NVML is never initialised here.
         if !devices.is_empty() {
-            match crate::mig::recorded(&self.cfg.nvml_cache, inv) {
-                Ok(Some(info)) => gpuctk_host::mig::attach_uuids(&mut devices, &info),
-                Ok(None) => {}
-                Err(e) => tracing::warn!("{e}"),
+            if let Some(info) = self.recorded_nvml(inv) {
+                gpuctk_host::mig::attach_uuids(&mut devices, &info);
             }
         }
         Ok(devices)
+    }
+    fn recorded_nvml(&mut self, inv: &Inventory) -> Option<gpuctk_host::nvml::NvmlInfo> {
+        match crate::mig::recorded(&self.cfg.nvml_cache, inv) {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::warn!("{e}");
+                None
+            }
+        }
     }
 }
 

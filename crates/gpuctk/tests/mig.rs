@@ -469,3 +469,215 @@ fn prestart_hook_gives_the_capability_view() {
         }
     }
 }
+
+#[test]
+fn info_and_nvml_query_show_what_nvml_says() {
+    let t = TestDir::new();
+    let h = mig_host(&t);
+    let m = migs(&h);
+    let r = ok(&with(&["info"], &h.roots()));
+    assert!(
+        r.stdout.contains(
+            "GPU 0: Brand: Nvidia, Architecture: Ampere (compute capability 8.0), MIG enabled\n"
+        ) && r.stdout.contains(
+            "GPU 1: Brand: Nvidia, Architecture: Ampere (compute capability 8.0), MIG disabled\n"
+        ),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("MIG devices: 3\n"), "{}", r.stdout);
+    for (i, (uuid, gi, g, c)) in m.iter().enumerate() {
+        let line = format!("    0:{i}  {uuid}  gi {gi} ci 0  /dev/nvidia-caps/nvidia-cap{g} (",);
+        assert!(r.stdout.contains(&line), "{line}\n{}", r.stdout);
+        assert!(r.stdout.contains(&format!("nvidia-cap{c} (")));
+    }
+    let j: Value =
+        serde_json::from_str(&ok(&with(&["info", "--json"], &h.roots())).stdout).unwrap();
+    assert_eq!(j["nvml"]["gpus"][0]["mig_enabled"], true);
+    assert_eq!(j["mig_devices"][2]["uuid"], m[2].0.as_str());
+    assert_eq!(
+        j["gpus"][1]["uuid"],
+        h.uuids()[1].as_str(),
+        "the inventory's fields stay"
+    );
+    let q: Value = serde_json::from_str(&ok(&with(&["nvml-query"], &h.roots())).stdout).unwrap();
+    assert_eq!(q, j["nvml"]);
+    assert_eq!(q["gpus"][0]["mig"][1]["gi"], m[1].1);
+}
+
+#[test]
+fn nvidia_container_cli_info_has_brand_and_architecture() {
+    let t = TestDir::new();
+    let h = mig_host(&t);
+    let cli = t.join("nvidia-container-cli");
+    std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
+    let config = t.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\n",
+            h.driver_root(),
+            h.dev_root(),
+            h.proc_root()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&cli)
+            .args(args)
+            .env("GPUCTK_CONFIG", &config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(&["info"]);
+    let uuid = &h.uuids()[0];
+    assert!(
+        text.contains(&format!(
+            "Device Index:   0\nDevice Minor:   0\nModel:          NVIDIA A100-SXM4-80GB\nBrand:          Nvidia\nGPU UUID:       {uuid}\nBus Location:   00000000:17:00.0\nArchitecture:   8.0\n"
+        )),
+        "{text}"
+    );
+    let csv = run(&["info", "--csv"]);
+    assert!(
+        csv.contains("Device Index,Device Minor,Model,Brand,GPU UUID,Bus Location,Architecture\n")
+            && csv.contains(&format!(
+                "0,0,NVIDIA A100-SXM4-80GB,Nvidia,{uuid},00000000:17:00.0,8.0\n"
+            )),
+        "{csv}"
+    );
+}
+
+/// NVML's recorded answers are used only when root owns them, only root may write them, they
+/// parse and they are for this driver's NVML file; otherwise one line says why.
+#[test]
+fn recorded_answers_are_trusted_only_when_sound() {
+    let (bed, m) = mig_bed("runc");
+    record_nvml(&bed);
+    let cache = bed.t.join("nvml-cache.json");
+    let good = std::fs::read(&cache).unwrap();
+    let request = |id: &str| {
+        bed.set_env(&[&format!("NVIDIA_VISIBLE_DEVICES={}", m[0].0)]);
+        bed.run(id)
+    };
+    request("trusted").ok();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let r = request("writable");
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("writable by root only")
+            && r.stderr.contains("MIG UUIDs are known only from NVML"),
+        "{}",
+        r.stderr
+    );
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&cache, b"{\"key\":").unwrap();
+    let r = request("corrupt");
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("nvml-cache.json: not used:"),
+        "{}",
+        r.stderr
+    );
+    // A record for another NVML file (the driver changed since): not used, and not an error
+    // of the record's.
+    std::fs::write(&cache, &good).unwrap();
+    let lib = Path::new(&bed.host.driver_root())
+        .join(
+            bed.host.manifest["lib_dir"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches('/'),
+        )
+        .join("libnvidia-ml.so.570.124.06");
+    let f = std::fs::OpenOptions::new().append(true).open(&lib).unwrap();
+    f.set_len(f.metadata().unwrap().len() + 1).unwrap();
+    let r = request("stale");
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("MIG UUIDs are known only from NVML") && !r.stderr.contains("not used"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// `arch` and `brand` requirements are checked with NVML's recorded answers; without them the
+/// condition holds (libnvidia-container's rule for an unknown datum), with a warning.
+#[test]
+fn arch_and_brand_requirements_use_the_recorded_answers() {
+    let (bed, _) = mig_bed("runc");
+    let env = ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_ARCH=arch>=9.0"];
+    bed.set_env(&env);
+    let r = bed.run("unknown");
+    r.ok();
+    assert!(
+        r.stderr.contains("arch>=9.0"),
+        "a warning names it: {}",
+        r.stderr
+    );
+    record_nvml(&bed);
+    bed.set_env(&env);
+    let r = bed.run("refused");
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("arch>=9.0") && r.stderr.contains("8.0"),
+        "{}",
+        r.stderr
+    );
+    bed.set_env(&[
+        "NVIDIA_VISIBLE_DEVICES=1",
+        "NVIDIA_REQUIRE_ARCH=arch>=8.0 brand=nvidia",
+    ]);
+    bed.run("met").ok();
+    bed.set_env(&[
+        "NVIDIA_VISIBLE_DEVICES=0:1",
+        "NVIDIA_REQUIRE_BRAND=brand=tesla",
+    ]);
+    let r = bed.run("brand");
+    assert_ne!(
+        r.code, 0,
+        "a MIG device is judged by its parent: {}",
+        r.stdout
+    );
+    assert!(r.stderr.contains("brand=tesla"), "{}", r.stderr);
+}
+
+/// The names `cdi generate` gives MIG devices, asked for as CDI names through the shim.
+#[test]
+fn cdi_names_of_mig_devices_through_the_shim() {
+    let (bed, m) = mig_bed("crun");
+    let mut args = vec![
+        "cdi".to_string(),
+        "generate".into(),
+        "--config".into(),
+        bed.config.display().to_string(),
+        "--nvidia-cdi-hook-path".into(),
+        GPUCTK.into(),
+        "--output".into(),
+        bed.cdi_dir().join("nvidia.yaml").display().to_string(),
+    ];
+    args.extend(bed.host.roots());
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let uuids = bed.host.uuids();
+    for (i, name) in [
+        "nvidia.com/gpu=0:2".to_string(),
+        format!("nvidia.com/gpu={}", m[2].0),
+    ]
+    .iter()
+    .enumerate()
+    {
+        bed.set_env(&[&format!("NVIDIA_VISIBLE_DEVICES={name}")]);
+        let r = bed.run(&format!("cdi{i}"));
+        r.ok();
+        assert_eq!(r.gpus(), [0], "{name}: {}", r.stdout);
+        assert_eq!(caps_in(&r), cap_nodes(&m, &[2]), "{name}");
+        assert_eq!(
+            r.smi_uuids(),
+            [uuids[0].clone(), m[2].0.clone()],
+            "{name}: {}",
+            r.smi
+        );
+    }
+}

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use gpuctk_host::catalog::{self, Capability};
 use gpuctk_host::Inventory;
 
-use crate::cli::InfoArgs;
+use crate::cli::{InfoArgs, NvmlQueryArgs};
 
 pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
     let inv = a.roots.discover()?;
@@ -35,6 +35,18 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
         s
     };
     std::io::stdout().write_all(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `nvml-query`: NVML's answers as JSON, or the error that kept NVML from answering.
+pub fn nvml_query(a: NvmlQueryArgs) -> anyhow::Result<ExitCode> {
+    let inv = a.roots.discover()?;
+    let info = gpuctk_host::nvml::library(&inv)
+        .and_then(gpuctk_host::nvml::query)
+        .map_err(|e| anyhow::anyhow!("NVML: {e}"))?;
+    let mut s = serde_json::to_string_pretty(&info)?;
+    s.push('\n');
+    std::io::stdout().write_all(s.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -44,6 +44,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             info::run(a)
         }
         Command::Doctor(a) => doctor::run(*a),
+        Command::NvmlQuery(mut a) => {
+            a.roots.config = a.roots.config.take().or(config);
+            info::nvml_query(a)
+        }
         #[cfg(feature = "mock")]
         Command::MockHost(MockHostCommand::Create(a)) => mock::create(a),
         #[cfg(feature = "mock")]
