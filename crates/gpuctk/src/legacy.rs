@@ -563,7 +563,44 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         Devices::Ids(ids) => ids,
         _ => Vec::new(),
     };
-    let selected = gpuctk_core::select_gpus(&inv, &ids, "--device")?;
+    // MIG devices select their parents too; `all` is every GPU and MIG device
+    // (libnvidia-container's `select_devices`).
+    let (mig_ids, gpu_ids): (Vec<_>, Vec<_>) =
+        ids.iter().cloned().partition(gpuctk_core::mig::is_mig_id);
+    let mut selected = gpuctk_core::select_gpus(&inv, &gpu_ids, "--device")?;
+    let mut mig_files: Vec<std::path::PathBuf> = Vec::new();
+    if !mig_ids.is_empty() || ids.contains(&gpuctk_core::DeviceId::All) {
+        let recorded = crate::mig::recorded(&cfg.nvml_cache, &inv).unwrap_or_else(|e| {
+            tracing::warn!("{e}");
+            None
+        });
+        let devices = crate::mig::mig_devices(&inv, recorded.as_ref())?;
+        let plans = gpuctk_core::mig::plan_mig(&inv, &devices);
+        let mut chosen: Vec<usize> = Vec::new();
+        for id in &mig_ids {
+            let m = gpuctk_core::mig::select_mig(&inv, &plans, id, "--device")?;
+            chosen.extend(plans.iter().position(|p| std::ptr::eq(p, m)));
+        }
+        if ids.contains(&gpuctk_core::DeviceId::All) {
+            chosen.extend(0..plans.len());
+        }
+        let mut seen = Vec::new();
+        for pos in chosen {
+            if seen.contains(&pos) {
+                continue;
+            }
+            seen.push(pos);
+            if !selected.contains(&plans[pos].gpu) {
+                selected.push(plans[pos].gpu);
+            }
+            if let Some(d) = devices
+                .iter()
+                .find(|d| d.gpu == plans[pos].gpu && d.index == plans[pos].index)
+            {
+                mig_files.extend(d.proc_files.iter().map(|f| f.host_path.clone()));
+            }
+        }
+    }
     let mut out = String::new();
     for n in &inv.control_nodes {
         out.push_str(&format!("{}\n", n.host_path.display()));
@@ -571,6 +608,12 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     for idx in &selected {
         if let Some(n) = &inv.gpus[*idx as usize].node {
             out.push_str(&format!("{}\n", n.host_path.display()));
+        }
+    }
+    // The MIG devices' capability files, unless the global MIG capabilities are listed.
+    if mig.is_empty() {
+        for f in &mig_files {
+            out.push_str(&format!("{}\n", f.display()));
         }
     }
     // Then the IMEX channels and the MIG capabilities (their node and their file), in

@@ -681,3 +681,63 @@ fn cdi_names_of_mig_devices_through_the_shim() {
         );
     }
 }
+
+/// `nvidia-container-cli list --device` with MIG devices: the parent's node, then each MIG
+/// device's two capability files, as libnvidia-container lists them.
+#[test]
+fn nvidia_container_cli_list_names_mig_devices() {
+    let t = TestDir::new();
+    let h = mig_host(&t);
+    let m = migs(&h);
+    let cli = t.join("nvidia-container-cli");
+    std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
+    let config = t.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\n",
+            h.driver_root(),
+            h.dev_root(),
+            h.proc_root()
+        ),
+    )
+    .unwrap();
+    let list = |dev: &str| {
+        let out = std::process::Command::new(&cli)
+            .args(["list", "--device", dev, "--ipcs"])
+            .env("GPUCTK_CONFIG", &config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let caps = format!("{}/driver/nvidia/capabilities/gpu0/mig", h.proc_root());
+    let files = |i: usize| format!("{caps}/gi{g}/access\n{caps}/gi{g}/ci0/access\n", g = m[i].1);
+    let out = std::process::Command::new(&cli)
+        .args(["list", "--device", "1:0"])
+        .env("GPUCTK_CONFIG", &config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--device: no MIG device 1:0"),
+        "{err}"
+    );
+    let text = list("0:1");
+    assert!(
+        text.contains(&format!("{}/dev/nvidia0\n{}", h.dev_root(), files(1))),
+        "{text}"
+    );
+    assert!(!text.contains("nvidia1\n"), "{text}");
+    let all = list("all");
+    assert!(
+        all.contains(&format!(
+            "{d}/dev/nvidia0\n{d}/dev/nvidia1\n{}{}{}",
+            files(0),
+            files(1),
+            files(2),
+            d = h.dev_root()
+        )),
+        "{all}"
+    );
+}
