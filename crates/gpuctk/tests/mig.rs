@@ -741,3 +741,83 @@ fn nvidia_container_cli_list_names_mig_devices() {
         "{all}"
     );
 }
+
+/// `doctor` on a MIG host: NVML, the MIG devices, and whether the runtime has a current record
+/// of NVML's answers; a missing capability node is a failure naming it.
+#[test]
+fn doctor_checks_nvml_mig_devices_and_the_record() {
+    let t = TestDir::new();
+    let h = mig_host(&t);
+    let cache = t.join("nvml-cache.json");
+    let config = t.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nnvml-cache = \"{}\"\n",
+            h.driver_root(),
+            h.dev_root(),
+            h.proc_root(),
+            cache.display()
+        ),
+    )
+    .unwrap();
+    let doctor = || {
+        let p = |s: &str| t.join(s).display().to_string();
+        let c = config.display().to_string();
+        let args = [
+            "doctor",
+            "--json",
+            "--config",
+            &c,
+            "--spec-dir",
+            &p("cdi"),
+            "--docker-config",
+            &p("daemon.json"),
+            "--containerd-config",
+            &p("containerd.toml"),
+            "--crio-config",
+            &p("crio.conf"),
+        ];
+        let r = run(&args);
+        let v: Value =
+            serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}", r.stderr));
+        v
+    };
+    let check = |v: &Value, name: &str| -> Value {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["group"] == "devices" && c["name"] == name)
+            .unwrap_or_else(|| panic!("no devices/{name} in {v:#}"))
+            .clone()
+    };
+    let v = doctor();
+    assert_eq!(check(&v, "nvml")["status"], "ok");
+    assert!(check(&v, "nvml")["found"]
+        .as_str()
+        .unwrap()
+        .contains("MIG mode on GPU 0"));
+    let mig = check(&v, "mig-devices");
+    assert_eq!(mig["found"], "3 MIG device(s): 0:0, 0:1, 0:2");
+    let rec = check(&v, "nvml-record");
+    assert_eq!(rec["status"], "warn", "{rec}");
+    assert!(rec["fix"].as_str().unwrap().contains("gpuctk info"));
+    // `info` as root on the runtime's roots records NVML's answers.
+    let c = config.display().to_string();
+    ok(&with(&["info", "--config", &c], &h.roots()));
+    assert_eq!(check(&doctor(), "nvml-record")["status"], "ok");
+    let m = migs(&h);
+    let node = format!("{}/dev/nvidia-caps/nvidia-cap{}", h.dev_root(), m[1].3);
+    std::fs::remove_file(&node).unwrap();
+    let mig = check(&doctor(), "mig-devices");
+    assert_eq!(mig["status"], "fail");
+    assert!(
+        mig["found"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("nvidia-cap{}", m[1].3))
+            && mig["found"].as_str().unwrap().contains("mknod"),
+        "{mig}"
+    );
+}
