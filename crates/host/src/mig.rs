@@ -163,3 +163,66 @@ pub fn attach_uuids(devices: &mut [MigDevice], info: &crate::nvml::NvmlInfo) {
             .map(|m| m.uuid.clone());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, minor: u32) -> Gpu {
+        Gpu {
+            index,
+            minor,
+            uuid: format!("GPU-{index}"),
+            bus_id: String::new(),
+            model: String::new(),
+            node: None,
+            drm: Vec::new(),
+        }
+    }
+
+    fn cap(dir: &Path, rel: &str, minor: u32) {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(
+            p,
+            format!("DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn no_mig_folder_is_no_devices_and_bad_nodes_and_files_are_named() {
+        let t = tempfile::tempdir().unwrap();
+        let roots = Roots {
+            driver_root: t.path().into(),
+            dev_root: t.path().into(),
+            proc_root: t.path().join("proc"),
+        };
+        let base = t.path().join("proc").join(CAPS_PROC_DIR);
+        // No mig folder: not in MIG mode, no error.
+        assert!(discover_mig(&roots, &[gpu(0, 0)]).unwrap().is_empty());
+        std::fs::create_dir_all(t.path().join("proc")).unwrap();
+        std::fs::write(
+            t.path().join("proc/devices"),
+            "Character devices:\n195 nvidia\n237 nvidia-caps\n",
+        )
+        .unwrap();
+        cap(&base, "gpu1/mig/gi8/access", 147);
+        cap(&base, "gpu1/mig/gi8/ci0/access", 148);
+        // Names the driver never makes are not instances.
+        std::fs::create_dir_all(base.join("gpu1/mig/gi99")).unwrap();
+        std::fs::create_dir_all(base.join("gpu1/mig/junk")).unwrap();
+        let e = discover_mig(&roots, &[gpu(0, 0), gpu(1, 1)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("mknod -m 444 /dev/nvidia-caps/nvidia-cap147 c 237 147"),
+            "{e}"
+        );
+        // A capability file not in the driver's format is named.
+        cap(&base, "gpu1/mig/gi2/ci1/access", 22);
+        std::fs::write(base.join("gpu1/mig/gi2/access"), "DeviceFileMinor: x\n").unwrap();
+        let e = discover_mig(&roots, &[gpu(1, 1)]).unwrap_err().to_string();
+        assert!(e.contains("gpu1/mig/gi2/access: DeviceFileMinor"), "{e}");
+    }
+}
