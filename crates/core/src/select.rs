@@ -40,8 +40,8 @@ pub enum SelectError {
         /// The UUIDs it matches.
         matches: String,
     },
-    /// MIG devices are parsed but not resolved yet.
-    #[error("{var}: {item} is a MIG device; MIG is not supported by this gpuctk yet (request the whole GPU instead)")]
+    /// A MIG device among whole GPUs: callers resolve those with [`crate::mig::select_mig`].
+    #[error("{var}: {item} is a MIG device, not a whole GPU")]
     Mig {
         /// The variable or annotation.
         var: String,

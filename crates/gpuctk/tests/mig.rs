@@ -821,3 +821,39 @@ fn doctor_checks_nvml_mig_devices_and_the_record() {
         "{mig}"
     );
 }
+
+/// The device plugin's `volume-mounts` list strategy with MIG devices (its `single` and `mixed`
+/// MIG strategies hand over the same ids): `/dev/null` at
+/// `/var/run/nvidia-container-devices/MIG-<uuid>` gives that MIG device.
+#[test]
+fn device_plugin_volume_mounts_name_mig_devices() {
+    let (bed, m) = mig_bed("runc");
+    let cfg = std::fs::read_to_string(&bed.config).unwrap();
+    std::fs::write(
+        &bed.config,
+        format!("accept-nvidia-visible-devices-as-volume-mounts = true\naccept-nvidia-visible-devices-envvar-when-unprivileged = false\n{cfg}"),
+    )
+    .unwrap();
+    record_nvml(&bed);
+    bed.set_env(&[]);
+    bed.edit(|s| {
+        for id in [m[0].0.as_str(), "0:2"] {
+            s["mounts"].as_array_mut().unwrap().push(serde_json::json!({
+                "destination": format!("/var/run/nvidia-container-devices/{id}"),
+                "type": "bind",
+                "source": "/dev/null",
+                "options": ["bind", "ro"]
+            }));
+        }
+    });
+    let r = bed.run("mounts");
+    r.ok();
+    assert_eq!(r.gpus(), [0], "{}", r.stdout);
+    assert_eq!(caps_in(&r), cap_nodes(&m, &[0, 2]), "{}", r.stdout);
+    assert_eq!(
+        r.smi_uuids(),
+        [bed.host.uuids()[0].clone(), m[0].0.clone(), m[2].0.clone()],
+        "{}",
+        r.smi
+    );
+}
