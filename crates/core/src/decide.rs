@@ -309,16 +309,26 @@ fn jit(
         if wants_all {
             chosen.extend(migs.iter());
         }
+        // The global MIG capabilities bind the whole capabilities folder instead of each
+        // device's files (libnvidia-container: "unless mig-config/monitor=all").
+        let proc_view = settings.delivery == Delivery::PrestartHook && request.mig.is_empty();
+        let mut given: Vec<(u32, u32)> = Vec::new();
         for m in chosen {
+            if given.contains(&(m.gpu, m.index)) {
+                continue;
+            }
+            given.push((m.gpu, m.index));
             if !mig_parents.contains(&m.gpu) {
                 mig_parents.push(m.gpu);
             }
             mig_edits.append(&m.edits);
-            if settings.delivery == Delivery::PrestartHook {
+            if proc_view {
                 mig_edits.mounts.extend(m.proc_mounts.iter().cloned());
             }
         }
     }
+    // Parents not selected whole.
+    mig_parents.retain(|p| !selected.contains(p));
     let mut p = plan(
         &inv,
         &PlanOptions {
@@ -336,9 +346,7 @@ fn jit(
         request,
         host,
         &inv,
-        selected
-            .iter()
-            .chain(mig_parents.iter().filter(|p| !selected.contains(p))),
+        selected.iter().chain(mig_parents.iter()),
     );
     check_requirements(
         request,
