@@ -102,7 +102,14 @@ impl HostView for LiveHost<'_> {
         // UUIDs only from what `cdi generate` or `info` recorded: NVML is never initialised here.
         if !devices.is_empty() {
             if let Some(info) = self.recorded_nvml(inv) {
-                gpuctk_host::mig::attach_uuids(&mut devices, &info);
+                if gpuctk_host::mig::same_layout(&devices, &info) {
+                    gpuctk_host::mig::attach_uuids(&mut devices, &info);
+                } else {
+                    tracing::warn!(
+                        "{}: NVML's recorded answers list other MIG instances than procfs shows (repartitioned since): not used; run `gpuctk info` as root to record them again",
+                        self.cfg.nvml_cache.display()
+                    );
+                }
             }
         }
         Ok(devices)

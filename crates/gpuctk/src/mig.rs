@@ -38,11 +38,17 @@ pub fn ask_and_record(
     (info, warning)
 }
 
-/// The MIG devices of the host, with UUIDs where `info` has them.
+/// The MIG devices of the host, with UUIDs (and NVML's numbering) when `info` lists exactly them.
 pub fn mig_devices(inv: &Inventory, info: Option<&NvmlInfo>) -> anyhow::Result<Vec<MigDevice>> {
     let mut devices = discover_mig(&inv.roots, &inv.gpus)?;
-    if let Some(info) = info {
-        attach_uuids(&mut devices, info);
+    match info {
+        Some(info) if gpuctk_host::mig::same_layout(&devices, info) => {
+            attach_uuids(&mut devices, info)
+        }
+        Some(_) => tracing::warn!(
+            "NVML lists other MIG instances than procfs shows (repartitioned meanwhile?): their UUIDs are left out"
+        ),
+        None => {}
     }
     Ok(devices)
 }

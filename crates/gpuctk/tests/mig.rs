@@ -857,3 +857,32 @@ fn device_plugin_volume_mounts_name_mig_devices() {
         r.smi
     );
 }
+
+/// Repartitioning leaves the driver (the record's key) as it was: a record that lists other
+/// instances than procfs shows is not used, so a UUID never names a device it no longer is.
+#[test]
+fn a_record_from_before_repartitioning_is_not_used() {
+    let (bed, m) = mig_bed("runc");
+    record_nvml(&bed);
+    // The 1g.10gb instance with GPU instance id 8 is destroyed.
+    let gi = format!(
+        "{}/driver/nvidia/capabilities/gpu0/mig/gi{}",
+        bed.host.proc_root(),
+        m[2].1
+    );
+    std::fs::remove_dir_all(&gi).unwrap();
+    bed.set_env(&[&format!("NVIDIA_VISIBLE_DEVICES={}", m[1].0)]);
+    let r = bed.run("repartitioned");
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("repartitioned since")
+            && r.stderr.contains("MIG UUIDs are known only from NVML"),
+        "{}",
+        r.stderr
+    );
+    // The index form needs no record.
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0:1"]);
+    let r = bed.run("index");
+    r.ok();
+    assert_eq!(caps_in(&r), cap_nodes(&m, &[1]), "{}", r.stdout);
+}

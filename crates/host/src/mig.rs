@@ -33,8 +33,8 @@ pub struct MigDevice {
     pub gpu: u32,
     /// The parent GPU's minor.
     pub gpu_minor: u32,
-    /// Its index among the parent's MIG devices, in (GPU instance, compute instance) order, the
-    /// `M` of a `N:M` request.
+    /// Its index among the parent's MIG devices, the `M` of a `N:M` request: NVML's where its
+    /// answers are known ([`attach_uuids`]), else the (GPU instance, compute instance) order.
     pub index: u32,
     /// GPU instance id.
     pub gi: u32,
@@ -151,17 +151,38 @@ pub fn discover_mig(roots: &Roots, gpus: &[Gpu]) -> Result<Vec<MigDevice>, MigEr
     Ok(out)
 }
 
-/// Fill in the UUIDs NVML reported, matching by parent minor, GPU and compute instance.
+/// Whether `info` lists exactly the MIG devices procfs shows (by parent minor, GPU and compute
+/// instance): NVML's recorded answers predate a repartitioning otherwise, and their UUIDs and
+/// numbering must not be used.
+pub fn same_layout(devices: &[MigDevice], info: &crate::nvml::NvmlInfo) -> bool {
+    let mut a: Vec<(u32, u32, u32)> = devices.iter().map(|d| (d.gpu_minor, d.gi, d.ci)).collect();
+    let mut b: Vec<(u32, u32, u32)> = info
+        .gpus
+        .iter()
+        .flat_map(|g| g.mig.iter().map(move |m| (g.minor, m.gi, m.ci)))
+        .collect();
+    a.sort_unstable();
+    b.sort_unstable();
+    a == b
+}
+
+/// Fill in the UUIDs NVML reported, matching by parent minor, GPU and compute instance, and
+/// take NVML's numbering for `N:M` (libnvidia-container's), which procfs order only stands in
+/// for. A device NVML does not list keeps its procfs index and has no UUID.
 pub fn attach_uuids(devices: &mut [MigDevice], info: &crate::nvml::NvmlInfo) {
-    for d in devices {
-        d.uuid = info
+    for d in devices.iter_mut() {
+        let found = info
             .gpus
             .iter()
             .filter(|g| g.minor == d.gpu_minor)
             .flat_map(|g| &g.mig)
-            .find(|m| m.gi == d.gi && m.ci == d.ci)
-            .map(|m| m.uuid.clone());
+            .find(|m| m.gi == d.gi && m.ci == d.ci);
+        d.uuid = found.map(|m| m.uuid.clone());
+        if let Some(m) = found {
+            d.index = m.index;
+        }
     }
+    devices.sort_by_key(|d| (d.gpu, d.index));
 }
 
 #[cfg(test)]

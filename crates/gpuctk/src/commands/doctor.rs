@@ -319,6 +319,12 @@ fn check_nvml_and_mig(roots: &Roots, cfg: &Config, c: &mut Checks) {
     );
     let record = cfg.nvml_cache.display();
     match crate::mig::recorded(&cfg.nvml_cache, &inv) {
+        Ok(Some(info)) if !gpuctk_host::mig::same_layout(&devices, &info) => c.warn(
+            G,
+            "nvml-record",
+            format!("{record}: lists other MIG instances than procfs shows (repartitioned since): not used, and MIG-<uuid> requests fail"),
+            "run `gpuctk info` (or `gpuctk cdi generate`) as root",
+        ),
         Ok(Some(_)) => c.ok(G, "nvml-record", format!("{record}: current")),
         Ok(None) => c.warn(
             G,
