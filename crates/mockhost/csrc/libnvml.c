@@ -389,6 +389,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *de
             return NVML_SUCCESS;
         }
     }
+    /* A MIG device's UUID gives its handle too, as NVML's does. */
+    for (i = 0; i < g_mig_total; i++) {
+        if (strcmp(uuid, g_migs[i].uuid) == 0) {
+            *device = &g_migs[i];
+            return NVML_SUCCESS;
+        }
+    }
     return NVML_ERROR_NOT_FOUND;
 }
 
