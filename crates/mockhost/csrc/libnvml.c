@@ -29,7 +29,7 @@ struct nvmlDevice_st {
     int is_mig;
     unsigned mig_mode;
     unsigned gi, ci;
-    char profile[32];
+    char profile[64];
     struct nvmlDevice_st *parent;
     struct nvmlDevice_st *migs[MAX_MIG_PER_GPU];
     unsigned mig_count;
