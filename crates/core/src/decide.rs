@@ -10,6 +10,7 @@
 
 use gpuctk_cdi::registry::{Registry, ResolveError};
 use gpuctk_cdi::spec::ContainerEdits;
+use gpuctk_host::mig::{MigDevice, MigError};
 use gpuctk_host::{CapsError, DeviceNode, DiscoverError, Inventory, MigCapability};
 
 use crate::ops::InRootOp;
@@ -51,6 +52,13 @@ pub trait HostView {
     /// The edits of gated `mode` on this host ([`crate::gated::gated_edits`]): empty when the
     /// host has none of its nodes.
     fn gated(&mut self, mode: gpuctk_host::GatedMode) -> std::io::Result<ContainerEdits>;
+    /// The MIG devices of `inv`'s GPUs (procfs), with the UUIDs NVML's recorded answers give;
+    /// asked only when a request names a MIG device or `all`.
+    fn mig_devices(&mut self, inv: &Inventory) -> Result<Vec<MigDevice>, MigError>;
+    /// What NVML said of `inv`'s GPUs, as `cdi generate` or `info` recorded it (each GPU's
+    /// compute capability and brand, for `arch` and `brand` requirements); `None` when nothing
+    /// current is recorded. Never NVML itself.
+    fn recorded_nvml(&mut self, inv: &Inventory) -> Option<gpuctk_host::nvml::NvmlInfo>;
 }
 
 /// The configuration the decision depends on.
@@ -159,6 +167,12 @@ pub enum DecideError {
     /// A device id names no GPU here.
     #[error(transparent)]
     Select(#[from] SelectError),
+    /// A MIG id names no MIG device here.
+    #[error(transparent)]
+    MigSelect(#[from] crate::mig::MigSelectError),
+    /// The MIG devices could not be read.
+    #[error(transparent)]
+    MigDiscover(#[from] MigError),
     /// The image's requirements (`NVIDIA_REQUIRE_*`, `CUDA_VERSION`, `--require`) are not met,
     /// or malformed.
     #[error(transparent)]
@@ -221,7 +235,15 @@ pub fn decide(
                 host,
                 running.as_deref(),
                 cuda,
-                resolved.devices.clone(),
+                resolved
+                    .devices
+                    .iter()
+                    .map(|id| DeviceFacts {
+                        id: id.clone(),
+                        arch: None,
+                        brand: None,
+                    })
+                    .collect(),
             )?;
             let mut edits = resolved.edits;
             edits.append(&extra_edits(
@@ -273,10 +295,51 @@ fn jit(
             });
         }
     }
+    // MIG ids select MIG devices (and their parents' nodes), as libnvidia-container does;
+    // `all` is every GPU and every MIG device.
+    let (mig_ids, gpu_ids): (Vec<DeviceId>, Vec<DeviceId>) =
+        ids.iter().cloned().partition(crate::mig::is_mig_id);
     let selected = match &request.devices {
-        Devices::Ids(_) => select_gpus(&inv, ids, &request.source.to_string())?,
+        Devices::Ids(_) => select_gpus(&inv, &gpu_ids, &request.source.to_string())?,
         Devices::NoGpus | Devices::Unrequested => Vec::new(),
     };
+    let mut mig_edits = ContainerEdits::default();
+    let mut mig_parents: Vec<u32> = Vec::new();
+    let wants_all = ids.iter().any(|i| matches!(i, DeviceId::All));
+    if matches!(request.devices, Devices::Ids(_)) && (!mig_ids.is_empty() || wants_all) {
+        let migs = crate::mig::plan_mig(&inv, &host.mig_devices(&inv)?);
+        let mut chosen: Vec<&crate::mig::MigEdits> = Vec::new();
+        for id in &mig_ids {
+            chosen.push(crate::mig::select_mig(
+                &inv,
+                &migs,
+                id,
+                &request.source.to_string(),
+            )?);
+        }
+        if wants_all {
+            chosen.extend(migs.iter());
+        }
+        // The global MIG capabilities bind the whole capabilities folder instead of each
+        // device's files (libnvidia-container: "unless mig-config/monitor=all").
+        let proc_view = settings.delivery == Delivery::PrestartHook && request.mig.is_empty();
+        let mut given: Vec<(u32, u32)> = Vec::new();
+        for m in chosen {
+            if given.contains(&(m.gpu, m.index)) {
+                continue;
+            }
+            given.push((m.gpu, m.index));
+            if !mig_parents.contains(&m.gpu) {
+                mig_parents.push(m.gpu);
+            }
+            mig_edits.append(&m.edits);
+            if proc_view {
+                mig_edits.mounts.extend(m.proc_mounts.iter().cloned());
+            }
+        }
+    }
+    // Parents not selected whole.
+    mig_parents.retain(|p| !selected.contains(p));
     let mut p = plan(
         &inv,
         &PlanOptions {
@@ -290,13 +353,19 @@ fn jit(
             settings.hook_path,
         );
     }
+    let facts = device_facts(
+        request,
+        host,
+        &inv,
+        selected.iter().chain(mig_parents.iter()),
+    );
     check_requirements(
         request,
         settings,
         host,
         Some(&inv.driver_version.to_string()),
         inv.cuda_version.map(Version::from),
-        selected.iter().map(|i| format!("GPU {i}")).collect(),
+        facts,
     )?;
     let mut edits = p.common;
     let mut links = Vec::new();
@@ -309,7 +378,18 @@ fn jit(
             links.extend(g.links.iter().cloned());
         }
     }
-    edits.append(&extra_edits(request, settings, host, selected.len())?);
+    if !mig_edits.device_nodes.is_empty() {
+        edits.append(&mig_edits);
+        // A parent given whole and through its MIG devices, or shared by several, once.
+        let mut seen = std::collections::BTreeSet::new();
+        edits.device_nodes.retain(|n| seen.insert(n.path.clone()));
+    }
+    edits.append(&extra_edits(
+        request,
+        settings,
+        host,
+        selected.len() + mig_parents.len(),
+    )?);
     // The common hooks keep their indices; the links' hook comes after them.
     let mut ops: Vec<(usize, InRootOp)> = p.ops.into_iter().enumerate().collect();
     if !links.is_empty() {
@@ -399,7 +479,7 @@ fn check_requirements(
     host: &mut dyn HostView,
     driver: Option<&str>,
     cuda: Option<Version>,
-    devices: Vec<String>,
+    devices: Vec<DeviceFacts>,
 ) -> Result<(), DecideError> {
     if request.active_requirements().is_empty() {
         return Ok(());
@@ -414,19 +494,46 @@ fn check_requirements(
         cuda,
         driver: driver.and_then(|d| d.parse().ok()),
         compat_cuda,
-        devices: devices
-            .into_iter()
-            .map(|id| DeviceFacts {
-                id,
-                arch: None,
-                brand: None,
-            })
-            .collect(),
+        devices,
     };
     for w in require::check(request.active_requirements(), &facts)? {
         host.warn(&w);
     }
     Ok(())
+}
+
+/// The facts of the GPUs `indices` of `inv` (a MIG device's: its parent's), with the compute
+/// capability and brand NVML's recorded answers give; asked only when `request` has
+/// requirements, since reading the record is IO the create path otherwise skips.
+fn device_facts<'a>(
+    request: &Request,
+    host: &mut dyn HostView,
+    inv: &Inventory,
+    indices: impl Iterator<Item = &'a u32>,
+) -> Vec<DeviceFacts> {
+    let indices: Vec<u32> = indices.copied().collect();
+    let nvml = if request.active_requirements().is_empty() || indices.is_empty() {
+        None
+    } else {
+        host.recorded_nvml(inv)
+    };
+    indices
+        .into_iter()
+        .map(|i| {
+            let g = inv
+                .gpus
+                .iter()
+                .find(|g| g.index == i)
+                .and_then(|g| nvml.as_ref()?.gpus.iter().find(|n| n.minor == g.minor));
+            DeviceFacts {
+                id: format!("GPU {i}"),
+                arch: g
+                    .and_then(|g| g.compute_capability.as_deref())
+                    .and_then(|c| c.parse().ok()),
+                brand: g.and_then(|g| g.brand.clone()),
+            }
+        })
+        .collect()
 }
 
 /// Whether the static specs used still fit this host ([`stale_reason`]).
@@ -591,6 +698,12 @@ containerEdits:
         }
         fn image_compat_cuda(&mut self, _driver: &str, _cuda: Option<&str>) -> Option<Version> {
             self.compat.map(|c| c.parse().unwrap())
+        }
+        fn mig_devices(&mut self, _inv: &Inventory) -> Result<Vec<MigDevice>, MigError> {
+            Ok(Vec::new())
+        }
+        fn recorded_nvml(&mut self, _inv: &Inventory) -> Option<gpuctk_host::nvml::NvmlInfo> {
+            None
         }
         fn mig_capability(
             &mut self,

@@ -5,6 +5,7 @@
 pub mod capabilities;
 pub mod decide;
 pub mod gated;
+pub mod mig;
 pub mod ops;
 pub mod plan;
 pub mod platform;

@@ -52,6 +52,10 @@ pub struct Plan {
     pub ops: Vec<InRootOp>,
     /// Per-GPU edits, in index order; GPUs without a device node are absent.
     pub gpus: Vec<GpuEdits>,
+    /// Per-MIG-device edits ([`crate::mig::plan_mig`]); empty until the caller adds them.
+    pub mig: Vec<crate::mig::MigEdits>,
+    /// The indices of the GPUs in MIG mode, which a spec's `all` gives as their MIG devices.
+    pub mig_gpus: Vec<u32>,
 }
 
 impl Plan {
@@ -342,7 +346,13 @@ pub fn plan(inv: &Inventory, opts: &PlanOptions) -> Plan {
             })
         })
         .collect();
-    Plan { common, ops, gpus }
+    Plan {
+        common,
+        ops,
+        gpus,
+        mig: Vec::new(),
+        mig_gpus: Vec::new(),
+    }
 }
 
 /// The edits for the global MIG capabilities (`--mig-config`, `--mig-monitor`): the host's

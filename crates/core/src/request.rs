@@ -324,13 +324,26 @@ pub fn parse_device_id(item: &str, source: &str) -> Result<DeviceId, RequestErro
         };
     }
     if let Some(rest) = item.strip_prefix("MIG-") {
+        // `MIG-GPU-<uuid>/<gi>/<ci>`, the form of drivers before R470.
+        let old_form = rest.strip_prefix("GPU-").and_then(|r| {
+            let mut parts = r.split('/');
+            let ok = parts.next().is_some_and(uuidish)
+                && parts.next().is_some_and(|g| g.parse::<u32>().is_ok())
+                && parts.next().is_some_and(|c| c.parse::<u32>().is_ok())
+                && parts.next().is_none();
+            ok.then_some(())
+        });
+        if old_form.is_some() {
+            return Ok(DeviceId::MigUuid(item.to_string()));
+        }
         return if uuidish(rest) {
             Ok(DeviceId::MigUuid(item.to_string()))
         } else {
             Err(bad())
         };
     }
-    if let Some((g, i)) = item.split_once(':') {
+    // `0:1`; a CDI name may hold a `:` too (`nvidia.com/gpu=0:1`, a MIG device's name).
+    if let Some((g, i)) = item.split_once(':').filter(|_| !item.contains('=')) {
         if let (Ok(g), Ok(i)) = (g.parse(), i.parse()) {
             return Ok(DeviceId::Mig(g, i));
         }
@@ -951,6 +964,29 @@ mod tests {
             req(&["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void"]).devices,
             Devices::Unrequested
         );
+    }
+
+    #[test]
+    fn mig_forms() {
+        let id = |s: &str| parse_device_id(s, "X");
+        assert_eq!(id("2:5").unwrap(), DeviceId::Mig(2, 5));
+        assert_eq!(
+            id("MIG-GPU-0986a80f-9ded-4980-0986-ab0f9ded4e99/7/0").unwrap(),
+            DeviceId::MigUuid("MIG-GPU-0986a80f-9ded-4980-0986-ab0f9ded4e99/7/0".into())
+        );
+        // A MIG device's CDI name holds a colon.
+        assert_eq!(
+            id("nvidia.com/gpu=0:1").unwrap(),
+            DeviceId::Cdi("nvidia.com/gpu=0:1".into())
+        );
+        for bad in [
+            "MIG-GPU-abc/7",
+            "MIG-GPU-abc/7/0/1",
+            "MIG-GPU-abc/x/0",
+            "MIG-a/b",
+        ] {
+            assert!(id(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -40,8 +40,8 @@ pub enum SelectError {
         /// The UUIDs it matches.
         matches: String,
     },
-    /// MIG devices are parsed but not resolved yet.
-    #[error("{var}: {item} is a MIG device; MIG is not supported by this gpuctk yet (request the whole GPU instead)")]
+    /// A MIG device among whole GPUs: callers resolve those with [`crate::mig::select_mig`].
+    #[error("{var}: {item} is a MIG device, not a whole GPU")]
     Mig {
         /// The variable or annotation.
         var: String,
@@ -83,6 +83,14 @@ pub fn cdi_name_to_device(name: &str, kind: &str) -> Option<DeviceId> {
     }
     if let Some(i) = dev.strip_prefix("gpu").and_then(|i| i.parse::<u32>().ok()) {
         return Some(DeviceId::Index(i));
+    }
+    // A MIG device: `0:1` (index), `mig0:1` (type-index), `MIG-...` (uuid).
+    let mig = dev.strip_prefix("mig").unwrap_or(dev);
+    if let Some((g, i)) = mig.split_once(':') {
+        return Some(DeviceId::Mig(g.parse().ok()?, i.parse().ok()?));
+    }
+    if dev.starts_with("MIG-") {
+        return Some(DeviceId::MigUuid(dev.to_string()));
     }
     dev.starts_with("GPU-")
         .then(|| DeviceId::Uuid(dev.to_string()))
@@ -187,4 +195,31 @@ pub fn select_gpus(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cdi_names_of_mig_devices_map_to_them() {
+        let k = "nvidia.com/gpu";
+        assert_eq!(
+            cdi_name_to_device("nvidia.com/gpu=0:1", k),
+            Some(DeviceId::Mig(0, 1))
+        );
+        assert_eq!(
+            cdi_name_to_device("nvidia.com/gpu=mig2:0", k),
+            Some(DeviceId::Mig(2, 0))
+        );
+        assert_eq!(
+            cdi_name_to_device("nvidia.com/gpu=MIG-abc", k),
+            Some(DeviceId::MigUuid("MIG-abc".into()))
+        );
+        assert_eq!(cdi_name_to_device("nvidia.com/gpu=0:x", k), None);
+        assert_eq!(
+            cdi_name_to_device("nvidia.com/gpu=gpu3", k),
+            Some(DeviceId::Index(3))
+        );
+    }
 }

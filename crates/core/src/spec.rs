@@ -101,6 +101,9 @@ pub enum SpecError {
     /// The vendor or class is not a valid CDI name part.
     #[error("{0}")]
     BadKind(String),
+    /// A `--device-id` MIG id that names no MIG device.
+    #[error(transparent)]
+    Mig(#[from] crate::mig::MigSelectError),
 }
 
 /// Describe the GPUs of `inv` for error messages: `0-7` or `none`.
@@ -119,12 +122,33 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
         .map_err(|e| SpecError::BadKind(format!("--vendor/--class {kind:?}: {e}")))?;
 
     let mut selected: Vec<usize> = Vec::new();
+    let mut selected_mig: Vec<usize> = Vec::new();
     let ids: Vec<&str> = opts.device_ids.iter().map(String::as_str).collect();
     let only_none = !ids.is_empty() && ids.iter().all(|i| *i == "none");
+    let mig_id = |id: &str| {
+        crate::request::parse_device_id(id, "--device-id")
+            .ok()
+            .filter(crate::mig::is_mig_id)
+    };
     if ids.is_empty() || ids.contains(&"all") {
-        selected.extend(0..plan.gpus.len());
+        // NVIDIA's rule: a GPU in MIG mode is there as its MIG devices, not as a whole.
+        selected
+            .extend((0..plan.gpus.len()).filter(|p| !plan.mig_gpus.contains(&plan.gpus[*p].index)));
+        selected_mig.extend(0..plan.mig.len());
     } else if !only_none {
         for id in ids.iter().filter(|i| **i != "none") {
+            if let Some(m) = mig_id(id) {
+                let found = crate::mig::select_mig(inv, &plan.mig, &m, "--device-id")?;
+                let pos = plan
+                    .mig
+                    .iter()
+                    .position(|x| std::ptr::eq(x, found))
+                    .unwrap_or_default();
+                if !selected_mig.contains(&pos) {
+                    selected_mig.push(pos);
+                }
+                continue;
+            }
             let Some(g) = inv.gpu(id) else {
                 return Err(SpecError::UnknownDevice {
                     id: id.to_string(),
@@ -163,6 +187,28 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
             });
         }
     }
+    selected_mig.sort();
+    for &pos in &selected_mig {
+        let m = &plan.mig[pos];
+        for s in &opts.strategies {
+            let name = match s {
+                NameStrategy::Index => m.index_name(),
+                NameStrategy::Uuid => match &m.uuid {
+                    Some(u) => u.clone(),
+                    None => continue,
+                },
+                NameStrategy::TypeIndex => format!("mig{}", m.index_name()),
+            };
+            if devices.iter().any(|d| d.name == name) {
+                continue;
+            }
+            devices.push(Device {
+                name,
+                annotations: BTreeMap::new(),
+                container_edits: m.edits.clone(),
+            });
+        }
+    }
     devices.sort_by(|a, b| a.name.cmp(&b.name));
     // `--device-id none`, as NVIDIA's v1.20 writes it (its `emptyDeviceSpecGenerator`): one
     // device `none` with no GPU, so that `nvidia.com/gpu=none` gives a container the driver
@@ -177,11 +223,20 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
             },
         });
     }
-    if opts.all_device && !selected.is_empty() && !devices.iter().any(|d| d.name == "all") {
+    if opts.all_device
+        && !(selected.is_empty() && selected_mig.is_empty())
+        && !devices.iter().any(|d| d.name == "all")
+    {
         let mut all = ContainerEdits::default();
         for &pos in &selected {
             all.append(&plan.gpus[pos].edits);
         }
+        for &pos in &selected_mig {
+            all.append(&plan.mig[pos].edits);
+        }
+        // A parent node shared by several MIG devices appears once.
+        let mut seen = std::collections::BTreeSet::new();
+        all.device_nodes.retain(|n| seen.insert(n.path.clone()));
         // Every card node's group once.
         let mut seen = Vec::new();
         all.additional_gids.retain(|g| {

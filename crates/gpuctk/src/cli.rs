@@ -98,6 +98,17 @@ pub enum Command {
     Install(Box<InstallArgs>),
     /// Remove what install put into the host and restore the engine's config
     Uninstall(UninstallArgs),
+    /// Ask the driver root's NVML about the GPUs and MIG devices and print the answer as JSON
+    /// (the helper a statically linked gpuctk runs, since it cannot dlopen)
+    #[command(hide = true)]
+    NvmlQuery(NvmlQueryArgs),
+}
+
+/// `nvml-query`.
+#[derive(Debug, Args)]
+pub struct NvmlQueryArgs {
+    #[command(flatten)]
+    pub roots: RootArgs,
 }
 
 /// `completion SHELL`.
@@ -801,6 +812,10 @@ pub struct MockCreateArgs {
     /// NVSwitch nodes to make, /dev/nvidia-nvswitch0 up, with /dev/nvidia-nvswitchctl (0-64)
     #[arg(long, default_value_t = 0)]
     pub nvswitches: u32,
+    /// Put GPU INDEX in MIG mode with these GPU instances (one compute instance each), e.g.
+    /// `--mig 0=1g.10gb,1g.10gb,2g.20gb`; repeat for more GPUs
+    #[arg(long, value_name = "INDEX=PROFILE[,PROFILE...]")]
+    pub mig: Vec<String>,
 }
 
 #[cfg(feature = "mock")]

@@ -50,6 +50,9 @@ pub struct Config {
     /// `[gpuctk] hooks-in-shim` (default true): the shim does our createContainer hooks'
     /// work itself before it execs the runtime, instead of leaving three hook processes to it.
     pub hooks_in_shim: bool,
+    /// `[gpuctk] nvml-cache`: where `cdi generate` and `info` record what NVML said (MIG
+    /// UUIDs), for the runtime, which never initialises NVML.
+    pub nvml_cache: PathBuf,
     /// `[nvidia-container-runtime.modes.legacy] cuda-compat-mode`.
     pub cuda_compat_mode: CompatMode,
     /// `[features] disable-cuda-compat-lib-hook`.
@@ -83,6 +86,9 @@ pub enum CompatMode {
     Disabled,
 }
 
+/// Where NVML's answers are recorded by default.
+pub const DEFAULT_NVML_CACHE: &str = "/run/gpuctk/nvml-cache.json";
+
 impl Config {
     /// Whether the `enable-cuda-compat` operation is planned.
     pub fn cuda_compat(&self) -> bool {
@@ -108,6 +114,7 @@ impl Default for Config {
             unknown_keys: Vec::new(),
             csv_mount_spec_path: PathBuf::from(gpuctk_host::csv::DEFAULT_MOUNT_SPEC_PATH),
             hooks_in_shim: true,
+            nvml_cache: PathBuf::from(DEFAULT_NVML_CACHE),
             cuda_compat_mode: CompatMode::Ldconfig,
             disable_compat_hook: false,
             no_additional_gids: false,
@@ -438,6 +445,7 @@ pub const KEYS: &[(&str, Kind, bool)] = &[
         true,
     ),
     ("gpuctk.hooks-in-shim", Kind::Bool, true),
+    ("gpuctk.nvml-cache", Kind::Text, true),
 ];
 
 /// NVIDIA's default value of a key gpuctk does not apply.
@@ -784,6 +792,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         }
         if let Some(v) = r.bool(t, "gpuctk.", "hooks-in-shim")? {
             c.hooks_in_shim = v;
+        }
+        if let Some(v) = r.string(t, "gpuctk.", "nvml-cache")? {
+            c.nvml_cache = PathBuf::from(v);
         }
     }
     let mut found = Found::default();

@@ -104,6 +104,35 @@ impl HostView for LiveHost<'_> {
         };
         Ok(gpuctk_core::gated::gated_edits(&nodes, &mounts))
     }
+    fn mig_devices(
+        &mut self,
+        inv: &Inventory,
+    ) -> Result<Vec<gpuctk_host::mig::MigDevice>, gpuctk_host::mig::MigError> {
+        let mut devices = gpuctk_host::mig::discover_mig(&inv.roots, &inv.gpus)?;
+        // UUIDs only from what `cdi generate` or `info` recorded: NVML is never initialised here.
+        if !devices.is_empty() {
+            if let Some(info) = self.recorded_nvml(inv) {
+                if gpuctk_host::mig::same_layout(&devices, &info) {
+                    gpuctk_host::mig::attach_uuids(&mut devices, &info);
+                } else {
+                    tracing::warn!(
+                        "{}: NVML's recorded answers list other MIG instances than procfs shows (repartitioned since): not used; run `gpuctk info` as root to record them again",
+                        self.cfg.nvml_cache.display()
+                    );
+                }
+            }
+        }
+        Ok(devices)
+    }
+    fn recorded_nvml(&mut self, inv: &Inventory) -> Option<gpuctk_host::nvml::NvmlInfo> {
+        match crate::mig::recorded(&self.cfg.nvml_cache, inv) {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::warn!("{e}");
+                None
+            }
+        }
+    }
 }
 
 /// The hook binary written into hook entries.

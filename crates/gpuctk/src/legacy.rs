@@ -499,18 +499,58 @@ fn info(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         .cuda_version
         .map(|c| c.to_string())
         .unwrap_or_else(|| "N/A".into());
+    // Brand and architecture (the compute capability, as libnvidia-container prints it) are
+    // NVML's; without it they are left out and one line says so.
+    let nvml = match crate::mig::ask_nvml(&inv) {
+        Ok(i) => Some(i),
+        Err(why) => {
+            tracing::warn!("{why}");
+            None
+        }
+    };
+    let facts = |minor: u32| -> (String, String) {
+        let g = nvml
+            .as_ref()
+            .and_then(|n| n.gpus.iter().find(|g| g.minor == minor));
+        (
+            g.and_then(|g| g.brand.clone())
+                .unwrap_or_else(|| "N/A".into()),
+            g.and_then(|g| g.compute_capability.clone())
+                .unwrap_or_else(|| "N/A".into()),
+        )
+    };
     let mut out = String::new();
     if csv {
-        out.push_str(&format!("NVRM version,CUDA version\n{},{cuda}\n\nDevice Index,Device Minor,Model,GPU UUID,Bus Location\n", inv.driver_version));
+        let header = if nvml.is_some() {
+            "Device Index,Device Minor,Model,Brand,GPU UUID,Bus Location,Architecture"
+        } else {
+            "Device Index,Device Minor,Model,GPU UUID,Bus Location"
+        };
+        out.push_str(&format!(
+            "NVRM version,CUDA version\n{},{cuda}\n\n{header}\n",
+            inv.driver_version
+        ));
         for g in &inv.gpus {
-            out.push_str(&format!(
-                "{},{},{},{},{}\n",
-                g.index,
-                g.minor,
-                g.model,
-                g.uuid,
-                bus32(&g.bus_id)
-            ));
+            let (brand, arch) = facts(g.minor);
+            if nvml.is_some() {
+                out.push_str(&format!(
+                    "{},{},{},{brand},{},{},{arch}\n",
+                    g.index,
+                    g.minor,
+                    g.model,
+                    g.uuid,
+                    bus32(&g.bus_id)
+                ));
+            } else {
+                out.push_str(&format!(
+                    "{},{},{},{},{}\n",
+                    g.index,
+                    g.minor,
+                    g.model,
+                    g.uuid,
+                    bus32(&g.bus_id)
+                ));
+            }
         }
     } else {
         out.push_str(&format!(
@@ -518,19 +558,20 @@ fn info(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
             "NVRM version:", inv.driver_version, "CUDA version:"
         ));
         for g in &inv.gpus {
-            out.push_str(&format!(
-                "\n{:<15} {}\n{:<15} {}\n{:<15} {}\n{:<15} {}\n{:<15} {}\n",
-                "Device Index:",
-                g.index,
-                "Device Minor:",
-                g.minor,
-                "Model:",
-                g.model,
-                "GPU UUID:",
-                g.uuid,
-                "Bus Location:",
-                bus32(&g.bus_id)
-            ));
+            let (brand, arch) = facts(g.minor);
+            let line = |k: &str, v: &dyn std::fmt::Display| format!("{k:<15} {v}\n");
+            out.push('\n');
+            out.push_str(&line("Device Index:", &g.index));
+            out.push_str(&line("Device Minor:", &g.minor));
+            out.push_str(&line("Model:", &g.model));
+            if nvml.is_some() {
+                out.push_str(&line("Brand:", &brand));
+            }
+            out.push_str(&line("GPU UUID:", &g.uuid));
+            out.push_str(&line("Bus Location:", &bus32(&g.bus_id)));
+            if nvml.is_some() {
+                out.push_str(&line("Architecture:", &arch));
+            }
         }
     }
     std::io::stdout().write_all(out.as_bytes())?;
@@ -586,7 +627,44 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         Devices::Ids(ids) => ids,
         _ => Vec::new(),
     };
-    let selected = gpuctk_core::select_gpus(&inv, &ids, "--device")?;
+    // MIG devices select their parents too; `all` is every GPU and MIG device
+    // (libnvidia-container's `select_devices`).
+    let (mig_ids, gpu_ids): (Vec<_>, Vec<_>) =
+        ids.iter().cloned().partition(gpuctk_core::mig::is_mig_id);
+    let mut selected = gpuctk_core::select_gpus(&inv, &gpu_ids, "--device")?;
+    let mut mig_files: Vec<std::path::PathBuf> = Vec::new();
+    if !mig_ids.is_empty() || ids.contains(&gpuctk_core::DeviceId::All) {
+        let recorded = crate::mig::recorded(&cfg.nvml_cache, &inv).unwrap_or_else(|e| {
+            tracing::warn!("{e}");
+            None
+        });
+        let devices = crate::mig::mig_devices(&inv, recorded.as_ref())?;
+        let plans = gpuctk_core::mig::plan_mig(&inv, &devices);
+        let mut chosen: Vec<usize> = Vec::new();
+        for id in &mig_ids {
+            let m = gpuctk_core::mig::select_mig(&inv, &plans, id, "--device")?;
+            chosen.extend(plans.iter().position(|p| std::ptr::eq(p, m)));
+        }
+        if ids.contains(&gpuctk_core::DeviceId::All) {
+            chosen.extend(0..plans.len());
+        }
+        let mut seen = Vec::new();
+        for pos in chosen {
+            if seen.contains(&pos) {
+                continue;
+            }
+            seen.push(pos);
+            if !selected.contains(&plans[pos].gpu) {
+                selected.push(plans[pos].gpu);
+            }
+            if let Some(d) = devices
+                .iter()
+                .find(|d| d.gpu == plans[pos].gpu && d.index == plans[pos].index)
+            {
+                mig_files.extend(d.proc_files.iter().map(|f| f.host_path.clone()));
+            }
+        }
+    }
     let mut out = String::new();
     for n in &inv.control_nodes {
         out.push_str(&format!("{}\n", n.host_path.display()));
@@ -594,6 +672,12 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     for idx in &selected {
         if let Some(n) = &inv.gpus[*idx as usize].node {
             out.push_str(&format!("{}\n", n.host_path.display()));
+        }
+    }
+    // The MIG devices' capability files, unless the global MIG capabilities are listed.
+    if mig.is_empty() {
+        for f in &mig_files {
+            out.push_str(&format!("{}\n", f.display()));
         }
     }
     // Then the IMEX channels and the MIG capabilities (their node and their file), in

@@ -10,6 +10,7 @@ mod guard;
 mod hook;
 mod legacy;
 mod logging;
+mod mig;
 mod passthrough;
 mod runtime;
 

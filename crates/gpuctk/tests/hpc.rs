@@ -79,6 +79,15 @@ impl Site {
 
     /// A site whose host has `imex` IMEX channels.
     fn with_imex(imex: u32) -> Site {
+        if imex == 0 {
+            Site::with_host_args(&[])
+        } else {
+            Site::with_host_args(&["--gpus", "4", "--imex-channels", &imex.to_string()])
+        }
+    }
+
+    /// A site whose host is `mock-host create` with `args` (none: 4 GPUs).
+    fn with_host_args(args: &[&str]) -> Site {
         let t = TestDir::new();
         // The unprivileged user must reach the mock host and its rootfs.
         std::fs::set_permissions(
@@ -86,19 +95,13 @@ impl Site {
             std::os::unix::fs::PermissionsExt::from_mode(0o755),
         )
         .unwrap();
-        let host = if imex == 0 {
+        let host = if args.is_empty() {
             mock_host(&t, "host", 4, "570.124.06", "debian")
         } else {
             let dir = t.join("host");
-            ok(&[
-                "mock-host",
-                "create",
-                dir.to_str().unwrap(),
-                "--gpus",
-                "4",
-                "--imex-channels",
-                &imex.to_string(),
-            ]);
+            let mut argv = vec!["mock-host", "create", dir.to_str().unwrap()];
+            argv.extend_from_slice(args);
+            ok(&argv);
             Host {
                 manifest: serde_json::from_slice(
                     &std::fs::read(dir.join("mock-host.json")).unwrap(),
@@ -453,7 +456,8 @@ fn enroot_mig_flags_accepted() {
     );
     assert_mig_capabilities(&r, "root", "ENXIO");
     assert_eq!(r.gpus(), [1, 2], "{}", r.stdout);
-    // The unprivileged user: the files, and the host's 0444 nodes it may not open read-write.
+    // The unprivileged user: the files, and the host's 0444 nodes, which it opens read-only as
+    // NVML does.
     let r = s.run_argv(
         As::User,
         true,
@@ -480,7 +484,7 @@ fn enroot_mig_flags_accepted() {
     );
     assert_eq!(
         r.probe.device("/dev/nvidia-caps/nvidia-cap2"),
-        Some("EACCES"),
+        Some("ENXIO"),
         "{}",
         r.stdout
     );
@@ -913,4 +917,83 @@ fn a_reused_root_leaves_no_empty_library_to_a_later_start() {
     );
     ok_run(&third, "compute again");
     assert_eq!(third.after.trim(), "", "{}", third.stdout);
+}
+
+/// `--device` takes MIG devices (`N:M`, `MIG-<uuid>`): the parent's node and exactly the
+/// instance's capability nodes and files; nvidia-smi in the container lists that partition.
+#[test]
+fn mig_devices_by_device_flag() {
+    let s = Site::with_host_args(&["--gpus", "2", "--mig", "0=1g.10gb,1g.10gb,2g.20gb"]);
+    let m = &s.host.manifest["gpus"][0]["mig"][1];
+    let uuid = m["uuid"].as_str().unwrap();
+    let (gi_minor, ci_minor) = (
+        m["gi_minor"].as_u64().unwrap(),
+        m["ci_minor"].as_u64().unwrap(),
+    );
+    // MIG UUIDs come from NVML's recorded answers: `cdi generate` as root records them.
+    let cache = s.t.join("nvml-cache.json");
+    let cfg = std::fs::read_to_string(&s.config).unwrap().replace(
+        "[gpuctk]\n",
+        &format!("[gpuctk]\nnvml-cache = \"{}\"\n", cache.display()),
+    );
+    std::fs::write(&s.config, cfg).unwrap();
+    let out = s.t.join("spec.json");
+    let mut args = vec![
+        "cdi".to_string(),
+        "generate".into(),
+        "--config".into(),
+        s.config.display().to_string(),
+        "--output".into(),
+        out.display().to_string(),
+    ];
+    args.extend(s.host.roots());
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    for (i, dev) in ["0:1", uuid].iter().enumerate() {
+        let root = s.rootfs(&format!("m{i}"), As::RootInUserns);
+        let flag = format!("--device={dev}");
+        let r = s.run_argv(
+            As::RootInUserns,
+            true,
+            &root,
+            &[
+                "--user",
+                "configure",
+                "--no-cgroups",
+                "--ldconfig=@/sbin/ldconfig",
+                &flag,
+                "--compute",
+                "--utility",
+            ],
+            "find /proc/driver/nvidia/capabilities -type f | sort",
+            &[],
+        );
+        ok_run(&r, dev);
+        assert_eq!(r.gpus(), [0], "{dev}: {}", r.stdout);
+        let mut caps: Vec<&str> = r
+            .probe
+            .devices
+            .iter()
+            .filter(|(p, _)| p.starts_with("/dev/nvidia-caps/"))
+            .map(|(p, _)| p.as_str())
+            .collect();
+        caps.sort();
+        let want = [
+            format!("/dev/nvidia-caps/nvidia-cap{gi_minor}"),
+            format!("/dev/nvidia-caps/nvidia-cap{ci_minor}"),
+        ];
+        assert_eq!(caps, want, "{dev}: {}", r.stdout);
+        assert!(
+            r.smi
+                .contains(&format!("  MIG 1g.10gb     Device  0: (UUID: {uuid})\n")),
+            "{dev}: {}",
+            r.smi
+        );
+        assert_eq!(r.smi.matches("MIG ").count(), 1, "{dev}: {}", r.smi);
+        let gi = m["gi"].as_u64().unwrap();
+        assert_eq!(
+            r.after.trim(),
+            format!("/proc/driver/nvidia/capabilities/gpu0/mig/gi{gi}/access\n/proc/driver/nvidia/capabilities/gpu0/mig/gi{gi}/ci0/access"),
+            "{dev}"
+        );
+    }
 }

@@ -40,6 +40,11 @@ impl Bed {
     pub fn new_with(runtime: &str, layout: &str, gpus: u32, host_flags: &[&str]) -> Bed {
         let t = TestDir::new();
         let host = mock_host_with(&t, "host", gpus, "570.124.06", layout, host_flags);
+        Bed::with_host(runtime, t, host)
+    }
+
+    /// A bed around `host`, a mock host made in `t`.
+    pub fn with_host(runtime: &str, t: TestDir, host: Host) -> Bed {
         let bundle = t.join("bundle");
         fs::create_dir_all(&bundle).unwrap();
         ok(&[
@@ -1941,6 +1946,8 @@ fn runc_driver_guards() {
 #[test]
 fn crun_driver_guards() {
     driver_guards("crun");
+}
+
 /// A graphics container run by a non-root user, through the shim with runc and crun: its card
 /// node keeps its group (video, 44) and the user gets the group in `additionalGids`, so opening
 /// it reaches the (absent) driver, `ENXIO`, instead of `EACCES`; udev's by-path links lead to

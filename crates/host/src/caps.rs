@@ -166,7 +166,7 @@ pub fn caps_proc_dir(roots: &Roots) -> PathBuf {
     roots.proc_root.join(CAPS_PROC_DIR)
 }
 
-fn major_of(roots: &Roots, name: &'static str) -> Result<u32, CapsError> {
+pub(crate) fn major_of(roots: &Roots, name: &'static str) -> Result<u32, CapsError> {
     let path = roots.proc_root.join("devices");
     let majors =
         crate::checks::char_majors(&roots.proc_root).map_err(|source| CapsError::Read {
@@ -181,7 +181,7 @@ fn major_of(roots: &Roots, name: &'static str) -> Result<u32, CapsError> {
 }
 
 /// The node `path` under the dev root, which must be the character device `major:minor`.
-fn node(
+pub(crate) fn node(
     roots: &Roots,
     path: String,
     major: u32,
@@ -231,7 +231,11 @@ pub fn mig_capability(roots: &Roots, cap: MigCapability) -> Result<DeviceNode, C
 
 /// `capabilities/mig/<name>` of `cap`, read capped and parsed.
 fn mig_cap_file(roots: &Roots, cap: MigCapability) -> Result<CapFile, CapsError> {
-    let path = caps_proc_dir(roots).join("mig").join(cap.name());
+    read_cap_file(caps_proc_dir(roots).join("mig").join(cap.name()))
+}
+
+/// A capability file, read capped and parsed.
+pub(crate) fn read_cap_file(path: PathBuf) -> Result<CapFile, CapsError> {
     let mut text = String::new();
     std::fs::File::open(&path)
         .and_then(|f| f.take(MAX_CAP_FILE).read_to_string(&mut text))

@@ -1,27 +1,229 @@
 /*
  * Fake libnvidia-ml.so.1: the NVML subset used by nvidia-smi -L, device
  * plugins and the NVIDIA toolkit's discovery code.  Devices are the
- * /dev/nvidiaN nodes that answer ENXIO, indexed in order of minor.
+ * /dev/nvidiaN nodes that answer ENXIO, indexed in order of minor, under the
+ * root the library sits in (see find_root).  MIG devices come from the
+ * host's layout in the config block ("mig=<minor>:<profile>@<gi>+...//...");
+ * like the real driver, a process sees a MIG device only when it can open
+ * the /dev/nvidia-caps nodes its capability files name.
  */
+#define _GNU_SOURCE
 #include "mock_common.h"
 #include "nvml_mini.h"
 
+#include <link.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 GM_DEFINE_CONFIG_BLOCK
 
 #define EXPORT __attribute__((visibility("default")))
+#define MAX_MIG_PER_GPU 7
 
 struct nvmlDevice_st {
     unsigned index;
     unsigned minor;
     char uuid[41];
     char bus[16];
+    int is_mig;
+    unsigned mig_mode;
+    unsigned gi, ci;
+    char profile[64];
+    struct nvmlDevice_st *parent;
+    struct nvmlDevice_st *migs[MAX_MIG_PER_GPU];
+    unsigned mig_count;
 };
 
 static struct nvmlDevice_st g_devices[256];
-static unsigned g_count;
+static struct nvmlDevice_st g_migs[256 * MAX_MIG_PER_GPU];
+static unsigned g_count, g_mig_total;
 static int g_refcount;
+static char g_root[PATH_MAX];
+
+struct find_self {
+    uintptr_t addr;
+    char path[PATH_MAX];
+};
+
+static int find_self_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    struct find_self *f = data;
+    int i;
+    (void)size;
+    for (i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && f->addr >= start && f->addr < start + ph->p_memsz) {
+            snprintf(f->path, sizeof f->path, "%s", info->dlpi_name ? info->dlpi_name : "");
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int is_char_node(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+/*
+ * The root whose dev/ and proc/ this library reads: the nearest folder above
+ * the library holding dev/nvidiactl, so the copy in a mock host directory
+ * talks to that host's nodes, and the copy in a container to "/".
+ */
+static void find_root(void)
+{
+    struct find_self f;
+    char real[PATH_MAX], probe[PATH_MAX + 32];
+    char *slash;
+
+    g_root[0] = '\0';
+    memset(&f, 0, sizeof f);
+    f.addr = (uintptr_t)&find_root;
+    if (!dl_iterate_phdr(find_self_cb, &f) || !f.path[0] || !realpath(f.path, real))
+        return;
+    while ((slash = strrchr(real, '/')) != NULL) {
+        *slash = '\0';
+        if (!real[0])
+            return;
+        snprintf(probe, sizeof probe, "%s/dev/nvidiactl", real);
+        if (is_char_node(probe)) {
+            snprintf(g_root, sizeof g_root, "%s", real);
+            return;
+        }
+    }
+}
+
+/* DeviceFileMinor of a capability file under the root's proc, or -1. */
+static long cap_minor(const char *rel)
+{
+    char path[PATH_MAX + 128], buf[256];
+    const char *p;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof path, "%s/proc/driver/nvidia/capabilities/%s", g_root, rel);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    p = strstr(buf, "DeviceFileMinor:");
+    if (!p)
+        return -1;
+    return strtol(p + 16, NULL, 10);
+}
+
+/*
+ * The capability file's node answers like a present device.  A container's
+ * procfs on this machine has no NVIDIA files (the real kernel's would show
+ * every capability file), so a file that cannot be read stands for the
+ * driver's fixed table: `table_minor`, what mig-minors lists for it.
+ */
+static int cap_usable(const char *rel, long table_minor)
+{
+    char path[PATH_MAX + 64];
+    long minor = cap_minor(rel);
+    int fd;
+    if (minor < 0)
+        minor = table_minor;
+    snprintf(path, sizeof path, "%s/dev/nvidia-caps/nvidia-cap%ld", g_root, minor);
+    /* Capability nodes are 0444: NVML opens them read-only. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    return errno == ENXIO;
+}
+
+/* The minor /proc/driver/nvidia-caps/mig-minors gives gpu<m>/gi<g>/access. */
+static long table_gi_minor(unsigned gpu_minor, unsigned gi)
+{
+    return 3 + (long)gpu_minor * 15 * 9 + (long)gi * 9;
+}
+
+static struct nvmlDevice_st *gpu_by_minor(unsigned minor)
+{
+    unsigned i;
+    for (i = 0; i < g_count; i++)
+        if (g_devices[i].minor == minor)
+            return &g_devices[i];
+    return NULL;
+}
+
+/* One "<profile>@<gi>" entry of GPU `gpu`'s layout. */
+static void add_mig(struct nvmlDevice_st *gpu, const char *seed, const char *entry, size_t len)
+{
+    char item[64], rel[96];
+    struct nvmlDevice_st *m;
+    char *at;
+    unsigned gi;
+
+    if (len == 0 || len >= sizeof item || gpu->mig_count >= MAX_MIG_PER_GPU ||
+        g_mig_total >= sizeof g_migs / sizeof g_migs[0])
+        return;
+    memcpy(item, entry, len);
+    item[len] = '\0';
+    at = strchr(item, '@');
+    if (!at)
+        return;
+    *at = '\0';
+    gi = (unsigned)strtoul(at + 1, NULL, 10);
+    snprintf(rel, sizeof rel, "gpu%u/mig/gi%u/access", gpu->minor, gi);
+    if (!cap_usable(rel, table_gi_minor(gpu->minor, gi)))
+        return;
+    snprintf(rel, sizeof rel, "gpu%u/mig/gi%u/ci0/access", gpu->minor, gi);
+    if (!cap_usable(rel, table_gi_minor(gpu->minor, gi) + 1))
+        return;
+    m = &g_migs[g_mig_total++];
+    memset(m, 0, sizeof *m);
+    m->is_mig = 1;
+    m->index = gpu->mig_count;
+    m->minor = gpu->minor;
+    m->gi = gi;
+    m->ci = 0;
+    m->parent = gpu;
+    snprintf(m->profile, sizeof m->profile, "%s", item);
+    gm_mig_uuid(seed, gpu->minor, gi, 0, m->uuid);
+    gpu->migs[gpu->mig_count++] = m;
+}
+
+/* Parse "<minor>:<p>@<gi>+<p>@<gi>/<minor>:..." into the GPUs' MIG modes and devices. */
+static void load_mig_layout(const char *seed)
+{
+    char layout[GM_CONFIG_SIZE];
+    const char *p;
+
+    if (!gm_config_get(gpuctk_mock_config, "mig", "", layout, sizeof layout))
+        return;
+    for (p = layout; *p;) {
+        const char *end = strchr(p, '/');
+        const char *colon = strchr(p, ':');
+        size_t glen = end ? (size_t)(end - p) : strlen(p);
+        if (colon && colon < p + glen) {
+            struct nvmlDevice_st *gpu = gpu_by_minor((unsigned)strtoul(p, NULL, 10));
+            const char *q = colon + 1;
+            if (gpu) {
+                gpu->mig_mode = 1;
+                while (q < p + glen) {
+                    const char *plus = memchr(q, '+', (size_t)(p + glen - q));
+                    size_t ilen = plus ? (size_t)(plus - q) : (size_t)(p + glen - q);
+                    add_mig(gpu, seed, q, ilen);
+                    q += ilen + 1;
+                }
+            }
+        }
+        if (!end)
+            break;
+        p = end + 1;
+    }
+}
 
 EXPORT nvmlReturn_t nvmlInit_v2(void)
 {
@@ -33,7 +235,8 @@ EXPORT nvmlReturn_t nvmlInit_v2(void)
         g_refcount++;
         return NVML_SUCCESS;
     }
-    gm_scan_devices(&scan);
+    find_root();
+    gm_scan_devices_in(&scan, g_root);
     /*
      * A node that exists but cannot be opened is what a container sees once
      * its devices cgroup lost the GPU rules; real NVML reports that as the
@@ -47,6 +250,7 @@ EXPORT nvmlReturn_t nvmlInit_v2(void)
         return NVML_ERROR_UNKNOWN;
 
     gm_config_get(gpuctk_mock_config, "seed", "gpuctk", seed, sizeof seed);
+    memset(g_devices, 0, sizeof g_devices);
     for (i = 0; i < scan.count; i++) {
         g_devices[i].index = i;
         g_devices[i].minor = scan.minors[i];
@@ -54,6 +258,8 @@ EXPORT nvmlReturn_t nvmlInit_v2(void)
         gm_bus_id(scan.minors[i], g_devices[i].bus, sizeof g_devices[i].bus);
     }
     g_count = scan.count;
+    g_mig_total = 0;
+    load_mig_layout(seed);
     g_refcount = 1;
     return NVML_SUCCESS;
 }
@@ -112,6 +318,11 @@ static nvmlReturn_t copy_out(const char *value, char *out, unsigned int length)
 static int valid_device(nvmlDevice_t d)
 {
     return d >= g_devices && d < g_devices + g_count;
+}
+
+static int valid_mig(nvmlDevice_t d)
+{
+    return d >= g_migs && d < g_migs + g_mig_total;
 }
 
 EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
@@ -178,6 +389,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *de
             return NVML_SUCCESS;
         }
     }
+    /* A MIG device's UUID gives its handle too, as NVML's does. */
+    for (i = 0; i < g_mig_total; i++) {
+        if (strcmp(uuid, g_migs[i].uuid) == 0) {
+            *device = &g_migs[i];
+            return NVML_SUCCESS;
+        }
+    }
     return NVML_ERROR_NOT_FOUND;
 }
 
@@ -189,17 +407,41 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *de
             return NVML_ERROR_INVALID_ARGUMENT;                                \
     } while (0)
 
+#define CHECK_ANY(d)                                                           \
+    do {                                                                       \
+        if (g_refcount == 0)                                                   \
+            return NVML_ERROR_UNINITIALIZED;                                   \
+        if (!valid_device(d) && !valid_mig(d))                                 \
+            return NVML_ERROR_INVALID_ARGUMENT;                                \
+    } while (0)
+
+#define CHECK_MIG(d)                                                           \
+    do {                                                                       \
+        if (g_refcount == 0)                                                   \
+            return NVML_ERROR_UNINITIALIZED;                                   \
+        if (valid_device(d))                                                   \
+            return NVML_ERROR_NOT_SUPPORTED;                                   \
+        if (!valid_mig(d))                                                     \
+            return NVML_ERROR_INVALID_ARGUMENT;                                \
+    } while (0)
+
+/* A MIG device's name is its parent's with " MIG <profile>" appended, as NVML gives it. */
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
-    char buf[GM_CONFIG_SIZE];
-    CHECK_DEVICE(device);
-    gm_config_get(gpuctk_mock_config, "model", "unknown", buf, sizeof buf);
+    char buf[GM_CONFIG_SIZE + 64];
+    size_t n;
+    CHECK_ANY(device);
+    gm_config_get(gpuctk_mock_config, "model", "unknown", buf, GM_CONFIG_SIZE);
+    if (device->is_mig) {
+        n = strlen(buf);
+        snprintf(buf + n, sizeof buf - n, " MIG %s", device->profile);
+    }
     return copy_out(buf, name, length);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
-    CHECK_DEVICE(device);
+    CHECK_ANY(device);
     return copy_out(device->uuid, uuid, length);
 }
 
@@ -279,7 +521,103 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *curr
     CHECK_DEVICE(device);
     if (!current || !pending)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *current = 0; /* NVML_DEVICE_MIG_DISABLE */
-    *pending = 0;
+    *current = device->mig_mode; /* NVML_DEVICE_MIG_DISABLE / _ENABLE */
+    *pending = device->mig_mode;
+    return NVML_SUCCESS;
+}
+
+/* Every GPU model the mock knows is MIG-capable with seven slices. */
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+{
+    CHECK_DEVICE(device);
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = MAX_MIG_PER_GPU;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                        nvmlDevice_t *mig)
+{
+    CHECK_DEVICE(device);
+    if (!mig || index >= MAX_MIG_PER_GPU)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->mig_mode)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (index >= device->mig_count)
+        return NVML_ERROR_NOT_FOUND;
+    *mig = device->migs[index];
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMig)
+{
+    CHECK_ANY(device);
+    if (!isMig)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *isMig = (unsigned)device->is_mig;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig,
+                                                                 nvmlDevice_t *device)
+{
+    CHECK_MIG(mig);
+    if (!device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = mig->parent;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    CHECK_MIG(device);
+    if (!id)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *id = device->gi;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    CHECK_MIG(device);
+    if (!id)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *id = device->ci;
+    return NVML_SUCCESS;
+}
+
+/* nvmlBrandType_t: GeForce 5, Quadro 1, Tesla 2, NVIDIA RTX 13, NVIDIA 14 (data-centre parts). */
+EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, int *type)
+{
+    char model[GM_CONFIG_SIZE];
+    CHECK_DEVICE(device);
+    if (!type)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    gm_config_get(gpuctk_mock_config, "model", "unknown", model, sizeof model);
+    if (strstr(model, "GeForce"))
+        *type = 5;
+    else if (strstr(model, "Quadro"))
+        *type = 1;
+    else if (strstr(model, "Tesla"))
+        *type = 2;
+    else if (strstr(model, "RTX"))
+        *type = 13;
+    else
+        *type = 14;
+    return NVML_SUCCESS;
+}
+
+/* nvmlDeviceArchitecture_t from the compute capability: 7 Ampere, 8 Ada, 9 Hopper. */
+EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch)
+{
+    int major = 0, minor = 0;
+    nvmlReturn_t rc;
+    if (!arch)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = nvmlDeviceGetCudaComputeCapability(device, &major, &minor);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    *arch = major >= 9 ? 9 : (minor >= 9 ? 8 : 7);
     return NVML_SUCCESS;
 }

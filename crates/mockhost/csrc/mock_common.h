@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 /* Must match CONFIG_BLOCK_SIZE / CONFIG_MARKER in src/patch.rs. */
-#define GM_CONFIG_SIZE 512
+#define GM_CONFIG_SIZE 2048
 #define GM_MARKER_LEN 22 /* "GPUCTK_MOCK_CONFIG_V1" plus its NUL */
 
 /*
@@ -104,6 +104,33 @@ static inline void gm_gpu_uuid(const char *seed, unsigned minor, char *out)
              u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
+/*
+ * Same derivation as mig_uuid() in src/ids.rs: "MIG-" and the 16 bytes of
+ * fnv1a64("{seed}/{minor}/gi{gi}/ci{ci}/a") ++ ".../b"; out must hold 41 bytes.
+ */
+static inline void gm_mig_uuid(const char *seed, unsigned minor, unsigned gi, unsigned ci,
+                               char *out)
+{
+    char buf[GM_CONFIG_SIZE + 64];
+    unsigned char u[16];
+    uint64_t a, b;
+    int i;
+
+    snprintf(buf, sizeof buf, "%s/%u/gi%u/ci%u/a", seed, minor, gi, ci);
+    a = gm_fnv1a64(buf);
+    snprintf(buf, sizeof buf, "%s/%u/gi%u/ci%u/b", seed, minor, gi, ci);
+    b = gm_fnv1a64(buf);
+    for (i = 0; i < 8; i++) {
+        u[i] = (unsigned char)(a >> (56 - 8 * i));
+        u[8 + i] = (unsigned char)(b >> (56 - 8 * i));
+    }
+    snprintf(out, 41,
+             "MIG-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+             "%02x%02x%02x%02x%02x%02x",
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
+             u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
 /* On the host GPU minor m is GPU index m, so the bus id follows the minor. */
 static inline void gm_bus_id(unsigned minor, char *out, size_t outlen)
 {
@@ -137,21 +164,27 @@ struct gm_scan {
     unsigned minors[256]; /* their minors, ascending */
 };
 
-static inline void gm_scan_devices(struct gm_scan *s)
+/*
+ * Scan the nodes under `root` ("" is "/"): the fake NVML passes the mock host
+ * directory it was installed in, so it also answers on the host side.
+ */
+static inline void gm_scan_devices_in(struct gm_scan *s, const char *root)
 {
-    char path[32];
+    char path[4096 + 32];
     unsigned n;
     int err;
 
     memset(s, 0, sizeof *s);
-    s->ctl_err = gm_open_errno("/dev/nvidiactl");
+    snprintf(path, sizeof path, "%s/dev/nvidiactl", root);
+    s->ctl_err = gm_open_errno(path);
     if (gm_is_denied(s->ctl_err))
         s->denied = 1;
-    err = gm_open_errno("/dev/nvidia-uvm");
+    snprintf(path, sizeof path, "%s/dev/nvidia-uvm", root);
+    err = gm_open_errno(path);
     if (gm_is_denied(err))
         s->denied = 1;
     for (n = 0; n <= 255; n++) {
-        snprintf(path, sizeof path, "/dev/nvidia%u", n);
+        snprintf(path, sizeof path, "%s/dev/nvidia%u", root, n);
         err = gm_open_errno(path);
         if (err == ENXIO)
             s->minors[s->count++] = n;
@@ -168,6 +201,11 @@ static inline void gm_scan_devices(struct gm_scan *s)
             s->denied = 1;
         }
     }
+}
+
+static inline void gm_scan_devices(struct gm_scan *s)
+{
+    gm_scan_devices_in(s, "");
 }
 
 #endif

@@ -49,6 +49,7 @@ struct gpu {
     char uuid[96];
     nvmlPciInfo_t pci;
     unsigned minor;
+    unsigned mig_mode;
 };
 
 static nvmlReturn_t get_gpu(unsigned i, struct gpu *g)
@@ -63,6 +64,39 @@ static nvmlReturn_t get_gpu(unsigned i, struct gpu *g)
         rc = nvmlDeviceGetPciInfo_v3(d, &g->pci);
     if (rc == NVML_SUCCESS)
         rc = nvmlDeviceGetMinorNumber(d, &g->minor);
+    if (rc == NVML_SUCCESS) {
+        unsigned pending;
+        rc = nvmlDeviceGetMigMode(d, &g->mig_mode, &pending);
+    }
+    return rc;
+}
+
+/* The "  MIG <profile>  Device  N: (UUID: MIG-...)" lines -L prints under a GPU in MIG mode. */
+static nvmlReturn_t list_migs(unsigned i)
+{
+    nvmlDevice_t d, m;
+    unsigned max = 0, n, shown = 0;
+    char name[160], uuid[96];
+    const char *profile;
+    nvmlReturn_t rc = nvmlDeviceGetHandleByIndex_v2(i, &d);
+    if (rc == NVML_SUCCESS)
+        rc = nvmlDeviceGetMaxMigDeviceCount(d, &max);
+    for (n = 0; rc == NVML_SUCCESS && n < max; n++) {
+        rc = nvmlDeviceGetMigDeviceHandleByIndex(d, n, &m);
+        if (rc == NVML_ERROR_NOT_FOUND) {
+            rc = NVML_SUCCESS;
+            continue;
+        }
+        if (rc == NVML_SUCCESS)
+            rc = nvmlDeviceGetName(m, name, sizeof name);
+        if (rc == NVML_SUCCESS)
+            rc = nvmlDeviceGetUUID(m, uuid, sizeof uuid);
+        if (rc != NVML_SUCCESS)
+            break;
+        profile = strstr(name, " MIG ");
+        profile = profile ? profile + 5 : name;
+        printf("  MIG %-12sDevice %2u: (UUID: %s)\n", profile, shown++, uuid);
+    }
     return rc;
 }
 
@@ -80,7 +114,7 @@ static void print_csv_field(const char *field, unsigned i, const struct gpu *g,
     else if (strcmp(field, "driver_version") == 0)
         printf("%s", driver);
     else if (strcmp(field, "mig.mode.current") == 0)
-        printf("Disabled");
+        printf("%s", g->mig_mode ? "Enabled" : "Disabled");
     else
         printf("[N/A]");
 }
@@ -159,6 +193,8 @@ int main(int argc, char **argv)
             if ((rc = get_gpu(n, &g)) != NVML_SUCCESS)
                 return fail(rc);
             printf("GPU %u: %s (UUID: %s)\n", n, g.name, g.uuid);
+            if (g.mig_mode && (rc = list_migs(n)) != NVML_SUCCESS)
+                return fail(rc);
         }
         nvmlShutdown();
         return 0;

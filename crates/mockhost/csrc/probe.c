@@ -39,14 +39,19 @@ static const char *errno_name(int e)
     return buf;
 }
 
-static int open_errno(const char *path)
+static int open_errno_flags(const char *path, int flags)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+    int fd = open(path, flags | O_CLOEXEC | O_NONBLOCK);
     if (fd >= 0) {
         close(fd);
         return 0;
     }
     return errno;
+}
+
+static int open_errno(const char *path)
+{
+    return open_errno_flags(path, O_RDWR);
 }
 
 static int cmp(const void *a, const void *b)
@@ -99,11 +104,15 @@ static void report_devices(void)
     for (i = 0; i < n; i++) {
         snprintf(path, sizeof path, "/dev/%s", names[i]);
         if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-            /* /dev/nvidia-caps holds the MIG capability nodes. */
+            /*
+             * /dev/nvidia-caps holds the MIG capability nodes: mode 0444, opened
+             * read-only, as NVML does.
+             */
             m = list_dir(path, NULL, &sub);
             for (j = 0; j < m; j++) {
                 snprintf(subpath, sizeof subpath, "%s/%s", path, sub[j]);
-                printf("dev %s %s\n", subpath, errno_name(open_errno(subpath)));
+                printf("dev %s %s\n", subpath,
+                       errno_name(open_errno_flags(subpath, O_RDONLY)));
                 free(sub[j]);
             }
             free(sub);

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::artifacts::{BINARIES, LIBRARIES};
 use crate::error::io_err;
+use crate::mig::{self, MockMig};
 use crate::{ids, patch, procfs, sys, Error};
 
 /// Major number of the NVIDIA GPU and control device nodes.
@@ -119,6 +120,9 @@ pub struct HostConfig {
     pub imex_channels: u32,
     /// The nodes of NVIDIA's gated modes to make (none by default).
     pub gated: GatedDevices,
+    /// GPUs in MIG mode: index and the profiles of their GPU instances, e.g.
+    /// `(0, ["1g.10gb", "2g.20gb"])` (see [`crate::parse_mig_arg`]).
+    pub mig: Vec<(u32, Vec<String>)>,
 }
 
 /// The devices other kernel modules than the GPU driver make, which NVIDIA's toolkit gives when
@@ -166,6 +170,7 @@ impl HostConfig {
             ldconfig: PathBuf::from("ldconfig"),
             imex_channels: 0,
             gated: GatedDevices::default(),
+            mig: Vec::new(),
         }
     }
 
@@ -221,6 +226,18 @@ impl HostConfig {
                 ));
             }
         }
+        let mut seen = Vec::new();
+        for (gpu, profiles) in &self.mig {
+            if *gpu >= self.gpus || seen.contains(gpu) {
+                return Err(invalid(
+                    "MIG layout",
+                    gpu.to_string(),
+                    "each GPU index must exist and appear once",
+                ));
+            }
+            seen.push(*gpu);
+            mig::place(profiles).map_err(|e| invalid("MIG layout", profiles.join(","), &e))?;
+        }
         let config = self.config_string();
         if config.len() > patch::CONFIG_MAX_LEN {
             return Err(invalid(
@@ -241,12 +258,17 @@ impl HostConfig {
     }
 
     fn config_string(&self) -> String {
-        patch::config_string(
+        let mut config = patch::config_string(
             &self.driver_version,
             self.cuda_version_int(),
             &self.model,
             &self.seed,
-        )
+        );
+        if !self.mig.is_empty() {
+            // GPU index and minor are the same on a mock host.
+            config.push_str(&format!("mig={};", mig::config_value(&self.mig)));
+        }
+        config
     }
 }
 
@@ -325,6 +347,16 @@ pub struct MockGpu {
     pub bus_id: String,
     /// Model name.
     pub model: String,
+    /// Its MIG devices when it is in MIG mode (empty otherwise).
+    #[serde(default)]
+    pub mig: Vec<MockMig>,
+}
+
+impl MockGpu {
+    /// Whether the GPU is in MIG mode.
+    pub fn mig_enabled(&self) -> bool {
+        !self.mig.is_empty()
+    }
 }
 
 impl MockHost {
@@ -411,6 +443,12 @@ pub fn create_host(dir: &Path, cfg: &HostConfig) -> Result<MockHost, Error> {
                 uuid: ids::gpu_uuid(&cfg.seed, i),
                 bus_id: ids::gpu_bus_id(i),
                 model: cfg.model.clone(),
+                mig: cfg
+                    .mig
+                    .iter()
+                    .find(|(g, _)| *g == i)
+                    .map(|(_, p)| mig::devices(&cfg.seed, i, p))
+                    .unwrap_or_default(),
             })
             .collect(),
     };
@@ -497,6 +535,19 @@ fn write_device_nodes(host: &MockHost) -> Result<(), Error> {
         )?;
     }
     write_gated_nodes(host, &dev)?;
+    // The nodes of each MIG instance's capabilities, as nvidia-modprobe -f makes them.
+    for gpu in &host.gpus {
+        for m in &gpu.mig {
+            for minor in [m.gi_minor, m.ci_minor] {
+                sys::make_char_device(
+                    &caps.join(format!("nvidia-cap{minor}")),
+                    host.caps_major,
+                    minor,
+                    procfs::CAP_FILE_MODE,
+                )?;
+            }
+        }
+    }
     if host.imex_channels > 0 {
         let imex = dev.join("nvidia-caps-imex-channels");
         sys::make_dir(&imex, 0o755)?;
@@ -629,6 +680,26 @@ fn write_proc(host: &MockHost) -> Result<(), Error> {
             procfs::cap_file(minor).as_bytes(),
             0o444,
         )?;
+    }
+    sys::write_file(
+        &host.proc_root.join("driver/nvidia-caps/mig-minors"),
+        mig::mig_minors_file(MIG_CONFIG_MINOR, MIG_MONITOR_MINOR).as_bytes(),
+        0o444,
+    )?;
+    for gpu in &host.gpus {
+        for m in &gpu.mig {
+            let gi = nv.join(format!("capabilities/gpu{}/mig/gi{}", gpu.minor, m.gi));
+            sys::write_file(
+                &gi.join("access"),
+                procfs::cap_file(m.gi_minor).as_bytes(),
+                0o444,
+            )?;
+            sys::write_file(
+                &gi.join(format!("ci{}/access", m.ci)),
+                procfs::cap_file(m.ci_minor).as_bytes(),
+                0o444,
+            )?;
+        }
     }
     sys::write_file(
         &host.proc_root.join("devices"),
@@ -898,7 +969,7 @@ mod tests {
         };
         assert!(c.validate().is_err());
         let c = HostConfig {
-            model: "x".repeat(600),
+            model: "x".repeat(3000),
             ..good.clone()
         };
         assert!(c.validate().is_err());

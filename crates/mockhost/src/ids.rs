@@ -15,14 +15,24 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 /// `GPU-` and the 16 bytes `fnv1a64("{seed}/{minor}/a")` ++
 /// `fnv1a64("{seed}/{minor}/b")` (both big-endian) in 8-4-4-4-12 form.
 pub fn gpu_uuid(seed: &str, minor: u32) -> String {
-    let a = fnv1a64(format!("{seed}/{minor}/a").as_bytes());
-    let b = fnv1a64(format!("{seed}/{minor}/b").as_bytes());
+    uuid_of("GPU", &format!("{seed}/{minor}"))
+}
+
+/// UUID of the MIG device `gi`/`ci` of the GPU with minor `minor`: `MIG-` and the 16 bytes
+/// `fnv1a64("{seed}/{minor}/gi{gi}/ci{ci}/a")` ++ `.../b`, as csrc/mock_common.h derives it.
+pub fn mig_uuid(seed: &str, minor: u32, gi: u32, ci: u32) -> String {
+    uuid_of("MIG", &format!("{seed}/{minor}/gi{gi}/ci{ci}"))
+}
+
+fn uuid_of(prefix: &str, key: &str) -> String {
+    let a = fnv1a64(format!("{key}/a").as_bytes());
+    let b = fnv1a64(format!("{key}/b").as_bytes());
     let mut bytes = [0u8; 16];
     bytes[..8].copy_from_slice(&a.to_be_bytes());
     bytes[8..].copy_from_slice(&b.to_be_bytes());
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!(
-        "GPU-{}-{}-{}-{}-{}",
+        "{prefix}-{}-{}-{}-{}-{}",
         &hex[0..8],
         &hex[8..12],
         &hex[12..16],

@@ -18,6 +18,7 @@ mod artifacts;
 mod error;
 mod host;
 mod ids;
+mod mig;
 mod patch;
 mod probe;
 mod procfs;
@@ -33,7 +34,8 @@ pub use host::{
     MIG_CONFIG_MINOR, MIG_MONITOR_MINOR, NVIDIACTL_MINOR, NVIDIA_FS_NODES, NVIDIA_MAJOR,
     NVIDIA_MODESET_MINOR, NVSWITCHCTL_MINOR, VENDOR_FILES, VIDEO_GID,
 };
-pub use ids::{fnv1a64, gpu_bus_id, gpu_uuid};
+pub use ids::{fnv1a64, gpu_bus_id, gpu_uuid, mig_uuid};
+pub use mig::{ci_minor, gi_minor, parse_mig_arg, MockMig, MAX_MIG_PER_GPU, MIG_MINORS_GPUS};
 pub use patch::{cuda_note_json, PatchError};
 pub use probe::{LibraryLoad, ProbeReport};
 pub use rootfs::{create_rootfs, create_rootfs_from, probe_binary, RootfsConfig, PROBE_PATH};

@@ -5,7 +5,7 @@
 /// Marker that opens the config block, including its terminating NUL.
 pub(crate) const CONFIG_MARKER: &[u8] = b"GPUCTK_MOCK_CONFIG_V1\0";
 /// Total size of the block, marker included.
-pub(crate) const CONFIG_BLOCK_SIZE: usize = 512;
+pub(crate) const CONFIG_BLOCK_SIZE: usize = 2048;
 /// Longest config string that fits (one byte stays NUL for the C reader).
 pub(crate) const CONFIG_MAX_LEN: usize = CONFIG_BLOCK_SIZE - CONFIG_MARKER.len() - 1;
 

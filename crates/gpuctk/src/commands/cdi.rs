@@ -145,11 +145,27 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
             &hook_path,
         );
     }
-    let warning = if plan.ops.is_empty() {
+    let mut warning = if plan.ops.is_empty() {
         None
     } else {
         hook_warning(&hook_path, a.hook_path.is_none())
     };
+    // MIG devices from procfs, their UUIDs from NVML; without NVML one line says what is missing
+    // (only where there is something to miss: MIG devices or a GPU NVML would call MIG-enabled).
+    let (nvml, not_recorded) =
+        crate::mig::ask_and_record(&inv, a.roots.nvml_cache(&inv.roots).as_deref());
+    let migs = crate::mig::mig_devices(&inv, nvml.as_ref().ok())?;
+    (plan.mig, plan.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok());
+    let nvml_warning = match (&nvml, migs.is_empty()) {
+        (Err(why), false) => Some(why.clone()),
+        _ => not_recorded,
+    };
+    if let Some(why) = nvml_warning {
+        warning = Some(match warning {
+            Some(w) => format!("{w}; {why}"),
+            None => why,
+        });
+    }
     if a.mode == "management" {
         let mut spec = management_spec(&inv.roots, &plan, &a.vendor, &a.class, &hook_path)?;
         if !gids {

@@ -7,19 +7,90 @@ use std::process::ExitCode;
 use gpuctk_host::catalog::{self, Capability};
 use gpuctk_host::Inventory;
 
-use crate::cli::InfoArgs;
+use crate::cli::{InfoArgs, NvmlQueryArgs};
 
 pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
     let inv = a.roots.discover()?;
+    // NVML's facts (brand, architecture, MIG), recorded for the runtime when run as root.
+    let (nvml, not_recorded) =
+        crate::mig::ask_and_record(&inv, a.roots.nvml_cache(&inv.roots).as_deref());
+    for w in nvml.as_ref().err().into_iter().chain(not_recorded.as_ref()) {
+        tracing::warn!("{w}");
+    }
+    let nvml = nvml.ok();
+    let migs = crate::mig::mig_devices(&inv, nvml.as_ref())?;
     let text = if a.json {
-        let mut s = serde_json::to_string_pretty(&inv)?;
+        // The inventory's fields, and what NVML and procfs said of MIG.
+        let mut v = serde_json::to_value(&inv)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("nvml".into(), serde_json::to_value(&nvml)?);
+            o.insert("mig_devices".into(), serde_json::to_value(&migs)?);
+        }
+        let mut s = serde_json::to_string_pretty(&v)?;
         s.push('\n');
         s
     } else {
-        render(&inv)
+        let mut s = render(&inv);
+        s.push_str(&render_nvml(&inv, nvml.as_ref(), &migs));
+        s
     };
     std::io::stdout().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `nvml-query`: NVML's answers as JSON, or the error that kept NVML from answering.
+pub fn nvml_query(a: NvmlQueryArgs) -> anyhow::Result<ExitCode> {
+    let inv = a.roots.discover()?;
+    let info = gpuctk_host::nvml::library(&inv)
+        .and_then(gpuctk_host::nvml::query)
+        .map_err(|e| anyhow::anyhow!("NVML: {e}"))?;
+    let mut s = serde_json::to_string_pretty(&info)?;
+    s.push('\n');
+    std::io::stdout().write_all(s.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Each GPU's brand, architecture and MIG mode (NVML), and the MIG devices (procfs, with NVML's
+/// UUIDs).
+fn render_nvml(
+    inv: &Inventory,
+    nvml: Option<&gpuctk_host::nvml::NvmlInfo>,
+    migs: &[gpuctk_host::mig::MigDevice],
+) -> String {
+    let mut s = String::new();
+    if let Some(info) = nvml {
+        for g in &info.gpus {
+            let Some(h) = inv.gpus.iter().find(|h| h.minor == g.minor) else {
+                continue;
+            };
+            let na = || "unknown".to_string();
+            let _ = writeln!(
+                s,
+                "GPU {}: Brand: {}, Architecture: {} (compute capability {}), MIG {}",
+                h.index,
+                g.brand.clone().unwrap_or_else(na),
+                g.architecture.clone().unwrap_or_else(na),
+                g.compute_capability.clone().unwrap_or_else(na),
+                if g.mig_enabled { "enabled" } else { "disabled" }
+            );
+        }
+    }
+    if !migs.is_empty() {
+        let _ = writeln!(s, "MIG devices: {}", migs.len());
+        for m in migs {
+            let nodes: Vec<String> = m.caps.iter().map(node).collect();
+            let _ = writeln!(
+                s,
+                "  {:>5}  {}  gi {} ci {}  {}",
+                m.index_name(),
+                m.uuid.as_deref().unwrap_or("(UUID unknown without NVML)"),
+                m.gi,
+                m.ci,
+                nodes.join(", ")
+            );
+        }
+    }
+    s
 }
 
 fn node(n: &gpuctk_host::DeviceNode) -> String {

@@ -477,6 +477,14 @@ fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(S
         },
     );
     p.hooks_read_proc(&hook);
+    // MIG devices as `cdi generate` gives them. NVML's answers are not recorded from here: the
+    // runtime keys them by the NVML file as the host sees it (`gpuctk info` on the host does).
+    let nvml = crate::mig::ask_nvml(&inv);
+    let migs = crate::mig::mig_devices(&inv, nvml.as_ref().ok())?;
+    if let (Err(why), false) = (&nvml, migs.is_empty()) {
+        tracing::warn!("{why}");
+    }
+    (p.mig, p.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok());
     let spec = build_spec(&inv, &p, &SpecOptions::default())?;
     let management =
         super::cdi::management_spec(&roots, &p, "management.nvidia.com", "gpu", &hook)?;

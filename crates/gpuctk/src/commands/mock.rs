@@ -48,6 +48,10 @@ pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
         gdrcopy: a.gdrcopy,
         nvswitches: a.nvswitches,
     };
+    for m in &a.mig {
+        cfg.mig
+            .push(gpuctk_mockhost::parse_mig_arg(m).map_err(|e| anyhow!("--mig: {e}"))?);
+    }
     Ok(cfg)
 }
 
@@ -70,6 +74,10 @@ pub fn create(a: MockCreateArgs) -> anyhow::Result<ExitCode> {
         host.model,
         host.layout
     );
+    for g in host.gpus.iter().filter(|g| g.mig_enabled()) {
+        let profiles: Vec<&str> = g.mig.iter().map(|m| m.profile.as_str()).collect();
+        println!("GPU {} in MIG mode: {}", g.index, profiles.join(", "));
+    }
     println!(
         "use: --driver-root {} --dev-root {} --proc-root {}",
         host.driver_root.display(),

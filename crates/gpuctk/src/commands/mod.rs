@@ -44,6 +44,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             info::run(a)
         }
         Command::Doctor(a) => doctor::run(*a),
+        Command::NvmlQuery(mut a) => {
+            a.roots.config = a.roots.config.take().or(config);
+            info::nvml_query(a)
+        }
         #[cfg(feature = "mock")]
         Command::MockHost(MockHostCommand::Create(a)) => mock::create(a),
         #[cfg(feature = "mock")]
@@ -95,6 +99,22 @@ impl RootArgs {
             driver_root,
             proc_root: abs(&self.proc_root, "--proc-root")?,
         })
+    }
+
+    /// Where NVML's answers are recorded for the runtime: config.toml's `[gpuctk] nvml-cache`
+    /// (`--config`, else the one the runtime reads), and only when these roots are the runtime's
+    /// (it reads records for its own driver only): `None` otherwise, and nothing is written.
+    pub fn nvml_cache(&self, roots: &Roots) -> Option<std::path::PathBuf> {
+        let cfg = match &self.config {
+            Some(c) => crate::config::load(c, true).ok()?,
+            None => crate::config::load_from_env().ok()?,
+        };
+        let runtime = crate::decision::roots(&cfg);
+        let same = |a: &Path, b: &Path| std::path::absolute(a).ok() == std::path::absolute(b).ok();
+        (same(&runtime.driver_root, &roots.driver_root)
+            && same(&runtime.dev_root, &roots.dev_root)
+            && same(&runtime.proc_root, &roots.proc_root))
+        .then_some(cfg.nvml_cache)
     }
 
     /// Discover the host these flags point at, logging discovery's warnings.

@@ -1,0 +1,168 @@
+//! MIG devices in requests and specs: which MIG device an id names (`N:M`, `MIG-<uuid>`, the
+//! older `MIG-GPU-<uuid>/<gi>/<ci>`), and the edits one gets: its parent's node and exactly its
+//! GPU instance's and compute instance's capability nodes, as NVIDIA's CDI generator gives them.
+
+use gpuctk_cdi::spec::{ContainerEdits, Mount};
+use gpuctk_host::mig::MigDevice;
+use gpuctk_host::Inventory;
+
+use crate::plan::cdi_node;
+use crate::request::DeviceId;
+
+/// The edits for one MIG device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MigEdits {
+    /// The parent GPU's index.
+    pub gpu: u32,
+    /// Its index under the parent (`M` of `N:M`).
+    pub index: u32,
+    /// Its `MIG-...` UUID, where NVML told it.
+    pub uuid: Option<String>,
+    /// Its GPU instance id.
+    pub gi: u32,
+    /// Its compute instance id.
+    pub ci: u32,
+    /// The parent node and the two capability nodes.
+    pub edits: ContainerEdits,
+    /// Its two capability files bound read-only where procfs has them, the
+    /// `/proc/driver/nvidia/capabilities` view libnvidia-container gives (legacy delivery only:
+    /// NVIDIA's CDI specs have none, and a runtime takes no bind mount inside `/proc`).
+    pub proc_mounts: Vec<Mount>,
+}
+
+impl MigEdits {
+    /// `N:M`.
+    pub fn index_name(&self) -> String {
+        format!("{}:{}", self.gpu, self.index)
+    }
+}
+
+/// A MIG id that names no MIG device here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MigSelectError {
+    /// No MIG device with that index, UUID or GPU/instance triple.
+    #[error("{var}: no MIG device {item} (this host has {available})")]
+    Unknown {
+        /// The variable or annotation.
+        var: String,
+        /// The id.
+        item: String,
+        /// What exists.
+        available: String,
+    },
+    /// A `MIG-<uuid>` when the UUIDs are not known (no NVML, or no cache of what it said).
+    #[error("{var}: {item}: MIG UUIDs are known only from NVML; run `gpuctk info` or `gpuctk cdi generate` as root once to record them, or request the device as {hint}")]
+    UuidUnknown {
+        /// The variable or annotation.
+        var: String,
+        /// The id.
+        item: String,
+        /// The `N:M` forms that exist.
+        hint: String,
+    },
+}
+
+/// The edits of each MIG device in `devices` whose parent has a node, in their order.
+pub fn plan_mig(inv: &Inventory, devices: &[MigDevice]) -> Vec<MigEdits> {
+    devices
+        .iter()
+        .filter_map(|d| {
+            let parent = inv.gpus.iter().find(|g| g.index == d.gpu)?.node.as_ref()?;
+            let mut edits = ContainerEdits::default();
+            edits.device_nodes.push(cdi_node(parent));
+            edits.device_nodes.extend(d.caps.iter().map(cdi_node));
+            let proc_mounts = d
+                .proc_files
+                .iter()
+                .map(|f| Mount {
+                    host_path: f.host_path.to_string_lossy().into_owned(),
+                    container_path: f.path.clone(),
+                    r#type: None,
+                    options: crate::plan::CAPS_MOUNT_OPTIONS
+                        .iter()
+                        .map(|o| o.to_string())
+                        .collect(),
+                })
+                .collect();
+            Some(MigEdits {
+                gpu: d.gpu,
+                index: d.index,
+                uuid: d.uuid.clone(),
+                gi: d.gi,
+                ci: d.ci,
+                edits,
+                proc_mounts,
+            })
+        })
+        .collect()
+}
+
+/// Whether `id` is a MIG form.
+pub fn is_mig_id(id: &DeviceId) -> bool {
+    matches!(id, DeviceId::Mig(..) | DeviceId::MigUuid(_))
+}
+
+/// `MIG-GPU-<uuid>/<gi>/<ci>` split, the form drivers before R470 gave MIG devices.
+fn old_form(item: &str) -> Option<(&str, u32, u32)> {
+    let rest = item.strip_prefix("MIG-")?;
+    let (gpu, ids) = rest.split_once('/')?;
+    let (gi, ci) = ids.split_once('/')?;
+    Some((gpu, gi.parse().ok()?, ci.parse().ok()?))
+}
+
+/// The MIG device `id` names among `migs`.
+pub fn select_mig<'a>(
+    inv: &Inventory,
+    migs: &'a [MigEdits],
+    id: &DeviceId,
+    var: &str,
+) -> Result<&'a MigEdits, MigSelectError> {
+    let unknown = || MigSelectError::Unknown {
+        var: var.to_string(),
+        item: id.to_string(),
+        available: available(migs),
+    };
+    match id {
+        DeviceId::Mig(g, i) => migs
+            .iter()
+            .find(|m| m.gpu == *g && m.index == *i)
+            .ok_or_else(unknown),
+        DeviceId::MigUuid(u) => {
+            if let Some((gpu_uuid, gi, ci)) = old_form(u) {
+                let gpu = inv
+                    .gpus
+                    .iter()
+                    .find(|g| g.uuid.eq_ignore_ascii_case(gpu_uuid))
+                    .ok_or_else(unknown)?;
+                return migs
+                    .iter()
+                    .find(|m| m.gpu == gpu.index && m.gi == gi && m.ci == ci)
+                    .ok_or_else(unknown);
+            }
+            if let Some(m) = migs
+                .iter()
+                .find(|m| m.uuid.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(u)))
+            {
+                return Ok(m);
+            }
+            if !migs.is_empty() && migs.iter().all(|m| m.uuid.is_none()) {
+                return Err(MigSelectError::UuidUnknown {
+                    var: var.to_string(),
+                    item: u.clone(),
+                    hint: available(migs),
+                });
+            }
+            Err(unknown())
+        }
+        _ => Err(unknown()),
+    }
+}
+
+/// `MIG devices 0:0, 0:1` or `no MIG devices`.
+fn available(migs: &[MigEdits]) -> String {
+    if migs.is_empty() {
+        return "no MIG devices".to_string();
+    }
+    let names: Vec<String> = migs.iter().map(MigEdits::index_name).collect();
+    format!("MIG devices {}", names.join(", "))
+}
