@@ -523,7 +523,10 @@ fn nvidia_generate_flags() {
         r.stderr
     );
     for (args, needle) in [
-        (&["--mode", "imex"][..], "--mode imex: not supported"),
+        (
+            &["--mode", "imex"][..],
+            "--mode imex: no IMEX channel under",
+        ),
         (&["--mode", "wsl"][..], "--mode wsl: "),
         (
             &["--mode", "csv", "--csv.file", "/nonexistent/l4t.csv"],
