@@ -383,6 +383,8 @@ fn jit(
         // A parent given whole and through its MIG devices, or shared by several, once.
         let mut seen = std::collections::BTreeSet::new();
         edits.device_nodes.retain(|n| seen.insert(n.path.clone()));
+        let mut seen = std::collections::BTreeSet::new();
+        edits.additional_gids.retain(|g| seen.insert(*g));
     }
     edits.append(&extra_edits(
         request,

@@ -6,7 +6,7 @@ use gpuctk_cdi::spec::{ContainerEdits, Mount};
 use gpuctk_host::mig::MigDevice;
 use gpuctk_host::Inventory;
 
-use crate::plan::cdi_node;
+use crate::plan::push_node;
 use crate::request::DeviceId;
 
 /// The edits for one MIG device.
@@ -69,8 +69,11 @@ pub fn plan_mig(inv: &Inventory, devices: &[MigDevice]) -> Vec<MigEdits> {
         .filter_map(|d| {
             let parent = inv.gpus.iter().find(|g| g.index == d.gpu)?.node.as_ref()?;
             let mut edits = ContainerEdits::default();
-            edits.device_nodes.push(cdi_node(parent));
-            edits.device_nodes.extend(d.caps.iter().map(cdi_node));
+            // Each node's group in `additionalGids` as for a whole GPU's (NVIDIA's device edits).
+            push_node(&mut edits, parent);
+            for c in &d.caps {
+                push_node(&mut edits, c);
+            }
             let proc_mounts = d
                 .proc_files
                 .iter()
@@ -165,4 +168,68 @@ fn available(migs: &[MigEdits]) -> String {
     }
     let names: Vec<String> = migs.iter().map(MigEdits::index_name).collect();
     format!("MIG devices {}", names.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuctk_host::{DeviceNode, DriverVersion, Gpu, Roots};
+    use std::path::PathBuf;
+
+    fn node(path: &str, major: u32, minor: u32, mode: u32, gid: u32) -> DeviceNode {
+        DeviceNode {
+            path: path.into(),
+            host_path: PathBuf::from(path),
+            major,
+            minor,
+            mode,
+            gid,
+        }
+    }
+
+    /// A MIG device's parent node that only its group may open puts the group in
+    /// `additionalGids`, as a whole GPU's node does; the world-readable capability nodes none.
+    #[test]
+    fn mig_nodes_carry_their_group() {
+        let inv = Inventory {
+            roots: Roots::default(),
+            driver_version: DriverVersion::parse("570.124.06").unwrap(),
+            cuda_version: None,
+            gpus: vec![Gpu {
+                index: 0,
+                minor: 0,
+                uuid: "GPU-0".into(),
+                bus_id: "0000:01:00.0".into(),
+                model: "Mock".into(),
+                node: Some(node("/dev/nvidia0", 195, 0, 0o660, 44)),
+                drm: Vec::new(),
+                drm_links: Vec::new(),
+            }],
+            control_nodes: Vec::new(),
+            libraries: Vec::new(),
+            binaries: Vec::new(),
+            firmware: Vec::new(),
+            ipc: Vec::new(),
+            configs: Vec::new(),
+            library_source: "test".into(),
+            warnings: Vec::new(),
+        };
+        let dev = MigDevice {
+            gpu: 0,
+            gpu_minor: 0,
+            index: 0,
+            gi: 1,
+            ci: 0,
+            caps: vec![
+                node("/dev/nvidia-caps/nvidia-cap12", 237, 12, 0o444, 0),
+                node("/dev/nvidia-caps/nvidia-cap13", 237, 13, 0o444, 0),
+            ],
+            proc_files: Vec::new(),
+            uuid: None,
+        };
+        let m = plan_mig(&inv, &[dev]);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].edits.device_nodes.len(), 3);
+        assert_eq!(m[0].edits.additional_gids, vec![44]);
+    }
 }

@@ -92,6 +92,9 @@ impl Plan {
         for g in &mut self.gpus {
             g.edits.additional_gids.clear();
         }
+        for m in &mut self.mig {
+            m.edits.additional_gids.clear();
+        }
     }
 }
 
