@@ -105,6 +105,29 @@ fn libc_minor(rdev: u64) -> u64 {
     (rdev & 0xff) | ((rdev >> 12) & !0xff)
 }
 
+/// `--mig` with a layout that has no MIG (Jetson, WSL2) is refused in one line, nothing made.
+#[test]
+fn mock_host_mig_needs_a_dgpu_layout() {
+    let t = TestDir::new();
+    for layout in ["tegra", "wsl"] {
+        let dir = t.join(layout);
+        let r = fails(
+            &[
+                "mock-host",
+                "create",
+                dir.to_str().unwrap(),
+                "--layout",
+                layout,
+                "--mig",
+                "0=1g.10gb",
+            ],
+            &["--mig: not with --layout tegra or wsl"],
+        );
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(!dir.join("mock-host.json").exists());
+    }
+}
+
 #[test]
 fn mock_host_mig_files_are_the_drivers() {
     let t = TestDir::new();

@@ -56,6 +56,10 @@ pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
 }
 
 pub fn create(a: MockCreateArgs) -> anyhow::Result<ExitCode> {
+    // Neither Jetson's iGPU nor WSL2's GPU-PV has MIG: refuse rather than ignore the flag.
+    if !a.mig.is_empty() && matches!(a.layout, LayoutArg::Tegra | LayoutArg::Wsl) {
+        anyhow::bail!("--mig: not with --layout tegra or wsl (they have no MIG); drop one of them");
+    }
     if matches!(a.layout, LayoutArg::Tegra) {
         return create_tegra(&a);
     }
