@@ -187,11 +187,11 @@ fn generate_reads_nvidias_environment_names() {
         ),
         (
             "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS",
-            "no-additional-gids-for-device-nodes",
+            "enable-coherent-annotations",
             Box::new(|r| {
                 r.code == 0
                     && r.stderr
-                        .contains("--feature-flag no-additional-gids-for-device-nodes")
+                        .contains("--feature-flag enable-coherent-annotations")
             }),
         ),
         (
