@@ -485,6 +485,9 @@ fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(S
         tracing::warn!("{why}");
     }
     (p.mig, p.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok());
+    // As `cdi generate` by default: `additionalGids` would need cdiVersion 0.7.0, which older
+    // CDI clients refuse for the whole spec; the runtime's own edits carry the groups.
+    p.without_additional_gids();
     let spec = build_spec(&inv, &p, &SpecOptions::default())?;
     let management =
         super::cdi::management_spec(&roots, &p, "management.nvidia.com", "gpu", &hook)?;
