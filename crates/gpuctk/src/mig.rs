@@ -14,6 +14,14 @@ use gpuctk_host::Inventory;
 
 /// What NVML said, or the one line saying why it was not used.
 pub fn ask_nvml(inv: &Inventory) -> Result<NvmlInfo, String> {
+    // NVML initialising as root makes missing device nodes in this host's /dev, whatever our
+    // roots say: an admin (or a test on unpacked driver files) can keep it out.
+    if std::env::var_os("GPUCTK_NVML").is_some_and(|v| v == "off") {
+        return Err(
+            "NVML not used (GPUCTK_NVML=off): MIG UUIDs, brand and architecture are unknown"
+                .to_string(),
+        );
+    }
     nvml::library(inv)
         .and_then(nvml::query)
         .map_err(|e| format!("NVML not used ({e}): MIG UUIDs, brand and architecture are unknown"))

@@ -109,7 +109,7 @@ fn debian_535_packages() {
         "--proc-root".to_string(),
         h.proc_root(),
     ];
-    let r = ok(&with(&["info", "--json"], &roots));
+    let r = ok_without_nvml(&with(&["info", "--json"], &roots));
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let lib = |name: &str| {
         v["libraries"]
@@ -142,7 +142,7 @@ fn debian_535_packages() {
         .unwrap()
         .ends_with("/usr/lib/nvidia/current/nvidia-smi"));
 
-    let r = ok(&with(&["cdi", "generate", "--format", "json"], &roots));
+    let r = ok_without_nvml(&with(&["cdi", "generate", "--format", "json"], &roots));
     let spec: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_cdi_schema(&spec);
     let hooks = spec["containerEdits"]["hooks"].as_array().unwrap();
@@ -209,7 +209,7 @@ fn debian_535_packages() {
     }
     // A search path given replaces the defaults: the package's files are under /usr/share and
     // /etc, so /usr/local/share alone finds none of them.
-    let r = ok(&with(
+    let r = ok_without_nvml(&with(
         &[
             "cdi",
             "generate",
@@ -233,4 +233,20 @@ fn debian_535_packages() {
             .any(|t| t.ends_with(".json") || t.ends_with(".icd")),
         "{targets:?}"
     );
+}
+
+/// `ok`, with NVML kept out (`GPUCTK_NVML=off`): the real libnvidia-ml, initialised as root
+/// outside a container, makes `/dev/nvidiactl` in this machine's own /dev.
+fn ok_without_nvml(args: &[&str]) -> Run {
+    let r: Run = gpuctk(args)
+        .env("GPUCTK_NVML", "off")
+        .output()
+        .expect("run gpuctk")
+        .into();
+    assert_eq!(
+        r.code, 0,
+        "gpuctk {args:?} failed:\nstdout: {}\nstderr: {}",
+        r.stdout, r.stderr
+    );
+    r
 }
