@@ -14,7 +14,15 @@ export DEBIAN_FRONTEND=noninteractive
 # uidmap: the rootless podman test. dpkg-dev, man-db, groff-base, systemd, zsh and fish:
 # scripts/package.sh and the package tests (dpkg-shlibdeps, man -l, systemd-analyze verify, zsh -n,
 # fish's own completion).
-PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman uidmap ca-certificates curl strace dpkg-dev man-db groff-base systemd zsh fish"
+# rpm and file: the RPM (scripts/package.sh --rpm) and the static build's checks. arm64, built
+# once per run (scripts/static.sh --arch arm64): rustup has only this machine's std, so Debian's
+# own newer Rust (rustc-web, with libstd-rust-web-dev for arm64), the cross gcc and qemu-user,
+# which runs the arm64 binaries and unit tests.
+PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman uidmap ca-certificates curl strace dpkg-dev man-db groff-base systemd zsh fish rpm file qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross rustc-web cargo-web libstd-rust-web-dev:arm64"
+if [ "$(dpkg --print-architecture)" != arm64 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    dpkg --add-architecture arm64
+    apt-get update -qq
+fi
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

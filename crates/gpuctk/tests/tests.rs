@@ -52,3 +52,6 @@ mod regression;
 mod rootless;
 /// The runtime shim and the hooks under real runc and crun.
 mod runtime;
+/// What ships for other distributions: the static binary in a root without libc, the RPM
+/// installed, upgraded and erased with `rpm --root`, swapped with NVIDIA's packages.
+mod ship;
