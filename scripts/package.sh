@@ -145,7 +145,7 @@ if [ "$rpm" = 1 ]; then
     rpmbuild -bb --quiet --target "$rpm_arch-linux" \
         --define "_topdir $top" --define "_tmppath $work/tmp" \
         --define "_buildhost gpuctk" --define "use_source_date_epoch_as_buildtime 1" \
-        --define "clamp_mtime_to_source_date_epoch 1" --define "_binary_payload w9.gzdio" \
+        --define "clamp_mtime_to_source_date_epoch 1" --define "_binary_payload w6.xzdio" \
         "$work/gpuctk.spec" >"$work/rpmbuild.log" 2>&1 || {
         cat "$work/rpmbuild.log" >&2
         echo "package.sh: rpmbuild failed" >&2

@@ -82,6 +82,13 @@ SRC
     (cd "$DEBS" && apt-get "${opts[@]}" download "${NVIDIA_DEBS[@]}" -qq) \
         || echo "setup.sh: warning: could not download the Debian NVIDIA packages; the real-driver test will fail" >&2
 fi
+# Debian's aarch64 ldconfig (static), run under qemu-aarch64 by the ld.so.cache tests of the
+# aarch64 flags: the x86 ldconfig refuses aarch64 libraries. Unpacked, never installed.
+if [ ! -x target/arm64/sbin/ldconfig ]; then
+    mkdir -p target/arm64
+    (cd target/arm64 && apt-get download -qq libc-bin:arm64 && dpkg-deb -x libc-bin_*_arm64.deb .) \
+        || echo "setup.sh: warning: could not fetch libc-bin:arm64; the aarch64 ld.so.cache test will fail" >&2
+fi
 # crun refuses a hybrid cgroup setup while hugetlb sits on the cgroup2 hierarchy ("cgroups in
 # hybrid mode not supported"); giving hugetlb its own v1 hierarchy moves it off cgroup2.
 if grep -qw hugetlb /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null; then

@@ -29,7 +29,9 @@ done
 target=${CARGO_TARGET_DIR:-$root/target}
 case "$target" in /*) ;; *) target=$root/$target ;; esac
 
-flags='-C target-feature=+crt-static'
+# --fatal-warnings: glibc marks the functions a static program cannot use safely (NSS lookups
+# such as getpwnam, dlopen) with a link-time warning; here that warning fails the build.
+flags='-C target-feature=+crt-static -C link-arg=-Wl,--fatal-warnings'
 case "$arch" in
     amd64|x86_64)
         triple=x86_64-unknown-linux-gnu
