@@ -57,14 +57,20 @@ mod tests {
 
     #[test]
     fn this_systems_libc_gets_the_native_flags() {
-        let path = [
-            "/lib/x86_64-linux-gnu/libc.so.6",
-            "/lib/aarch64-linux-gnu/libc.so.6",
-            "/lib64/libc.so.6",
-        ]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("libc.so.6");
+        // This build's architecture's libc (under qemu-user the x86_64 one is visible too).
+        let candidates: &[&str] = if cfg!(target_arch = "aarch64") {
+            &[
+                "/lib/aarch64-linux-gnu/libc.so.6",
+                "/usr/aarch64-linux-gnu/lib/libc.so.6",
+                "/lib64/libc.so.6",
+            ]
+        } else {
+            &["/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6"]
+        };
+        let path = candidates
+            .iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("libc.so.6");
         let f = std::fs::File::open(path).unwrap();
         let info = library_info(&f).unwrap();
         assert!(info.is_shared_library());

@@ -5,6 +5,10 @@
 
 mod util;
 
+/// arm64 from this machine: the cross-built static binary in .deb and RPM under qemu-user, and
+/// the pure crates' unit tests cross-built and run under qemu-user.
+mod arm64;
+
 /// The malicious-image suite: every attack through every delivery path, sentinels unchanged.
 mod attacks;
 /// Malformed input of every kind: one clear line, a non-zero exit, nothing half-written.

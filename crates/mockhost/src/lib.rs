@@ -26,7 +26,7 @@ mod sys;
 
 pub use error::Error;
 pub use host::{
-    compat_libcuda, create_host, load_host, HostConfig, Layout, MockGpu, MockHost, DRM_MAJOR,
+    compat_libcuda, create_host, load_host, Arch, HostConfig, Layout, MockGpu, MockHost, DRM_MAJOR,
     HOST_JSON, MAX_GPUS, MAX_IMEX_CHANNELS, MIG_CONFIG_MINOR, MIG_MONITOR_MINOR, NVIDIACTL_MINOR,
     NVIDIA_MAJOR, NVIDIA_MODESET_MINOR, VENDOR_FILES,
 };

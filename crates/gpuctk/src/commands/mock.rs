@@ -4,9 +4,9 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, Context};
 use gpuctk_host::{cuda_version_for_branch, DriverVersion};
-use gpuctk_mockhost::{HostConfig, Layout, RootfsConfig};
+use gpuctk_mockhost::{Arch, HostConfig, Layout, RootfsConfig};
 
-use crate::cli::{LayoutArg, MockCreateArgs, MockRootfsArgs};
+use crate::cli::{ArchArg, LayoutArg, MockCreateArgs, MockRootfsArgs};
 
 /// The mock host config these arguments ask for.
 pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
@@ -35,6 +35,13 @@ pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
     };
     cfg.model = a.model.clone();
     cfg.ldconfig = a.ldconfig.clone();
+    cfg.ldconfig_via = a.ldconfig_via.clone();
+    if let Some(arch) = a.arch {
+        cfg.arch = match arch {
+            ArchArg::Amd64 => Arch::Amd64,
+            ArchArg::Arm64 => Arch::Arm64,
+        };
+    }
     cfg.imex_channels = a.imex_channels;
     Ok(cfg)
 }
@@ -44,13 +51,14 @@ pub fn create(a: MockCreateArgs) -> anyhow::Result<ExitCode> {
     let host = gpuctk_mockhost::create_host(&a.dir, &cfg)
         .with_context(|| format!("mock-host create {}", a.dir.display()))?;
     println!(
-        "mock GPU host in {}: driver {} (CUDA {}), {} x {}, layout {}",
+        "mock GPU host in {}: driver {} (CUDA {}), {} x {}, layout {}, {}",
         host.root.display(),
         host.driver_version,
         host.cuda_version,
         host.gpus.len(),
         host.model,
-        host.layout
+        host.layout,
+        host.arch
     );
     println!(
         "use: --driver-root {} --dev-root {} --proc-root {}",
