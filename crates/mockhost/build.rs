@@ -239,7 +239,7 @@ fn build(cc: &Compiler, src: &Path, out: &Path, probe: bool) {
     exe(
         "nvidia_smi.c",
         "nvidia-smi",
-        &[format!("-L{}", s(&out)), "-lnvidia-ml".to_string()],
+        &[format!("-L{}", s(out)), "-lnvidia-ml".to_string()],
     );
     for name in STUB_BINS {
         exe("stub_bin.c", name, &[format!("-DGM_STUB_NAME=\"{name}\"")]);

@@ -31,6 +31,7 @@ fn used() -> Vec<(&'static str, i64)> {
 }
 
 #[test]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn syscall_numbers_of_this_build_are_the_kernels() {
     let column = |row: &(&str, i64, i64)| {
         if cfg!(target_arch = "aarch64") {
@@ -39,7 +40,6 @@ fn syscall_numbers_of_this_build_are_the_kernels() {
             row.1
         }
     };
-    assert!(cfg!(any(target_arch = "x86_64", target_arch = "aarch64")));
     let used = used();
     assert_eq!(used.len(), TABLE.len());
     for (row, (name, number)) in TABLE.iter().zip(used) {
