@@ -238,15 +238,7 @@ fn debian_535_packages() {
 /// `ok`, with NVML kept out (`GPUCTK_NVML=off`): the real libnvidia-ml, initialised as root
 /// outside a container, makes `/dev/nvidiactl` in this machine's own /dev.
 fn ok_without_nvml(args: &[&str]) -> Run {
-    let r: Run = gpuctk(args)
-        .env("GPUCTK_NVML", "off")
-        .output()
-        .expect("run gpuctk")
-        .into();
-    assert_eq!(
-        r.code, 0,
-        "gpuctk {args:?} failed:\nstdout: {}\nstderr: {}",
-        r.stdout, r.stderr
-    );
-    r
+    let mut c = gpuctk(args);
+    c.env("GPUCTK_NVML", "off");
+    ok_command(c, args)
 }

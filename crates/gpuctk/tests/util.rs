@@ -62,7 +62,12 @@ pub fn run(args: &[&str]) -> Run {
 
 /// Run and require success.
 pub fn ok(args: &[&str]) -> Run {
-    let r = run(args);
+    ok_command(gpuctk(args), args)
+}
+
+/// Run `c` (a [`gpuctk`] command for `args`, adjusted) and require success.
+pub fn ok_command(mut c: Command, args: &[&str]) -> Run {
+    let r: Run = c.output().expect("run gpuctk").into();
     assert_eq!(
         r.code, 0,
         "gpuctk {args:?} failed:\nstdout: {}\nstderr: {}",
