@@ -17,14 +17,6 @@ use gpuctk_core::{CapabilitySet, Delivery, Devices, Policy};
 use gpuctk_engines::{Edit, Engine, Options};
 use gpuctk_ldcache::{Cache, Endian};
 
-/// `config.toml` parsing lives in the `gpuctk` binary crate, which has no library target. Its
-/// module is pure (text in, `Config` out) and depends only on `gpuctk-core`, `toml_edit` and
-/// `thiserror`, so it is compiled here from the same source file: the fuzzer exercises the
-/// exact code the binary ships, and the binary crate needs no change.
-#[path = "../../gpuctk/src/config.rs"]
-#[allow(dead_code, missing_docs)]
-mod config;
-
 /// A target body: panics exactly when the input shows a bug.
 pub type Target = fn(&[u8]);
 
@@ -314,7 +306,7 @@ pub fn config_toml(data: &[u8]) {
         return;
     };
     let path = Path::new("/etc/nvidia-container-runtime/config.toml");
-    if let Err(e) = config::parse(text, path) {
+    if let Err(e) = gpuctk::parse_config(text, path) {
         let msg = e.to_string();
         assert!(msg.starts_with(path.to_str().unwrap_or_default()), "{msg}");
     }

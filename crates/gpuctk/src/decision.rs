@@ -139,7 +139,7 @@ impl HostView for LiveHost<'_> {
 pub fn hook_path(cfg: &Config) -> String {
     cfg.hook_path
         .clone()
-        .unwrap_or_else(crate::commands::self_path)
+        .unwrap_or_else(crate::self_exe::self_path)
 }
 
 /// What to do with `request` under `cfg`, for `delivery`; `rootfs` is the container's root on

@@ -141,7 +141,7 @@ fn prestart(config_path: Option<&Path>) -> anyhow::Result<()> {
         .filter(|p| *p > 0)
         .ok_or_else(|| anyhow!("the OCI state on stdin has no container pid; nvidia-container-runtime-hook must run as a prestart hook"))?;
     let spec_path = state.bundle.join("config.json");
-    let spec: serde_json::Value = serde_json::from_slice(&crate::commands::read_capped(
+    let spec: serde_json::Value = serde_json::from_slice(&crate::capped::read_capped(
         &spec_path,
         crate::runtime::MAX_CONFIG_JSON,
         "the OCI spec",
@@ -481,7 +481,7 @@ fn inventory(cfg: &Config) -> anyhow::Result<gpuctk_host::Inventory> {
             .unwrap_or_else(|| cfg.driver_root.clone()),
         proc_root: cfg.proc_root.clone(),
     };
-    crate::commands::discover(&roots, &gpuctk_host::DiscoverOptions::default())
+    crate::discover::discover(&roots, &gpuctk_host::DiscoverOptions::default())
 }
 
 /// PCI bus id with the 32-bit domain, as NVML and libnvidia-container print it.

@@ -1,18 +1,7 @@
 //! `gpuctk`: one binary, many names. It dispatches on the basename of `argv[0]`:
 //! `nvidia-container-runtime` is the runtime shim, `nvidia-cdi-hook` the OCI hooks, and every
-//! other name (`gpuctk`, `nvidia-ctk`) the full command line.
-
-mod cli;
-mod commands;
-mod config;
-mod decision;
-mod guard;
-mod hook;
-mod legacy;
-mod logging;
-mod mig;
-mod passthrough;
-mod runtime;
+//! other name (`gpuctk`, `nvidia-ctk`) the full command line. What each does is in the library
+//! (`src/lib.rs`); this file dispatches and prints usage errors and failures as one line.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -20,6 +9,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
+use gpuctk::Mode;
 
 fn basename(argv0: &OsString) -> String {
     Path::new(argv0)
@@ -33,7 +23,7 @@ fn basename(argv0: &OsString) -> String {
 fn run_ctk(name: &str, args: &[OsString]) -> anyhow::Result<ExitCode> {
     // clap wants a 'static name; this runs once per process.
     let name: &'static str = Box::leak(name.to_string().into_boxed_str());
-    let matches = cli::Cli::command()
+    let matches = gpuctk::Cli::command()
         .name(name)
         .bin_name(name)
         .try_get_matches_from(args)
@@ -41,9 +31,10 @@ fn run_ctk(name: &str, args: &[OsString]) -> anyhow::Result<ExitCode> {
             let env = from_env(&e, args);
             usage_error(name, e, env)
         });
-    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(name, e, None));
-    logging::init(cli.global.level());
-    commands::run(cli)
+    let cli =
+        gpuctk::Cli::from_arg_matches(&matches).unwrap_or_else(|e| usage_error(name, e, None));
+    gpuctk::init_logging(cli.global.level());
+    gpuctk::run_command(cli)
 }
 
 /// What `-v`/`--version` prints. Under the name `nvidia-ctk`, NVIDIA's shape, which scripts
@@ -77,7 +68,7 @@ fn from_env(e: &clap::Error, args: &[OsString]) -> Option<String> {
             .map(|v| v.to_string_lossy().into_owned())
             .or_else(|| cmd.get_subcommands().find_map(|c| find(c, long)))
     }
-    let var = find(&cli::Cli::command(), long)?;
+    let var = find(&gpuctk::Cli::command(), long)?;
     let on_line = args.iter().any(|a| {
         a.to_str()
             .and_then(|a| a.strip_prefix("--"))
@@ -133,19 +124,19 @@ fn main() -> ExitCode {
         .unwrap_or_else(|| OsString::from("gpuctk"));
     let name = basename(&argv0);
     let result = match name.as_str() {
-        "nvidia-container-runtime" => return runtime::main(&args[1..]),
+        "nvidia-container-runtime" => return gpuctk::runtime_main(&args[1..]),
         // The GPU Operator's `nvidia-cdi` and `nvidia-legacy` runtime classes.
         "nvidia-container-runtime.cdi" => {
-            return runtime::main_as(&args[1..], Some(config::Mode::Cdi))
+            return gpuctk::runtime_main_as(&args[1..], Some(Mode::Cdi))
         }
         "nvidia-container-runtime.legacy" => {
-            return runtime::main_as(&args[1..], Some(config::Mode::Legacy))
+            return gpuctk::runtime_main_as(&args[1..], Some(Mode::Legacy))
         }
-        "nvidia-cdi-hook" => return hook::main(&args),
+        "nvidia-cdi-hook" => return gpuctk::cdi_hook_main(&args),
         "nvidia-container-runtime-hook" | "nvidia-container-toolkit" => {
-            return legacy::hook_main(&args)
+            return gpuctk::legacy_hook_main(&args)
         }
-        "nvidia-container-cli" => return legacy::cli_main(&args),
+        "nvidia-container-cli" => return gpuctk::legacy_cli_main(&args),
         _ => run_ctk(&name, &args),
     };
     match result {

@@ -19,7 +19,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
 use crate::config::{self, Config};
-use crate::runtime::{find_runtime, RuncArgs};
+use crate::runc::{find_runtime, RuncArgs};
 
 /// Whether `parsed` is a call the shim only passes on (anything but `create`/`run`, and their
 /// `--help`).

@@ -37,6 +37,8 @@ mod hpc;
 /// `install` / `uninstall` on temp host roots, and the installer image under podman, then
 /// containerd running a GPU pod through the CRI from what it installed.
 mod install;
+/// The binary crate's module graph: no import cycle.
+mod layout;
 /// MIG: the mock host's MIG mode and MIG devices through `cdi generate`, the shim and the hooks.
 mod mig;
 /// NVIDIA's `nvidia-ctk` names scripts use: `cdi generate`'s environment variables, `-v`,

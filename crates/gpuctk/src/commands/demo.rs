@@ -70,7 +70,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
     } else {
         mock_host(&work.path, &a)?
     };
-    let inv = super::discover(&roots, &DiscoverOptions::default())?;
+    let inv = crate::discover::discover(&roots, &DiscoverOptions::default())?;
     println!(
         "    driver {} (CUDA up to {}), {} GPU(s), libraries via {}",
         inv.driver_version,
@@ -101,7 +101,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
     let plan = plan(
         &inv,
         &PlanOptions {
-            hook_path: super::self_path(),
+            hook_path: crate::self_exe::self_path(),
             capabilities: CapabilitySet::all(),
         },
     );
@@ -136,7 +136,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
         "the engine's bundle: rootfs (a small image) + config.json asking NVIDIA_VISIBLE_DEVICES=all",
     );
     let bundle = work.path.join("bundle");
-    let runc = crate::runtime::find_runtime(
+    let runc = crate::runc::find_runtime(
         &["runc".to_string(), "crun".to_string()],
         std::env::var_os("PATH").as_deref(),
     )
@@ -159,14 +159,14 @@ pub fn run(a: DemoArgs) -> anyhow::Result<ExitCode> {
         spec_dir.display(),
         roots.dev_root.display(),
         roots.proc_root.display(),
-        super::self_path()
+        crate::self_exe::self_path()
     );
     gpuctk_atomicfile::write(&config, roots_toml.as_bytes(), Some(0o644))?;
     let bin = work.path.join("bin");
     std::fs::create_dir_all(&bin)?;
     let shim = bin.join("nvidia-container-runtime");
     let _ = std::fs::remove_file(&shim);
-    std::os::unix::fs::symlink(super::self_path(), &shim)?;
+    std::os::unix::fs::symlink(crate::self_exe::self_path(), &shim)?;
     let id = format!("gpuctk-demo-{}", std::process::id());
     let out = std::process::Command::new(&shim)
         .env("GPUCTK_CONFIG", &config)

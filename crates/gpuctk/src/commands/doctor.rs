@@ -794,7 +794,7 @@ fn at_defaults(cfg: &Config) -> String {
 }
 
 fn check_low_level_runtime(cfg: &Config, path_env: Option<&OsStr>, c: &mut Checks) {
-    match crate::runtime::find_runtime(&cfg.runtimes, path_env) {
+    match crate::runc::find_runtime(&cfg.runtimes, path_env) {
         Ok(p) => c.ok(
             "toolkit",
             "low-level-runtime",
@@ -955,7 +955,7 @@ fn engine_registration(
 
 /// The bytes of an engine's config, `None` when absent (pushing the skip line).
 fn read_engine_config(c: &mut Checks, engine: &'static str, path: &Path) -> Option<String> {
-    match super::read_capped(path, 16 << 20, "engine config") {
+    match crate::capped::read_capped(path, 16 << 20, "engine config") {
         Ok(b) => Some(String::from_utf8_lossy(&b).into_owned()),
         Err(_) if !path.exists() => {
             c.ok(
@@ -1106,7 +1106,7 @@ fn check_containerd(path: &Path, path_env: Option<&OsStr>, c: &mut Checks) {
     if let Some(imports) = main.get("imports").and_then(|i| i.as_array()) {
         for imp in imports.iter().filter_map(|v| v.as_str()) {
             for f in import_files(base, imp) {
-                if let Ok(b) = super::read_capped(&f, 16 << 20, "containerd drop-in") {
+                if let Ok(b) = crate::capped::read_capped(&f, 16 << 20, "containerd drop-in") {
                     if let Some(d) = parse(&f, &String::from_utf8_lossy(&b), c) {
                         docs.push((f, d));
                     }
@@ -1272,8 +1272,8 @@ struct Image {
 fn load_image(a: &DoctorArgs) -> Result<Image, String> {
     if let Some(bundle) = &a.bundle {
         let file = bundle.join("config.json");
-        let bytes =
-            super::read_capped(&file, 64 << 20, "OCI config").map_err(|e| format!("{e:#}"))?;
+        let bytes = crate::capped::read_capped(&file, 64 << 20, "OCI config")
+            .map_err(|e| format!("{e:#}"))?;
         let v: serde_json::Value = serde_json::from_slice(&bytes)
             .map_err(|e| format!("{}: invalid JSON: {e}", file.display()))?;
         let rootfs = v
@@ -1294,8 +1294,8 @@ fn load_image(a: &DoctorArgs) -> Result<Image, String> {
     let env = match &a.image_env {
         None => Vec::new(),
         Some(f) => {
-            let bytes =
-                super::read_capped(f, 16 << 20, "image env").map_err(|e| format!("{e:#}"))?;
+            let bytes = crate::capped::read_capped(f, 16 << 20, "image env")
+                .map_err(|e| format!("{e:#}"))?;
             String::from_utf8_lossy(&bytes)
                 .lines()
                 .map(str::trim)

@@ -452,7 +452,7 @@ fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(S
         dev_root,
         proc_root: a.proc_root.clone(),
     };
-    let inv = super::discover(&roots, &DiscoverOptions::default()).with_context(|| {
+    let inv = crate::discover::discover(&roots, &DiscoverOptions::default()).with_context(|| {
         format!(
             "--driver-root {} (NVIDIA_DRIVER_ROOT), under --host-root: no driver found there yet; nothing was written",
             a.driver_root.display()
@@ -542,7 +542,7 @@ fn read_manifest(host: &Host, toolkit: &Path) -> anyhow::Result<Option<Manifest>
         Ok(_) => {}
     }
     // Capped like every file we parse; a manifest lists a few dozen paths.
-    let b = super::read_capped(&here, 4 << 20, "the install manifest")?;
+    let b = crate::capped::read_capped(&here, 4 << 20, "the install manifest")?;
     serde_json::from_slice(&b).map(Some).with_context(|| {
         format!(
             "{}: not a manifest gpuctk install wrote; remove it if nothing is installed",
@@ -1033,7 +1033,11 @@ fn task_dirs(host: &Host, engine: Engine, config: &Path) -> anyhow::Result<Vec<P
     if engine == Engine::Containerd {
         let here = host.here(config);
         let text = match std::fs::symlink_metadata(&here) {
-            Ok(_) => Some(super::read_capped(&here, 4 << 20, "containerd's config")?),
+            Ok(_) => Some(crate::capped::read_capped(
+                &here,
+                4 << 20,
+                "containerd's config",
+            )?),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => bail!("{}: {e}", here.display()),
         };
@@ -1168,7 +1172,7 @@ fn reload(
             let pid = match &h.pid_file {
                 Some(f) => {
                     let here = host.here(f);
-                    let bytes = super::read_capped(&here, 4096, "the --pid-file")?;
+                    let bytes = crate::capped::read_capped(&here, 4096, "the --pid-file")?;
                     String::from_utf8_lossy(&bytes)
                         .trim()
                         .parse::<i32>()

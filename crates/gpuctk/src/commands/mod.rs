@@ -13,7 +13,7 @@ mod manual;
 mod mock;
 mod system;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -133,7 +133,7 @@ impl RootArgs {
                 anyhow::bail!("--config-search-path {d:?}: not an absolute path; give the directory as it is inside the driver root, e.g. /usr/share");
             }
         }
-        discover(
+        crate::discover::discover(
             &self.roots()?,
             &DiscoverOptions {
                 library_search_paths: self.library_search_paths.clone(),
@@ -142,60 +142,4 @@ impl RootArgs {
             },
         )
     }
-}
-
-/// Discover `roots`, logging the warnings.
-pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> anyhow::Result<Inventory> {
-    let inv = gpuctk_host::discover(roots, opts)?;
-    for w in &inv.warnings {
-        tracing::warn!("{w}");
-    }
-    Ok(inv)
-}
-
-/// The path of the running binary, written into hook entries so the runtime calls us back.
-pub fn self_path() -> String {
-    std::env::current_exe()
-        .ok()
-        .or_else(|| std::env::args_os().next().map(PathBuf::from))
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "/usr/bin/nvidia-cdi-hook".to_string())
-}
-
-/// Reads a regular file of at most `cap` bytes: the size is checked before reading (a huge file
-/// fails at once, without being read), and a FIFO or device is refused rather than opened for
-/// blocking reads.
-pub fn read_capped(path: &Path, cap: u64, what: &str) -> anyhow::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .with_context(|| format!("{}: cannot read {what}", path.display()))?;
-    let md = file
-        .metadata()
-        .with_context(|| format!("{}: cannot read {what}", path.display()))?;
-    if !md.is_file() {
-        anyhow::bail!("{}: {what} is not a regular file", path.display());
-    }
-    if md.len() > cap {
-        anyhow::bail!(
-            "{}: {what} is {} bytes, more than the {} allowed; this is not a file an engine writes",
-            path.display(),
-            md.len(),
-            cap
-        );
-    }
-    let mut buf = Vec::with_capacity(md.len() as usize);
-    file.take(cap + 1)
-        .read_to_end(&mut buf)
-        .with_context(|| format!("{}: cannot read {what}", path.display()))?;
-    if buf.len() as u64 > cap {
-        anyhow::bail!(
-            "{}: {what} grew past the {cap} bytes allowed while being read",
-            path.display()
-        );
-    }
-    Ok(buf)
 }

@@ -1,0 +1,34 @@
+//! gpuctk's deliveries and commands: everything the `gpuctk` binary does, behind the few entry
+//! points its `main` dispatches to by the name it was invoked as (see docs/architecture.md).
+//!
+//! The modules are private; what is public is one entry point per personality, the command
+//! line's type, and `config.toml`'s parser (which the fuzzing crate drives).
+
+mod capped;
+mod cli;
+mod commands;
+mod config;
+mod decision;
+mod discover;
+mod guard;
+mod hook;
+mod legacy;
+mod logging;
+mod mig;
+mod passthrough;
+mod runc;
+mod runtime;
+mod self_exe;
+
+/// `gpuctk` and `nvidia-ctk`: the command line, and the command it names.
+pub use cli::Cli;
+pub use commands::run as run_command;
+/// `config.toml`: what the runtime, the hooks and the commands read.
+pub use config::{parse as parse_config, Config, ConfigError, Mode};
+/// `nvidia-cdi-hook`: the OCI hooks named in CDI specs.
+pub use hook::main as cdi_hook_main;
+/// `nvidia-container-runtime-hook` (the legacy prestart hook) and `nvidia-container-cli`.
+pub use legacy::{cli_main as legacy_cli_main, hook_main as legacy_hook_main};
+pub use logging::init as init_logging;
+/// `nvidia-container-runtime`: the runtime shim, with the mode config.toml gives or a forced one.
+pub use runtime::{main as runtime_main, main_as as runtime_main_as};
