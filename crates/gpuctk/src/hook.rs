@@ -316,14 +316,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let mut msg = e.to_string();
-            for c in e.chain().skip(1) {
-                let c = c.to_string();
-                if !msg.contains(&c) {
-                    msg.push_str(": ");
-                    msg.push_str(&c);
-                }
-            }
+            let msg = crate::one_line::one_line(&e);
             let _ = writeln!(std::io::stderr(), "nvidia-cdi-hook {name}: error: {msg}");
             ExitCode::FAILURE
         }

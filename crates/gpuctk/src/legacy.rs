@@ -17,18 +17,7 @@ use gpuctk_core::{parse_request, CapabilitySet, Decision, Request};
 use gpuctk_host::{Capability, MigCapability};
 
 use crate::config::{self, Config};
-
-fn one_line(e: &anyhow::Error) -> String {
-    let mut msg = e.to_string();
-    for c in e.chain().skip(1) {
-        let c = c.to_string();
-        if !msg.contains(&c) {
-            msg.push_str(": ");
-            msg.push_str(&c);
-        }
-    }
-    msg
-}
+use crate::one_line::one_line;
 
 pub(crate) const HOOK_USAGE: &str =
     "usage: nvidia-container-runtime-hook [-debug] [-config FILE] prestart|poststart|poststop

@@ -15,6 +15,7 @@ mod hook;
 mod legacy;
 mod logging;
 mod mig;
+mod one_line;
 mod passthrough;
 mod runc;
 mod runtime;
@@ -30,5 +31,7 @@ pub use hook::main as cdi_hook_main;
 /// `nvidia-container-runtime-hook` (the legacy prestart hook) and `nvidia-container-cli`.
 pub use legacy::{cli_main as legacy_cli_main, hook_main as legacy_hook_main};
 pub use logging::init as init_logging;
+/// An error and its causes as one line, as every personality prints it.
+pub use one_line::one_line;
 /// `nvidia-container-runtime`: the runtime shim, with the mode config.toml gives or a forced one.
 pub use runtime::{main as runtime_main, main_as as runtime_main_as};

@@ -149,14 +149,7 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            let mut line = format!("{e}");
-            for cause in e.chain().skip(1) {
-                let c = cause.to_string();
-                if !line.contains(&c) {
-                    line.push_str(": ");
-                    line.push_str(&c);
-                }
-            }
+            let line = gpuctk::one_line(&e);
             let _ = writeln!(std::io::stderr(), "{name}: error: {line}");
             ExitCode::FAILURE
         }

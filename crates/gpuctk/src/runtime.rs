@@ -117,15 +117,7 @@ pub fn main_as(args: &[OsString], forced: Option<Mode>) -> ExitCode {
             None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
         };
         if let Err(e) = modify_bundle(&bundle, &cfg, &runtime) {
-            let mut msg = format!("{e}");
-            for c in e.chain().skip(1) {
-                let c = c.to_string();
-                if !msg.contains(&c) {
-                    msg.push_str(": ");
-                    msg.push_str(&c);
-                }
-            }
-            report(&parsed, &msg);
+            report(&parsed, &crate::one_line::one_line(&e));
             return ExitCode::FAILURE;
         }
     }
