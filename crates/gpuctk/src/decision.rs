@@ -30,14 +30,11 @@ impl<'a> LiveHost<'a> {
 
 /// The driver, device and proc roots of `cfg`.
 pub fn roots(cfg: &Config) -> Roots {
-    Roots {
-        driver_root: cfg.driver_root.clone(),
-        dev_root: cfg
-            .dev_root
-            .clone()
-            .unwrap_or_else(|| cfg.driver_root.clone()),
-        proc_root: cfg.proc_root.clone(),
-    }
+    Roots::new(
+        cfg.driver_root.clone(),
+        cfg.dev_root.clone(),
+        cfg.proc_root.clone(),
+    )
 }
 
 impl HostView for LiveHost<'_> {

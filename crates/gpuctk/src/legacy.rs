@@ -462,15 +462,10 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
 }
 
 fn inventory(cfg: &Config) -> anyhow::Result<gpuctk_host::Inventory> {
-    let roots = gpuctk_host::Roots {
-        driver_root: cfg.driver_root.clone(),
-        dev_root: cfg
-            .dev_root
-            .clone()
-            .unwrap_or_else(|| cfg.driver_root.clone()),
-        proc_root: cfg.proc_root.clone(),
-    };
-    crate::discover::discover(&roots, &gpuctk_host::DiscoverOptions::default())
+    crate::discover::discover(
+        &crate::decision::roots(cfg),
+        &gpuctk_host::DiscoverOptions::default(),
+    )
 }
 
 /// PCI bus id with the 32-bit domain, as NVML and libnvidia-container print it.

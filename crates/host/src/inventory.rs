@@ -19,6 +19,19 @@ pub struct Roots {
     pub proc_root: PathBuf,
 }
 
+impl Roots {
+    /// The roots, the dev root being the driver root when none is given (as NVIDIA's
+    /// `--dev-root` and `[nvidia-container-cli] dev-root` default: a driver container's
+    /// `/dev` is where its root is).
+    pub fn new(driver_root: PathBuf, dev_root: Option<PathBuf>, proc_root: PathBuf) -> Roots {
+        Roots {
+            dev_root: dev_root.unwrap_or_else(|| driver_root.clone()),
+            driver_root,
+            proc_root,
+        }
+    }
+}
+
 impl Default for Roots {
     fn default() -> Self {
         Roots {

@@ -443,15 +443,8 @@ fn put_link(host: &Host, path: &Path, target: &Path, b: &mut Book) -> anyhow::Re
 /// them and the toolkit's hook.
 fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(String, String)> {
     let driver_root = resolve_in_root(&host.root, &a.driver_root);
-    let dev_root = match &a.dev_root {
-        Some(d) => resolve_in_root(&host.root, d),
-        None => driver_root.clone(),
-    };
-    let roots = Roots {
-        driver_root,
-        dev_root,
-        proc_root: a.proc_root.clone(),
-    };
+    let dev_root = a.dev_root.as_ref().map(|d| resolve_in_root(&host.root, d));
+    let roots = Roots::new(driver_root, dev_root, a.proc_root.clone());
     let inv = crate::discover::discover(&roots, &DiscoverOptions::default()).with_context(|| {
         format!(
             "--driver-root {} (NVIDIA_DRIVER_ROOT), under --host-root: no driver found there yet; nothing was written",

@@ -91,14 +91,15 @@ impl RootArgs {
             std::path::absolute(p).with_context(|| format!("{flag} {}", p.display()))
         };
         let driver_root = abs(&driver_root, "--driver-root")?;
-        Ok(Roots {
-            dev_root: match &self.dev_root {
-                Some(d) => abs(d, "--dev-root")?,
-                None => driver_root.clone(),
-            },
+        let dev_root = match &self.dev_root {
+            Some(d) => Some(abs(d, "--dev-root")?),
+            None => None,
+        };
+        Ok(Roots::new(
             driver_root,
-            proc_root: abs(&self.proc_root, "--proc-root")?,
-        })
+            dev_root,
+            abs(&self.proc_root, "--proc-root")?,
+        ))
     }
 
     /// Where NVML's answers are recorded for the runtime: config.toml's `[gpuctk] nvml-cache`

@@ -131,8 +131,12 @@ fn make_nodes(a: &DeviceNodesArgs) -> anyhow::Result<()> {
         flags => flags,
     };
     let nodes = expected_nodes(&a.roots.proc_root, gpus, control)?;
-    let dev_root = a.dev_root.as_ref().unwrap_or(&a.roots.driver_root);
-    let dev = dev_root.join("dev");
+    let roots = gpuctk_host::Roots::new(
+        a.roots.driver_root.clone(),
+        a.dev_root.clone(),
+        a.roots.proc_root.clone(),
+    );
+    let dev = roots.dev_root.join("dev");
     for n in &nodes {
         make_node(&dev, n, a.roots.dry_run)?;
     }
