@@ -686,7 +686,7 @@ pub struct TransformRootArgs {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// A CDI spec directory (repeatable; later ones take priority)
-    #[arg(long = "spec-dir", env = "NVIDIA_CTK_CDI_SPEC_DIRS", value_delimiter = ',', default_values = ["/etc/cdi", "/var/run/cdi"], value_name = "DIR")]
+    #[arg(long = "spec-dir", env = "NVIDIA_CTK_CDI_SPEC_DIRS", value_delimiter = ',', default_values = gpuctk_cdi::DEFAULT_SPEC_DIRS, value_name = "DIR")]
     pub spec_dirs: Vec<PathBuf>,
     /// Machine-readable output: {"devices": [...], "errors": [{"file", "error"}]}
     #[arg(long)]

@@ -105,7 +105,7 @@ impl Default for Config {
             runtimes: vec!["runc".into(), "crun".into()],
             log_level: "info".into(),
             debug_log: None,
-            spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
+            spec_dirs: gpuctk_cdi::registry::default_spec_dirs(),
             default_kind: "nvidia.com/gpu".into(),
             driver_root: PathBuf::from("/"),
             dev_root: None,
