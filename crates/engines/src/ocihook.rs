@@ -16,15 +16,6 @@ pub const DEFAULT_PATH: &str = "/usr/share/containers/oci/hooks.d/oci-nvidia-hoo
 pub const DEFAULT_HOOK: &str = "/usr/bin/nvidia-container-runtime-hook";
 /// The names of a prestart hook that is ours or NVIDIA's to replace or remove.
 const HOOK_NAMES: [&str; 2] = ["nvidia-container-runtime-hook", "nvidia-container-toolkit"];
-/// The `PATH` the hook gets: the standard directories, plus the hook's own when it is elsewhere.
-const PATH_DIRS: [&str; 6] = [
-    "/usr/local/sbin",
-    "/usr/local/bin",
-    "/usr/sbin",
-    "/usr/bin",
-    "/sbin",
-    "/bin",
-];
 
 /// A hook file that cannot be written or removed.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +41,8 @@ pub fn content(hook_path: &str) -> Vec<u8> {
         .parent()
         .map(|d| d.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut dirs: Vec<&str> = PATH_DIRS.to_vec();
+    // The `PATH` the hook gets: the standard directories, plus the hook's own when it is elsewhere.
+    let mut dirs: Vec<&str> = gpuctk_host::catalog::STANDARD_PATH.to_vec();
     if !dir.is_empty() && !dirs.contains(&dir.as_str()) {
         dirs.push(&dir);
     }

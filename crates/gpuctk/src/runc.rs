@@ -317,15 +317,8 @@ pub fn parse_runc_args(args: &[OsString]) -> RuncArgs {
 /// hit; "us" is the same file (device and inode) as `/proc/self/exe`, so a link to the shim
 /// under a runtime's name is skipped without canonicalizing anything.
 pub fn find_runtime(names: &[String], path_env: Option<&OsStr>) -> anyhow::Result<PathBuf> {
+    use gpuctk_host::catalog::STANDARD_PATH;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    const STANDARD: [&str; 6] = [
-        "/usr/local/sbin",
-        "/usr/local/bin",
-        "/usr/sbin",
-        "/usr/bin",
-        "/sbin",
-        "/bin",
-    ];
     let me = std::cell::OnceCell::new();
     let usable = |c: &Path| {
         let Ok(md) = std::fs::metadata(c) else {
@@ -351,7 +344,7 @@ pub fn find_runtime(names: &[String], path_env: Option<&OsStr>) -> anyhow::Resul
         let dirs = path_env
             .into_iter()
             .flat_map(std::env::split_paths)
-            .chain(STANDARD.iter().map(PathBuf::from));
+            .chain(STANDARD_PATH.iter().map(PathBuf::from));
         for d in dirs {
             let c = d.join(name);
             if usable(&c) {

@@ -194,6 +194,17 @@ pub const BINARIES: &[BinarySpec] = &[
     },
 ];
 
+/// The standard `PATH` directories, in lookup order: where a bare program name is looked for
+/// after `PATH` (the low-level runtime), and the `PATH` a hook gets.
+pub const STANDARD_PATH: [&str; 6] = [
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+];
+
 /// Directories searched for binaries under the driver root, in order.
 pub const BINARY_DIRS: &[&str] = &["/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin"];
 
