@@ -173,11 +173,7 @@ pub(crate) fn major_of(roots: &Roots, name: &'static str) -> Result<u32, CapsErr
             path: path.clone(),
             source,
         })?;
-    majors
-        .iter()
-        .find(|(_, n)| n == name)
-        .map(|(m, _)| *m)
-        .ok_or(CapsError::NoMajor { path, name })
+    crate::procfs::char_major(&majors, &[name]).ok_or(CapsError::NoMajor { path, name })
 }
 
 /// The node `path` under the dev root, which must be the character device `major:minor`.

@@ -133,16 +133,10 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
     })?;
     let mut warnings = Vec::new();
 
-    let majors = read_majors(&roots.proc_root)?;
-    let nvidia_major = majors
-        .iter()
-        .find(|(_, n)| n == "nvidia" || n == "nvidia-frontend")
-        .map(|(m, _)| *m)
-        .unwrap_or(195);
-    let uvm_major = majors
-        .iter()
-        .find(|(_, n)| n == "nvidia-uvm")
-        .map(|(m, _)| *m);
+    let majors = crate::checks::char_majors(&roots.proc_root)
+        .map_err(io_err(&roots.proc_root.join("devices")))?;
+    let nvidia_major = procfs::nvidia_major(&majors);
+    let uvm_major = procfs::uvm_major(&majors);
 
     let gpus = discover_gpus(roots, nvidia_major, !opts.skip_graphics, &mut warnings)?;
     let control_nodes = discover_control_nodes(roots, nvidia_major, uvm_major, &mut warnings);
@@ -196,15 +190,6 @@ fn cuda_version_of(
         ));
     }
     note
-}
-
-fn read_majors(proc_root: &Path) -> Result<Vec<(u32, String)>, DiscoverError> {
-    let path = proc_root.join("devices");
-    match fs::read(&path) {
-        Ok(b) => Ok(procfs::parse_char_devices(&String::from_utf8_lossy(&b))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(io_err(&path)(e)),
-    }
 }
 
 /// The most entries of a GPU's sysfs `drm` folder looked at (a GPU has a card and a render node).

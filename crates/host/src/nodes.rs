@@ -135,13 +135,7 @@ pub fn expected_nodes(
         path: proc_root.join("devices"),
         source,
     })?;
-    let major_of = |names: &[&str]| {
-        majors
-            .iter()
-            .find(|(_, n)| names.contains(&n.as_str()))
-            .map(|(m, _)| *m)
-    };
-    let nvidia = major_of(&["nvidia", "nvidia-frontend"]).unwrap_or(195);
+    let nvidia = crate::procfs::nvidia_major(&majors);
     let node = |name: &str, major, minor| Node {
         name: name.to_string(),
         major,
@@ -162,7 +156,7 @@ pub fn expected_nodes(
     if control {
         out.push(node("nvidiactl", nvidia, 255));
         out.push(node("nvidia-modeset", nvidia, 254));
-        if let Some(uvm) = major_of(&["nvidia-uvm"]) {
+        if let Some(uvm) = crate::procfs::uvm_major(&majors) {
             out.push(node("nvidia-uvm", uvm, 0));
             out.push(node("nvidia-uvm-tools", uvm, 1));
         }

@@ -204,6 +204,26 @@ pub fn parse_char_devices(text: &str) -> Vec<(u32, String)> {
     out
 }
 
+/// The major of the first character device in `majors` (from [`parse_char_devices`]) that has
+/// one of `names`.
+pub fn char_major(majors: &[(u32, String)], names: &[&str]) -> Option<u32> {
+    majors
+        .iter()
+        .find(|(_, n)| names.contains(&n.as_str()))
+        .map(|(m, _)| *m)
+}
+
+/// The GPUs' and control nodes' major: `nvidia` (`nvidia-frontend` on hosts with several driver
+/// instances), else 195, the major the driver always takes.
+pub fn nvidia_major(majors: &[(u32, String)]) -> u32 {
+    char_major(majors, &["nvidia", "nvidia-frontend"]).unwrap_or(195)
+}
+
+/// The major of `nvidia-uvm`, when its module is loaded.
+pub fn uvm_major(majors: &[(u32, String)]) -> Option<u32> {
+    char_major(majors, &["nvidia-uvm"])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
