@@ -26,11 +26,11 @@
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-use crate::spec::{ContainerEdits, DeviceNode, IntelRdt};
+use crate::spec::{ContainerEdits, DeviceNode, Hook, IntelRdt, Mount, NetDevice};
 use crate::validate::HOOK_NAMES;
 
 /// Why edits could not be applied.
@@ -79,14 +79,6 @@ pub enum ApplyError {
     UnknownHook {
         /// The name given.
         name: String,
-    },
-    /// A config file could not be read or written.
-    #[error("{}: {message}", path.display())]
-    File {
-        /// The config file.
-        path: PathBuf,
-        /// What went wrong.
-        message: String,
     },
 }
 
@@ -252,12 +244,14 @@ pub fn apply_edits(config: &mut Value, edits: &ContainerEdits) -> Result<(), App
     for n in &mut nodes {
         fill_from_host(n)?;
     }
-    for h in &edits.hooks {
-        if !HOOK_NAMES.contains(&h.hook_name.as_str()) {
-            return Err(ApplyError::UnknownHook {
-                name: h.hook_name.clone(),
-            });
-        }
+    if let Some(h) = edits
+        .hooks
+        .iter()
+        .find(|h| !HOOK_NAMES.contains(&h.hook_name.as_str()))
+    {
+        return Err(ApplyError::UnknownHook {
+            name: h.hook_name.clone(),
+        });
     }
     let mut work = config.clone();
     let root = work
@@ -265,67 +259,63 @@ pub fn apply_edits(config: &mut Value, edits: &ContainerEdits) -> Result<(), App
         .ok_or_else(|| ApplyError::NotAnObject {
             field: "the top level".into(),
         })?;
-
     if !edits.env.is_empty() {
-        let process = child_obj(root, "process", "process")?;
-        let env = child_arr(process, "env", "process.env")?;
-        for e in &edits.env {
-            let key = env_key(e);
-            let existing = env
-                .iter()
-                .position(|v| v.as_str().is_some_and(|s| env_key(s) == key));
-            match existing {
-                Some(i) => env[i] = Value::String(e.clone()),
-                None => env.push(Value::String(e.clone())),
-            }
+        apply_env(root, &edits.env)?;
+    }
+    if !nodes.is_empty() {
+        apply_device_nodes(root, &nodes)?;
+    }
+    if !edits.mounts.is_empty() {
+        apply_mounts(root, &edits.mounts)?;
+    }
+    if !edits.hooks.is_empty() {
+        apply_hooks(root, &edits.hooks)?;
+    }
+    if let Some(rdt) = &edits.intel_rdt {
+        let linux = child_obj(root, "linux", "linux")?;
+        linux.insert("intelRdt".into(), intel_rdt_value(rdt));
+    }
+    if !edits.net_devices.is_empty() {
+        apply_net_devices(root, &edits.net_devices)?;
+    }
+    if edits.additional_gids.iter().any(|g| *g != 0) {
+        apply_additional_gids(root, &edits.additional_gids)?;
+    }
+    *config = work;
+    Ok(())
+}
+
+/// `process.env`: an existing `KEY=` entry replaced in place, others appended.
+fn apply_env(root: &mut Map<String, Value>, env_edits: &[String]) -> Result<(), ApplyError> {
+    let process = child_obj(root, "process", "process")?;
+    let env = child_arr(process, "env", "process.env")?;
+    for e in env_edits {
+        let key = env_key(e);
+        let existing = env
+            .iter()
+            .position(|v| v.as_str().is_some_and(|s| env_key(s) == key));
+        match existing {
+            Some(i) => env[i] = Value::String(e.clone()),
+            None => env.push(Value::String(e.clone())),
         }
     }
+    Ok(())
+}
 
-    if !nodes.is_empty() {
-        let default_uid = process_id(root, "uid");
-        let default_gid = process_id(root, "gid");
-        let linux = child_obj(root, "linux", "linux")?;
-        for n in &nodes {
-            let t = n.r#type.clone().unwrap_or_default();
-            let major = n.major.unwrap_or(0);
-            let minor = n.minor.unwrap_or(0);
-            let mut dev = Map::new();
-            dev.insert("path".into(), Value::String(n.path.clone()));
-            dev.insert("type".into(), Value::String(t.clone()));
-            if t != "p" {
-                dev.insert("major".into(), Value::from(major));
-                dev.insert("minor".into(), Value::from(minor));
-            }
-            if let Some(m) = n.file_mode {
-                dev.insert("fileMode".into(), Value::from(m));
-            }
-            if let Some(uid) = n.uid.or(default_uid) {
-                dev.insert("uid".into(), Value::from(uid));
-            }
-            if let Some(gid) = n.gid.or(default_gid) {
-                dev.insert("gid".into(), Value::from(gid));
-            }
-            let devices = child_arr(linux, "devices", "linux.devices")?;
-            devices.retain(|d| d.get("path").and_then(Value::as_str) != Some(n.path.as_str()));
-            devices.push(Value::Object(dev));
-
-            let cgroup_type = match t.as_str() {
-                "b" => "b",
-                "c" | "u" => "c",
-                _ => continue,
-            };
-            let access = match n.permissions.as_deref() {
-                None | Some("") => "rwm",
-                Some("none") => continue,
-                Some(p) => p,
-            };
-            let mut rule = Map::new();
-            rule.insert("allow".into(), Value::Bool(true));
-            rule.insert("type".into(), Value::String(cgroup_type.into()));
-            rule.insert("major".into(), Value::from(major));
-            rule.insert("minor".into(), Value::from(minor));
-            rule.insert("access".into(), Value::String(access.into()));
-            let rule = Value::Object(rule);
+/// `linux.devices` (an entry at the same path replaced) and each node's cgroup allow rule.
+fn apply_device_nodes(
+    root: &mut Map<String, Value>,
+    nodes: &[DeviceNode],
+) -> Result<(), ApplyError> {
+    let default_uid = process_id(root, "uid");
+    let default_gid = process_id(root, "gid");
+    let linux = child_obj(root, "linux", "linux")?;
+    for n in nodes {
+        let dev = device_entry(n, n.uid.or(default_uid), n.gid.or(default_gid));
+        let devices = child_arr(linux, "devices", "linux.devices")?;
+        devices.retain(|d| d.get("path").and_then(Value::as_str) != Some(n.path.as_str()));
+        devices.push(Value::Object(dev));
+        if let Some(rule) = cgroup_rule(n) {
             let resources = child_obj(linux, "resources", "linux.resources")?;
             let rules = child_arr(resources, "devices", "linux.resources.devices")?;
             if !rules.contains(&rule) {
@@ -333,106 +323,141 @@ pub fn apply_edits(config: &mut Value, edits: &ContainerEdits) -> Result<(), App
             }
         }
     }
-
-    if !edits.mounts.is_empty() {
-        let mounts = child_arr(root, "mounts", "mounts")?;
-        for m in &edits.mounts {
-            let dest = clean(&m.container_path);
-            mounts.retain(|x| {
-                x.get("destination")
-                    .and_then(Value::as_str)
-                    .is_none_or(|d| clean(d) != dest)
-            });
-            let mut o = Map::new();
-            o.insert(
-                "destination".into(),
-                Value::String(m.container_path.clone()),
-            );
-            let ty = m.r#type.clone().filter(|t| !t.is_empty()).or_else(|| {
-                m.options
-                    .iter()
-                    .any(|o| o == "bind" || o == "rbind")
-                    .then(|| "bind".to_string())
-            });
-            if let Some(t) = ty {
-                o.insert("type".into(), Value::String(t));
-            }
-            o.insert("source".into(), Value::String(m.host_path.clone()));
-            if !m.options.is_empty() {
-                o.insert("options".into(), strings(&m.options));
-            }
-            mounts.push(Value::Object(o));
-        }
-        // Stable: mounts of equal depth keep their relative order.
-        mounts.sort_by_key(|m| {
-            m.get("destination")
-                .and_then(Value::as_str)
-                .map_or(0, depth)
-        });
-    }
-
-    if !edits.hooks.is_empty() {
-        let hooks = child_obj(root, "hooks", "hooks")?;
-        for h in &edits.hooks {
-            let list = child_arr(hooks, &h.hook_name, &format!("hooks.{}", h.hook_name))?;
-            let mut o = Map::new();
-            o.insert("path".into(), Value::String(h.path.clone()));
-            if !h.args.is_empty() {
-                o.insert("args".into(), strings(&h.args));
-            }
-            if !h.env.is_empty() {
-                o.insert("env".into(), strings(&h.env));
-            }
-            if let Some(t) = h.timeout {
-                o.insert("timeout".into(), Value::from(t));
-            }
-            list.push(Value::Object(o));
-        }
-    }
-
-    if let Some(rdt) = &edits.intel_rdt {
-        let linux = child_obj(root, "linux", "linux")?;
-        linux.insert("intelRdt".into(), intel_rdt_value(rdt));
-    }
-
-    if !edits.net_devices.is_empty() {
-        let linux = child_obj(root, "linux", "linux")?;
-        let net = child_obj(linux, "netDevices", "linux.netDevices")?;
-        for d in &edits.net_devices {
-            let mut o = Map::new();
-            o.insert("name".into(), Value::String(d.name.clone()));
-            net.insert(d.host_interface_name.clone(), Value::Object(o));
-        }
-    }
-
-    if edits.additional_gids.iter().any(|g| *g != 0) {
-        let process = child_obj(root, "process", "process")?;
-        let user = child_obj(process, "user", "process.user")?;
-        let gids = child_arr(user, "additionalGids", "process.user.additionalGids")?;
-        for &g in &edits.additional_gids {
-            if g != 0 && !gids.iter().any(|v| v.as_u64() == Some(u64::from(g))) {
-                gids.push(Value::from(g));
-            }
-        }
-    }
-
-    *config = work;
     Ok(())
 }
 
-/// Read the OCI config at `path`, apply `edits`, and write it back atomically with its mode
-/// kept. Key order and unknown fields are kept; the output is compact JSON, as runtimes write it.
-pub fn apply_to_config_file(path: &Path, edits: &ContainerEdits) -> Result<(), ApplyError> {
-    let file_err = |message: String| ApplyError::File {
-        path: path.to_path_buf(),
-        message,
+/// A node's `linux.devices` entry (its host facts already filled).
+fn device_entry(n: &DeviceNode, uid: Option<u32>, gid: Option<u32>) -> Map<String, Value> {
+    let t = n.r#type.clone().unwrap_or_default();
+    let mut dev = Map::new();
+    dev.insert("path".into(), Value::String(n.path.clone()));
+    dev.insert("type".into(), Value::String(t.clone()));
+    if t != "p" {
+        dev.insert("major".into(), Value::from(n.major.unwrap_or(0)));
+        dev.insert("minor".into(), Value::from(n.minor.unwrap_or(0)));
+    }
+    if let Some(m) = n.file_mode {
+        dev.insert("fileMode".into(), Value::from(m));
+    }
+    if let Some(uid) = uid {
+        dev.insert("uid".into(), Value::from(uid));
+    }
+    if let Some(gid) = gid {
+        dev.insert("gid".into(), Value::from(gid));
+    }
+    dev
+}
+
+/// A node's `linux.resources.devices` allow rule: none for a FIFO or `permissions: none`; a `u`
+/// node gets a `c` rule; access from `permissions`, `rwm` by default.
+fn cgroup_rule(n: &DeviceNode) -> Option<Value> {
+    let cgroup_type = match n.r#type.as_deref().unwrap_or_default() {
+        "b" => "b",
+        "c" | "u" => "c",
+        _ => return None,
     };
-    let bytes = std::fs::read(path).map_err(|e| file_err(format!("cannot read: {e}")))?;
-    let mut config: Value =
-        serde_json::from_slice(&bytes).map_err(|e| file_err(format!("not valid JSON: {e}")))?;
-    apply_edits(&mut config, edits)?;
-    let out = serde_json::to_vec(&config).map_err(|e| file_err(e.to_string()))?;
-    gpuctk_atomicfile::write(path, &out, None).map_err(|e| file_err(format!("cannot write: {e}")))
+    let access = match n.permissions.as_deref() {
+        None | Some("") => "rwm",
+        Some("none") => return None,
+        Some(p) => p,
+    };
+    let mut rule = Map::new();
+    rule.insert("allow".into(), Value::Bool(true));
+    rule.insert("type".into(), Value::String(cgroup_type.into()));
+    rule.insert("major".into(), Value::from(n.major.unwrap_or(0)));
+    rule.insert("minor".into(), Value::from(n.minor.unwrap_or(0)));
+    rule.insert("access".into(), Value::String(access.into()));
+    Some(Value::Object(rule))
+}
+
+/// `mounts`: one at the same destination removed, the new one appended, parents first.
+fn apply_mounts(root: &mut Map<String, Value>, edits: &[Mount]) -> Result<(), ApplyError> {
+    let mounts = child_arr(root, "mounts", "mounts")?;
+    for m in edits {
+        let dest = clean(&m.container_path);
+        mounts.retain(|x| {
+            x.get("destination")
+                .and_then(Value::as_str)
+                .is_none_or(|d| clean(d) != dest)
+        });
+        mounts.push(mount_entry(m));
+    }
+    // Stable: mounts of equal depth keep their relative order.
+    mounts.sort_by_key(|m| {
+        m.get("destination")
+            .and_then(Value::as_str)
+            .map_or(0, depth)
+    });
+    Ok(())
+}
+
+/// A mount's OCI entry; without a `type`, `bind`/`rbind` in its options makes it `bind`.
+fn mount_entry(m: &Mount) -> Value {
+    let mut o = Map::new();
+    o.insert(
+        "destination".into(),
+        Value::String(m.container_path.clone()),
+    );
+    let ty = m.r#type.clone().filter(|t| !t.is_empty()).or_else(|| {
+        m.options
+            .iter()
+            .any(|o| o == "bind" || o == "rbind")
+            .then(|| "bind".to_string())
+    });
+    if let Some(t) = ty {
+        o.insert("type".into(), Value::String(t));
+    }
+    o.insert("source".into(), Value::String(m.host_path.clone()));
+    if !m.options.is_empty() {
+        o.insert("options".into(), strings(&m.options));
+    }
+    Value::Object(o)
+}
+
+/// `hooks.<hookName>`: each hook appended, the entries already there left alone.
+fn apply_hooks(root: &mut Map<String, Value>, edits: &[Hook]) -> Result<(), ApplyError> {
+    let hooks = child_obj(root, "hooks", "hooks")?;
+    for h in edits {
+        let list = child_arr(hooks, &h.hook_name, &format!("hooks.{}", h.hook_name))?;
+        let mut o = Map::new();
+        o.insert("path".into(), Value::String(h.path.clone()));
+        if !h.args.is_empty() {
+            o.insert("args".into(), strings(&h.args));
+        }
+        if !h.env.is_empty() {
+            o.insert("env".into(), strings(&h.env));
+        }
+        if let Some(t) = h.timeout {
+            o.insert("timeout".into(), Value::from(t));
+        }
+        list.push(Value::Object(o));
+    }
+    Ok(())
+}
+
+/// `linux.netDevices[hostInterfaceName]`.
+fn apply_net_devices(root: &mut Map<String, Value>, edits: &[NetDevice]) -> Result<(), ApplyError> {
+    let linux = child_obj(root, "linux", "linux")?;
+    let net = child_obj(linux, "netDevices", "linux.netDevices")?;
+    for d in edits {
+        let mut o = Map::new();
+        o.insert("name".into(), Value::String(d.name.clone()));
+        net.insert(d.host_interface_name.clone(), Value::Object(o));
+    }
+    Ok(())
+}
+
+/// `process.user.additionalGids`, skipping 0 and those already there.
+fn apply_additional_gids(root: &mut Map<String, Value>, edits: &[u32]) -> Result<(), ApplyError> {
+    let process = child_obj(root, "process", "process")?;
+    let user = child_obj(process, "user", "process.user")?;
+    let gids = child_arr(user, "additionalGids", "process.user.additionalGids")?;
+    for &g in edits {
+        if g != 0 && !gids.iter().any(|v| v.as_u64() == Some(u64::from(g))) {
+            gids.push(Value::from(g));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -201,28 +201,3 @@ fn oci_schema_is_really_checked() {
     config["linux"]["devices"] = json!([{"path": "/dev/x", "type": "q"}]);
     assert!(oci_check(&config).is_err());
 }
-
-#[test]
-fn apply_to_config_file_keeps_unknown_fields() {
-    let d = tempfile::tempdir().unwrap();
-    let p = d.path().join("config.json");
-    std::fs::write(
-        &p,
-        r#"{"zeta": 1, "process": {"env": ["A=1"]}, "alpha": {"b": 2, "a": 1}}"#,
-    )
-    .unwrap();
-    let edits = gpuctk_cdi::ContainerEdits {
-        env: vec!["A=2".into()],
-        ..Default::default()
-    };
-    gpuctk_cdi::apply::apply_to_config_file(&p, &edits).unwrap();
-    assert_eq!(
-        std::fs::read_to_string(&p).unwrap(),
-        r#"{"zeta":1,"process":{"env":["A=2"]},"alpha":{"b":2,"a":1}}"#
-    );
-    let missing = d.path().join("nope/config.json");
-    let msg = gpuctk_cdi::apply::apply_to_config_file(&missing, &edits)
-        .unwrap_err()
-        .to_string();
-    assert!(msg.contains("nope/config.json: cannot read"), "{msg}");
-}
