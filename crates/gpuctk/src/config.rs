@@ -280,44 +280,142 @@ impl Reader<'_> {
             message: message.to_string(),
         }
     }
-    fn bool(&self, t: &Table, table: &str, key: &str) -> Result<Option<bool>, ConfigError> {
-        match t.get(key) {
-            None => Ok(None),
-            Some(i) => i
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| self.err(i, &format!("{table}{key}"), "expected true or false")),
-        }
+    fn bool(&self, i: &Item, key: &str) -> Result<bool, ConfigError> {
+        i.as_bool()
+            .ok_or_else(|| self.err(i, key, "expected true or false"))
     }
-    fn string(&self, t: &Table, table: &str, key: &str) -> Result<Option<String>, ConfigError> {
-        match t.get(key) {
-            None => Ok(None),
-            Some(i) => i
-                .as_str()
-                .map(|s| Some(s.to_string()))
-                .ok_or_else(|| self.err(i, &format!("{table}{key}"), "expected a quoted string")),
-        }
+    fn string(&self, i: &Item, key: &str) -> Result<String, ConfigError> {
+        i.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| self.err(i, key, "expected a quoted string"))
     }
-    fn strings(
-        &self,
-        t: &Table,
-        table: &str,
-        key: &str,
-    ) -> Result<Option<Vec<String>>, ConfigError> {
-        let Some(i) = t.get(key) else { return Ok(None) };
-        let bad = || {
-            self.err(
-                i,
-                &format!("{table}{key}"),
-                "expected a list of strings, like [\"a\", \"b\"]",
-            )
-        };
+    fn strings(&self, i: &Item, key: &str) -> Result<Vec<String>, ConfigError> {
+        let bad = || self.err(i, key, "expected a list of strings, like [\"a\", \"b\"]");
         let arr = i.as_array().ok_or_else(bad)?;
         arr.iter()
             .map(|v| v.as_str().map(str::to_string).ok_or_else(bad))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
+            .collect()
     }
+}
+
+/// The item at dotted `key`, when every table on the way is one.
+fn lookup<'a>(root: &'a Table, key: &str) -> Option<&'a Item> {
+    let (tables, last) = match key.rsplit_once('.') {
+        Some((tables, last)) => (Some(tables), last),
+        None => (None, key),
+    };
+    let mut t = root;
+    for name in tables.into_iter().flat_map(|p| p.split('.')) {
+        t = t.get(name)?.as_table()?;
+    }
+    t.get(last)
+}
+
+/// A value read from config.toml, as its key's [`Kind`] says.
+enum Value {
+    Bool(bool),
+    Text(String),
+    List(Vec<String>),
+}
+
+/// Set what `key` (a row of [`KEYS`] that gpuctk applies) says in `c`; the message when the
+/// value is not one the key takes.
+fn set(c: &mut Config, key: &str, value: Value) -> Result<(), String> {
+    use Value::{Bool, List, Text};
+    match (key, value) {
+        ("disable-require", Bool(v)) => c.policy.disable_require = v,
+        ("swarm-resource", Text(v)) => {
+            c.policy.swarm_resource = v
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect();
+        }
+        ("accept-nvidia-visible-devices-envvar-when-unprivileged", Bool(v)) => {
+            c.policy.accept_envvar_unprivileged = v;
+        }
+        ("accept-nvidia-visible-devices-as-volume-mounts", Bool(v)) => {
+            c.policy.accept_volume_mounts = v;
+        }
+        ("supported-driver-capabilities", Text(v)) => {
+            c.policy.supported_driver_capabilities =
+                gpuctk_core::CapabilitySet::parse_supported(&v).map_err(|e| e.to_string())?;
+        }
+        ("nvidia-container-cli.root", Text(v)) => {
+            if !v.is_empty() {
+                c.driver_root = PathBuf::from(v);
+            }
+        }
+        ("nvidia-container-cli.no-cgroups", Bool(v)) => c.no_cgroups = v,
+        ("nvidia-container-runtime.mode", Text(v)) => {
+            c.mode = match v.as_str() {
+                "auto" => Mode::Auto,
+                "cdi" => Mode::Cdi,
+                "jit-cdi" => Mode::JitCdi,
+                "legacy" => Mode::Legacy,
+                "csv" => Mode::Csv,
+                other => {
+                    return Err(format!(
+                        "unknown mode {other:?} (use auto, cdi, jit-cdi, legacy or csv)"
+                    ))
+                }
+            };
+        }
+        ("nvidia-container-runtime.runtimes", List(v)) => c.runtimes = v,
+        ("nvidia-container-runtime.modes.legacy.cuda-compat-mode", Text(v)) => {
+            c.cuda_compat_mode = match v.as_str() {
+                "ldconfig" => CompatMode::Ldconfig,
+                "mount" => CompatMode::Mount,
+                "hook" => CompatMode::Hook,
+                "disabled" => CompatMode::Disabled,
+                other => {
+                    return Err(format!(
+                        "unknown mode {other:?} (use ldconfig, mount, hook or disabled)"
+                    ))
+                }
+            };
+        }
+        ("nvidia-container-runtime.log-level", Text(v)) => c.log_level = v,
+        ("nvidia-container-runtime.debug", Text(v)) => {
+            if !v.is_empty() && v != "/dev/null" {
+                c.debug_log = Some(PathBuf::from(v));
+            }
+        }
+        ("nvidia-container-runtime.modes.csv.mount-spec-path", Text(v)) => {
+            if !v.is_empty() {
+                c.csv_mount_spec_path = PathBuf::from(v);
+            }
+        }
+        ("nvidia-container-runtime.modes.cdi.spec-dirs", List(v)) => {
+            c.spec_dirs = v.into_iter().map(PathBuf::from).collect();
+        }
+        ("nvidia-container-runtime.modes.cdi.default-kind", Text(v)) => c.default_kind = v,
+        ("nvidia-container-runtime.modes.cdi.annotation-prefixes", List(v)) => {
+            c.policy.annotation_prefixes = v;
+        }
+        ("features.disable-cuda-compat-lib-hook", Bool(v)) => c.disable_compat_hook = v,
+        ("features.ignore-imex-channel-requests", Bool(v)) => {
+            c.policy.ignore_imex_channel_requests = v;
+        }
+        ("features.no-additional-gids-for-device-nodes", Bool(v)) => c.no_additional_gids = v,
+        ("gpuctk.dev-root", Text(v)) => c.dev_root = Some(PathBuf::from(v)),
+        ("gpuctk.proc-root", Text(v)) => c.proc_root = PathBuf::from(v),
+        ("gpuctk.hook-path", Text(v)) => c.hook_path = Some(v),
+        ("gpuctk.accept-cdi-annotations-when-unprivileged", Bool(v)) => {
+            c.policy.accept_annotations_unprivileged = v;
+        }
+        ("gpuctk.hooks-in-shim", Bool(v)) => c.hooks_in_shim = v,
+        ("gpuctk.nvml-cache", Text(v)) => c.nvml_cache = PathBuf::from(v),
+        // A row of KEYS marked applied that nothing here sets: the unit test
+        // `every_applied_key_is_set` fails on it.
+        (key, _) => {
+            return Err(format!(
+                "{key}: gpuctk marks this key applied but does not read it"
+            ))
+        }
+    }
+    Ok(())
 }
 
 /// What a config.toml key holds.
@@ -337,7 +435,8 @@ pub enum Kind {
 }
 
 /// Every key config.toml may hold, NVIDIA's and gpuctk's, with what it holds and whether gpuctk
-/// applies it: the one list that the parser's warnings ("not known", "not applied", "did you
+/// applies it: the one list that the parser (which reads the applied keys in this order, the
+/// first bad value being the one reported), its warnings ("not known", "not applied", "did you
 /// mean") and `config --set` read, so a key is added in one place.
 pub const KEYS: &[(&str, Kind, bool)] = &[
     ("disable-require", Kind::Bool, true),
@@ -366,11 +465,27 @@ pub const KEYS: &[(&str, Kind, bool)] = &[
     ("nvidia-container-cli.user", Kind::Text, false),
     ("nvidia-container-cli.ldconfig", Kind::Text, false),
     ("nvidia-container-runtime", Kind::Table, true),
-    ("nvidia-container-runtime.debug", Kind::Text, true),
-    ("nvidia-container-runtime.log-level", Kind::Text, true),
-    ("nvidia-container-runtime.runtimes", Kind::List, true),
     ("nvidia-container-runtime.mode", Kind::Text, true),
+    ("nvidia-container-runtime.runtimes", Kind::List, true),
     ("nvidia-container-runtime.modes", Kind::Table, true),
+    ("nvidia-container-runtime.modes.legacy", Kind::Table, true),
+    (
+        "nvidia-container-runtime.modes.legacy.cuda-compat-mode",
+        Kind::Text,
+        true,
+    ),
+    ("nvidia-container-runtime.log-level", Kind::Text, true),
+    ("nvidia-container-runtime.debug", Kind::Text, true),
+    (
+        "nvidia-container-runtime.modes.csv",
+        Kind::Open(&Kind::Text),
+        false,
+    ),
+    (
+        "nvidia-container-runtime.modes.csv.mount-spec-path",
+        Kind::Text,
+        true,
+    ),
     ("nvidia-container-runtime.modes.cdi", Kind::Table, true),
     (
         "nvidia-container-runtime.modes.cdi.spec-dirs",
@@ -385,22 +500,6 @@ pub const KEYS: &[(&str, Kind, bool)] = &[
     (
         "nvidia-container-runtime.modes.cdi.annotation-prefixes",
         Kind::List,
-        true,
-    ),
-    ("nvidia-container-runtime.modes.legacy", Kind::Table, true),
-    (
-        "nvidia-container-runtime.modes.legacy.cuda-compat-mode",
-        Kind::Text,
-        true,
-    ),
-    (
-        "nvidia-container-runtime.modes.csv",
-        Kind::Open(&Kind::Text),
-        false,
-    ),
-    (
-        "nvidia-container-runtime.modes.csv.mount-spec-path",
-        Kind::Text,
         true,
     ),
     (
@@ -635,167 +734,21 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         ..Config::default()
     };
     let root = doc.as_table();
-    if let Some(v) = r.bool(root, "", "disable-require")? {
-        c.policy.disable_require = v;
-    }
-    if let Some(v) = r.string(root, "", "swarm-resource")? {
-        c.policy.swarm_resource = v
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect();
-    }
-    if let Some(v) = r.bool(
-        root,
-        "",
-        "accept-nvidia-visible-devices-envvar-when-unprivileged",
-    )? {
-        c.policy.accept_envvar_unprivileged = v;
-    }
-    if let Some(v) = r.bool(root, "", "accept-nvidia-visible-devices-as-volume-mounts")? {
-        c.policy.accept_volume_mounts = v;
-    }
-    if let Some(v) = r.string(root, "", "supported-driver-capabilities")? {
-        c.policy.supported_driver_capabilities = gpuctk_core::CapabilitySet::parse_supported(&v)
-            .map_err(|e| {
-                r.err(
-                    root.get("supported-driver-capabilities").unwrap(),
-                    "supported-driver-capabilities",
-                    &e.to_string(),
-                )
-            })?;
-    }
-    let table = |name: &str| root.get(name).and_then(Item::as_table);
-    if let Some(t) = table("nvidia-container-cli") {
-        if let Some(v) = r.string(t, "nvidia-container-cli.", "root")? {
-            if !v.is_empty() {
-                c.driver_root = PathBuf::from(v);
-            }
+    // Every key gpuctk applies, in the table's order: read as its kind says, then set.
+    for &(key, kind, applied) in KEYS {
+        if !applied {
+            continue;
         }
-        if let Some(v) = r.bool(t, "nvidia-container-cli.", "no-cgroups")? {
-            c.no_cgroups = v;
-        }
-    }
-    if let Some(t) = table("nvidia-container-runtime") {
-        let p = "nvidia-container-runtime.";
-        if let Some(v) = r.string(t, p, "mode")? {
-            c.mode = match v.as_str() {
-                "auto" => Mode::Auto,
-                "cdi" => Mode::Cdi,
-                "jit-cdi" => Mode::JitCdi,
-                "legacy" => Mode::Legacy,
-                "csv" => Mode::Csv,
-                other => {
-                    return Err(r.err(
-                        t.get("mode").unwrap(),
-                        "nvidia-container-runtime.mode",
-                        &format!("unknown mode {other:?} (use auto, cdi, jit-cdi, legacy or csv)"),
-                    ))
-                }
-            };
-        }
-        if let Some(v) = r.strings(t, p, "runtimes")? {
-            c.runtimes = v;
-        }
-        if let Some(legacy) = t
-            .get("modes")
-            .and_then(Item::as_table)
-            .and_then(|m| m.get("legacy"))
-            .and_then(Item::as_table)
-        {
-            let key = "nvidia-container-runtime.modes.legacy.cuda-compat-mode";
-            if let Some(v) = r.string(
-                legacy,
-                "nvidia-container-runtime.modes.legacy.",
-                "cuda-compat-mode",
-            )? {
-                c.cuda_compat_mode = match v.as_str() {
-                    "ldconfig" => CompatMode::Ldconfig,
-                    "mount" => CompatMode::Mount,
-                    "hook" => CompatMode::Hook,
-                    "disabled" => CompatMode::Disabled,
-                    other => {
-                        return Err(r.err(
-                            legacy.get("cuda-compat-mode").unwrap(),
-                            key,
-                            &format!(
-                                "unknown mode {other:?} (use ldconfig, mount, hook or disabled)"
-                            ),
-                        ))
-                    }
-                };
-            }
-        }
-        if let Some(v) = r.string(t, p, "log-level")? {
-            c.log_level = v;
-        }
-        if let Some(v) = r.string(t, p, "debug")? {
-            if !v.is_empty() && v != "/dev/null" {
-                c.debug_log = Some(PathBuf::from(v));
-            }
-        }
-        if let Some(csv) = t
-            .get("modes")
-            .and_then(Item::as_table)
-            .and_then(|m| m.get("csv"))
-            .and_then(Item::as_table)
-        {
-            let p = "nvidia-container-runtime.modes.csv.";
-            if let Some(v) = r.string(csv, p, "mount-spec-path")? {
-                if !v.is_empty() {
-                    c.csv_mount_spec_path = PathBuf::from(v);
-                }
-            }
-        }
-        if let Some(cdi) = t
-            .get("modes")
-            .and_then(Item::as_table)
-            .and_then(|m| m.get("cdi"))
-            .and_then(Item::as_table)
-        {
-            let p = "nvidia-container-runtime.modes.cdi.";
-            if let Some(v) = r.strings(cdi, p, "spec-dirs")? {
-                c.spec_dirs = v.into_iter().map(PathBuf::from).collect();
-            }
-            if let Some(v) = r.string(cdi, p, "default-kind")? {
-                c.default_kind = v;
-            }
-            if let Some(v) = r.strings(cdi, p, "annotation-prefixes")? {
-                c.policy.annotation_prefixes = v;
-            }
-        }
-    }
-    if let Some(t) = table("features") {
-        if let Some(v) = r.bool(t, "features.", "disable-cuda-compat-lib-hook")? {
-            c.disable_compat_hook = v;
-        }
-        if let Some(v) = r.bool(t, "features.", "ignore-imex-channel-requests")? {
-            c.policy.ignore_imex_channel_requests = v;
-        }
-        if let Some(v) = r.bool(t, "features.", "no-additional-gids-for-device-nodes")? {
-            c.no_additional_gids = v;
-        }
-    }
-    if let Some(t) = table("gpuctk") {
-        if let Some(v) = r.string(t, "gpuctk.", "dev-root")? {
-            c.dev_root = Some(PathBuf::from(v));
-        }
-        if let Some(v) = r.string(t, "gpuctk.", "proc-root")? {
-            c.proc_root = PathBuf::from(v);
-        }
-        if let Some(v) = r.string(t, "gpuctk.", "hook-path")? {
-            c.hook_path = Some(v);
-        }
-        if let Some(v) = r.bool(t, "gpuctk.", "accept-cdi-annotations-when-unprivileged")? {
-            c.policy.accept_annotations_unprivileged = v;
-        }
-        if let Some(v) = r.bool(t, "gpuctk.", "hooks-in-shim")? {
-            c.hooks_in_shim = v;
-        }
-        if let Some(v) = r.string(t, "gpuctk.", "nvml-cache")? {
-            c.nvml_cache = PathBuf::from(v);
-        }
+        let Some(item) = lookup(root, key) else {
+            continue;
+        };
+        let value = match kind {
+            Kind::Bool => Value::Bool(r.bool(item, key)?),
+            Kind::Text => Value::Text(r.string(item, key)?),
+            Kind::List => Value::List(r.strings(item, key)?),
+            Kind::Table | Kind::Open(_) => continue,
+        };
+        set(&mut c, key, value).map_err(|m| r.err(item, key, &m))?;
     }
     let mut found = Found::default();
     collect_keys(root, "", false, text, &mut found);
@@ -808,6 +761,25 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_applied_key_is_set() {
+        for &(key, kind, applied) in KEYS {
+            let value = match kind {
+                Kind::Bool => Value::Bool(true),
+                Kind::Text => Value::Text("x".into()),
+                Kind::List => Value::List(Vec::new()),
+                Kind::Table | Kind::Open(_) => continue,
+            };
+            let result = set(&mut Config::default(), key, value);
+            if applied {
+                assert!(
+                    !result.is_err_and(|m| m.contains("does not read it")),
+                    "{key}: applied, not set"
+                );
+            }
+        }
+    }
 
     #[test]
     fn nvidia_keys() {
