@@ -1,9 +1,14 @@
-//! The runtime shim, `nvidia-container-runtime`: invoked exactly like runc, it passes every
-//! command through untouched and acts only on `create` and `run`, where it merges the GPU edits
-//! into the bundle's `config.json` (atomically) before handing over to the low-level runtime.
+//! The runtime shim, `nvidia-container-runtime`, invoked exactly like runc. Every command but
+//! `create` and `run` goes to the low-level runtime untouched (`passthrough`; runc's argv is read
+//! by `runc`). On `create` and `run` it reads the bundle's `config.json`, takes `core::decide`'s
+//! decision for the container's request, merges the edits into `config.json` (atomically), does
+//! our createContainer hooks' work on the rootfs itself where it can see what the container will
+//! (docs/architecture.md, "No hook processes on the shim's path"), or in legacy mode adds the
+//! prestart hook, and then execs the low-level runtime with the original argv.
 //!
-//! The hot path does no NVML, spawns nothing and lists no directory: a CDI request reads the
-//! spec dirs, anything else runs discovery (procfs, stat, ld.so.cache, ELF headers).
+//! The hot path does no NVML and spawns nothing: a CDI request parses only the spec files that
+//! mention its vendor, anything else runs discovery (procfs, stat, ld.so.cache, ELF headers),
+//! which lists no library directory.
 
 use std::ffi::OsString;
 use std::io::Write;
