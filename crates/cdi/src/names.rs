@@ -89,11 +89,6 @@ impl std::str::FromStr for QualifiedName {
     }
 }
 
-/// Join parts into `vendor/class=name` without validating them.
-pub fn qualified_name(vendor: &str, class: &str, name: &str) -> String {
-    format!("{vendor}/{class}={name}")
-}
-
 /// Parse and validate `vendor/class=name`.
 ///
 /// Like the CDI parser, the string is split at the first `=` and the kind at the first `/`, so a
@@ -114,12 +109,6 @@ pub fn parse_qualified_name(s: &str) -> Result<QualifiedName, NameError> {
 /// Whether `s` is a valid fully-qualified CDI device name.
 pub fn is_qualified_name(s: &str) -> bool {
     parse_qualified_name(s).is_ok()
-}
-
-/// Whether `s` looks like an attempt at a CDI name rather than a device path: not empty, not
-/// starting with `/`, and containing `=`. Runtimes use this to decide whether `--device X` is CDI.
-pub fn looks_like_qualified_name(s: &str) -> bool {
-    !s.is_empty() && !s.starts_with('/') && s.contains('=')
 }
 
 /// Split and validate a kind, `vendor/class`.
@@ -311,7 +300,5 @@ mod tests {
         assert!(validate_class_name("b").is_ok());
         assert!(validate_device_name("0").is_ok());
         assert!(validate_device_name(":").is_err());
-        assert!(looks_like_qualified_name("nvidia.com/gpu=0"));
-        assert!(!looks_like_qualified_name("/dev/null"));
     }
 }

@@ -184,8 +184,9 @@ impl Registry {
         reg
     }
 
-    /// Build a registry from specs already in memory (`path`, priority, spec), e.g. a spec
-    /// generated just in time. Specs are validated like files.
+    /// Build a registry from specs already in memory (`path`, priority, spec), validated like
+    /// files: for tests of what reads a registry (feature `test-support`).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn from_specs(specs: Vec<LoadedSpec>) -> Registry {
         let mut reg = Registry::default();
         for s in specs {

@@ -451,19 +451,6 @@ pub fn write_spec(path: &Path, spec: &Spec, format: Format) -> Result<(), Error>
     })
 }
 
-/// The conventional spec file name for a kind: `vendor-class.<ext>` (CDI's `GenerateSpecName`
-/// with `/` replaced so the name is a single path component).
-pub fn spec_file_name(kind: &str, format: Format) -> String {
-    let base: String = kind
-        .chars()
-        .map(|c| if c == '/' { '-' } else { c })
-        .collect();
-    match format {
-        Format::Json => format!("{base}.json"),
-        Format::Yaml => format!("{base}.yaml"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -589,10 +576,6 @@ mod tests {
         assert_eq!(Format::from_path(Path::new("b.yml")), Some(Format::Yaml));
         assert_eq!(Format::from_path(Path::new("b.tmp")), None);
         assert_eq!(Format::from_path(Path::new("json")), None);
-        assert_eq!(
-            spec_file_name("nvidia.com/gpu", Format::Yaml),
-            "nvidia.com-gpu.yaml"
-        );
     }
 
     #[test]
