@@ -296,11 +296,9 @@ impl Registry {
     pub fn names_of_kind(&self, kind: &str) -> Vec<String> {
         self.devices
             .keys()
-            .filter_map(|q| {
-                q.split_once('=')
-                    .filter(|(k, _)| *k == kind)
-                    .map(|(_, n)| n.to_string())
-            })
+            .filter_map(|q| crate::names::parse_qualified_name(q).ok())
+            .filter(|q| q.kind() == kind)
+            .map(|q| q.name)
             .collect()
     }
 

@@ -938,7 +938,7 @@ containerEdits:
             r
         };
         let gpu0 = || Devices::Ids(vec![DeviceId::Index(0)]);
-        let cdi0 = || Devices::Ids(vec![DeviceId::Cdi("nvidia.com/gpu=0".into())]);
+        let cdi0 = || Devices::Ids(vec![DeviceId::Cdi("nvidia.com/gpu=0".parse().unwrap())]);
         for (mode, devices) in [
             (Mode::Auto, gpu0()),
             (Mode::Auto, cdi0()),
@@ -996,7 +996,9 @@ containerEdits:
 
     #[test]
     fn static_spec_costs_no_discovery_and_stale_falls_back_only_in_auto() {
-        let cdi = req(Devices::Ids(vec![DeviceId::Cdi("nvidia.com/gpu=0".into())]));
+        let cdi = req(Devices::Ids(vec![DeviceId::Cdi(
+            "nvidia.com/gpu=0".parse().unwrap(),
+        )]));
         let mut h = fake();
         let d = decide(&cdi, &settings(Mode::Auto, Delivery::Shim), &mut h).unwrap();
         assert!(
@@ -1030,7 +1032,9 @@ containerEdits:
 
         // A name no spec defines.
         let mut h = fake();
-        let other = req(Devices::Ids(vec![DeviceId::Cdi("nvidia.com/gpu=7".into())]));
+        let other = req(Devices::Ids(vec![DeviceId::Cdi(
+            "nvidia.com/gpu=7".parse().unwrap(),
+        )]));
         let e = decide(&other, &settings(Mode::Auto, Delivery::Shim), &mut h).unwrap_err();
         assert!(matches!(e, DecideError::Unresolved { .. }), "{e}");
         assert!(e.to_string().starts_with("NVIDIA_VISIBLE_DEVICES"), "{e}");
@@ -1040,7 +1044,7 @@ containerEdits:
     fn mode_matrix_over_deliveries() {
         // (mode, request, delivery) -> nodes injected, or None for an error.
         let idx = |i| req(Devices::Ids(vec![DeviceId::Index(i)]));
-        let cdi = |n: &str| req(Devices::Ids(vec![DeviceId::Cdi(n.into())]));
+        let cdi = |n: &str| req(Devices::Ids(vec![DeviceId::Cdi(n.parse().unwrap())]));
         let rt = cdi("runtime.nvidia.com/gpu=1");
         let cases: Vec<(Mode, Request, Option<&[&str]>)> = vec![
             (

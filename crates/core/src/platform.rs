@@ -110,9 +110,9 @@ pub fn csv_edits(host: &CsvHost, hook_path: &str) -> CsvEdits {
 pub fn csv_serves(id: &DeviceId, kinds: &[&str]) -> bool {
     match id {
         DeviceId::All | DeviceId::Index(0) => true,
-        DeviceId::Cdi(n) => n
-            .split_once('=')
-            .is_some_and(|(k, d)| kinds.contains(&k) && (d == "0" || d == "all")),
+        DeviceId::Cdi(q) => {
+            kinds.contains(&q.kind().as_str()) && (q.name == "0" || q.name == "all")
+        }
         _ => false,
     }
 }
@@ -247,8 +247,14 @@ mod tests {
         assert!(csv_serves(&DeviceId::All, &k));
         assert!(csv_serves(&DeviceId::Index(0), &k));
         assert!(!csv_serves(&DeviceId::Index(1), &k));
-        assert!(csv_serves(&DeviceId::Cdi("nvidia.com/gpu=all".into()), &k));
-        assert!(!csv_serves(&DeviceId::Cdi("other.com/gpu=all".into()), &k));
+        assert!(csv_serves(
+            &DeviceId::Cdi("nvidia.com/gpu=all".parse().unwrap()),
+            &k
+        ));
+        assert!(!csv_serves(
+            &DeviceId::Cdi("other.com/gpu=all".parse().unwrap()),
+            &k
+        ));
         assert!(!csv_serves(&DeviceId::Uuid("GPU-1".into()), &k));
     }
 }

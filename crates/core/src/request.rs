@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use gpuctk_cdi::names::QualifiedName;
 use serde_json::Value;
 
 use gpuctk_host::caps::MAX_IMEX_CHANNEL;
@@ -71,7 +72,7 @@ pub enum DeviceId {
     /// A MIG device by UUID, `MIG-...`.
     MigUuid(String),
     /// A fully-qualified CDI name, `nvidia.com/gpu=0`.
-    Cdi(String),
+    Cdi(QualifiedName),
 }
 
 impl std::fmt::Display for DeviceId {
@@ -79,7 +80,8 @@ impl std::fmt::Display for DeviceId {
         match self {
             DeviceId::All => f.write_str("all"),
             DeviceId::Index(i) => write!(f, "{i}"),
-            DeviceId::Uuid(u) | DeviceId::MigUuid(u) | DeviceId::Cdi(u) => f.write_str(u),
+            DeviceId::Uuid(u) | DeviceId::MigUuid(u) => f.write_str(u),
+            DeviceId::Cdi(q) => write!(f, "{q}"),
             DeviceId::Mig(g, i) => write!(f, "{g}:{i}"),
         }
     }
@@ -349,10 +351,9 @@ pub fn parse_device_id(item: &str, source: &str) -> Result<DeviceId, RequestErro
         }
         return Err(bad());
     }
-    if gpuctk_cdi::names::parse_qualified_name(item).is_ok() {
-        return Ok(DeviceId::Cdi(item.to_string()));
-    }
-    Err(bad())
+    gpuctk_cdi::names::parse_qualified_name(item)
+        .map(DeviceId::Cdi)
+        .map_err(|_| bad())
 }
 
 /// Collects device ids in order without repeats, in linear time, refusing more than
@@ -438,13 +439,13 @@ fn from_annotations(
             });
         }
         for name in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            if gpuctk_cdi::names::parse_qualified_name(name).is_err() {
+            let Ok(name) = gpuctk_cdi::names::parse_qualified_name(name) else {
                 return Err(RequestError::BadAnnotation {
                     key: k.to_string(),
                     value: v.chars().take(200).collect(),
                 });
-            }
-            ids.push(DeviceId::Cdi(name.to_string()), k)?;
+            };
+            ids.push(DeviceId::Cdi(name), k)?;
         }
     }
     if ids.ids.is_empty() {
@@ -956,7 +957,7 @@ mod tests {
                 DeviceId::Uuid("GPU-abc".into()),
                 DeviceId::MigUuid("MIG-1f".into()),
                 DeviceId::Mig(0, 1),
-                DeviceId::Cdi("nvidia.com/gpu=2".into()),
+                DeviceId::Cdi("nvidia.com/gpu=2".parse().unwrap()),
             ])
         );
         // The last definition wins, as for any env var.
@@ -977,7 +978,7 @@ mod tests {
         // A MIG device's CDI name holds a colon.
         assert_eq!(
             id("nvidia.com/gpu=0:1").unwrap(),
-            DeviceId::Cdi("nvidia.com/gpu=0:1".into())
+            DeviceId::Cdi("nvidia.com/gpu=0:1".parse().unwrap())
         );
         for bad in [
             "MIG-GPU-abc/7",
@@ -1165,7 +1166,7 @@ mod tests {
             r.devices,
             Devices::Ids(vec![
                 DeviceId::Index(1),
-                DeviceId::Cdi("nvidia.com/gpu=2".into())
+                DeviceId::Cdi("nvidia.com/gpu=2".parse().unwrap())
             ])
         );
     }
@@ -1235,7 +1236,7 @@ mod tests {
         let r = shim(&c, &restricted()).unwrap();
         assert_eq!(
             r.devices,
-            Devices::Ids(vec![DeviceId::Cdi("nvidia.com/gpu=0".into())])
+            Devices::Ids(vec![DeviceId::Cdi("nvidia.com/gpu=0".parse().unwrap())])
         );
         let mut c = cfg(&[]);
         c["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu=0"});

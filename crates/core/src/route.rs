@@ -79,9 +79,9 @@ pub fn route(request: &Request, mode: Mode, default_kind: &str) -> Result<Route,
             .collect()
     };
     let runtime_kind_only = !ids.is_empty()
-        && ids.iter().all(|d| {
-            matches!(d, DeviceId::Cdi(n) if n.split_once('=').is_some_and(|(k, _)| k == RUNTIME_KIND))
-        });
+        && ids
+            .iter()
+            .all(|d| matches!(d, DeviceId::Cdi(n) if n.kind() == RUNTIME_KIND));
     if runtime_kind_only {
         return match as_ids(&ids) {
             Some(mapped) => Ok(Route::JustInTime(mapped)),
@@ -95,7 +95,7 @@ pub fn route(request: &Request, mode: Mode, default_kind: &str) -> Result<Route,
             names: ids
                 .iter()
                 .map(|d| match d {
-                    DeviceId::Cdi(n) => n.clone(),
+                    DeviceId::Cdi(n) => n.to_string(),
                     other => format!("{default_kind}={other}"),
                 })
                 .collect(),
@@ -159,7 +159,7 @@ mod tests {
     }
 
     fn cdi(n: &str) -> DeviceId {
-        DeviceId::Cdi(n.into())
+        DeviceId::Cdi(n.parse().unwrap())
     }
 
     const KIND: &str = "nvidia.com/gpu";

@@ -2,6 +2,7 @@
 //! container gets from them: the same [`plan`] as `cdi generate`, restricted to the selected
 //! GPUs and the requested capabilities.
 
+use gpuctk_cdi::names::QualifiedName;
 use gpuctk_host::Inventory;
 
 use crate::request::DeviceId;
@@ -70,11 +71,11 @@ pub enum SelectError {
 
 /// Map a CDI name of our own kind (`nvidia.com/gpu=1`, `=GPU-...`, `=gpu1`, `=all`) to the GPU it
 /// names, so a request for a static spec's device can fall back to just-in-time edits.
-pub fn cdi_name_to_device(name: &str, kind: &str) -> Option<DeviceId> {
-    let (k, dev) = name.split_once('=')?;
-    if k != kind {
+pub fn cdi_name_to_device(name: &QualifiedName, kind: &str) -> Option<DeviceId> {
+    if name.kind() != kind {
         return None;
     }
+    let dev = name.name.as_str();
     if dev == "all" {
         return Some(DeviceId::All);
     }
@@ -179,7 +180,7 @@ pub fn select_gpus(
             DeviceId::Cdi(name) => {
                 return Err(SelectError::Cdi {
                     var: source.to_string(),
-                    name: name.clone(),
+                    name: name.to_string(),
                 })
             }
         }
@@ -205,20 +206,23 @@ mod tests {
     fn cdi_names_of_mig_devices_map_to_them() {
         let k = "nvidia.com/gpu";
         assert_eq!(
-            cdi_name_to_device("nvidia.com/gpu=0:1", k),
+            cdi_name_to_device(&"nvidia.com/gpu=0:1".parse().unwrap(), k),
             Some(DeviceId::Mig(0, 1))
         );
         assert_eq!(
-            cdi_name_to_device("nvidia.com/gpu=mig2:0", k),
+            cdi_name_to_device(&"nvidia.com/gpu=mig2:0".parse().unwrap(), k),
             Some(DeviceId::Mig(2, 0))
         );
         assert_eq!(
-            cdi_name_to_device("nvidia.com/gpu=MIG-abc", k),
+            cdi_name_to_device(&"nvidia.com/gpu=MIG-abc".parse().unwrap(), k),
             Some(DeviceId::MigUuid("MIG-abc".into()))
         );
-        assert_eq!(cdi_name_to_device("nvidia.com/gpu=0:x", k), None);
         assert_eq!(
-            cdi_name_to_device("nvidia.com/gpu=gpu3", k),
+            cdi_name_to_device(&"nvidia.com/gpu=0:x".parse().unwrap(), k),
+            None
+        );
+        assert_eq!(
+            cdi_name_to_device(&"nvidia.com/gpu=gpu3".parse().unwrap(), k),
             Some(DeviceId::Index(3))
         );
     }

@@ -108,9 +108,9 @@ pub fn wsl_edits(host: &WslHost, hook_path: &str) -> WslEdits {
 pub fn wsl_serves(id: &DeviceId, kinds: &[&str]) -> bool {
     match id {
         DeviceId::All | DeviceId::Index(0) => true,
-        DeviceId::Cdi(n) => n
-            .split_once('=')
-            .is_some_and(|(k, d)| kinds.contains(&k) && (d == "0" || d == "all")),
+        DeviceId::Cdi(q) => {
+            kinds.contains(&q.kind().as_str()) && (q.name == "0" || q.name == "all")
+        }
         _ => false,
     }
 }
@@ -226,7 +226,10 @@ mod tests {
         assert!(wsl_serves(&DeviceId::All, &k));
         assert!(wsl_serves(&DeviceId::Index(0), &k));
         assert!(!wsl_serves(&DeviceId::Index(1), &k));
-        assert!(wsl_serves(&DeviceId::Cdi("nvidia.com/gpu=all".into()), &k));
+        assert!(wsl_serves(
+            &DeviceId::Cdi("nvidia.com/gpu=all".parse().unwrap()),
+            &k
+        ));
         assert!(!wsl_serves(&DeviceId::Uuid("GPU-1".into()), &k));
     }
 }
