@@ -91,10 +91,11 @@ impl RootArgs {
             std::path::absolute(p).with_context(|| format!("{flag} {}", p.display()))
         };
         let driver_root = abs(&driver_root, "--driver-root")?;
-        let dev_root = match &self.dev_root {
-            Some(d) => Some(abs(d, "--dev-root")?),
-            None => None,
-        };
+        let dev_root = self
+            .dev_root
+            .as_deref()
+            .map(|d| abs(d, "--dev-root"))
+            .transpose()?;
         Ok(Roots::new(
             driver_root,
             dev_root,
