@@ -345,7 +345,6 @@ fn nvidia_container_cli(runtime: &str) {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     };
     exactly(&r, &[1, 3], &format!("{runtime}, nvidia-container-cli"));
-    assert_eq!(r.smi_uuids().len(), 2, "{}", r.smi);
 }
 
 #[test]
