@@ -131,13 +131,13 @@ fn bed(runtime: &str) -> Bed {
 /// The GPU the containers are not given, whose node each gets bound in anyway.
 const OTHER: u32 = 2;
 
-/// Starts again from the pristine config.json with `env`, the container's cgroup at `/cg` and
-/// the host's node of GPU [`OTHER`] bound to `/dev/nvidia2`.
-fn prepare(bed: &Bed, env: &[&str], cg: &str) {
+/// Starts again from the pristine config.json with `env`, `cgroups_path` and the host's node
+/// of GPU [`OTHER`] bound to `/dev/nvidia2`.
+fn prepare(bed: &Bed, env: &[&str], cgroups_path: &str) {
     bed.set_env(env);
     let other = format!("{}/dev/nvidia{OTHER}", bed.host.dev_root());
     bed.edit(|s| {
-        s["linux"]["cgroupsPath"] = json!(format!("/{cg}"));
+        s["linux"]["cgroupsPath"] = json!(cgroups_path);
         s["mounts"].as_array_mut().unwrap().push(json!({
             "destination": format!("/dev/nvidia{OTHER}"),
             "type": "bind",
@@ -158,7 +158,7 @@ fn cgroup_name(bed: &Bed, id: &str) -> String {
 /// The shim runs the bundle with `env` in a cgroup v2-only namespace.
 fn shim_run(bed: &Bed, id: &str, env: &[&str]) -> Ran {
     let cg = cgroup_name(bed, id);
-    prepare(bed, env, &cg);
+    prepare(bed, env, &format!("/{cg}"));
     bed.run_in(id, &|_| {}, &|c| in_cgroup2(&cg, "", c))
 }
 
@@ -259,16 +259,21 @@ fn crun_shim_from_a_cdi_spec() {
     shim_from_a_cdi_spec("crun");
 }
 
-/// `mode = "legacy"`: the shim adds the prestart hook, which extends the device program the
-/// runtime attached to the container's cgroup v2 (the spec allows no GPU, so without that every
-/// node would be `EPERM`).
-fn legacy_hook(runtime: &str) {
-    let bed = bed(runtime);
+/// `mode = "legacy"` in the bed's config: the shim adds our prestart hook and nothing else.
+fn legacy_mode(bed: &Bed) {
     let cfg = fs::read_to_string(&bed.config).unwrap().replace(
         "[nvidia-container-runtime]\n",
         "[nvidia-container-runtime]\nmode = \"legacy\"\n",
     );
     fs::write(&bed.config, cfg).unwrap();
+}
+
+/// `mode = "legacy"`: the shim adds the prestart hook, which extends the device program the
+/// runtime attached to the container's cgroup v2 (the spec allows no GPU, so without that every
+/// node would be `EPERM`).
+fn legacy_hook(runtime: &str) {
+    let bed = bed(runtime);
+    legacy_mode(&bed);
     let r = shim_run(&bed, "legacy", &["NVIDIA_VISIBLE_DEVICES=1,3"]);
     exactly(&r, &[1, 3], &format!("{runtime}, legacy hook"));
     let pre = &bed.spec()["hooks"]["prestart"];
@@ -290,13 +295,15 @@ fn crun_legacy_hook() {
 }
 
 /// The prestart hook NVIDIA's `nvidia-container-runtime-hook` is: the container's pid from the
-/// state on stdin, then `nvidia-container-cli configure --pid` with its cgroup handling on.
-fn cli_hook(cli: &Path, config: &Path, rootfs: &Path) -> Value {
+/// state on stdin, then `nvidia-container-cli configure --pid` with its cgroup handling on, its
+/// log appended to `log`.
+fn cli_hook(cli: &Path, config: &Path, rootfs: &Path, log: &Path) -> Value {
     let script = format!(
         "pid=$(tr -d '\\n' | sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p'); \
          [ -n \"$pid\" ] || {{ echo 'no pid in the state' >&2; exit 1; }}; \
-         exec {} --load-kmods configure --ldconfig=@/sbin/ldconfig --device=1,3 --compute --utility --pid=\"$pid\" {}",
+         exec {} --load-kmods --debug={} configure --ldconfig=@/sbin/ldconfig --device=1,3 --compute --utility --pid=\"$pid\" {}",
         cli.display(),
+        log.display(),
         rootfs.display()
     );
     json!({
@@ -309,42 +316,80 @@ fn cli_hook(cli: &Path, config: &Path, rootfs: &Path) -> Value {
     })
 }
 
+/// The bare runtime (no shim, `runtime_args` before its command) runs the bundle as container
+/// `name` in `cgroups_path`, with [`cli_hook`] as its prestart hook (its log in `cli.log`) and
+/// config.json changed by `edit`, the command turned by `wrap`.
+fn cli_run(
+    bed: &Bed,
+    runtime: &str,
+    name: &str,
+    cgroups_path: &str,
+    runtime_args: &[&str],
+    edit: &dyn Fn(&Bed),
+    wrap: &dyn Fn(Command) -> Command,
+) -> Ran {
+    let cli = bed.t.join("bin/nvidia-container-cli");
+    if !cli.exists() {
+        std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
+    }
+    prepare(bed, &[], cgroups_path);
+    let rootfs = bed.bundle.join("rootfs");
+    let hook = cli_hook(&cli, &bed.config, &rootfs, &bed.t.join("cli.log"));
+    bed.edit(|s| s["hooks"] = json!({ "prestart": [hook] }));
+    edit(bed);
+    fs::remove_dir_all(&rootfs).unwrap();
+    gpuctk_mockhost::create_rootfs(&rootfs, &gpuctk_mockhost::RootfsConfig::default()).unwrap();
+    let mut c = Command::new(runtime_path(&bed.t, runtime));
+    c.args(runtime_args)
+        .arg("--root")
+        .arg(&bed.state_root)
+        .args(["run", "--bundle"])
+        .arg(&bed.bundle)
+        .arg(name);
+    let out = wrap(c)
+        .output()
+        .unwrap_or_else(|e| panic!("{runtime}: {e} (install util-linux, {runtime})"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (probe, smi) = stdout.split_once("---smi---\n").unwrap_or((&stdout, ""));
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        probe: gpuctk_mockhost::ProbeReport::parse(probe),
+        smi: smi.to_string(),
+        stdout: stdout.clone(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// `nvidia-container-cli configure --pid` from a prestart hook, the runtime run bare (no shim),
 /// with the container's cgroup where a systemd cgroup driver would put it
 /// (`<slice>/<prefix>-<id>.scope`): the cli finds it from `/proc/<pid>/cgroup`, never from the
 /// driver or `cgroupsPath`.
 fn nvidia_container_cli(runtime: &str) {
     let bed = bed(runtime);
-    let cli = bed.t.join("bin/nvidia-container-cli");
-    std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
     let name = cgroup_name(&bed, "cli");
     let slice = format!("{name}.slice");
     let cg = format!("{slice}/gpuctk-{name}.scope");
-    prepare(&bed, &[], &cg);
-    let rootfs = bed.bundle.join("rootfs");
-    let hook = cli_hook(&cli, &bed.config, &rootfs);
-    bed.edit(|s| s["hooks"] = json!({ "prestart": [hook] }));
-    fs::remove_dir_all(&rootfs).unwrap();
-    gpuctk_mockhost::create_rootfs(&rootfs, &gpuctk_mockhost::RootfsConfig::default()).unwrap();
-    let mut c = Command::new(runtime_path(&bed.t, runtime));
-    c.arg("--root")
-        .arg(&bed.state_root)
-        .args(["run", "--bundle"])
-        .arg(&bed.bundle)
-        .arg(&name);
-    let out = in_cgroup2(&cg, &slice, c)
-        .output()
-        .unwrap_or_else(|e| panic!("unshare {runtime}: {e} (install util-linux, {runtime})"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (probe, smi) = stdout.split_once("---smi---\n").unwrap_or((&stdout, ""));
-    let r = Ran {
-        code: out.status.code().unwrap_or(-1),
-        probe: gpuctk_mockhost::ProbeReport::parse(probe),
-        smi: smi.to_string(),
-        stdout: stdout.clone(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
+    let r = cli_run(
+        &bed,
+        runtime,
+        &name,
+        &format!("/{cg}"),
+        &[],
+        &|_| {},
+        &|c| in_cgroup2(&cg, &slice, c),
+    );
     exactly(&r, &[1, 3], &format!("{runtime}, nvidia-container-cli"));
+    cli_extended(&bed, &format!("v2 /sys/fs/cgroup/{cg}"));
+}
+
+/// The cli's log says it extended a device program on the cgroup v2 `cgroup` names.
+fn cli_extended(bed: &Bed, cgroup: &str) {
+    let log = fs::read_to_string(bed.t.join("cli.log")).unwrap();
+    assert!(
+        log.contains("cgroup v2: device program") && log.contains("replaced by"),
+        "no device program extended: {log}"
+    );
+    assert!(log.contains(cgroup), "not {cgroup}: {log}");
 }
 
 #[test]
@@ -355,4 +400,302 @@ fn runc_nvidia_container_cli() {
 #[test]
 fn crun_nvidia_container_cli() {
     nvidia_container_cli("crun");
+}
+
+// ---------------------------------------------------------------- the systemd cgroup driver
+
+/// Boots systemd as PID 1 of its own pid, mount, uts, ipc, net and cgroup namespaces, on a root
+/// of its own (`$1`, an empty folder): a tmpfs with the machine's `/usr` read-only, a copy of
+/// `/etc`, fresh `/run` and `/tmp`, `/proc/sys` and `/sys` read-only (so nothing it starts
+/// touches the machine's kernel settings or devices), cgroup2 at `/sys/fs/cgroup` (the cgroup
+/// namespace's root is the folder the test made), and the folders `$2...` bound at their own
+/// paths. It starts only `gpuctk-test.target`, which pulls in the D-Bus socket and nothing of
+/// the machine's boot (no tmpfiles, no udev).
+const BOOT_SYSTEMD: &str = r#"set -e
+root=$1; shift
+mount --make-rprivate /
+mount -t tmpfs -o mode=755 tmpfs "$root"
+cd "$root"
+mkdir -p usr etc proc sys dev run tmp var root
+mount --bind /usr usr
+mount -o remount,bind,ro usr
+for d in bin sbin lib lib64; do
+    if [ -L "/$d" ]; then ln -s "$(readlink "/$d")" "$d"
+    elif [ -d "/$d" ]; then mkdir "$d"; mount --bind "/$d" "$d"; mount -o remount,bind,ro "$d"
+    fi
+done
+cp -a /etc/. etc/
+: > etc/fstab
+units=etc/systemd/system
+mkdir -p "$units/dbus.socket.d" "$units/dbus.service.d"
+printf '[Unit]\nDescription=gpuctk test\nDefaultDependencies=no\nWants=dbus.socket\n' > "$units/gpuctk-test.target"
+printf '[Unit]\nDefaultDependencies=no\n' > "$units/dbus.socket.d/gpuctk-test.conf"
+printf '[Unit]\nDefaultDependencies=no\n' > "$units/dbus.service.d/gpuctk-test.conf"
+mount -t proc proc proc
+mount --bind proc/sys proc/sys
+mount -o remount,bind,ro proc/sys
+mount -t sysfs -o ro sysfs sys
+mount -t cgroup2 none sys/fs/cgroup
+mount -t tmpfs -o mode=755 tmpfs dev
+for n in null zero full random urandom tty; do : > "dev/$n"; mount --bind "/dev/$n" "dev/$n"; done
+mkdir -p dev/pts dev/shm
+mount -t tmpfs -o mode=755 tmpfs run
+mount -t tmpfs -o mode=1777 tmpfs tmp
+for d in "$@"; do mkdir -p ".$d"; mount --bind "$d" ".$d"; done
+mkdir old
+pivot_root . old
+umount -l /old
+rmdir /old
+export container=gpuctk-test
+exec /lib/systemd/systemd --unit=gpuctk-test.target --log-target=console
+"#;
+
+/// A systemd booted by [`BOOT_SYSTEMD`]; killed (by its pid) and its cgroup removed on drop.
+struct Systemd {
+    unshare: std::process::Child,
+    pid1: i32,
+    cgroup: std::path::PathBuf,
+    log: std::path::PathBuf,
+}
+
+/// The machine's cgroup2 mount (`/sys/fs/cgroup/unified` on a hybrid host).
+fn host_cgroup2() -> std::path::PathBuf {
+    let mi = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = mi
+        .lines()
+        .find(|l| {
+            l.split(" - ")
+                .nth(1)
+                .is_some_and(|r| r.starts_with("cgroup2 "))
+        })
+        .expect("a cgroup2 mount on this machine");
+    std::path::PathBuf::from(line.split(' ').nth(4).unwrap())
+}
+
+impl Systemd {
+    /// Boots one in `t`, with `binds` reachable at their paths, and waits until it runs.
+    fn boot(t: &TestDir, binds: &[&Path]) -> Systemd {
+        let cgroup = host_cgroup2().join(format!(
+            "{}-systemd",
+            t.path().file_name().unwrap().to_string_lossy()
+        ));
+        fs::create_dir(&cgroup).unwrap();
+        let root = t.join("systemd-root");
+        fs::create_dir(&root).unwrap();
+        let log = t.join("systemd.log");
+        let out = fs::File::create(&log).unwrap();
+        let unshare = Command::new("sh")
+            .args([
+                "-c",
+                "echo $$ > \"$1\" && boot=$2 && shift 2 && exec unshare --pid --fork --mount --uts --ipc --net --cgroup --propagation private sh -c \"$boot\" sh \"$@\"",
+                "sh",
+            ])
+            .arg(cgroup.join("cgroup.procs"))
+            .arg(BOOT_SYSTEMD)
+            .arg(&root)
+            .args(binds)
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("sh, unshare (util-linux)");
+        let mut sd = Systemd {
+            pid1: 0,
+            unshare,
+            cgroup,
+            log,
+        };
+        let children = format!("/proc/{0}/task/{0}/children", sd.unshare.id());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            if let Ok(Some(st)) = sd.unshare.try_wait() {
+                panic!("systemd did not start ({st}): {}", sd.log_text());
+            }
+            if sd.pid1 == 0 {
+                sd.pid1 = fs::read_to_string(&children)
+                    .ok()
+                    .and_then(|s| s.split_whitespace().next()?.parse().ok())
+                    .unwrap_or(0);
+            }
+            if sd.pid1 != 0 {
+                let mut c = Command::new("systemctl");
+                c.arg("is-system-running");
+                let state = sd.enter(c).output().expect("nsenter (util-linux)");
+                let state = String::from_utf8_lossy(&state.stdout).trim().to_string();
+                if state == "running" || state == "degraded" {
+                    return sd;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "systemd did not come up: {}",
+                sd.log_text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `c` run in all of systemd's namespaces.
+    fn enter(&self, c: Command) -> Command {
+        let mut n = Command::new("nsenter");
+        n.args(["--target", &self.pid1.to_string(), "--all"])
+            .arg(c.get_program())
+            .args(c.get_args());
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => n.env(k, v),
+                None => n.env_remove(k),
+            };
+        }
+        n
+    }
+
+    /// Kills systemd (and with it its pid namespace) and removes its cgroups; `false` when
+    /// one could not be removed.
+    fn stop(&mut self) -> bool {
+        if self.pid1 > 0 {
+            // SAFETY: a signal to the process this test started.
+            unsafe { libc::kill(self.pid1, libc::SIGKILL) };
+            self.pid1 = 0;
+        }
+        let _ = self.unshare.kill();
+        let _ = self.unshare.wait();
+        for _ in 0..100 {
+            if remove_cgroup_tree(&self.cgroup) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+impl Drop for Systemd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Removes `dir` and the cgroups below it, deepest first; `true` when none is left.
+fn remove_cgroup_tree(dir: &Path) -> bool {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return !dir.exists();
+    };
+    for e in rd.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_cgroup_tree(&e.path());
+        }
+    }
+    fs::remove_dir(dir).is_ok() || !dir.exists()
+}
+
+/// `c` with `flag` before its arguments (a runtime's global flag).
+fn with_global(c: Command, flag: &str) -> Command {
+    let mut n = Command::new(c.get_program());
+    n.arg(flag).args(c.get_args());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => n.env(k, v),
+            None => n.env_remove(k),
+        };
+    }
+    n
+}
+
+/// For a run under systemd: no cgroup namespace in the container (its `/proc/self/cgroup`
+/// shows the scope), and the container prints that file after the probe and nvidia-smi.
+fn show_cgroup(bed: &Bed) {
+    bed.edit(|s| {
+        s["linux"]["namespaces"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|n| n["type"] != "cgroup");
+        let cmd = s["process"]["args"][2].as_str().unwrap().to_string();
+        s["process"]["args"][2] = json!(format!("{cmd}; cat /proc/self/cgroup"));
+    });
+}
+
+/// `--systemd-cgroup` with a systemd running (booted by the test in namespaces of its own, as
+/// the machines here have none): runc or crun ask systemd over D-Bus for a transient scope
+/// `system.slice/gpuctk-<id>.scope` (the runtime's device rules as its `DeviceAllow=`), and
+/// attach their device program there (runc) or to a `container` cgroup below it (crun). The
+/// shim just in time, the legacy hook and `nvidia-container-cli configure --pid` from a
+/// prestart hook: each container in its scope, with exactly its GPUs.
+fn systemd_cgroup_driver(runtime: &str) {
+    let bed = bed(runtime);
+    let bin = Path::new(GPUCTK).parent().unwrap();
+    let mut sd = Systemd::boot(&bed.t, &[bed.t.path(), bin]);
+    let global = "--systemd-cgroup";
+    let scope = |name: &str| format!("0::/system.slice/gpuctk-{name}.scope");
+
+    let name = cgroup_name(&bed, "sd-jit");
+    prepare(
+        &bed,
+        &["NVIDIA_VISIBLE_DEVICES=1,3"],
+        &format!("system.slice:gpuctk:{name}"),
+    );
+    show_cgroup(&bed);
+    let r = bed.run_in("sd-jit", &|_| {}, &|c| sd.enter(with_global(c, global)));
+    exactly(
+        &r,
+        &[1, 3],
+        &format!("{runtime}, systemd driver, shim just in time"),
+    );
+    assert!(r.smi.contains(&scope(&name)), "{}", r.stdout);
+
+    legacy_mode(&bed);
+    let name = cgroup_name(&bed, "sd-legacy");
+    prepare(
+        &bed,
+        &["NVIDIA_VISIBLE_DEVICES=1,3"],
+        &format!("system.slice:gpuctk:{name}"),
+    );
+    show_cgroup(&bed);
+    let r = bed.run_in("sd-legacy", &|_| {}, &|c| sd.enter(with_global(c, global)));
+    exactly(
+        &r,
+        &[1, 3],
+        &format!("{runtime}, systemd driver, legacy hook"),
+    );
+    assert!(r.smi.contains(&scope(&name)), "{}", r.stdout);
+
+    let name = cgroup_name(&bed, "sd-cli");
+    let r = cli_run(
+        &bed,
+        runtime,
+        &name,
+        &format!("system.slice:gpuctk:{name}"),
+        &[global],
+        &show_cgroup,
+        &|c| sd.enter(c),
+    );
+    exactly(
+        &r,
+        &[1, 3],
+        &format!("{runtime}, systemd driver, nvidia-container-cli"),
+    );
+    assert!(r.smi.contains(&scope(&name)), "{}", r.stdout);
+    cli_extended(
+        &bed,
+        &format!("v2 /sys/fs/cgroup/system.slice/gpuctk-{name}.scope"),
+    );
+    assert!(
+        sd.stop(),
+        "systemd's cgroups were left behind: {}",
+        sd.cgroup.display()
+    );
+}
+
+#[test]
+fn runc_systemd_cgroup_driver() {
+    systemd_cgroup_driver("runc");
+}
+
+#[test]
+fn crun_systemd_cgroup_driver() {
+    systemd_cgroup_driver("crun");
 }
