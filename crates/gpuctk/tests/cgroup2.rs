@@ -450,48 +450,66 @@ export container=gpuctk-test
 exec /lib/systemd/systemd --unit=gpuctk-test.target --log-target=console
 "#;
 
+/// Runs [`BOOT_SYSTEMD`] (`$2`) with `$3...` in a cgroup `$1` it makes at the top of the
+/// cgroup2 hierarchy, seen through a cgroup2 mount of its own in a private mount namespace (the
+/// machine's `/sys/fs/cgroup` is never touched), which becomes the root of systemd's cgroup
+/// namespace.
+const ENTER_CGROUP: &str = r#"set -e
+mount --make-rprivate /
+mount -t cgroup2 none /sys/fs/cgroup
+mkdir "/sys/fs/cgroup/$1"
+echo $$ > "/sys/fs/cgroup/$1/cgroup.procs"
+boot=$2
+shift 2
+exec unshare --pid --fork --kill-child --uts --ipc --net --cgroup sh -c "$boot" sh "$@"
+"#;
+
+/// Removes the cgroup `$1` and those below it, deepest first, through a cgroup2 mount of its own
+/// in a private mount namespace; fails when one is left (after waiting for its processes, which
+/// a `SIGKILL` ends asynchronously, to be gone).
+const REMOVE_CGROUP: &str = r#"mount --make-rprivate / || exit 97
+mount -t cgroup2 none /sys/fs/cgroup || exit 98
+cd /sys/fs/cgroup || exit 96
+for i in $(seq 200); do
+    [ -e "$1" ] || exit 0
+    find "$1" -depth -type d -exec rmdir {} + 2>/dev/null
+    sleep 0.05
+done
+echo "cgroup $1 is still there" >&2
+exit 1
+"#;
+
 /// A systemd booted by [`BOOT_SYSTEMD`]; killed (by its pid) and its cgroup removed on drop.
 struct Systemd {
     unshare: std::process::Child,
     pid1: i32,
-    cgroup: std::path::PathBuf,
+    /// Its cgroup, relative to the top of the cgroup2 hierarchy.
+    cgroup: String,
     log: std::path::PathBuf,
-}
-
-/// The machine's cgroup2 mount (`/sys/fs/cgroup/unified` on a hybrid host).
-fn host_cgroup2() -> std::path::PathBuf {
-    let mi = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let line = mi
-        .lines()
-        .find(|l| {
-            l.split(" - ")
-                .nth(1)
-                .is_some_and(|r| r.starts_with("cgroup2 "))
-        })
-        .expect("a cgroup2 mount on this machine");
-    std::path::PathBuf::from(line.split(' ').nth(4).unwrap())
+    stopped: bool,
 }
 
 impl Systemd {
     /// Boots one in `t`, with `binds` reachable at their paths, and waits until it runs.
     fn boot(t: &TestDir, binds: &[&Path]) -> Systemd {
-        let cgroup = host_cgroup2().join(format!(
+        let cgroup = format!(
             "{}-systemd",
             t.path().file_name().unwrap().to_string_lossy()
-        ));
-        fs::create_dir(&cgroup).unwrap();
+        );
         let root = t.join("systemd-root");
         fs::create_dir(&root).unwrap();
         let log = t.join("systemd.log");
         let out = fs::File::create(&log).unwrap();
-        let unshare = Command::new("sh")
+        let unshare = Command::new("unshare")
             .args([
-                "-c",
-                "echo $$ > \"$1\" && boot=$2 && shift 2 && exec unshare --pid --fork --mount --uts --ipc --net --cgroup --propagation private sh -c \"$boot\" sh \"$@\"",
+                "--mount",
+                "--propagation",
+                "private",
                 "sh",
+                "-c",
+                ENTER_CGROUP,
             ])
-            .arg(cgroup.join("cgroup.procs"))
-            .arg(BOOT_SYSTEMD)
+            .args(["sh", &cgroup, BOOT_SYSTEMD])
             .arg(&root)
             .args(binds)
             .stdin(std::process::Stdio::null())
@@ -504,6 +522,7 @@ impl Systemd {
             unshare,
             cgroup,
             log,
+            stopped: false,
         };
         let children = format!("/proc/{0}/task/{0}/children", sd.unshare.id());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
@@ -512,9 +531,21 @@ impl Systemd {
                 panic!("systemd did not start ({st}): {}", sd.log_text());
             }
             if sd.pid1 == 0 {
+                // The forked child, PID 1 of the new namespace (not a command the script runs
+                // before it).
                 sd.pid1 = fs::read_to_string(&children)
-                    .ok()
-                    .and_then(|s| s.split_whitespace().next()?.parse().ok())
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                    .find(|p| {
+                        fs::read_to_string(format!("/proc/{p}/status")).is_ok_and(|st| {
+                            st.lines().any(|l| {
+                                l.starts_with("NSpid:")
+                                    && l.split_whitespace().count() == 3
+                                    && l.ends_with("\t1")
+                            })
+                        })
+                    })
                     .unwrap_or(0);
             }
             if sd.pid1 != 0 {
@@ -554,23 +585,28 @@ impl Systemd {
         n
     }
 
-    /// Kills systemd (and with it its pid namespace) and removes its cgroups; `false` when
+    /// Kills systemd (and with it its pid namespace) and removes its cgroup; `false` when
     /// one could not be removed.
     fn stop(&mut self) -> bool {
-        if self.pid1 > 0 {
-            // SAFETY: a signal to the process this test started.
-            unsafe { libc::kill(self.pid1, libc::SIGKILL) };
-            self.pid1 = 0;
+        if self.stopped {
+            return true;
         }
+        self.stopped = true;
+        // unshare's --kill-child takes systemd, and with it its pid namespace, along.
         let _ = self.unshare.kill();
         let _ = self.unshare.wait();
-        for _ in 0..100 {
-            if remove_cgroup_tree(&self.cgroup) {
-                return true;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        false
+        Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                REMOVE_CGROUP,
+            ])
+            .args(["sh", &self.cgroup])
+            .status()
+            .is_ok_and(|s| s.success())
     }
 }
 
@@ -578,19 +614,6 @@ impl Drop for Systemd {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// Removes `dir` and the cgroups below it, deepest first; `true` when none is left.
-fn remove_cgroup_tree(dir: &Path) -> bool {
-    let Ok(rd) = fs::read_dir(dir) else {
-        return !dir.exists();
-    };
-    for e in rd.flatten() {
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_cgroup_tree(&e.path());
-        }
-    }
-    fs::remove_dir(dir).is_ok() || !dir.exists()
 }
 
 /// `c` with `flag` before its arguments (a runtime's global flag).
@@ -683,11 +706,7 @@ fn systemd_cgroup_driver(runtime: &str) {
         &bed,
         &format!("v2 /sys/fs/cgroup/system.slice/gpuctk-{name}.scope"),
     );
-    assert!(
-        sd.stop(),
-        "systemd's cgroups were left behind: {}",
-        sd.cgroup.display()
-    );
+    assert!(sd.stop(), "systemd's cgroup {} was left behind", sd.cgroup);
 }
 
 #[test]
