@@ -12,6 +12,10 @@
 //! `CAP_SYS_RESOURCE`); since Linux 5.11 BPF memory is charged to the memory cgroup instead,
 //! so the crun tests run it with a tiny `LD_PRELOAD` built here that turns only that refused
 //! raise into success. It is test scaffolding for this host, never shipped.
+//!
+//! The systemd cgroup driver (`--systemd-cgroup`) needs a running systemd reachable over D-Bus,
+//! which these machines lack: `*_systemd_cgroup_driver` boot one as PID 1 of namespaces of its
+//! own, on a root of its own, starting nothing but D-Bus, and run the deliveries through it.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
