@@ -13,8 +13,9 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 # uidmap: the rootless podman test. dpkg-dev, man-db, groff-base, systemd, zsh and fish:
 # scripts/package.sh and the package tests (dpkg-shlibdeps, man -l, systemd-analyze verify, zsh -n,
-# fish's own completion).
-PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman uidmap ca-certificates curl strace dpkg-dev man-db groff-base systemd zsh fish"
+# fish's own completion). systemd and dbus: the cgroup2 tests boot a systemd in namespaces of
+# its own for runc's and crun's systemd cgroup driver (crun reaches it over the system bus).
+PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman uidmap ca-certificates curl strace dpkg-dev man-db groff-base systemd dbus zsh fish"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -239,6 +239,63 @@ fn cgroup_v2_bpf_replace_single_program() {
     v2_case(0);
 }
 
+/// Several programs on the container's cgroup (`BPF_F_ALLOW_MULTI`: a runtime's and another
+/// manager's) each decide, and a device opens only where all allow it: every one is extended,
+/// each keeps what it denied. A program on an ancestor cgroup (shared with other containers) is
+/// left alone, so a GPU it denies stays denied.
+#[test]
+fn cgroup_v2_every_program_is_extended_and_an_ancestors_still_applies() {
+    require_root();
+    let parent = CgroupDir::create("/sys/fs/cgroup/unified", &unique("gpuctk-test"));
+    let child = CgroupDir::create(parent.0.to_str().unwrap(), "ctr");
+    let runtime = bpf::device_program(&runc_like_rules(), false).unwrap();
+    let mut other_rules = runc_like_rules();
+    other_rules[1] = DeviceRule::allow_char(1, 7, ACCESS_ALL);
+    let other = bpf::device_program(&other_rules, false).unwrap();
+    bpf::attach_device_program(&child.0, &runtime, BPF_F_ALLOW_MULTI).unwrap();
+    bpf::attach_device_program(&child.0, &other, BPF_F_ALLOW_MULTI).unwrap();
+    let (_, before_ids) = bpf::attached_programs(&child.0).unwrap();
+    assert_eq!(before_ids.len(), 2);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let gpu0 = tmp.path().join("nvidia0");
+    let gpu1 = tmp.path().join("nvidia1");
+    let null = tmp.path().join("null");
+    let zero = tmp.path().join("zero");
+    let full = tmp.path().join("full");
+    common::mknod(&gpu0, 195, 0, 0o666);
+    common::mknod(&gpu1, 195, 1, 0o666);
+    common::mknod(&null, 1, 3, 0o666);
+    common::mknod(&zero, 1, 5, 0o666);
+    common::mknod(&full, 1, 7, 0o666);
+    let procs = child.0.join("cgroup.procs");
+    let nodes: [&Path; 5] = [&gpu0, &gpu1, &null, &zero, &full];
+    let before = open_errnos_in(&[&procs], &nodes);
+    assert_eq!(names(&before), ["EPERM", "EPERM", "ok", "EPERM", "EPERM"]);
+
+    let out = bpf::allow_v2(&child.0, &[DeviceRule::allow_char(195, 0, 6)]).unwrap();
+    assert_eq!(out.replaced.len(), 2, "{out:?}");
+    let (flags, ids) = bpf::attached_programs(&child.0).unwrap();
+    assert_eq!(flags, BPF_F_ALLOW_MULTI);
+    assert_eq!(ids.len(), 2, "each replaced in place, none added");
+    assert!(ids.iter().all(|id| !before_ids.contains(id)), "{ids:?}");
+    let after = open_errnos_in(&[&procs], &nodes);
+    assert_eq!(names(&after), ["ENXIO", "EPERM", "ok", "EPERM", "EPERM"]);
+
+    // An ancestor's program also decides for the child; the hook never widens it.
+    let deny_gpus = bpf::device_program(&runc_like_rules(), false).unwrap();
+    bpf::attach_device_program(&parent.0, &deny_gpus, BPF_F_ALLOW_MULTI).unwrap();
+    let under_parent = open_errnos_in(&[&procs], &nodes);
+    assert_eq!(
+        names(&under_parent),
+        ["EPERM", "EPERM", "ok", "EPERM", "EPERM"]
+    );
+    bpf::allow_v2(&child.0, &[DeviceRule::allow_char(195, 0, 6)]).unwrap();
+    assert_eq!(bpf::attached_programs(&parent.0).unwrap().1.len(), 1);
+    let still = open_errnos_in(&[&procs], &nodes);
+    assert_eq!(names(&still)[0], "EPERM");
+}
+
 #[test]
 fn cgroup_v2_without_programs_is_a_no_op() {
     require_root();

@@ -173,6 +173,17 @@ impl Bed {
 
     /// [`Bed::run`] on a fresh image that `image` adds to first.
     pub fn run_image(&self, id: &str, image: &dyn Fn(&std::path::Path)) -> Ran {
+        self.run_in(id, image, &|c| c)
+    }
+
+    /// [`Bed::run_image`] with the shim's command turned by `wrap` into the one run (the shim
+    /// under `unshare`, ...).
+    pub fn run_in(
+        &self,
+        id: &str,
+        image: &dyn Fn(&std::path::Path),
+        wrap: &dyn Fn(Command) -> Command,
+    ) -> Ran {
         // A fresh image for every container, as an engine's overlay gives: the runtime leaves
         // mount points and our hooks leave links behind in the rootfs.
         let rootfs = self.bundle.join("rootfs");
@@ -185,8 +196,7 @@ impl Bed {
             "{}-{id}",
             self.t.path().file_name().unwrap().to_string_lossy()
         );
-        let out = self
-            .shim_cmd(&["run", "--bundle", self.bundle.to_str().unwrap(), &id])
+        let out = wrap(self.shim_cmd(&["run", "--bundle", self.bundle.to_str().unwrap(), &id]))
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -9,6 +9,9 @@ mod util;
 mod attacks;
 /// Malformed input of every kind: one clear line, a non-zero exit, nothing half-written.
 mod bad_input;
+/// A cgroup v2-only `/sys/fs/cgroup` (a private mount namespace): every delivery under runc
+/// and crun, each container with exactly its GPUs.
+mod cgroup2;
 /// `cdi list`, `cdi validate`, `info`, `demo` and the `nvidia-ctk` personality.
 mod commands;
 /// docs/compat.md's done rows against the binary: each flag in its command's help, each

@@ -184,18 +184,22 @@ pub(super) fn attach(
     set
 }
 
-/// Most bytes of `/proc/thread-self/mountinfo` read: far more than any mount table has.
-const MOUNTINFO_CAP: u64 = 16 << 20;
+/// Most bytes of a `mountinfo` read: far more than any mount table has.
+pub(super) const MOUNTINFO_CAP: u64 = 16 << 20;
 
 /// A kernel file, at most `cap` bytes.
-fn read_proc(path: &str, cap: u64) -> io::Result<String> {
+pub(super) fn read_proc(path: impl AsRef<Path>, cap: u64) -> io::Result<String> {
     use std::io::Read;
+    let path = path.as_ref();
     let mut text = String::new();
     std::fs::File::open(path)?
         .take(cap + 1)
         .read_to_string(&mut text)?;
     if text.len() as u64 > cap {
-        return Err(io::Error::other(format!("{path}: more than {cap} bytes")));
+        return Err(io::Error::other(format!(
+            "{}: more than {cap} bytes",
+            path.display()
+        )));
     }
     Ok(text)
 }
@@ -203,7 +207,7 @@ fn read_proc(path: &str, cap: u64) -> io::Result<String> {
 /// Whether the mount whose root `fd` is has mounts on top of anything below it, in this
 /// thread's mount namespace (`mnt_id` from fdinfo, then a line of mountinfo naming it parent).
 fn has_submounts(fd: RawFd) -> io::Result<bool> {
-    let info = read_proc(&format!("/proc/thread-self/fdinfo/{fd}"), 64 << 10)?;
+    let info = read_proc(format!("/proc/thread-self/fdinfo/{fd}"), 64 << 10)?;
     let id = info
         .lines()
         .find_map(|l| l.strip_prefix("mnt_id:"))

@@ -7,6 +7,17 @@
 //! run in the host's mount namespace, where the files written below are
 //! looked up, so our own view is the one that matters (libnvidia-container
 //! reads its parent's, which is the same namespace when run by a runtime).
+//!
+//! The hierarchy that holds the policy is the one the runtime could use: a
+//! v1 `devices` hierarchy mounted where this mount namespace reaches it, else
+//! the unified (v2) one. A process has a `devices` line in its cgroup file
+//! whenever the controller is bound to v1 anywhere on the host, even where
+//! this namespace shows only cgroup2 at `/sys/fs/cgroup` (the v1 mounts
+//! covered by it, or not mounted here at all): runc and crun then use v2,
+//! and so must we, which libnvidia-container does not (it takes the
+//! `devices` line as proof of v1). Nothing here depends on the runtime's
+//! cgroup driver (cgroupfs or systemd): only on where the kernel says the
+//! process is.
 
 use std::fs;
 use std::io::{self, Write};
@@ -120,6 +131,10 @@ pub enum DeviceCgroup {
 /// One line of `mountinfo`, the fields we need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MountEntry {
+    /// The mount's id.
+    pub id: u64,
+    /// The id of the mount it is mounted on.
+    pub parent: u64,
     /// Root of the mount within its file system (for cgroups: the cgroup
     /// path the mount shows).
     pub root: String,
@@ -162,6 +177,8 @@ pub(crate) fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
                 return None;
             }
             Some(MountEntry {
+                id: l[0].parse().ok()?,
+                parent: l[1].parse().ok()?,
                 root: unescape(l[3]),
                 mount_point: PathBuf::from(unescape(l[4])),
                 fstype: r[0].to_string(),
@@ -226,11 +243,37 @@ fn join_cgroup(
     Ok(mount_point.join(rel))
 }
 
+/// Whether `m` can be reached at its mount point in this mount namespace:
+/// no other mount sits at that point or above it, except those `m` is
+/// mounted on (its ancestors). A cgroup2 mounted over `/sys/fs/cgroup`
+/// covers the v1 hierarchies below it, which mountinfo still lists.
+fn reachable(mounts: &[MountEntry], m: &MountEntry) -> bool {
+    let mut ancestors = std::collections::HashSet::new();
+    let mut parent = m.parent;
+    // At most one step per mount: a loop in the ids cannot keep us here.
+    for _ in 0..mounts.len() {
+        if !ancestors.insert(parent) {
+            break;
+        }
+        match mounts.iter().find(|p| p.id == parent) {
+            Some(p) if p.id != p.parent => parent = p.parent,
+            _ => break,
+        }
+    }
+    !mounts.iter().any(|n| {
+        n.id != m.id && !ancestors.contains(&n.id) && m.mount_point.starts_with(&n.mount_point)
+    })
+}
+
+/// Most bytes of `/proc/<pid>/cgroup` read: one line per hierarchy.
+const PROC_CGROUP_CAP: u64 = 1 << 20;
+
 /// Finds the device cgroup of process `pid`: v1 when it has a `devices`
-/// controller line, else the unified (v2) one.
+/// controller line and that hierarchy is mounted where we reach it, else the
+/// unified (v2) one (see the module documentation).
 ///
-/// Mount points come from `<proc_root>/self/mountinfo`; when the hierarchy
-/// is not listed there the conventional `<cgroup_root>/devices` (v1) or
+/// Mount points come from `<proc_root>/self/mountinfo`; when a hierarchy is
+/// not listed there at all the conventional `<cgroup_root>/devices` (v1) or
 /// `<cgroup_root>` (v2) is assumed.
 pub fn find_device_cgroup(
     proc_root: &Path,
@@ -238,39 +281,87 @@ pub fn find_device_cgroup(
     cgroup_root: &Path,
 ) -> Result<DeviceCgroup, LegacyError> {
     let cg_file = proc_root.join(pid.to_string()).join("cgroup");
-    let text = fs::read_to_string(&cg_file).map_err(|source| LegacyError::CgroupIo {
-        path: cg_file.clone(),
-        op: "read",
-        source,
-    })?;
+    let text =
+        super::read_proc(&cg_file, PROC_CGROUP_CAP).map_err(|source| LegacyError::CgroupIo {
+            path: cg_file.clone(),
+            op: "read",
+            source,
+        })?;
     let lines = parse_proc_cgroup(&text);
     let mi_file = proc_root.join("self").join("mountinfo");
-    let mounts = match fs::read_to_string(&mi_file) {
-        Ok(t) => parse_mountinfo(&t),
-        Err(_) => Vec::new(),
-    };
+    let mounts = super::read_proc(&mi_file, super::MOUNTINFO_CAP)
+        .map(|t| parse_mountinfo(&t))
+        .map_err(|source| LegacyError::CgroupIo {
+            path: mi_file.clone(),
+            op: "read",
+            source,
+        })?;
+    let v1: Vec<&MountEntry> = mounts
+        .iter()
+        .filter(|m| m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == "devices"))
+        .collect();
+    let v2: Vec<&MountEntry> = mounts.iter().filter(|m| m.fstype == "cgroup2").collect();
+    let v1_reached = v1.iter().find(|m| reachable(&mounts, m));
+    let v2_reached = v2.iter().find(|m| reachable(&mounts, m));
 
     if let Some((_, path)) = lines.iter().find(|(c, _)| c.iter().any(|c| c == "devices")) {
-        let m = mounts
-            .iter()
-            .find(|m| m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == "devices"));
-        let dir = match m {
-            Some(m) => join_cgroup(&cg_file, &m.mount_point, &m.root, path)?,
-            None => join_cgroup(&cg_file, &cgroup_root.join("devices"), "/", path)?,
-        };
-        return Ok(DeviceCgroup::V1(dir));
+        match v1_reached {
+            Some(m) => {
+                return Ok(DeviceCgroup::V1(join_cgroup(
+                    &cg_file,
+                    &m.mount_point,
+                    &m.root,
+                    path,
+                )?))
+            }
+            None if v1.is_empty() && v2_reached.is_none() => {
+                return Ok(DeviceCgroup::V1(join_cgroup(
+                    &cg_file,
+                    &cgroup_root.join("devices"),
+                    "/",
+                    path,
+                )?))
+            }
+            // Bound to v1 but out of this namespace's reach: the runtime used v2.
+            None => {}
+        }
     }
     if let Some((_, path)) = lines.iter().find(|(c, _)| c.is_empty()) {
-        let m = mounts.iter().find(|m| m.fstype == "cgroup2");
-        let dir = match m {
-            Some(m) => join_cgroup(&cg_file, &m.mount_point, &m.root, path)?,
-            None => join_cgroup(&cg_file, cgroup_root, "/", path)?,
-        };
-        return Ok(DeviceCgroup::V2(dir));
+        match v2_reached {
+            Some(m) => {
+                return Ok(DeviceCgroup::V2(join_cgroup(
+                    &cg_file,
+                    &m.mount_point,
+                    &m.root,
+                    path,
+                )?))
+            }
+            None if v2.is_empty() => {
+                return Ok(DeviceCgroup::V2(join_cgroup(
+                    &cg_file,
+                    cgroup_root,
+                    "/",
+                    path,
+                )?))
+            }
+            None => {}
+        }
     }
+    let reason = if lines
+        .iter()
+        .any(|(c, _)| c.is_empty() || c.iter().any(|c| c == "devices"))
+    {
+        format!(
+            "neither its v1 `devices` hierarchy nor its unified (v2) one is mounted where {} can reach it (covered by another mount?); mount one at {}",
+            mi_file.display(),
+            cgroup_root.display()
+        )
+    } else {
+        "neither a v1 `devices` line nor a unified (`0::`) line".to_string()
+    };
     Err(LegacyError::Cgroup {
         path: cg_file,
-        reason: "neither a v1 `devices` line nor a unified (`0::`) line".to_string(),
+        reason,
     })
 }
 
@@ -362,6 +453,88 @@ mod tests {
         );
         let r = find_device_cgroup(p.path(), 42, Path::new("/nowhere")).unwrap();
         assert_eq!(r, DeviceCgroup::V2(PathBuf::from("/sys/fs/cgroup/pod1/c1")));
+    }
+
+    /// This host's private mount namespace with cgroup2 mounted over `/sys/fs/cgroup`: the v1
+    /// hierarchies are still listed, under it, and the process still has a `devices` line (the
+    /// controller is bound to v1), but runc and crun made and restrict its v2 cgroup. It was
+    /// taken for v1 and `/sys/fs/cgroup/devices/devices.allow` (a path in cgroup2) opened.
+    #[test]
+    fn a_covered_v1_hierarchy_gives_way_to_v2() {
+        let mi = "23 1 0:21 / /sys rw - sysfs sysfs rw\n\
+                  31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755\n\
+                  36 31 0:33 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n\
+                  41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n\
+                  900 31 0:38 / /sys/fs/cgroup rw - cgroup2 none rw\n";
+        let p = fake_proc("5:devices:/\n4:memory:/x\n0::/ctr\n", mi);
+        let r = find_device_cgroup(p.path(), 42, Path::new("/nowhere")).unwrap();
+        assert_eq!(r, DeviceCgroup::V2(PathBuf::from("/sys/fs/cgroup/ctr")));
+        // Without the cover, the same host is hybrid: v1 as before.
+        let hybrid = mi.lines().take(4).collect::<Vec<_>>().join("\n");
+        let p = fake_proc("5:devices:/a\n0::/ctr\n", &hybrid);
+        let r = find_device_cgroup(p.path(), 42, Path::new("/nowhere")).unwrap();
+        assert_eq!(
+            r,
+            DeviceCgroup::V1(PathBuf::from("/sys/fs/cgroup/devices/a"))
+        );
+        // The v1 hierarchy not mounted in this namespace at all: v2 too.
+        let p = fake_proc(
+            "5:devices:/\n0::/ctr\n",
+            "31 23 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+        );
+        let r = find_device_cgroup(p.path(), 42, Path::new("/nowhere")).unwrap();
+        assert_eq!(r, DeviceCgroup::V2(PathBuf::from("/sys/fs/cgroup/ctr")));
+        // Both covered: one line naming mountinfo, never a guess.
+        let p = fake_proc(
+            "5:devices:/\n0::/ctr\n",
+            "36 31 0:33 / /c/devices rw - cgroup cgroup rw,devices\n\
+             41 31 0:38 / /c/unified rw - cgroup2 cgroup2 rw\n\
+             50 31 0:50 / /c rw - tmpfs tmpfs rw\n",
+        );
+        let e = find_device_cgroup(p.path(), 42, Path::new("/c"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("self/mountinfo") && e.contains("covered"), "{e}");
+    }
+
+    /// The systemd cgroup driver puts a container in `<slice>/<prefix>-<id>.scope`, cgroupfs
+    /// wherever `cgroupsPath` says: either way the kernel's line is what is used.
+    #[test]
+    fn systemd_driver_paths_are_read_from_the_kernel() {
+        let p = fake_proc(
+            "0::/system.slice/docker-abc.scope\n",
+            "31 23 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+        );
+        let r = find_device_cgroup(p.path(), 42, Path::new("/nowhere")).unwrap();
+        assert_eq!(
+            r,
+            DeviceCgroup::V2(PathBuf::from(
+                "/sys/fs/cgroup/system.slice/docker-abc.scope"
+            ))
+        );
+        let p = fake_proc(
+            "5:devices:/system.slice/docker-abc.scope\n1:name=systemd:/system.slice/docker-abc.scope\n0::/system.slice/docker-abc.scope\n",
+            "36 31 0:33 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n",
+        );
+        let r = find_device_cgroup(p.path(), 42, Path::new("/nowhere")).unwrap();
+        assert_eq!(
+            r,
+            DeviceCgroup::V1(PathBuf::from(
+                "/sys/fs/cgroup/devices/system.slice/docker-abc.scope"
+            ))
+        );
+    }
+
+    /// An unreadable mountinfo was taken for an empty one (and the conventional mount point
+    /// guessed): an I/O error is an error.
+    #[test]
+    fn an_unreadable_mountinfo_is_an_error() {
+        let p = fake_proc("0::/ctr\n", "");
+        fs::remove_file(p.path().join("self/mountinfo")).unwrap();
+        let e = find_device_cgroup(p.path(), 42, Path::new("/sys/fs/cgroup"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("self/mountinfo"), "{e}");
     }
 
     #[test]
