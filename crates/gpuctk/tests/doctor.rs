@@ -187,6 +187,7 @@ fn not_ok(v: &Value) -> Vec<&Value> {
 fn expect(run: &Run, v: &Value, group: &str, name: &str, status: &str, needles: &[&str]) {
     let c = check(v, group, name);
     assert_eq!(c["status"], status, "{group}/{name}: {c:#}");
+    assert_eq!(c["id"], format!("{group}/{name}"), "{c:#}");
     assert!(c["fix"].as_str().is_some_and(|f| !f.is_empty()), "{c:#}");
     for n in needles {
         let all = format!("{} {}", c["found"], c["fix"]);
