@@ -786,3 +786,167 @@ fn engine_registrations_written_by_runtime_configure() {
         "{c:#}"
     );
 }
+
+/// containerd's config, with its conf.d dir next to it.
+fn containerd_config(f: &Fixture, text: &str) -> PathBuf {
+    let dir = f.t.join("containerd");
+    std::fs::create_dir_all(dir.join("conf.d")).unwrap();
+    std::fs::write(dir.join("config.toml"), text).unwrap();
+    dir
+}
+
+fn containerd_nvidia(rt: &str) -> String {
+    format!(
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"{rt}\"\n"
+    )
+}
+
+#[test]
+fn containerd_drop_in_that_is_not_imported() {
+    let f = Fixture::new();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    let dir = containerd_config(&f, "version = 2\n");
+    std::fs::write(
+        dir.join("conf.d/99-nvidia.toml"),
+        containerd_nvidia(rt.to_str().unwrap()),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "containerd-imports",
+        "warn",
+        &["conf.d/99-nvidia.toml not imported", "imports = ["],
+    );
+    // So the runtime it registers is not there either.
+    expect(
+        &r,
+        &v,
+        "engines",
+        "containerd",
+        "warn",
+        &["no nvidia runtime"],
+    );
+
+    // Imported through the pattern configure writes: found, nothing to say.
+    std::fs::write(
+        dir.join("config.toml"),
+        "version = 2\nimports = [\"conf.d/*.toml\"]\n",
+    )
+    .unwrap();
+    let (_, v) = f.json(&[]);
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+    assert!(check(&v, "engines", "containerd")["found"]
+        .as_str()
+        .unwrap()
+        .contains("99-nvidia.toml"));
+    // A `[...]` class, which only the engines crate's resolver knows: still imported.
+    std::fs::write(
+        dir.join("config.toml"),
+        "version = 2\nimports = [\"./conf.d/[0-9]*.toml\"]\n",
+    )
+    .unwrap();
+    let (_, v) = f.json(&[]);
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+}
+
+#[test]
+fn containerd_default_runtime_name_of_a_missing_runtime() {
+    let f = Fixture::new();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    let text = containerd_nvidia(rt.to_str().unwrap()).replace(
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n",
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia-cdi\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n",
+    );
+    containerd_config(&f, &text);
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "default-runtime",
+        "fail",
+        &[
+            "default_runtime_name = nvidia-cdi",
+            "no pod starts",
+            "nvidia",
+        ],
+    );
+    // Naming the registered one is fine.
+    containerd_config(&f, &text.replace("\"nvidia-cdi\"", "\"nvidia\""));
+    let (_, v) = f.json(&[]);
+    assert_eq!(check(&v, "engines", "default-runtime")["status"], "ok");
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+}
+
+#[test]
+fn docker_default_runtime_of_a_missing_runtime() {
+    let f = Fixture::new();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    std::fs::write(
+        f.t.join("docker/daemon.json"),
+        format!(
+            "{{\"default-runtime\": \"nvidia-legacy\", \"runtimes\": {{\"nvidia\": {{\"path\": \"{}\"}}}}}}",
+            rt.display()
+        ),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "default-runtime",
+        "fail",
+        &["default-runtime = nvidia-legacy", "dockerd does not start"],
+    );
+}
+
+#[test]
+fn runtime_registered_in_docker_but_not_in_containerd() {
+    let f = Fixture::new();
+    // containerd with its CRI plugin on (a Kubernetes node), without our runtime.
+    containerd_config(
+        &f,
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\n",
+    );
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "containerd",
+        "warn",
+        &[
+            "no nvidia runtime registered, but docker has one",
+            "runtime configure --runtime containerd",
+        ],
+    );
+    // docker's own containerd, with CRI off: it needs no runtime of its own.
+    containerd_config(
+        &f,
+        "version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n",
+    );
+    let (_, v) = f.json(&[]);
+    let c = check(&v, "engines", "containerd");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert!(c["found"].as_str().unwrap().contains("skipped"), "{c:#}");
+
+    // The reverse: containerd has it, docker does not.
+    containerd_config(
+        &f,
+        &containerd_nvidia(f.t.join("bin/nvidia-container-runtime").to_str().unwrap()),
+    );
+    std::fs::write(f.t.join("docker/daemon.json"), "{}\n").unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "docker",
+        "warn",
+        &["but containerd has one", "--runtime docker"],
+    );
+}

@@ -247,9 +247,13 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
         a.spec_dirs.clone()
     };
     cdi::check_cdi_specs(&spec_dirs, host.driver.as_ref().map(|d| d.as_str()), &mut c);
-    engines::check_docker(&a.docker_config, path_env.as_deref(), &mut c);
-    engines::check_containerd(&a.containerd_config, path_env.as_deref(), &mut c);
-    engines::check_crio(&a.crio_config, path_env.as_deref(), &mut c);
+    let _engines = engines::check_engines(
+        &a.docker_config,
+        &a.containerd_config,
+        &a.crio_config,
+        path_env.as_deref(),
+        &mut c,
+    );
     let verdict = if a.rootfs.is_some() || a.bundle.is_some() || a.image_env.is_some() {
         Some(image::check_image(a, &cfg, &host, &mut c))
     } else {
@@ -265,6 +269,24 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
         checks: c.0,
         verdict,
     }
+}
+
+/// The most bytes of an engine's config or drop-in doctor reads.
+const MAX_CONFIG: u64 = 16 << 20;
+
+/// The most entries doctor reads of one directory (a drop-in dir, a rules dir).
+const MAX_DIR_ENTRIES: usize = 4096;
+
+/// The entries of `dir` in name order, as (name, is a regular file), read with the project's
+/// safe reader and capped; names that are not UTF-8 are left out (no config file has one).
+fn list_dir(dir: &Path) -> std::io::Result<Vec<(String, bool)>> {
+    let mut v: Vec<(String, bool)> =
+        gpuctk_host::discover::read_dir_entries_at_most(dir, MAX_DIR_ENTRIES)?
+            .into_iter()
+            .filter_map(|e| e.name.into_string().ok().map(|n| (n, e.is_file)))
+            .collect();
+    v.sort();
+    Ok(v)
 }
 
 /// Every file doctor reads goes through here: at most `cap` bytes, a regular file, never a
