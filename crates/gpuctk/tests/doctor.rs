@@ -94,11 +94,13 @@ impl Fixture {
         .unwrap();
     }
 
+    /// daemon.json: the nvidia runtime at `path`, and the fixture's spec dir as docker's CDI dir.
     fn docker_runtime(&self, path: &Path) {
         std::fs::write(
             self.t.join("docker/daemon.json"),
             format!(
-                "{{\n  \"runtimes\": {{\n    \"nvidia\": {{\"path\": \"{}\", \"args\": []}}\n  }}\n}}\n",
+                "{{\n  \"cdi-spec-dirs\": [\"{}\"],\n  \"runtimes\": {{\n    \"nvidia\": {{\"path\": \"{}\", \"args\": []}}\n  }}\n}}\n",
+                self.t.join("cdi").display(),
                 path.display()
             ),
         )
@@ -224,6 +226,8 @@ fn healthy_host_is_all_ok() {
         ("toolkit", "config"),
         ("toolkit", "low-level-runtime"),
         ("toolkit", "cdi-spec"),
+        ("toolkit", "cdi-names"),
+        ("toolkit", "cdi-spec-dirs"),
         ("engines", "docker"),
         ("engines", "containerd"),
         ("engines", "crio"),
@@ -949,4 +953,150 @@ fn runtime_registered_in_docker_but_not_in_containerd() {
         "warn",
         &["but containerd has one", "--runtime docker"],
     );
+}
+
+/// `cdi generate` into the spec dir with `extra` flags.
+fn generate_spec_with(f: &Fixture, extra: &[&str]) -> PathBuf {
+    let out = f.t.join("cdi/nvidia.yaml");
+    let o = out.to_str().unwrap().to_string();
+    let mut args = vec!["cdi", "generate", "--output", &o];
+    args.extend_from_slice(extra);
+    let roots = f.host.roots();
+    ok(&with(&args, &roots));
+    out
+}
+
+#[test]
+fn cdi_spec_without_uuid_names_or_all() {
+    let f = Fixture::new();
+    generate_spec_with(
+        &f,
+        &[
+            "--nvidia-cdi-hook-path",
+            GPUCTK,
+            "--device-name-strategy",
+            "index",
+        ],
+    );
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-names",
+        "warn",
+        &[
+            "no UUID names",
+            "device plugin",
+            "--device-name-strategy index,uuid",
+        ],
+    );
+    assert!(!check(&v, "toolkit", "cdi-names")["found"]
+        .as_str()
+        .unwrap()
+        .contains("no `all`"));
+    generate_spec_with(&f, &["--nvidia-cdi-hook-path", GPUCTK, "--no-all-device"]);
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-names",
+        "warn",
+        &["no `all` device", "nvidia.com/gpu=all"],
+    );
+}
+
+#[test]
+fn cdi_spec_whose_hook_is_not_installed() {
+    let f = Fixture::new();
+    let hook = f.t.join("nowhere/nvidia-cdi-hook");
+    generate_spec_with(&f, &["--nvidia-cdi-hook-path", hook.to_str().unwrap()]);
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-spec",
+        "fail",
+        &[
+            hook.to_str().unwrap(),
+            "not executable",
+            "--nvidia-cdi-hook-path",
+        ],
+    );
+}
+
+#[test]
+fn two_cdi_specs_of_one_kind() {
+    let f = Fixture::new();
+    let spec = f.generate_spec();
+    let other = f.t.join("cdi-run");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(&spec, other.join("nvidia.yaml")).unwrap();
+    let (r, v) = f.json(&["--spec-dir", other.to_str().unwrap()]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-kinds",
+        "warn",
+        &[
+            "2 specs of kind nvidia.com/gpu",
+            "cdi-run/nvidia.yaml",
+            "keep one",
+        ],
+    );
+}
+
+#[test]
+fn cdi_spec_in_a_dir_an_engine_does_not_read() {
+    let f = Fixture::new();
+    f.generate_spec();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    // docker without cdi-spec-dirs reads /etc/cdi and /var/run/cdi only.
+    std::fs::write(
+        f.t.join("docker/daemon.json"),
+        format!(
+            "{{\"runtimes\": {{\"nvidia\": {{\"path\": \"{}\"}}}}}}",
+            rt.display()
+        ),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    let dir = f.t.join("cdi");
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-spec-dirs",
+        "warn",
+        &[
+            "docker reads /etc/cdi, /var/run/cdi (docker's default)",
+            dir.to_str().unwrap(),
+            "cdi-spec-dirs (daemon.json)",
+        ],
+    );
+    // containerd's cdi_spec_dirs is read the same way.
+    f.docker_runtime(&rt);
+    containerd_config(
+        &f,
+        &format!(
+            "{}[plugins.\"io.containerd.grpc.v1.cri\"]\ncdi_spec_dirs = [\"/etc/cdi\"]\n",
+            containerd_nvidia(rt.to_str().unwrap())
+        ),
+    );
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-spec-dirs",
+        "warn",
+        &["containerd reads /etc/cdi", "cdi_spec_dirs"],
+    );
+    assert!(!check(&v, "toolkit", "cdi-spec-dirs")["found"]
+        .as_str()
+        .unwrap()
+        .contains("docker"));
 }

@@ -246,14 +246,22 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
     } else {
         a.spec_dirs.clone()
     };
-    cdi::check_cdi_specs(&spec_dirs, host.driver.as_ref().map(|d| d.as_str()), &mut c);
-    let _engines = engines::check_engines(
+    // The engines are read first (the CDI checks ask which dirs they read) but shown after.
+    let mut engine_checks = Checks(Vec::new());
+    let engine_facts = engines::check_engines(
         &a.docker_config,
         &a.containerd_config,
         &a.crio_config,
         path_env.as_deref(),
+        &mut engine_checks,
+    );
+    cdi::check_cdi_specs(
+        &spec_dirs,
+        host.driver.as_ref().map(|d| d.as_str()),
+        &engine_facts,
         &mut c,
     );
+    c.0.extend(engine_checks.0);
     let verdict = if a.rootfs.is_some() || a.bundle.is_some() || a.image_env.is_some() {
         Some(image::check_image(a, &cfg, &host, &mut c))
     } else {
