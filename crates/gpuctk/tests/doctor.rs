@@ -95,6 +95,19 @@ impl Fixture {
     }
 
     /// daemon.json: the nvidia runtime at `path`, and the fixture's spec dir as docker's CDI dir.
+    /// config.toml as a Kubernetes node wants it: GPUs only as the device plugin allocates them.
+    fn kubernetes_policy(&self) {
+        let runc = self.t.join("bin/runc");
+        std::fs::write(
+            self.t.join("config.toml"),
+            format!(
+                "accept-nvidia-visible-devices-envvar-when-unprivileged = false\naccept-nvidia-visible-devices-as-volume-mounts = true\n[nvidia-container-runtime]\nruntimes = [\"{}\"]\n",
+                runc.display()
+            ),
+        )
+        .unwrap();
+    }
+
     fn docker_runtime(&self, path: &Path) {
         std::fs::write(
             self.t.join("docker/daemon.json"),
@@ -228,6 +241,7 @@ fn healthy_host_is_all_ok() {
         ("toolkit", "cdi-spec"),
         ("toolkit", "cdi-names"),
         ("toolkit", "cdi-spec-dirs"),
+        ("toolkit", "unprivileged-envvar"),
         ("engines", "docker"),
         ("engines", "containerd"),
         ("engines", "crio"),
@@ -808,6 +822,7 @@ fn containerd_nvidia(rt: &str) -> String {
 #[test]
 fn containerd_drop_in_that_is_not_imported() {
     let f = Fixture::new();
+    f.kubernetes_policy();
     let rt = f.t.join("bin/nvidia-container-runtime");
     let dir = containerd_config(&f, "version = 2\n");
     std::fs::write(
@@ -859,6 +874,7 @@ fn containerd_drop_in_that_is_not_imported() {
 #[test]
 fn containerd_default_runtime_name_of_a_missing_runtime() {
     let f = Fixture::new();
+    f.kubernetes_policy();
     let rt = f.t.join("bin/nvidia-container-runtime");
     let text = containerd_nvidia(rt.to_str().unwrap()).replace(
         "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n",
@@ -1099,4 +1115,50 @@ fn cdi_spec_in_a_dir_an_engine_does_not_read() {
         .as_str()
         .unwrap()
         .contains("docker"));
+}
+
+#[test]
+fn gpus_for_any_pod_that_asks_on_a_kubernetes_node() {
+    let f = Fixture::new();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    // A CRI engine runs pods here, and config.toml leaves the policy at NVIDIA's default.
+    containerd_config(&f, &containerd_nvidia(rt.to_str().unwrap()));
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "unprivileged-envvar",
+        "warn",
+        &[
+            "accept-nvidia-visible-devices-envvar-when-unprivileged is true",
+            "containerd runs pods",
+            "volume-mounts",
+        ],
+    );
+    // The same with CRI-O.
+    std::fs::remove_dir_all(f.t.join("containerd")).unwrap();
+    std::fs::create_dir_all(f.t.join("crio")).unwrap();
+    std::fs::write(
+        f.t.join("crio/crio.conf"),
+        format!(
+            "[crio.runtime.runtimes.nvidia]\nruntime_path = \"{}\"\n",
+            rt.display()
+        ),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "unprivileged-envvar",
+        "warn",
+        &["crio runs pods"],
+    );
+    // Set as the fix says: nothing to say.
+    f.kubernetes_policy();
+    let (_, v) = f.json(&[]);
+    assert_eq!(check(&v, "toolkit", "unprivileged-envvar")["status"], "ok");
+    assert!(not_ok(&v).is_empty(), "{v:#}");
 }

@@ -15,6 +15,7 @@ mod driver;
 mod engines;
 mod image;
 mod mig;
+mod policy;
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -261,6 +262,7 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
         &engine_facts,
         &mut c,
     );
+    policy::check_policy(&cfg, &engine_facts, &mut c);
     c.0.extend(engine_checks.0);
     let verdict = if a.rootfs.is_some() || a.bundle.is_some() || a.image_env.is_some() {
         Some(image::check_image(a, &cfg, &host, &mut c))
