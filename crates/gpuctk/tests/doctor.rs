@@ -229,6 +229,8 @@ fn healthy_host_is_all_ok() {
     for (g, n) in [
         ("driver", "kernel-module"),
         ("driver", "libraries"),
+        ("driver", "library-set"),
+        ("driver", "vendor-files"),
         ("driver", "gsp-firmware"),
         ("devices", "nvidia0"),
         ("devices", "nvidia1"),
@@ -1161,4 +1163,88 @@ fn gpus_for_any_pod_that_asks_on_a_kubernetes_node() {
     let (_, v) = f.json(&[]);
     assert_eq!(check(&v, "toolkit", "unprivileged-envvar")["status"], "ok");
     assert!(not_ok(&v).is_empty(), "{v:#}");
+}
+
+fn lib_dir(f: &Fixture) -> PathBuf {
+    Path::new(&f.host.driver_root()).join("usr/lib/x86_64-linux-gnu")
+}
+
+/// NVIDIA's issue 1908: part of the driver in a directory ld.so.cache does not list.
+#[test]
+fn driver_library_outside_the_set_containers_get() {
+    let f = Fixture::new();
+    let lib = lib_dir(&f);
+    let glcore = "libnvidia-glcore.so.570.124.06";
+    std::fs::rename(lib.join(glcore), lib.parent().unwrap().join(glcore)).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "library-set",
+        "warn",
+        &[
+            "incomplete",
+            &format!("/usr/lib/{glcore}"),
+            "ld.so.conf.d",
+            "ldconfig",
+        ],
+    );
+}
+
+#[test]
+fn driver_libraries_of_two_versions() {
+    let f = Fixture::new();
+    let lib = lib_dir(&f);
+    std::fs::copy(
+        lib.join("libnvidia-glcore.so.570.124.06"),
+        lib.join("libnvidia-glcore.so.560.35.03"),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "library-versions",
+        "warn",
+        &[
+            "two driver versions",
+            "libnvidia-glcore.so.560.35.03",
+            "keep only 570.124.06",
+        ],
+    );
+    assert_eq!(check(&v, "driver", "library-set")["status"], "ok");
+}
+
+#[test]
+fn vendor_files_absent_or_naming_a_missing_library() {
+    let f = Fixture::new();
+    let root = Path::new(&f.host.driver_root()).to_path_buf();
+    let egl = root.join("usr/share/glvnd/egl_vendor.d/10_nvidia.json");
+    std::fs::remove_file(&egl).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "vendor-files",
+        "warn",
+        &["no EGL vendor file", "10_nvidia.json"],
+    );
+    // Back, but naming a library the driver does not have.
+    std::fs::write(
+        &egl,
+        "{\"file_format_version\" : \"1.0.0\", \"ICD\" : {\"library_path\" : \"libEGL_nvidia.so.1\"}}\n",
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "vendor-files",
+        "warn",
+        &["names libEGL_nvidia.so.1", "not in the set"],
+    );
 }

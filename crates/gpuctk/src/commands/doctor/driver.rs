@@ -1,10 +1,18 @@
-//! The driver: its kernel module, its user-space libraries (the set and their versions) and
-//! the GSP firmware.
+//! The driver: its kernel module, its user-space libraries (the set containers get, whole and
+//! of one version), the loaders' vendor files that name them, and the GSP firmware.
 
+use std::path::Path;
+
+use gpuctk_host::catalog::{self, Capability};
 use gpuctk_host::checks;
-use gpuctk_host::{cuda_version_for_branch, CudaVersion, DiscoverOptions, DriverVersion, Roots};
+use gpuctk_host::{
+    cuda_version_for_branch, CudaVersion, DiscoverOptions, DriverVersion, Inventory, Roots,
+};
 
-use super::Checks;
+use super::{list_dir, Checks};
+
+/// The most bytes of a loader's vendor file doctor reads (they are a few hundred).
+const MAX_VENDOR_FILE: u64 = 1 << 20;
 
 /// What the driver checks learned, for the later ones.
 pub(super) struct HostFacts {
@@ -108,6 +116,8 @@ pub(super) fn check_driver(roots: &Roots, c: &mut Checks) -> HostFacts {
             ),
         );
     }
+    check_library_set(roots, &inv, &version, c);
+    check_vendor_files(&inv, c);
     if inv.firmware.is_empty() {
         c.warn(
             G,
@@ -128,4 +138,206 @@ pub(super) fn check_driver(roots: &Roots, c: &mut Checks) -> HostFacts {
         );
     }
     facts
+}
+
+/// The directories a driver's libraries are looked for in: those of the set found, their
+/// parents (Debian splits a driver between `<libdir>` and `<libdir>/nvidia/current`), and the
+/// standard ones, as paths inside the driver root.
+fn library_dirs(inv: &Inventory) -> Vec<String> {
+    let mut dirs: Vec<String> = Vec::new();
+    let mut add = |d: &str| {
+        if !d.is_empty() && !dirs.iter().any(|x| x == d) {
+            dirs.push(d.to_string());
+        }
+    };
+    for l in inv.libraries.iter().filter(|l| !l.is_32bit) {
+        if let Some((d, _)) = l.path.rsplit_once('/') {
+            add(d);
+            if let Some((p, _)) = d.rsplit_once('/') {
+                add(p);
+            }
+        }
+    }
+    for d in catalog::FALLBACK_LIBRARY_DIRS {
+        add(d);
+    }
+    dirs
+}
+
+/// The catalogue's library that `file` is a driver-versioned copy of, with the version
+/// (`libnvidia-glcore.so.570.124.06` → (`libnvidia-glcore.so`, 570.124.06)).
+fn driver_library(file: &str) -> Option<(&'static str, DriverVersion)> {
+    catalog::LIBRARIES
+        .iter()
+        .filter(|l| !l.own_version && l.capability != Capability::Compat32)
+        .find_map(|l| {
+            let v = file.strip_prefix(l.name)?.strip_prefix('.')?;
+            let v = DriverVersion::parse(v)?;
+            Some((l.name, v))
+        })
+}
+
+/// The set containers get is the driver's whole set of this version: a library of the running
+/// driver on disk but not in the set (in a directory `ld.so.cache` does not list, NVIDIA's
+/// issue 1908), and libraries of another driver version next to it (an upgrade's leftovers).
+fn check_library_set(roots: &Roots, inv: &Inventory, version: &DriverVersion, c: &mut Checks) {
+    const G: &str = "driver";
+    let in_set = |name: &str| {
+        inv.libraries
+            .iter()
+            .any(|l| !l.is_32bit && l.path.rsplit('/').next() == Some(name))
+    };
+    let mut outside: Vec<(String, String)> = Vec::new();
+    let mut others: Vec<String> = Vec::new();
+    for dir in library_dirs(inv) {
+        let host = roots.driver_root.join(dir.trim_start_matches('/'));
+        let Ok(entries) = list_dir(&host) else {
+            continue;
+        };
+        // The versioned names are the files; links to them (sonames) are not counted twice.
+        for (file, _) in entries.into_iter().filter(|(_, is_file)| *is_file) {
+            let Some((_, v)) = driver_library(&file) else {
+                continue;
+            };
+            let path = format!("{dir}/{file}");
+            if v == *version {
+                if !in_set(&file) && !outside.iter().any(|(f, _)| *f == file) {
+                    outside.push((file, dir.clone()));
+                }
+            } else if !others.contains(&path) {
+                others.push(path);
+            }
+        }
+    }
+    if outside.is_empty() {
+        c.ok(
+            G,
+            "library-set",
+            format!(
+                "{} libraries of driver {version}, every one on disk in the set containers get",
+                inv.libraries.iter().filter(|l| !l.is_32bit).count()
+            ),
+        );
+    } else {
+        let listed: Vec<String> = outside.iter().map(|(f, d)| format!("{d}/{f}")).collect();
+        let mut dirs: Vec<&str> = outside.iter().map(|(_, d)| d.as_str()).collect();
+        dirs.sort();
+        dirs.dedup();
+        c.warn(
+            G,
+            "library-set",
+            format!(
+                "the driver's library set is incomplete: {} of driver {version} {} on disk but not in {}, so containers do not get {}: programs that load {} fail in the container",
+                listed.join(", "),
+                if listed.len() == 1 { "is" } else { "are" },
+                inv.library_source,
+                if listed.len() == 1 { "it" } else { "them" },
+                if listed.len() == 1 { "it" } else { "them" },
+            ),
+            format!(
+                "list {} in a file of /etc/ld.so.conf.d and run ldconfig (in the driver root), then regenerate the CDI spec",
+                dirs.join(" and ")
+            ),
+        );
+    }
+    if !others.is_empty() {
+        c.warn(
+            G,
+            "library-versions",
+            format!(
+                "libraries of two driver versions mixed: {} next to driver {version}'s: a program that loads one of the old ones fails (\"version mismatch\"), and a spec or a package may pick either",
+                others.join(", ")
+            ),
+            format!("remove the old driver's files (its package, or the .run installer's --uninstall of that version), then run ldconfig; keep only {version}"),
+        );
+    }
+}
+
+/// The library a loader's vendor file names (`ICD.library_path`).
+fn vendor_library(path: &Path) -> Result<Option<String>, String> {
+    let bytes =
+        super::read_capped(path, MAX_VENDOR_FILE, "vendor file").map_err(|e| format!("{e:#}"))?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("{}: invalid JSON: {e}", path.display()))?;
+    Ok(v.pointer("/ICD/library_path")
+        .and_then(|p| p.as_str())
+        .map(str::to_string))
+}
+
+/// The EGL and Vulkan vendor files (what GLVND's EGL and the Vulkan loader read to find the
+/// driver): there when the graphics libraries are, and naming a library containers get.
+fn check_vendor_files(inv: &Inventory, c: &mut Checks) {
+    const G: &str = "driver";
+    const N: &str = "vendor-files";
+    let graphics = |stem: &str| {
+        inv.libraries
+            .iter()
+            .any(|l| !l.is_32bit && l.name.starts_with(stem))
+    };
+    let wanted = [
+        (
+            "egl_vendor.d/",
+            "EGL",
+            graphics("libEGL_nvidia"),
+            "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+        ),
+        (
+            "vulkan/icd.d/",
+            "Vulkan",
+            graphics("libGLX_nvidia"),
+            "/etc/vulkan/icd.d/nvidia_icd.json",
+        ),
+    ];
+    let mut bad: Vec<String> = Vec::new();
+    let mut good: Vec<String> = Vec::new();
+    let mut fixes: Vec<String> = Vec::new();
+    for (dir, api, libs, usual) in wanted {
+        let files: Vec<&gpuctk_host::HostFile> = inv
+            .configs
+            .iter()
+            .filter(|f| f.path.contains(dir) && f.path.ends_with(".json"))
+            .collect();
+        if files.is_empty() {
+            if libs {
+                bad.push(format!("no {api} vendor file ({usual}) although the driver's {api} library is there: {api} programs in containers find no NVIDIA driver"));
+                fixes.push(format!("install the driver's {api} vendor file at {usual} (the driver's GL package ships it)"));
+            }
+            continue;
+        }
+        for f in files {
+            match vendor_library(&f.host_path) {
+                Err(e) => {
+                    bad.push(e);
+                    fixes.push(format!("reinstall {} from the driver", f.path));
+                }
+                Ok(None) => {
+                    bad.push(format!("{}: no ICD.library_path", f.path));
+                    fixes.push(format!("reinstall {} from the driver", f.path));
+                }
+                Ok(Some(lib)) => {
+                    let name = lib.rsplit('/').next().unwrap_or(&lib);
+                    let found = inv.libraries.iter().any(|l| {
+                        !l.is_32bit
+                            && (l.soname.as_deref() == Some(name)
+                                || l.path.rsplit('/').next() == Some(name)
+                                || (lib.starts_with('/') && l.path == lib))
+                    });
+                    if found {
+                        good.push(format!("{} names {lib}", f.path));
+                    } else {
+                        bad.push(format!(
+                            "{} names {lib}, which is not in the set containers get: the {api} loader in the container fails to load the driver",
+                            f.path
+                        ));
+                        fixes.push(format!("install {lib} of the running driver, or reinstall {} to name the driver's library", f.path));
+                    }
+                }
+            }
+        }
+    }
+    if !bad.is_empty() {
+        c.warn(G, N, bad.join("; "), fixes.join("; "));
+    } else if !good.is_empty() {
+        c.ok(G, N, good.join(", "));
+    }
 }
