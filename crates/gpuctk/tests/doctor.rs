@@ -10,6 +10,10 @@ use serde_json::Value;
 
 use crate::util::*;
 
+const REFRESH_SERVICE: &str = include_str!("../../../packaging/systemd/gpuctk-cdi-refresh.service");
+const REFRESH_PATH: &str = include_str!("../../../packaging/systemd/gpuctk-cdi-refresh.path");
+const UDEV_RULE: &str = include_str!("../../../packaging/udev/99-gpuctk-nvidia.rules");
+
 /// A healthy mock host with everything doctor checks in place.
 struct Fixture {
     t: TestDir,
@@ -66,7 +70,28 @@ impl Fixture {
         std::fs::create_dir_all(f.t.join("cdi")).unwrap();
         std::fs::create_dir_all(f.t.join("docker")).unwrap();
         f.docker_runtime(&f.t.join("bin/nvidia-container-runtime"));
+        // The host's own files, as gpuctk's package installs them: the refresh units, the rule.
+        let host = f.host_root();
+        for (rel, text) in [
+            (
+                "usr/lib/systemd/system/gpuctk-cdi-refresh.service",
+                REFRESH_SERVICE,
+            ),
+            (
+                "usr/lib/systemd/system/gpuctk-cdi-refresh.path",
+                REFRESH_PATH,
+            ),
+            ("usr/lib/udev/rules.d/99-gpuctk-nvidia.rules", UDEV_RULE),
+        ] {
+            std::fs::create_dir_all(host.join(rel).parent().unwrap()).unwrap();
+            std::fs::write(host.join(rel), text).unwrap();
+        }
         f
+    }
+
+    /// The root doctor reads the udev rules, the units and /run/systemd under.
+    fn host_root(&self) -> PathBuf {
+        self.t.join("hostroot")
     }
 
     fn dev(&self) -> PathBuf {
@@ -154,6 +179,10 @@ impl Fixture {
             p("containerd/config.toml"),
             "--crio-config".into(),
             p("crio/crio.conf"),
+            "--host-root".into(),
+            p("hostroot"),
+            "--systemctl".into(),
+            p("bin/no-systemctl"),
         ]);
         v.extend(extra.iter().map(|s| s.to_string()));
         v
@@ -247,6 +276,8 @@ fn healthy_host_is_all_ok() {
         ("engines", "docker"),
         ("engines", "containerd"),
         ("engines", "crio"),
+        ("boot", "cdi-refresh"),
+        ("boot", "udev-char-links"),
     ] {
         let c = check(&v, g, n);
         assert!(c["fix"].is_null(), "{c:#}");
@@ -1246,5 +1277,77 @@ fn vendor_files_absent_or_naming_a_missing_library() {
         "vendor-files",
         "warn",
         &["names libEGL_nvidia.so.1", "not in the set"],
+    );
+}
+
+#[test]
+fn cdi_refresh_unit_absent_or_not_asked() {
+    let f = Fixture::new();
+    f.generate_spec();
+    // Without systemd under the host root: present, not checked.
+    let (_, v) = f.json(&[]);
+    let c = check(&v, "boot", "cdi-refresh");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert!(
+        c["found"].as_str().unwrap().contains("not checked"),
+        "{c:#}"
+    );
+    // systemd runs, and its systemctl cannot be run: said, not guessed.
+    std::fs::create_dir_all(f.host_root().join("run/systemd/system")).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "boot",
+        "cdi-refresh",
+        "warn",
+        &["systemd could not be asked", "no-systemctl", "--systemctl"],
+    );
+    // No unit at all.
+    std::fs::remove_dir_all(f.host_root().join("usr/lib/systemd")).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "boot",
+        "cdi-refresh",
+        "warn",
+        &["no CDI refresh unit", "gpuctk package"],
+    );
+}
+
+#[test]
+fn udev_rule_for_dev_char_links_absent_or_masked() {
+    let f = Fixture::new();
+    let rules = f
+        .host_root()
+        .join("usr/lib/udev/rules.d/99-gpuctk-nvidia.rules");
+    // Masked by an admin: /etc's /dev/null link of the same name wins.
+    let etc = f.host_root().join("etc/udev/rules.d");
+    std::fs::create_dir_all(&etc).unwrap();
+    symlink("/dev/null", etc.join("99-gpuctk-nvidia.rules")).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "boot",
+        "udev-char-links",
+        "warn",
+        &[
+            "no udev rule",
+            "create-dev-char-symlinks",
+            "99-gpuctk-nvidia.rules",
+        ],
+    );
+    std::fs::remove_file(etc.join("99-gpuctk-nvidia.rules")).unwrap();
+    std::fs::remove_file(&rules).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "boot",
+        "udev-char-links",
+        "warn",
+        &["daemon-reload"],
     );
 }

@@ -22,12 +22,13 @@ pub(super) fn all_edits(spec: &Spec) -> Vec<&ContainerEdits> {
         .collect()
 }
 
+/// The specs' checks; whether the dirs hold any spec (valid or not).
 pub(super) fn check_cdi_specs(
     dirs: &[PathBuf],
     running: Option<&str>,
     engines: &EngineFacts,
     c: &mut Checks,
-) {
+) -> bool {
     let reg = Registry::load(dirs);
     let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     for (path, err) in reg.errors() {
@@ -52,7 +53,7 @@ pub(super) fn check_cdi_specs(
                 ),
             );
         }
-        return;
+        return !reg.errors().is_empty();
     }
     for loaded in reg.specs() {
         let path = loaded.path.display().to_string();
@@ -121,6 +122,7 @@ pub(super) fn check_cdi_specs(
     check_names(&reg, c);
     check_kinds(&reg, c);
     check_engine_dirs(&reg, engines, c);
+    true
 }
 
 /// The GPU kind's names: `all` (what `--device nvidia.com/gpu=all` and `--gpus all` ask for) and

@@ -8,6 +8,7 @@
 //! toolkit's own settings), [`policy`], [`cdi`], [`engines`], [`boot`] (what keeps it right
 //! across reboots) and [`image`]. This module holds the report and runs them in order.
 
+mod boot;
 mod cdi;
 mod config;
 mod devices;
@@ -256,7 +257,7 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
         path_env.as_deref(),
         &mut engine_checks,
     );
-    cdi::check_cdi_specs(
+    let specs = cdi::check_cdi_specs(
         &spec_dirs,
         host.driver.as_ref().map(|d| d.as_str()),
         &engine_facts,
@@ -264,6 +265,8 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
     );
     policy::check_policy(&cfg, &engine_facts, &mut c);
     c.0.extend(engine_checks.0);
+    boot::check_refresh(&a.host_root, &a.systemctl, specs, &mut c);
+    boot::check_udev(&a.host_root, &mut c);
     let verdict = if a.rootfs.is_some() || a.bundle.is_some() || a.image_env.is_some() {
         Some(image::check_image(a, &cfg, &host, &mut c))
     } else {
