@@ -608,10 +608,18 @@ fn docker_registration_of_a_missing_binary() {
     );
 }
 
-/// A bundle whose rootfs is an empty directory and whose env is `env`.
+/// A bundle whose rootfs is an empty directory with a loader cache (the real ldconfig's) and
+/// whose env is `env`.
 fn bundle(f: &Fixture, env: &[&str]) -> PathBuf {
     let b = f.t.join("bundle");
     std::fs::create_dir_all(b.join("rootfs/usr/local")).unwrap();
+    std::fs::create_dir_all(b.join("rootfs/etc")).unwrap();
+    let out = std::process::Command::new("ldconfig")
+        .arg("-r")
+        .arg(b.join("rootfs"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
     let config = serde_json::json!({
         "ociVersion": "1.0.2",
         "root": {"path": "rootfs"},
@@ -1349,5 +1357,81 @@ fn udev_rule_for_dev_char_links_absent_or_masked() {
         "udev-char-links",
         "warn",
         &["daemon-reload"],
+    );
+}
+
+#[test]
+fn image_with_driver_files_of_its_own_is_info() {
+    let f = Fixture::new();
+    let b = bundle(&f, &["CUDA_VERSION=12.8.0"]);
+    let rootfs = b.join("rootfs");
+    // A driver's libcuda and nvidia-smi baked into the image (the mock host's, copied).
+    let lib = lib_dir(&f);
+    std::fs::create_dir_all(rootfs.join("usr/lib/x86_64-linux-gnu")).unwrap();
+    std::fs::copy(
+        lib.join("libcuda.so.570.124.06"),
+        rootfs.join("usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(rootfs.join("usr/bin")).unwrap();
+    std::fs::copy(
+        Path::new(&f.host.driver_root()).join("usr/bin/nvidia-smi"),
+        rootfs.join("usr/bin/nvidia-smi"),
+    )
+    .unwrap();
+    let (r, v) = f.json(&["--bundle", b.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let c = check(&v, "image", "own-driver-files");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    let found = c["found"].as_str().unwrap();
+    for n in [
+        "info:",
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "/usr/bin/nvidia-smi",
+        "mounted over",
+    ] {
+        assert!(found.contains(n), "{n}: {found}");
+    }
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+}
+
+#[test]
+fn musl_image() {
+    let f = Fixture::new();
+    let b = bundle(&f, &["CUDA_VERSION=12.8.0"]);
+    let rootfs = b.join("rootfs");
+    std::fs::create_dir_all(rootfs.join("lib")).unwrap();
+    std::fs::write(rootfs.join("etc/alpine-release"), "3.20.0\n").unwrap();
+    // Alpine's loader, which is its libc too.
+    std::fs::write(rootfs.join("lib/ld-musl-x86_64.so.1"), b"").unwrap();
+    let (r, v) = f.json(&["--rootfs", rootfs.to_str().unwrap()]);
+    expect(
+        &r,
+        &v,
+        "image",
+        "libc",
+        "warn",
+        &["musl image", "ld-musl-x86_64.so.1", "glibc-based image"],
+    );
+    // With glibc's loader too (a glibc compat layer): not musl-only, nothing to say.
+    std::fs::create_dir_all(rootfs.join("lib64")).unwrap();
+    std::fs::write(rootfs.join("lib64/ld-linux-x86-64.so.2"), b"").unwrap();
+    let (_, v) = f.json(&["--rootfs", rootfs.to_str().unwrap()]);
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+}
+
+#[test]
+fn image_without_a_loader_cache() {
+    let f = Fixture::new();
+    let b = bundle(&f, &["CUDA_VERSION=12.8.0"]);
+    std::fs::remove_file(b.join("rootfs/etc/ld.so.cache")).unwrap();
+    let (r, v) = f.json(&["--bundle", b.to_str().unwrap()]);
+    expect(
+        &r,
+        &v,
+        "image",
+        "ld-cache",
+        "warn",
+        &["no /etc/ld.so.cache", "RUN ldconfig"],
     );
 }

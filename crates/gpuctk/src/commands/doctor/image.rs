@@ -1,5 +1,7 @@
 //! The image (with `--rootfs`, `--bundle` or `--image-env`): its CUDA, its requirements, the
-//! compat decision, and the verdict: will CUDA start in it on this host.
+//! compat decision, and the verdict: will CUDA start in it on this host. With a root
+//! filesystem also what in it gets in the way: driver files of its own (shadowed by the
+//! host's), a musl C library (the driver's libraries need glibc), no loader cache.
 
 use std::path::PathBuf;
 
@@ -59,6 +61,110 @@ pub(super) fn load_image(a: &DoctorArgs) -> Result<Image, String> {
         rootfs: a.rootfs.clone(),
         env,
     })
+}
+
+/// The library directories of an image where a driver file of its own would be.
+const IMAGE_LIB_DIRS: [&str; 7] = [
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+];
+
+/// glibc's dynamic loaders, by architecture and layout.
+const GLIBC_LOADERS: [&str; 5] = [
+    "/lib64/ld-linux-x86-64.so.2",
+    "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+    "/lib/ld-linux-aarch64.so.1",
+    "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
+    "/usr/lib64/ld-linux-x86-64.so.2",
+];
+
+/// Whether `path` is in the image (links followed inside it); an I/O error other than "not
+/// there" counts as there, so nothing is claimed missing that could not be read.
+fn in_image(root: &Root, path: &str) -> bool {
+    match root.try_symlink_metadata(path) {
+        Ok(m) => m.is_some(),
+        Err(e) => !e.is_not_found(),
+    }
+}
+
+/// What in the image gets in the way of the host's driver.
+fn check_rootfs(root: &Root, c: &mut Checks) {
+    const G: &str = "image";
+    // Driver files of its own: the host's are mounted over them or ahead of them.
+    let mut own: Vec<String> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    let candidates = IMAGE_LIB_DIRS
+        .iter()
+        .flat_map(|d| {
+            ["libcuda.so.1", "libnvidia-ml.so.1"]
+                .into_iter()
+                .map(move |n| format!("{d}/{n}"))
+        })
+        .chain(
+            [
+                "/usr/bin/nvidia-smi",
+                "/bin/nvidia-smi",
+                "/usr/local/bin/nvidia-smi",
+            ]
+            .into_iter()
+            .map(String::from),
+        );
+    for p in candidates {
+        if !in_image(root, &p) {
+            continue;
+        }
+        // /lib and /usr/lib are one on a merged-/usr image: one file, said once.
+        let real = root.canonicalize(&p).unwrap_or_else(|_| p.clone());
+        if !seen.contains(&real) {
+            seen.push(real);
+            own.push(p);
+        }
+    }
+    if !own.is_empty() {
+        c.ok(
+            G,
+            "own-driver-files",
+            format!(
+                "info: the image ships {}: the host driver's files are mounted over them (or found first), so the image's are not used; not an error here",
+                own.join(", ")
+            ),
+        );
+    }
+
+    // The C library: the driver's libraries are linked against glibc.
+    let musl: Vec<String> = root
+        .read_dir_names_limited("/lib", 4096)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.starts_with("ld-musl-") && n.ends_with(".so.1"))
+        .collect();
+    let glibc = GLIBC_LOADERS.iter().any(|l| in_image(root, l));
+    if !musl.is_empty() && !glibc {
+        c.warn(
+            G,
+            "libc",
+            format!(
+                "a musl image (/lib/{}, no glibc loader): the driver's libraries are built for glibc, so libcuda.so.1 and libnvidia-ml.so.1 do not load in it and CUDA reports no device",
+                musl.join(", /lib/")
+            ),
+            "use a glibc-based image (Debian, Ubuntu, UBI, the nvidia/cuda images) for GPU work",
+        );
+    }
+
+    // The loader cache the injected libraries are added to.
+    if !in_image(root, "/etc/ld.so.cache") && (glibc || musl.is_empty()) {
+        c.warn(
+            G,
+            "ld-cache",
+            "the image has no /etc/ld.so.cache (built without running ldconfig): the runtime writes one holding the driver's libraries only, so the image's own libraries in the directories of its /etc/ld.so.conf.d are then not found",
+            "run ldconfig as the image's last build step (RUN ldconfig), or set LD_LIBRARY_PATH to its library directories",
+        );
+    }
 }
 
 /// `X.Y` at the start of `s` (`12.9.1` → 12.9).
@@ -155,6 +261,10 @@ pub(super) fn check_image(
             .rev()
             .find_map(|e| e.strip_prefix(k).and_then(|r| r.strip_prefix('=')))
     };
+
+    if let Some(root) = &root {
+        check_rootfs(root, c);
+    }
 
     // Its CUDA runtime.
     let cudart = root.as_ref().and_then(find_cudart);
