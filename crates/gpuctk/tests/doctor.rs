@@ -42,8 +42,13 @@ fn mknod(path: &Path, major: u32, minor: u32) {
 
 impl Fixture {
     fn new() -> Fixture {
+        Fixture::with_host_args(&[])
+    }
+
+    /// [`Fixture::new`] on a mock host made with `extra` flags (`--mig ...`).
+    fn with_host_args(extra: &[&str]) -> Fixture {
         let t = TestDir::new();
-        let host = mock_host(&t, "host", 2, "570.124.06", "debian");
+        let host = mock_host_with(&t, "host", 2, "570.124.06", "debian", extra);
         let f = Fixture { t, host };
         // /dev/char links, as udev or nvidia-ctk would make them.
         let dev = f.dev();
@@ -106,14 +111,23 @@ impl Fixture {
         self.host.manifest["uvm_major"].as_u64().unwrap() as u32
     }
 
+    /// gpuctk's own table: the NVML record in the test's dir, never the host's /run.
+    fn gpuctk_table(&self) -> String {
+        format!(
+            "[gpuctk]\nnvml-cache = \"{}\"\n",
+            self.t.join("nvml-cache.json").display()
+        )
+    }
+
     /// config.toml: the fixture's runc, then `extra`.
     fn write_config(&self, extra: &str) {
         let runc = self.t.join("bin/runc");
         std::fs::write(
             self.t.join("config.toml"),
             format!(
-                "[nvidia-container-runtime]\nruntimes = [\"{}\"]\n{extra}",
-                runc.display()
+                "[nvidia-container-runtime]\nruntimes = [\"{}\"]\n{extra}{}",
+                runc.display(),
+                self.gpuctk_table()
             ),
         )
         .unwrap();
@@ -126,8 +140,9 @@ impl Fixture {
         std::fs::write(
             self.t.join("config.toml"),
             format!(
-                "accept-nvidia-visible-devices-envvar-when-unprivileged = false\naccept-nvidia-visible-devices-as-volume-mounts = true\n[nvidia-container-runtime]\nruntimes = [\"{}\"]\n",
-                runc.display()
+                "accept-nvidia-visible-devices-envvar-when-unprivileged = false\naccept-nvidia-visible-devices-as-volume-mounts = true\n[nvidia-container-runtime]\nruntimes = [\"{}\"]\n{}",
+                runc.display(),
+                self.gpuctk_table()
             ),
         )
         .unwrap();
@@ -1433,5 +1448,33 @@ fn image_without_a_loader_cache() {
         "ld-cache",
         "warn",
         &["no /etc/ld.so.cache", "RUN ldconfig"],
+    );
+}
+
+#[test]
+fn cdi_spec_older_than_the_mig_layout() {
+    let f = Fixture::with_host_args(&["--mig", "0=1g.10gb,1g.10gb"]);
+    let spec = f.generate_spec();
+    let (_, v) = f.json(&[]);
+    let c = check(&v, "toolkit", "cdi-mig");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    // GPU 0 repartitioned since: the spec's second instance is not the one procfs shows.
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let renamed = text.replace("- name: 0:1\n", "- name: 0:3\n");
+    assert_ne!(renamed, text, "{text}");
+    std::fs::write(&spec, renamed).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-mig",
+        "warn",
+        &[
+            "older than the MIG layout",
+            "0:0, 0:3",
+            "0:0, 0:1",
+            "cdi generate",
+        ],
     );
 }

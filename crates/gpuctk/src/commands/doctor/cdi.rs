@@ -26,6 +26,7 @@ pub(super) fn all_edits(spec: &Spec) -> Vec<&ContainerEdits> {
 pub(super) fn check_cdi_specs(
     dirs: &[PathBuf],
     running: Option<&str>,
+    mig: Option<&[String]>,
     engines: &EngineFacts,
     c: &mut Checks,
 ) -> bool {
@@ -120,6 +121,9 @@ pub(super) fn check_cdi_specs(
         );
     }
     check_names(&reg, c);
+    if let Some(mig) = mig {
+        check_mig_layout(&reg, mig, c);
+    }
     check_kinds(&reg, c);
     check_engine_dirs(&reg, engines, c);
     true
@@ -159,6 +163,61 @@ fn check_names(reg: &Registry, c: &mut Checks) {
                 format!("regenerate it with the default names: nvidia-ctk cdi generate --output {path} (--device-name-strategy index,uuid, without --no-all-device)"),
             );
         }
+    }
+}
+
+/// The MIG devices a GPU spec names (`N:M`) are the ones procfs shows now: a spec made before
+/// the GPUs were repartitioned offers instances that are gone and lacks the new ones.
+fn check_mig_layout(reg: &Registry, now: &[String], c: &mut Checks) {
+    let mut now: Vec<&str> = now.iter().map(String::as_str).collect();
+    now.sort();
+    for loaded in reg.specs() {
+        if loaded.spec.kind != "nvidia.com/gpu" {
+            continue;
+        }
+        let mut named: Vec<&str> = loaded
+            .spec
+            .devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .filter(|n| {
+                n.split_once(':').is_some_and(|(g, m)| {
+                    !g.is_empty()
+                        && !m.is_empty()
+                        && g.bytes().all(|b| b.is_ascii_digit())
+                        && m.bytes().all(|b| b.is_ascii_digit())
+                })
+            })
+            .collect();
+        named.sort();
+        let path = loaded.path.display();
+        if named == now {
+            if !now.is_empty() {
+                c.ok(
+                    G,
+                    "cdi-mig",
+                    format!("{path}: the {} MIG device(s) procfs shows", now.len()),
+                );
+            }
+            continue;
+        }
+        let list = |v: &[&str]| {
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        c.warn(
+            G,
+            "cdi-mig",
+            format!(
+                "{path}: older than the MIG layout: it names MIG devices {}, procfs shows {} (repartitioned since): requests for the new ones fail and the old names give the wrong instance or none",
+                list(&named),
+                list(&now)
+            ),
+            format!("regenerate it: nvidia-ctk cdi generate --output {path} (again after every MIG repartition; the refresh unit does not see one)"),
+        );
     }
 }
 

@@ -7,12 +7,17 @@ use super::Checks;
 use crate::config::Config;
 
 /// NVML (loaded here, as `info` does), the MIG devices procfs shows, and whether the runtime has a
-/// current record of NVML's answers for them (without one, `MIG-<uuid>` requests fail).
-pub(super) fn check_nvml_and_mig(roots: &Roots, cfg: &Config, c: &mut Checks) {
+/// current record of NVML's answers for them (without one, `MIG-<uuid>` requests fail). Returns
+/// the MIG devices' `N:M` names procfs shows, when it could be read.
+pub(super) fn check_nvml_and_mig(
+    roots: &Roots,
+    cfg: &Config,
+    c: &mut Checks,
+) -> Option<Vec<String>> {
     const G: &str = "devices";
     // Discovery's own failures are the driver checks'; nothing to add here then.
     let Ok(inv) = gpuctk_host::discover(roots, &gpuctk_host::DiscoverOptions::default()) else {
-        return;
+        return None;
     };
     let nvml = match crate::mig::ask_nvml(&inv) {
         Ok(info) => {
@@ -59,13 +64,13 @@ pub(super) fn check_nvml_and_mig(roots: &Roots, cfg: &Config, c: &mut Checks) {
                 format!("{e:#}"),
                 "create the capability node as the line says (nvidia-modprobe makes them)",
             );
-            return;
+            return None;
         }
     };
-    if devices.is_empty() {
-        return;
-    }
     let names: Vec<String> = devices.iter().map(|d| d.index_name()).collect();
+    if devices.is_empty() {
+        return Some(names);
+    }
     c.ok(
         G,
         "mig-devices",
@@ -93,4 +98,5 @@ pub(super) fn check_nvml_and_mig(roots: &Roots, cfg: &Config, c: &mut Checks) {
             "run `gpuctk info` as root to rewrite it",
         ),
     }
+    Some(names)
 }

@@ -229,6 +229,7 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
     // The config check ran first (the roots come from it) but is shown with the toolkit's.
     let config_checks = std::mem::take(&mut c.0);
     let host = driver::check_driver(&roots, &mut c);
+    let mut mig_names = None;
     if host.driver.is_none() && !roots.proc_root.join("driver/nvidia").exists() {
         // Without the module every node check fails for the same reason: say it once.
         c.fail(
@@ -239,7 +240,7 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
         );
     } else {
         devices::check_devices(&roots, &mut c);
-        mig::check_nvml_and_mig(&roots, &cfg, &mut c);
+        mig_names = mig::check_nvml_and_mig(&roots, &cfg, &mut c);
     }
     c.0.extend(config_checks);
     config::check_low_level_runtime(&cfg, path_env.as_deref(), &mut c);
@@ -260,6 +261,7 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
     let specs = cdi::check_cdi_specs(
         &spec_dirs,
         host.driver.as_ref().map(|d| d.as_str()),
+        mig_names.as_deref(),
         &engine_facts,
         &mut c,
     );
