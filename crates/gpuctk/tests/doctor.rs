@@ -1478,3 +1478,79 @@ fn cdi_spec_older_than_the_mig_layout() {
         ],
     );
 }
+
+/// A healthy host with everything doctor looks at in use: a spec, every engine registered by
+/// `runtime configure` (containerd with its CRI plugin, so a Kubernetes node with the policy set
+/// for one), the package's refresh units and udev rule, and a CUDA image: silent, in both forms.
+#[test]
+fn healthy_host_is_silent() {
+    let f = Fixture::new();
+    f.kubernetes_policy();
+    f.generate_spec();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    std::fs::create_dir_all(f.t.join("containerd")).unwrap();
+    std::fs::create_dir_all(f.t.join("crio")).unwrap();
+    for (engine, config) in [
+        ("docker", "docker/daemon.json"),
+        ("containerd", "containerd/config.toml"),
+        ("crio", "crio/crio.conf"),
+    ] {
+        let c = f.t.join(config);
+        ok(&[
+            "runtime",
+            "configure",
+            "--runtime",
+            engine,
+            "--config",
+            c.to_str().unwrap(),
+            "--nvidia-runtime-path",
+            rt.to_str().unwrap(),
+        ]);
+    }
+    // containerd and CRI-O read the spec dir too.
+    let dir = f.t.join("cdi");
+    let ctrd = f.t.join("containerd/config.toml");
+    let text = std::fs::read_to_string(&ctrd).unwrap();
+    std::fs::write(
+        &ctrd,
+        format!(
+            "{text}\n[plugins.\"io.containerd.grpc.v1.cri\"]\ncdi_spec_dirs = [\"{}\"]\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(f.t.join("crio/crio.conf.d")).unwrap();
+    std::fs::write(
+        f.t.join("crio/crio.conf.d/10-cdi.conf"),
+        format!("[crio.runtime]\ncdi_spec_dirs = [\"{}\"]\n", dir.display()),
+    )
+    .unwrap();
+    let b = bundle(&f, &["PATH=/usr/bin", "CUDA_VERSION=12.8.0"]);
+    let (r, v) = f.json(&["--bundle", b.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(v["status"], "ok", "{v:#}");
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+    for id in [
+        "toolkit/cdi-spec-dirs",
+        "toolkit/unprivileged-envvar",
+        "engines/containerd",
+        "engines/crio",
+        "boot/cdi-refresh",
+        "boot/udev-char-links",
+    ] {
+        let (g, n) = id.split_once('/').unwrap();
+        assert_eq!(check(&v, g, n)["id"], id);
+    }
+    let found = check(&v, "toolkit", "cdi-spec-dirs")["found"]
+        .as_str()
+        .unwrap();
+    assert!(found.contains("docker, containerd, crio"), "{found}");
+    let t = f.text(&["--bundle", b.to_str().unwrap()]);
+    assert!(
+        !t.stdout
+            .lines()
+            .any(|l| l.starts_with("warn") || l.starts_with("fail")),
+        "{}",
+        t.stdout
+    );
+}
