@@ -18,12 +18,13 @@ pub(super) fn check_policy(cfg: &Config, engines: &EngineFacts, c: &mut Checks) 
         return;
     }
     let cri = engines.cri.join(" and ");
+    let run = if engines.cri.len() > 1 { "run" } else { "runs" };
     if cfg.policy.accept_envvar_unprivileged {
         c.warn(
             G,
             N,
             format!(
-                "accept-nvidia-visible-devices-envvar-when-unprivileged is true (NVIDIA's default) on a node where {cri} runs pods: any pod that sets NVIDIA_VISIBLE_DEVICES=all gets every GPU of the node, past the device plugin's allocation and the GPU quota"
+                "accept-nvidia-visible-devices-envvar-when-unprivileged is true (NVIDIA's default) on a node where {cri} {run} pods: any pod that sets NVIDIA_VISIBLE_DEVICES=all gets every GPU of the node, past the device plugin's allocation and the GPU quota"
             ),
             "set accept-nvidia-visible-devices-envvar-when-unprivileged = false and accept-nvidia-visible-devices-as-volume-mounts = true in config.toml (nvidia-ctk config --in-place --set accept-nvidia-visible-devices-envvar-when-unprivileged=false --set accept-nvidia-visible-devices-as-volume-mounts), and run the device plugin with deviceListStrategy volume-mounts (or cdi-annotations)",
         );
