@@ -18,6 +18,8 @@ const MAX_VENDOR_FILE: u64 = 1 << 20;
 pub(super) struct HostFacts {
     pub(super) driver: Option<DriverVersion>,
     pub(super) cuda: Option<CudaVersion>,
+    /// What discovery found, when it could run (the NVML and MIG checks reuse it).
+    pub(super) inventory: Option<Inventory>,
 }
 
 pub(super) fn check_driver(roots: &Roots, c: &mut Checks) -> HostFacts {
@@ -26,6 +28,7 @@ pub(super) fn check_driver(roots: &Roots, c: &mut Checks) -> HostFacts {
     let mut facts = HostFacts {
         driver: None,
         cuda: None,
+        inventory: None,
     };
     let version = match std::fs::read_to_string(&file) {
         Err(e) => {
@@ -137,6 +140,7 @@ pub(super) fn check_driver(roots: &Roots, c: &mut Checks) -> HostFacts {
             format!("{} file(s) in {dir}", inv.firmware.len()),
         );
     }
+    facts.inventory = Some(inv);
     facts
 }
 

@@ -1,7 +1,7 @@
 //! NVML as the runtime loads it, the MIG devices procfs shows, and the runtime's record of
 //! NVML's answers for them.
 
-use gpuctk_host::Roots;
+use gpuctk_host::Inventory;
 
 use super::Checks;
 use crate::config::Config;
@@ -10,16 +10,14 @@ use crate::config::Config;
 /// current record of NVML's answers for them (without one, `MIG-<uuid>` requests fail). Returns
 /// the MIG devices' `N:M` names procfs shows, when it could be read.
 pub(super) fn check_nvml_and_mig(
-    roots: &Roots,
+    inv: Option<&Inventory>,
     cfg: &Config,
     c: &mut Checks,
 ) -> Option<Vec<String>> {
     const G: &str = "devices";
     // Discovery's own failures are the driver checks'; nothing to add here then.
-    let Ok(inv) = gpuctk_host::discover(roots, &gpuctk_host::DiscoverOptions::default()) else {
-        return None;
-    };
-    let nvml = match crate::mig::ask_nvml(&inv) {
+    let inv = inv?;
+    let nvml = match crate::mig::ask_nvml(inv) {
         Ok(info) => {
             let mig_mode: Vec<String> = info
                 .gpus
@@ -32,7 +30,7 @@ pub(super) fn check_nvml_and_mig(
                 "nvml",
                 format!(
                     "{}: {} GPU(s){}",
-                    gpuctk_host::nvml::library(&inv)
+                    gpuctk_host::nvml::library(inv)
                         .map(|p| p.display().to_string())
                         .unwrap_or_default(),
                     info.gpus.len(),
@@ -55,7 +53,7 @@ pub(super) fn check_nvml_and_mig(
             None
         }
     };
-    let devices = match crate::mig::mig_devices(&inv, nvml.as_ref()) {
+    let devices = match crate::mig::mig_devices(inv, nvml.as_ref()) {
         Ok(d) => d,
         Err(e) => {
             c.fail(
@@ -77,7 +75,7 @@ pub(super) fn check_nvml_and_mig(
         format!("{} MIG device(s): {}", devices.len(), names.join(", ")),
     );
     let record = cfg.nvml_cache.display();
-    match crate::mig::recorded(&cfg.nvml_cache, &inv) {
+    match crate::mig::recorded(&cfg.nvml_cache, inv) {
         Ok(Some(info)) if !gpuctk_host::mig::same_layout(&devices, &info) => c.warn(
             G,
             "nvml-record",

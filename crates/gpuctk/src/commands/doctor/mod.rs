@@ -240,7 +240,7 @@ pub fn diagnose(a: &DoctorArgs) -> Report {
         );
     } else {
         devices::check_devices(&roots, &mut c);
-        mig_names = mig::check_nvml_and_mig(&roots, &cfg, &mut c);
+        mig_names = mig::check_nvml_and_mig(host.inventory.as_ref(), &cfg, &mut c);
     }
     c.0.extend(config_checks);
     config::check_low_level_runtime(&cfg, path_env.as_deref(), &mut c);
