@@ -1554,3 +1554,25 @@ fn healthy_host_is_silent() {
         t.stdout
     );
 }
+
+/// A version file that cannot be read is said as it is, not taken for "no module".
+#[test]
+fn unreadable_version_file_is_not_a_missing_module() {
+    let f = Fixture::new();
+    let file = f.proc().join("driver/nvidia/version");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "kernel-module",
+        "fail",
+        &["not a regular file", "--proc-root"],
+    );
+    let found = check(&v, "driver", "kernel-module")["found"]
+        .as_str()
+        .unwrap();
+    assert!(!found.contains("not loaded"), "{found}");
+}

@@ -11,6 +11,9 @@ use gpuctk_host::{
 
 use super::{list_dir, Checks};
 
+/// The most bytes of `/proc/driver/nvidia/version` doctor reads (it is two lines).
+const MAX_PROC_FILE: u64 = 64 << 10;
+
 /// The most bytes of a loader's vendor file doctor reads (they are a few hundred).
 const MAX_VENDOR_FILE: u64 = 1 << 20;
 
@@ -30,17 +33,31 @@ pub(super) fn check_driver(roots: &Roots, c: &mut Checks) -> HostFacts {
         cuda: None,
         inventory: None,
     };
-    let version = match std::fs::read_to_string(&file) {
-        Err(e) => {
+    let version = match super::read_capped(&file, MAX_PROC_FILE, "the driver's version file") {
+        // Absent: no module. Any other error is said as it is, never taken for "absent".
+        Err(e)
+            if file
+                .symlink_metadata()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+        {
             c.fail(
                 G,
                 "kernel-module",
-                format!("{}: {e}: the NVIDIA kernel module is not loaded", file.display()),
+                format!("{e:#}: the NVIDIA kernel module is not loaded"),
                 "load it (modprobe nvidia, or install the driver and reboot); with a driver container or a procfs elsewhere, point --proc-root at it",
             );
             return facts;
         }
-        Ok(text) => match gpuctk_host::procfs::parse_version(&text) {
+        Err(e) => {
+            c.fail(
+                G,
+                "kernel-module",
+                format!("{e:#}"),
+                "check the file and --proc-root (it must be the procfs of the NVIDIA module's host)",
+            );
+            return facts;
+        }
+        Ok(bytes) => match gpuctk_host::procfs::parse_version(&String::from_utf8_lossy(&bytes)) {
             Ok(v) => v,
             Err(e) => {
                 c.fail(
