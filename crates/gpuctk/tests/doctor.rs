@@ -1276,6 +1276,7 @@ fn vendor_files_absent_or_naming_a_missing_library() {
     let f = Fixture::new();
     let root = Path::new(&f.host.driver_root()).to_path_buf();
     let egl = root.join("usr/share/glvnd/egl_vendor.d/10_nvidia.json");
+    let original = std::fs::read_to_string(&egl).unwrap();
     std::fs::remove_file(&egl).unwrap();
     let (r, v) = f.json(&[]);
     expect(
@@ -1301,6 +1302,31 @@ fn vendor_files_absent_or_naming_a_missing_library() {
         "warn",
         &["names libEGL_nvidia.so.1", "not in the set"],
     );
+    // An EGL external platform file (NVIDIA's 15_nvidia_gbm.json) whose library is not there.
+    std::fs::write(&egl, &original).unwrap();
+    let gbm = root.join("usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json");
+    std::fs::create_dir_all(gbm.parent().unwrap()).unwrap();
+    std::fs::write(
+        &gbm,
+        "{\n    \"file_format_version\" : \"1.0.0\",\n    \"ICD\" : {\n        \"library_path\" : \"libnvidia-egl-gbm.so.1\"\n    }\n}\n",
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "vendor-files",
+        "warn",
+        &[
+            "15_nvidia_gbm.json names libnvidia-egl-gbm.so.1",
+            "not in the set",
+        ],
+    );
+    let found = check(&v, "driver", "vendor-files")["found"]
+        .as_str()
+        .unwrap();
+    assert!(!found.contains("10_nvidia.json names"), "{found}");
 }
 
 #[test]

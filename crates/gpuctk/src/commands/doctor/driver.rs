@@ -286,7 +286,8 @@ fn vendor_library(path: &Path) -> Result<Option<String>, String> {
 }
 
 /// The EGL and Vulkan vendor files (what GLVND's EGL and the Vulkan loader read to find the
-/// driver): there when the graphics libraries are, and naming a library containers get.
+/// driver): there when the graphics libraries are, and naming a library containers get; the EGL
+/// external platform files, when there, too.
 fn check_vendor_files(inv: &Inventory, c: &mut Checks) {
     const G: &str = "driver";
     const N: &str = "vendor-files";
@@ -308,6 +309,8 @@ fn check_vendor_files(inv: &Inventory, c: &mut Checks) {
             graphics("libGLX_nvidia"),
             "/etc/vulkan/icd.d/nvidia_icd.json",
         ),
+        // Optional (Wayland, GBM, X11 platforms of EGL); when there, their library must be.
+        ("egl_external_platform.d/", "EGL platform", false, ""),
     ];
     let mut bad: Vec<String> = Vec::new();
     let mut good: Vec<String> = Vec::new();
