@@ -1602,3 +1602,58 @@ fn unreadable_version_file_is_not_a_missing_module() {
         .unwrap();
     assert!(!found.contains("not loaded"), "{found}");
 }
+
+fn gcc(args: &[&str]) {
+    let o = std::process::Command::new("gcc")
+        .args(args)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "gcc {args:?}: {o:?}");
+}
+
+/// The EGL front end linked against its core, as the driver's is, with the core not installed
+/// (the driver's GL package left out): said, and silent once the core is there.
+#[test]
+fn driver_library_needing_a_core_that_is_not_on_the_host() {
+    let f = Fixture::new();
+    let lib = lib_dir(&f);
+    let work = f.t.join("cc");
+    std::fs::create_dir_all(&work).unwrap();
+    let core = "libnvidia-eglcore.so.570.124.06";
+    std::fs::write(work.join("core.c"), "int gm_core(void) { return 0; }\n").unwrap();
+    std::fs::write(
+        work.join("egl.c"),
+        "extern int gm_core(void);\nint gm_egl(void) { return gm_core(); }\n",
+    )
+    .unwrap();
+    let w = |s: &str| work.join(s).to_str().unwrap().to_string();
+    let soname = format!("-Wl,-soname,{core}");
+    gcc(&["-shared", "-fPIC", &soname, "-o", &w(core), &w("core.c")]);
+    let egl = lib.join("libEGL_nvidia.so.570.124.06");
+    gcc(&[
+        "-shared",
+        "-fPIC",
+        "-Wl,-soname,libEGL_nvidia.so.0",
+        "-Wl,--no-as-needed",
+        "-o",
+        egl.to_str().unwrap(),
+        &w("egl.c"),
+        &w(core),
+    ]);
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "library-set",
+        "warn",
+        &[
+            "incomplete",
+            "libnvidia-eglcore.so.570.124.06 (needed by libEGL_nvidia.so.570.124.06) not on the host",
+            "libnvidia-gl-570",
+        ],
+    );
+    std::fs::copy(work.join(core), lib.join(core)).unwrap();
+    let (_, v) = f.json(&[]);
+    assert_eq!(check(&v, "driver", "library-set")["status"], "ok", "{v:#}");
+}

@@ -230,35 +230,86 @@ fn check_library_set(roots: &Roots, inv: &Inventory, version: &DriverVersion, c:
             }
         }
     }
-    if outside.is_empty() {
+    // What the set's libraries link against (DT_NEEDED) of this driver version: the GL and EGL
+    // front ends need their cores (`libEGL_nvidia` needs `libnvidia-eglcore.so.<v>`, ...), and
+    // a core that is not on the host at all fails them everywhere.
+    let mut absent: Vec<(String, String)> = Vec::new();
+    for l in inv.libraries.iter().filter(|l| !l.is_32bit) {
+        let Ok(obj) = std::fs::File::open(&l.host_path)
+            .map_err(gpuctk_elf::Error::from)
+            .and_then(|f| gpuctk_elf::object(&f))
+        else {
+            // Discovery read this file; a failure now is said by the libraries check's rerun.
+            continue;
+        };
+        let by = l.path.rsplit('/').next().unwrap_or(&l.path).to_string();
+        for needed in obj.needed {
+            let ours = driver_library(&needed).is_some_and(|(_, v)| v == *version);
+            let known = in_set(&needed)
+                || inv
+                    .libraries
+                    .iter()
+                    .any(|x| x.soname.as_deref() == Some(needed.as_str()))
+                || outside.iter().any(|(f, _)| *f == needed);
+            if ours && !known && !absent.iter().any(|(n, _)| *n == needed) {
+                absent.push((needed, by.clone()));
+            }
+        }
+    }
+    if outside.is_empty() && absent.is_empty() {
         c.ok(
             G,
             "library-set",
             format!(
-                "{} libraries of driver {version}, every one on disk in the set containers get",
+                "{} libraries of driver {version}, every one on disk in the set containers get, and every driver library they need",
                 inv.libraries.iter().filter(|l| !l.is_32bit).count()
             ),
         );
     } else {
-        let listed: Vec<String> = outside.iter().map(|(f, d)| format!("{d}/{f}")).collect();
-        let mut dirs: Vec<&str> = outside.iter().map(|(_, d)| d.as_str()).collect();
-        dirs.sort();
-        dirs.dedup();
+        let mut found = Vec::new();
+        let mut fixes = Vec::new();
+        if !outside.is_empty() {
+            let listed: Vec<String> = outside.iter().map(|(f, d)| format!("{d}/{f}")).collect();
+            let mut dirs: Vec<&str> = outside.iter().map(|(_, d)| d.as_str()).collect();
+            dirs.sort();
+            dirs.dedup();
+            let one = listed.len() == 1;
+            found.push(format!(
+                "{} of driver {version} {} on disk but not in {}, so containers do not get {}: programs that load {} fail in the container",
+                listed.join(", "),
+                if one { "is" } else { "are" },
+                inv.library_source,
+                if one { "it" } else { "them" },
+                if one { "it" } else { "them" },
+            ));
+            fixes.push(format!(
+                "list {} in a file of /etc/ld.so.conf.d and run ldconfig (in the driver root), then regenerate the CDI spec",
+                dirs.join(" and ")
+            ));
+        }
+        if !absent.is_empty() {
+            let listed: Vec<String> = absent
+                .iter()
+                .map(|(n, by)| format!("{n} (needed by {by})"))
+                .collect();
+            found.push(format!(
+                "{} not on the host: the libraries that need {} fail to load, on the host and in every container",
+                listed.join(", "),
+                if absent.len() == 1 { "it" } else { "them" },
+            ));
+            fixes.push(format!(
+                "install the driver's missing libraries of {version} (reinstall the driver, or its GL/EGL package of this branch, e.g. Ubuntu's libnvidia-gl-{})",
+                version.major()
+            ));
+        }
         c.warn(
             G,
             "library-set",
             format!(
-                "the driver's library set is incomplete: {} of driver {version} {} on disk but not in {}, so containers do not get {}: programs that load {} fail in the container",
-                listed.join(", "),
-                if listed.len() == 1 { "is" } else { "are" },
-                inv.library_source,
-                if listed.len() == 1 { "it" } else { "them" },
-                if listed.len() == 1 { "it" } else { "them" },
+                "the driver's library set is incomplete: {}",
+                found.join("; ")
             ),
-            format!(
-                "list {} in a file of /etc/ld.so.conf.d and run ldconfig (in the driver root), then regenerate the CDI spec",
-                dirs.join(" and ")
-            ),
+            fixes.join("; "),
         );
     }
     if !others.is_empty() {
