@@ -9,10 +9,14 @@ use gpuctk_host::{
     cuda_version_for_branch, CudaVersion, DiscoverOptions, DriverVersion, Inventory, Roots,
 };
 
-use super::{list_dir, Checks};
+use super::{list_dir_at_most, Checks};
 
 /// The most bytes of `/proc/driver/nvidia/version` doctor reads (it is two lines).
 const MAX_PROC_FILE: u64 = 64 << 10;
+
+/// The most entries of a library directory doctor reads (a distribution's `/usr/lib/<triplet>`
+/// holds a few thousand).
+const MAX_LIB_DIR_ENTRIES: usize = 100_000;
 
 /// The most bytes of a loader's vendor file doctor reads (they are a few hundred).
 const MAX_VENDOR_FILE: u64 = 1 << 20;
@@ -212,7 +216,7 @@ fn check_library_set(roots: &Roots, inv: &Inventory, version: &DriverVersion, c:
     let mut others: Vec<String> = Vec::new();
     for dir in library_dirs(inv) {
         let host = roots.driver_root.join(dir.trim_start_matches('/'));
-        let Ok(entries) = list_dir(&host) else {
+        let Ok(entries) = list_dir_at_most(&host, MAX_LIB_DIR_ENTRIES) else {
             continue;
         };
         // The versioned names are the files; links to them (sonames) are not counted twice.
