@@ -40,6 +40,15 @@ const MAX_SHOW: u64 = 64 << 10;
 /// How long `systemctl show` may take (a wedged D-Bus must not hang doctor).
 const SYSTEMCTL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// `host_root` as a prefix of the paths named in a line (`/` is no prefix).
+fn shown(host_root: &Path) -> String {
+    host_root
+        .display()
+        .to_string()
+        .trim_end_matches('/')
+        .to_string()
+}
+
 /// The unit file `name` under `host_root`, as systemd would pick it.
 fn unit_file(host_root: &Path, name: &str) -> Option<PathBuf> {
     UNIT_DIRS
@@ -66,7 +75,7 @@ pub(super) fn check_refresh(host_root: &Path, systemctl: &Path, specs: bool, c: 
             N,
             format!(
                 "no CDI refresh unit (gpuctk-cdi-refresh.path/.service, or NVIDIA's nvidia-cdi-refresh) in {}/{{etc,usr/lib,lib}}/systemd/system: after a driver upgrade the spec names files that are gone, and every container that asks for a CDI device fails",
-                host_root.display()
+                shown(host_root)
             ),
             "install the gpuctk package (it ships and enables gpuctk-cdi-refresh.path and .service), or run nvidia-ctk cdi generate after every driver change",
         );
@@ -250,7 +259,7 @@ pub(super) fn check_udev(host_root: &Path, c: &mut Checks) {
         N,
         format!(
             "no udev rule in {}/{{etc,usr/lib,lib}}/udev/rules.d runs create-dev-char-symlinks: the /dev/char links are gone after a reboot or a driver reload, and a systemd daemon-reload then takes the GPUs away from running containers",
-            host_root.display()
+            shown(host_root)
         ),
         "install /usr/lib/udev/rules.d/99-gpuctk-nvidia.rules (the gpuctk package ships it) and run udevadm control --reload-rules",
     );

@@ -61,11 +61,13 @@ pub(super) fn check_engines(
     c: &mut Checks,
 ) -> EngineFacts {
     let mut facts = EngineFacts::default();
-    let d = check_docker(docker, path_env, c, &mut facts);
-    let k = check_containerd(containerd, path_env, c, &mut facts);
-    let o = check_crio(crio, path_env, c, &mut facts);
+    // Each engine's lines apart, so the cross-engine line goes with its engine's.
+    let mut lines = [Checks(Vec::new()), Checks(Vec::new()), Checks(Vec::new())];
+    let d = check_docker(docker, path_env, &mut lines[0], &mut facts);
+    let k = check_containerd(containerd, path_env, &mut lines[1], &mut facts);
+    let o = check_crio(crio, path_env, &mut lines[2], &mut facts);
     let all = [("docker", &d), ("containerd", &k), ("crio", &o)];
-    for (name, e) in &all {
+    for (i, (name, e)) in all.iter().enumerate() {
         if !e.configured || e.registered {
             continue;
         }
@@ -91,7 +93,10 @@ pub(super) fn check_engines(
         } else {
             e.configure.clone()
         };
-        c.warn(G, name, found, fix);
+        lines[i].warn(G, name, found, fix);
+    }
+    for l in lines {
+        c.0.extend(l.0);
     }
     facts
 }
