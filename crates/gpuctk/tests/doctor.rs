@@ -1657,3 +1657,33 @@ fn driver_library_needing_a_core_that_is_not_on_the_host() {
     let (_, v) = f.json(&[]);
     assert_eq!(check(&v, "driver", "library-set")["status"], "ok", "{v:#}");
 }
+
+#[test]
+fn crio_runtime_path_that_does_not_exist() {
+    let f = Fixture::new();
+    f.kubernetes_policy();
+    let missing = f.t.join("nowhere/nvidia-container-runtime");
+    std::fs::create_dir_all(f.t.join("crio/crio.conf.d")).unwrap();
+    std::fs::write(
+        f.t.join("crio/crio.conf.d/99-nvidia.toml"),
+        format!(
+            "[crio.runtime.runtimes.nvidia]\nruntime_path = \"{}\"\nruntime_type = \"oci\"\n",
+            missing.display()
+        ),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "crio",
+        "fail",
+        &[
+            "99-nvidia.toml: crio.runtime.runtimes.nvidia.runtime_path",
+            missing.to_str().unwrap(),
+            "does not exist",
+            "--runtime crio",
+        ],
+    );
+}
