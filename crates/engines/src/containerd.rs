@@ -196,6 +196,43 @@ fn imports(config_path: &Path, doc: &DocumentMut) -> Vec<(PathBuf, String)> {
         .collect()
 }
 
+/// One `imports` entry of a main config as containerd resolves it: relative to the main
+/// config's directory, `.` and `..` resolved lexically; the file-name part may be a glob
+/// (`*`, `?`, `[...]`). The resolver `runtime configure` uses, public so that `doctor` agrees
+/// with it on which drop-ins containerd loads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Import {
+    /// The directory the entry names.
+    pub dir: PathBuf,
+    /// The file-name part, a glob or a plain name.
+    pub pattern: String,
+}
+
+impl Import {
+    /// Whether containerd loads the file `name` of [`Import::dir`] through this entry.
+    pub fn matches(&self, name: &str) -> bool {
+        glob_match(self.pattern.as_bytes(), name.as_bytes())
+    }
+
+    /// Whether the file-name part is a glob (else it names one file, which must exist).
+    pub fn is_glob(&self) -> bool {
+        has_meta(&self.pattern)
+    }
+}
+
+/// The `imports` of the main config `text` at `config_path` (none for a blank file or one
+/// without the key). Entries with a glob in their directory part are left out, as configure
+/// leaves them: neither writes nor looks there.
+pub fn imports_of(config_path: &Path, text: &[u8]) -> Result<Vec<Import>, ContainerdError> {
+    Ok(match parse_main(config_path, Some(text))? {
+        None => Vec::new(),
+        Some(doc) => imports(config_path, &doc)
+            .into_iter()
+            .map(|(dir, pattern)| Import { dir, pattern })
+            .collect(),
+    })
+}
+
 /// `path` with `.` and `..` resolved lexically, as Go's `filepath.Join` (containerd's) does.
 fn lexical(path: &Path) -> PathBuf {
     use std::path::Component;
@@ -993,6 +1030,21 @@ mod tests {
         assert!(!glob_match(b"[!9]*.toml", b"99-nvidia.toml"));
         assert!(glob_match(b"99-nvidia.toml", b"99-nvidia.toml"));
         assert!(!glob_match(b"?.toml", b"99-nvidia.toml"));
+    }
+
+    #[test]
+    fn imports_resolve_as_configure_resolves_them() {
+        let main = Path::new("/etc/containerd/config.toml");
+        let text = b"version = 2\nimports = [\"conf.d/*.toml\", \"/opt/x/../y/one.toml\", \"/a/*/b.toml\"]\n";
+        let imps = imports_of(main, text).unwrap();
+        assert_eq!(imps.len(), 2, "{imps:?}");
+        assert_eq!(imps[0].dir, Path::new("/etc/containerd/conf.d"));
+        assert!(imps[0].is_glob() && imps[0].matches("99-nvidia.toml"));
+        assert!(!imps[0].matches("99-nvidia.toml.bak"));
+        assert_eq!(imps[1].dir, Path::new("/opt/y"));
+        assert!(!imps[1].is_glob() && imps[1].matches("one.toml"));
+        assert!(imports_of(main, b"  \n").unwrap().is_empty());
+        assert!(imports_of(main, b"imports = [").is_err());
     }
 
     #[test]

@@ -751,6 +751,12 @@ pub struct DoctorArgs {
     /// The image's environment, KEY=VALUE lines (with --rootfs, or alone)
     #[arg(long, value_name = "FILE", conflicts_with = "bundle")]
     pub image_env: Option<PathBuf>,
+    /// The host's root: where the udev rules, the systemd units and /run/systemd are looked for
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub host_root: PathBuf,
+    /// The systemctl asked about the CDI refresh units (only where systemd runs under --host-root)
+    #[arg(long, value_name = "PATH", default_value = "systemctl")]
+    pub systemctl: PathBuf,
     /// Machine-readable output
     #[arg(long)]
     pub json: bool,

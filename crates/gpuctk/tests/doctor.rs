@@ -10,6 +10,10 @@ use serde_json::Value;
 
 use crate::util::*;
 
+const REFRESH_SERVICE: &str = include_str!("../../../packaging/systemd/gpuctk-cdi-refresh.service");
+const REFRESH_PATH: &str = include_str!("../../../packaging/systemd/gpuctk-cdi-refresh.path");
+const UDEV_RULE: &str = include_str!("../../../packaging/udev/99-gpuctk-nvidia.rules");
+
 /// A healthy mock host with everything doctor checks in place.
 struct Fixture {
     t: TestDir,
@@ -38,8 +42,13 @@ fn mknod(path: &Path, major: u32, minor: u32) {
 
 impl Fixture {
     fn new() -> Fixture {
+        Fixture::with_host_args(&[])
+    }
+
+    /// [`Fixture::new`] on a mock host made with `extra` flags (`--mig ...`).
+    fn with_host_args(extra: &[&str]) -> Fixture {
         let t = TestDir::new();
-        let host = mock_host(&t, "host", 2, "570.124.06", "debian");
+        let host = mock_host_with(&t, "host", 2, "570.124.06", "debian", extra);
         let f = Fixture { t, host };
         // /dev/char links, as udev or nvidia-ctk would make them.
         let dev = f.dev();
@@ -66,7 +75,28 @@ impl Fixture {
         std::fs::create_dir_all(f.t.join("cdi")).unwrap();
         std::fs::create_dir_all(f.t.join("docker")).unwrap();
         f.docker_runtime(&f.t.join("bin/nvidia-container-runtime"));
+        // The host's own files, as gpuctk's package installs them: the refresh units, the rule.
+        let host = f.host_root();
+        for (rel, text) in [
+            (
+                "usr/lib/systemd/system/gpuctk-cdi-refresh.service",
+                REFRESH_SERVICE,
+            ),
+            (
+                "usr/lib/systemd/system/gpuctk-cdi-refresh.path",
+                REFRESH_PATH,
+            ),
+            ("usr/lib/udev/rules.d/99-gpuctk-nvidia.rules", UDEV_RULE),
+        ] {
+            std::fs::create_dir_all(host.join(rel).parent().unwrap()).unwrap();
+            std::fs::write(host.join(rel), text).unwrap();
+        }
         f
+    }
+
+    /// The root doctor reads the udev rules, the units and /run/systemd under.
+    fn host_root(&self) -> PathBuf {
+        self.t.join("hostroot")
     }
 
     fn dev(&self) -> PathBuf {
@@ -81,14 +111,38 @@ impl Fixture {
         self.host.manifest["uvm_major"].as_u64().unwrap() as u32
     }
 
+    /// gpuctk's own table: the NVML record in the test's dir, never the host's /run.
+    fn gpuctk_table(&self) -> String {
+        format!(
+            "[gpuctk]\nnvml-cache = \"{}\"\n",
+            self.t.join("nvml-cache.json").display()
+        )
+    }
+
     /// config.toml: the fixture's runc, then `extra`.
     fn write_config(&self, extra: &str) {
         let runc = self.t.join("bin/runc");
         std::fs::write(
             self.t.join("config.toml"),
             format!(
-                "[nvidia-container-runtime]\nruntimes = [\"{}\"]\n{extra}",
-                runc.display()
+                "[nvidia-container-runtime]\nruntimes = [\"{}\"]\n{extra}{}",
+                runc.display(),
+                self.gpuctk_table()
+            ),
+        )
+        .unwrap();
+    }
+
+    /// daemon.json: the nvidia runtime at `path`, and the fixture's spec dir as docker's CDI dir.
+    /// config.toml as a Kubernetes node wants it: GPUs only as the device plugin allocates them.
+    fn kubernetes_policy(&self) {
+        let runc = self.t.join("bin/runc");
+        std::fs::write(
+            self.t.join("config.toml"),
+            format!(
+                "accept-nvidia-visible-devices-envvar-when-unprivileged = false\naccept-nvidia-visible-devices-as-volume-mounts = true\n[nvidia-container-runtime]\nruntimes = [\"{}\"]\n{}",
+                runc.display(),
+                self.gpuctk_table()
             ),
         )
         .unwrap();
@@ -98,7 +152,8 @@ impl Fixture {
         std::fs::write(
             self.t.join("docker/daemon.json"),
             format!(
-                "{{\n  \"runtimes\": {{\n    \"nvidia\": {{\"path\": \"{}\", \"args\": []}}\n  }}\n}}\n",
+                "{{\n  \"cdi-spec-dirs\": [\"{}\"],\n  \"runtimes\": {{\n    \"nvidia\": {{\"path\": \"{}\", \"args\": []}}\n  }}\n}}\n",
+                self.t.join("cdi").display(),
                 path.display()
             ),
         )
@@ -139,6 +194,10 @@ impl Fixture {
             p("containerd/config.toml"),
             "--crio-config".into(),
             p("crio/crio.conf"),
+            "--host-root".into(),
+            p("hostroot"),
+            "--systemctl".into(),
+            p("bin/no-systemctl"),
         ]);
         v.extend(extra.iter().map(|s| s.to_string()));
         v
@@ -187,6 +246,7 @@ fn not_ok(v: &Value) -> Vec<&Value> {
 fn expect(run: &Run, v: &Value, group: &str, name: &str, status: &str, needles: &[&str]) {
     let c = check(v, group, name);
     assert_eq!(c["status"], status, "{group}/{name}: {c:#}");
+    assert_eq!(c["id"], format!("{group}/{name}"), "{c:#}");
     assert!(c["fix"].as_str().is_some_and(|f| !f.is_empty()), "{c:#}");
     for n in needles {
         let all = format!("{} {}", c["found"], c["fix"]);
@@ -213,6 +273,8 @@ fn healthy_host_is_all_ok() {
     for (g, n) in [
         ("driver", "kernel-module"),
         ("driver", "libraries"),
+        ("driver", "library-set"),
+        ("driver", "vendor-files"),
         ("driver", "gsp-firmware"),
         ("devices", "nvidia0"),
         ("devices", "nvidia1"),
@@ -223,9 +285,14 @@ fn healthy_host_is_all_ok() {
         ("toolkit", "config"),
         ("toolkit", "low-level-runtime"),
         ("toolkit", "cdi-spec"),
+        ("toolkit", "cdi-names"),
+        ("toolkit", "cdi-spec-dirs"),
+        ("toolkit", "unprivileged-envvar"),
         ("engines", "docker"),
         ("engines", "containerd"),
         ("engines", "crio"),
+        ("boot", "cdi-refresh"),
+        ("boot", "udev-char-links"),
     ] {
         let c = check(&v, g, n);
         assert!(c["fix"].is_null(), "{c:#}");
@@ -556,10 +623,18 @@ fn docker_registration_of_a_missing_binary() {
     );
 }
 
-/// A bundle whose rootfs is an empty directory and whose env is `env`.
+/// A bundle whose rootfs is an empty directory with a loader cache (the real ldconfig's) and
+/// whose env is `env`.
 fn bundle(f: &Fixture, env: &[&str]) -> PathBuf {
     let b = f.t.join("bundle");
     std::fs::create_dir_all(b.join("rootfs/usr/local")).unwrap();
+    std::fs::create_dir_all(b.join("rootfs/etc")).unwrap();
+    let out = std::process::Command::new("ldconfig")
+        .arg("-r")
+        .arg(b.join("rootfs"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
     let config = serde_json::json!({
         "ociVersion": "1.0.2",
         "root": {"path": "rootfs"},
@@ -783,5 +858,832 @@ fn engine_registrations_written_by_runtime_configure() {
     assert!(
         c["found"].as_str().unwrap().contains("99-nvidia.toml"),
         "{c:#}"
+    );
+}
+
+/// containerd's config, with its conf.d dir next to it.
+fn containerd_config(f: &Fixture, text: &str) -> PathBuf {
+    let dir = f.t.join("containerd");
+    std::fs::create_dir_all(dir.join("conf.d")).unwrap();
+    std::fs::write(dir.join("config.toml"), text).unwrap();
+    dir
+}
+
+fn containerd_nvidia(rt: &str) -> String {
+    format!(
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"{rt}\"\n"
+    )
+}
+
+#[test]
+fn containerd_drop_in_that_is_not_imported() {
+    let f = Fixture::new();
+    f.kubernetes_policy();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    let dir = containerd_config(&f, "version = 2\n");
+    std::fs::write(
+        dir.join("conf.d/99-nvidia.toml"),
+        containerd_nvidia(rt.to_str().unwrap()),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "containerd-imports",
+        "warn",
+        &["conf.d/99-nvidia.toml not imported", "imports = ["],
+    );
+    // So the runtime it registers is not there either.
+    expect(
+        &r,
+        &v,
+        "engines",
+        "containerd",
+        "warn",
+        &["no nvidia runtime"],
+    );
+
+    // Imported through the pattern configure writes: found, nothing to say.
+    std::fs::write(
+        dir.join("config.toml"),
+        "version = 2\nimports = [\"conf.d/*.toml\"]\n",
+    )
+    .unwrap();
+    let (_, v) = f.json(&[]);
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+    assert!(check(&v, "engines", "containerd")["found"]
+        .as_str()
+        .unwrap()
+        .contains("99-nvidia.toml"));
+    // A `[...]` class, which only the engines crate's resolver knows: still imported.
+    std::fs::write(
+        dir.join("config.toml"),
+        "version = 2\nimports = [\"./conf.d/[0-9]*.toml\"]\n",
+    )
+    .unwrap();
+    let (_, v) = f.json(&[]);
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+}
+
+#[test]
+fn containerd_default_runtime_name_of_a_missing_runtime() {
+    let f = Fixture::new();
+    f.kubernetes_policy();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    let text = containerd_nvidia(rt.to_str().unwrap()).replace(
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n",
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia-cdi\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n",
+    );
+    containerd_config(&f, &text);
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "default-runtime",
+        "fail",
+        &[
+            "default_runtime_name = nvidia-cdi",
+            "no pod starts",
+            "nvidia",
+        ],
+    );
+    // Naming the registered one is fine.
+    containerd_config(&f, &text.replace("\"nvidia-cdi\"", "\"nvidia\""));
+    let (_, v) = f.json(&[]);
+    assert_eq!(check(&v, "engines", "default-runtime")["status"], "ok");
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+}
+
+#[test]
+fn docker_default_runtime_of_a_missing_runtime() {
+    let f = Fixture::new();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    std::fs::write(
+        f.t.join("docker/daemon.json"),
+        format!(
+            "{{\"default-runtime\": \"nvidia-legacy\", \"runtimes\": {{\"nvidia\": {{\"path\": \"{}\"}}}}}}",
+            rt.display()
+        ),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "default-runtime",
+        "fail",
+        &["default-runtime = nvidia-legacy", "dockerd does not start"],
+    );
+}
+
+#[test]
+fn runtime_registered_in_docker_but_not_in_containerd() {
+    let f = Fixture::new();
+    // containerd with its CRI plugin on (a Kubernetes node), without our runtime.
+    containerd_config(
+        &f,
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\n",
+    );
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "containerd",
+        "warn",
+        &[
+            "no nvidia runtime registered, but docker has one",
+            "runtime configure --runtime containerd",
+        ],
+    );
+    // docker's own containerd, with CRI off: it needs no runtime of its own.
+    containerd_config(
+        &f,
+        "version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n",
+    );
+    let (_, v) = f.json(&[]);
+    let c = check(&v, "engines", "containerd");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert!(c["found"].as_str().unwrap().contains("skipped"), "{c:#}");
+
+    // The reverse: containerd has it, docker does not.
+    containerd_config(
+        &f,
+        &containerd_nvidia(f.t.join("bin/nvidia-container-runtime").to_str().unwrap()),
+    );
+    std::fs::write(f.t.join("docker/daemon.json"), "{}\n").unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "docker",
+        "warn",
+        &["but containerd has one", "--runtime docker"],
+    );
+}
+
+/// `cdi generate` into the spec dir with `extra` flags.
+fn generate_spec_with(f: &Fixture, extra: &[&str]) -> PathBuf {
+    let out = f.t.join("cdi/nvidia.yaml");
+    let o = out.to_str().unwrap().to_string();
+    let mut args = vec!["cdi", "generate", "--output", &o];
+    args.extend_from_slice(extra);
+    let roots = f.host.roots();
+    ok(&with(&args, &roots));
+    out
+}
+
+#[test]
+fn cdi_spec_without_uuid_names_or_all() {
+    let f = Fixture::new();
+    generate_spec_with(
+        &f,
+        &[
+            "--nvidia-cdi-hook-path",
+            GPUCTK,
+            "--device-name-strategy",
+            "index",
+        ],
+    );
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-names",
+        "warn",
+        &[
+            "no UUID names",
+            "device plugin",
+            "--device-name-strategy index,uuid",
+        ],
+    );
+    assert!(!check(&v, "toolkit", "cdi-names")["found"]
+        .as_str()
+        .unwrap()
+        .contains("no `all`"));
+    generate_spec_with(&f, &["--nvidia-cdi-hook-path", GPUCTK, "--no-all-device"]);
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-names",
+        "warn",
+        &["no `all` device", "nvidia.com/gpu=all"],
+    );
+}
+
+#[test]
+fn cdi_spec_whose_hook_is_not_installed() {
+    let f = Fixture::new();
+    let hook = f.t.join("nowhere/nvidia-cdi-hook");
+    generate_spec_with(&f, &["--nvidia-cdi-hook-path", hook.to_str().unwrap()]);
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-spec",
+        "fail",
+        &[
+            hook.to_str().unwrap(),
+            "not executable",
+            "--nvidia-cdi-hook-path",
+        ],
+    );
+}
+
+#[test]
+fn two_cdi_specs_of_one_kind() {
+    let f = Fixture::new();
+    let spec = f.generate_spec();
+    let other = f.t.join("cdi-run");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(&spec, other.join("nvidia.yaml")).unwrap();
+    let (r, v) = f.json(&["--spec-dir", other.to_str().unwrap()]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-kinds",
+        "warn",
+        &[
+            "2 specs of kind nvidia.com/gpu",
+            "cdi-run/nvidia.yaml",
+            "keep one",
+        ],
+    );
+}
+
+#[test]
+fn cdi_spec_in_a_dir_an_engine_does_not_read() {
+    let f = Fixture::new();
+    f.generate_spec();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    // docker without cdi-spec-dirs reads /etc/cdi and /var/run/cdi only.
+    std::fs::write(
+        f.t.join("docker/daemon.json"),
+        format!(
+            "{{\"runtimes\": {{\"nvidia\": {{\"path\": \"{}\"}}}}}}",
+            rt.display()
+        ),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    let dir = f.t.join("cdi");
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-spec-dirs",
+        "warn",
+        &[
+            "docker reads /etc/cdi, /var/run/cdi (docker's default)",
+            dir.to_str().unwrap(),
+            "cdi-spec-dirs (daemon.json)",
+        ],
+    );
+    // containerd's cdi_spec_dirs is read the same way.
+    f.docker_runtime(&rt);
+    containerd_config(
+        &f,
+        &format!(
+            "{}[plugins.\"io.containerd.grpc.v1.cri\"]\ncdi_spec_dirs = [\"/etc/cdi\"]\n",
+            containerd_nvidia(rt.to_str().unwrap())
+        ),
+    );
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-spec-dirs",
+        "warn",
+        &["containerd reads /etc/cdi", "cdi_spec_dirs"],
+    );
+    assert!(!check(&v, "toolkit", "cdi-spec-dirs")["found"]
+        .as_str()
+        .unwrap()
+        .contains("docker"));
+}
+
+#[test]
+fn gpus_for_any_pod_that_asks_on_a_kubernetes_node() {
+    let f = Fixture::new();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    // A CRI engine runs pods here, and config.toml leaves the policy at NVIDIA's default.
+    containerd_config(&f, &containerd_nvidia(rt.to_str().unwrap()));
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "unprivileged-envvar",
+        "warn",
+        &[
+            "accept-nvidia-visible-devices-envvar-when-unprivileged is true",
+            "containerd runs pods",
+            "volume-mounts",
+        ],
+    );
+    // The same with CRI-O.
+    std::fs::remove_dir_all(f.t.join("containerd")).unwrap();
+    std::fs::create_dir_all(f.t.join("crio")).unwrap();
+    std::fs::write(
+        f.t.join("crio/crio.conf"),
+        format!(
+            "[crio.runtime.runtimes.nvidia]\nruntime_path = \"{}\"\n",
+            rt.display()
+        ),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "unprivileged-envvar",
+        "warn",
+        &["crio runs pods"],
+    );
+    // Set as the fix says: nothing to say.
+    f.kubernetes_policy();
+    let (_, v) = f.json(&[]);
+    assert_eq!(check(&v, "toolkit", "unprivileged-envvar")["status"], "ok");
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+}
+
+fn lib_dir(f: &Fixture) -> PathBuf {
+    Path::new(&f.host.driver_root()).join("usr/lib/x86_64-linux-gnu")
+}
+
+/// NVIDIA's issue 1908: part of the driver in a directory ld.so.cache does not list.
+#[test]
+fn driver_library_outside_the_set_containers_get() {
+    let f = Fixture::new();
+    let lib = lib_dir(&f);
+    let glcore = "libnvidia-glcore.so.570.124.06";
+    std::fs::rename(lib.join(glcore), lib.parent().unwrap().join(glcore)).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "library-set",
+        "warn",
+        &[
+            "incomplete",
+            &format!("/usr/lib/{glcore}"),
+            "ld.so.conf.d",
+            "ldconfig",
+        ],
+    );
+}
+
+#[test]
+fn driver_libraries_of_two_versions() {
+    let f = Fixture::new();
+    let lib = lib_dir(&f);
+    std::fs::copy(
+        lib.join("libnvidia-glcore.so.570.124.06"),
+        lib.join("libnvidia-glcore.so.560.35.03"),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "library-versions",
+        "warn",
+        &[
+            "two driver versions",
+            "libnvidia-glcore.so.560.35.03",
+            "keep only 570.124.06",
+        ],
+    );
+    assert_eq!(check(&v, "driver", "library-set")["status"], "ok");
+}
+
+#[test]
+fn vendor_files_absent_or_naming_a_missing_library() {
+    let f = Fixture::new();
+    let root = Path::new(&f.host.driver_root()).to_path_buf();
+    let egl = root.join("usr/share/glvnd/egl_vendor.d/10_nvidia.json");
+    let original = std::fs::read_to_string(&egl).unwrap();
+    std::fs::remove_file(&egl).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "vendor-files",
+        "warn",
+        &["no EGL vendor file", "10_nvidia.json"],
+    );
+    // Back, but naming a library the driver does not have.
+    std::fs::write(
+        &egl,
+        "{\"file_format_version\" : \"1.0.0\", \"ICD\" : {\"library_path\" : \"libEGL_nvidia.so.1\"}}\n",
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "vendor-files",
+        "warn",
+        &["names libEGL_nvidia.so.1", "not in the set"],
+    );
+    // An EGL external platform file (NVIDIA's 15_nvidia_gbm.json) whose library is not there.
+    std::fs::write(&egl, &original).unwrap();
+    let gbm = root.join("usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json");
+    std::fs::create_dir_all(gbm.parent().unwrap()).unwrap();
+    std::fs::write(
+        &gbm,
+        "{\n    \"file_format_version\" : \"1.0.0\",\n    \"ICD\" : {\n        \"library_path\" : \"libnvidia-egl-gbm.so.1\"\n    }\n}\n",
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "vendor-files",
+        "warn",
+        &[
+            "15_nvidia_gbm.json names libnvidia-egl-gbm.so.1",
+            "not in the set",
+        ],
+    );
+    let found = check(&v, "driver", "vendor-files")["found"]
+        .as_str()
+        .unwrap();
+    assert!(!found.contains("10_nvidia.json names"), "{found}");
+}
+
+#[test]
+fn cdi_refresh_unit_absent_or_not_asked() {
+    let f = Fixture::new();
+    f.generate_spec();
+    // Without systemd under the host root: present, not checked.
+    let (_, v) = f.json(&[]);
+    let c = check(&v, "boot", "cdi-refresh");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert!(
+        c["found"].as_str().unwrap().contains("not checked"),
+        "{c:#}"
+    );
+    // systemd runs, and its systemctl cannot be run: said, not guessed.
+    std::fs::create_dir_all(f.host_root().join("run/systemd/system")).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "boot",
+        "cdi-refresh",
+        "warn",
+        &["systemd could not be asked", "no-systemctl", "--systemctl"],
+    );
+    // No unit at all.
+    std::fs::remove_dir_all(f.host_root().join("usr/lib/systemd")).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "boot",
+        "cdi-refresh",
+        "warn",
+        &["no CDI refresh unit", "gpuctk package"],
+    );
+}
+
+#[test]
+fn udev_rule_for_dev_char_links_absent_or_masked() {
+    let f = Fixture::new();
+    let rules = f
+        .host_root()
+        .join("usr/lib/udev/rules.d/99-gpuctk-nvidia.rules");
+    // Masked by an admin: /etc's /dev/null link of the same name wins.
+    let etc = f.host_root().join("etc/udev/rules.d");
+    std::fs::create_dir_all(&etc).unwrap();
+    symlink("/dev/null", etc.join("99-gpuctk-nvidia.rules")).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "boot",
+        "udev-char-links",
+        "warn",
+        &[
+            "no udev rule",
+            "create-dev-char-symlinks",
+            "99-gpuctk-nvidia.rules",
+        ],
+    );
+    std::fs::remove_file(etc.join("99-gpuctk-nvidia.rules")).unwrap();
+    std::fs::remove_file(&rules).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "boot",
+        "udev-char-links",
+        "warn",
+        &["daemon-reload"],
+    );
+}
+
+#[test]
+fn image_with_driver_files_of_its_own_is_info() {
+    let f = Fixture::new();
+    let b = bundle(&f, &["CUDA_VERSION=12.8.0"]);
+    let rootfs = b.join("rootfs");
+    // A driver's libcuda and nvidia-smi baked into the image (the mock host's, copied).
+    let lib = lib_dir(&f);
+    std::fs::create_dir_all(rootfs.join("usr/lib/x86_64-linux-gnu")).unwrap();
+    std::fs::copy(
+        lib.join("libcuda.so.570.124.06"),
+        rootfs.join("usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(rootfs.join("usr/bin")).unwrap();
+    std::fs::copy(
+        Path::new(&f.host.driver_root()).join("usr/bin/nvidia-smi"),
+        rootfs.join("usr/bin/nvidia-smi"),
+    )
+    .unwrap();
+    let (r, v) = f.json(&["--bundle", b.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let c = check(&v, "image", "own-driver-files");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    let found = c["found"].as_str().unwrap();
+    for n in [
+        "info:",
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "/usr/bin/nvidia-smi",
+        "mounted over",
+    ] {
+        assert!(found.contains(n), "{n}: {found}");
+    }
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+}
+
+#[test]
+fn musl_image() {
+    let f = Fixture::new();
+    let b = bundle(&f, &["CUDA_VERSION=12.8.0"]);
+    let rootfs = b.join("rootfs");
+    std::fs::create_dir_all(rootfs.join("lib")).unwrap();
+    std::fs::write(rootfs.join("etc/alpine-release"), "3.20.0\n").unwrap();
+    // Alpine's loader, which is its libc too.
+    std::fs::write(rootfs.join("lib/ld-musl-x86_64.so.1"), b"").unwrap();
+    let (r, v) = f.json(&["--rootfs", rootfs.to_str().unwrap()]);
+    expect(
+        &r,
+        &v,
+        "image",
+        "libc",
+        "warn",
+        &["musl image", "ld-musl-x86_64.so.1", "glibc-based image"],
+    );
+    // With glibc's loader too (a glibc compat layer): not musl-only, nothing to say.
+    std::fs::create_dir_all(rootfs.join("lib64")).unwrap();
+    std::fs::write(rootfs.join("lib64/ld-linux-x86-64.so.2"), b"").unwrap();
+    let (_, v) = f.json(&["--rootfs", rootfs.to_str().unwrap()]);
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+}
+
+#[test]
+fn image_without_a_loader_cache() {
+    let f = Fixture::new();
+    let b = bundle(&f, &["CUDA_VERSION=12.8.0"]);
+    std::fs::remove_file(b.join("rootfs/etc/ld.so.cache")).unwrap();
+    let (r, v) = f.json(&["--bundle", b.to_str().unwrap()]);
+    expect(
+        &r,
+        &v,
+        "image",
+        "ld-cache",
+        "warn",
+        &["no /etc/ld.so.cache", "RUN ldconfig"],
+    );
+}
+
+#[test]
+fn cdi_spec_older_than_the_mig_layout() {
+    let f = Fixture::with_host_args(&["--mig", "0=1g.10gb,1g.10gb"]);
+    let spec = f.generate_spec();
+    let (_, v) = f.json(&[]);
+    let c = check(&v, "toolkit", "cdi-mig");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    // GPU 0 repartitioned since: the spec's second instance is not the one procfs shows.
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let renamed = text.replace("- name: 0:1\n", "- name: 0:3\n");
+    assert_ne!(renamed, text, "{text}");
+    std::fs::write(&spec, renamed).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "toolkit",
+        "cdi-mig",
+        "warn",
+        &[
+            "older than the MIG layout",
+            "0:0, 0:3",
+            "0:0, 0:1",
+            "cdi generate",
+        ],
+    );
+}
+
+/// A healthy host with everything doctor looks at in use: a spec, every engine registered by
+/// `runtime configure` (containerd with its CRI plugin, so a Kubernetes node with the policy set
+/// for one), the package's refresh units and udev rule, and a CUDA image: silent, in both forms.
+#[test]
+fn healthy_host_is_silent() {
+    let f = Fixture::new();
+    f.kubernetes_policy();
+    f.generate_spec();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    std::fs::create_dir_all(f.t.join("containerd")).unwrap();
+    std::fs::create_dir_all(f.t.join("crio")).unwrap();
+    for (engine, config) in [
+        ("docker", "docker/daemon.json"),
+        ("containerd", "containerd/config.toml"),
+        ("crio", "crio/crio.conf"),
+    ] {
+        let c = f.t.join(config);
+        ok(&[
+            "runtime",
+            "configure",
+            "--runtime",
+            engine,
+            "--config",
+            c.to_str().unwrap(),
+            "--nvidia-runtime-path",
+            rt.to_str().unwrap(),
+        ]);
+    }
+    // containerd and CRI-O read the spec dir too.
+    let dir = f.t.join("cdi");
+    let ctrd = f.t.join("containerd/config.toml");
+    let text = std::fs::read_to_string(&ctrd).unwrap();
+    std::fs::write(
+        &ctrd,
+        format!(
+            "{text}\n[plugins.\"io.containerd.grpc.v1.cri\"]\ncdi_spec_dirs = [\"{}\"]\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(f.t.join("crio/crio.conf.d")).unwrap();
+    std::fs::write(
+        f.t.join("crio/crio.conf.d/10-cdi.conf"),
+        format!("[crio.runtime]\ncdi_spec_dirs = [\"{}\"]\n", dir.display()),
+    )
+    .unwrap();
+    let b = bundle(&f, &["PATH=/usr/bin", "CUDA_VERSION=12.8.0"]);
+    let (r, v) = f.json(&["--bundle", b.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(v["status"], "ok", "{v:#}");
+    assert!(not_ok(&v).is_empty(), "{v:#}");
+    for id in [
+        "toolkit/cdi-spec-dirs",
+        "toolkit/unprivileged-envvar",
+        "engines/containerd",
+        "engines/crio",
+        "boot/cdi-refresh",
+        "boot/udev-char-links",
+    ] {
+        let (g, n) = id.split_once('/').unwrap();
+        assert_eq!(check(&v, g, n)["id"], id);
+    }
+    let found = check(&v, "toolkit", "cdi-spec-dirs")["found"]
+        .as_str()
+        .unwrap();
+    assert!(found.contains("docker, containerd, crio"), "{found}");
+    let t = f.text(&["--bundle", b.to_str().unwrap()]);
+    assert!(
+        !t.stdout
+            .lines()
+            .any(|l| l.starts_with("warn") || l.starts_with("fail")),
+        "{}",
+        t.stdout
+    );
+}
+
+/// A version file that cannot be read is said as it is, not taken for "no module".
+#[test]
+fn unreadable_version_file_is_not_a_missing_module() {
+    let f = Fixture::new();
+    let file = f.proc().join("driver/nvidia/version");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "kernel-module",
+        "fail",
+        &["not a regular file", "--proc-root"],
+    );
+    let found = check(&v, "driver", "kernel-module")["found"]
+        .as_str()
+        .unwrap();
+    assert!(!found.contains("not loaded"), "{found}");
+}
+
+fn gcc(args: &[&str]) {
+    let o = std::process::Command::new("gcc")
+        .args(args)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "gcc {args:?}: {o:?}");
+}
+
+/// The EGL front end linked against its core, as the driver's is, with the core not installed
+/// (the driver's GL package left out): said, and silent once the core is there.
+#[test]
+fn driver_library_needing_a_core_that_is_not_on_the_host() {
+    let f = Fixture::new();
+    let lib = lib_dir(&f);
+    let work = f.t.join("cc");
+    std::fs::create_dir_all(&work).unwrap();
+    let core = "libnvidia-eglcore.so.570.124.06";
+    std::fs::write(work.join("core.c"), "int gm_core(void) { return 0; }\n").unwrap();
+    std::fs::write(
+        work.join("egl.c"),
+        "extern int gm_core(void);\nint gm_egl(void) { return gm_core(); }\n",
+    )
+    .unwrap();
+    let w = |s: &str| work.join(s).to_str().unwrap().to_string();
+    let soname = format!("-Wl,-soname,{core}");
+    gcc(&["-shared", "-fPIC", &soname, "-o", &w(core), &w("core.c")]);
+    let egl = lib.join("libEGL_nvidia.so.570.124.06");
+    gcc(&[
+        "-shared",
+        "-fPIC",
+        "-Wl,-soname,libEGL_nvidia.so.0",
+        "-Wl,--no-as-needed",
+        "-o",
+        egl.to_str().unwrap(),
+        &w("egl.c"),
+        &w(core),
+    ]);
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "driver",
+        "library-set",
+        "warn",
+        &[
+            "incomplete",
+            "libnvidia-eglcore.so.570.124.06 (needed by libEGL_nvidia.so.570.124.06) not on the host",
+            "libnvidia-gl-570",
+        ],
+    );
+    std::fs::copy(work.join(core), lib.join(core)).unwrap();
+    let (_, v) = f.json(&[]);
+    assert_eq!(check(&v, "driver", "library-set")["status"], "ok", "{v:#}");
+}
+
+#[test]
+fn crio_runtime_path_that_does_not_exist() {
+    let f = Fixture::new();
+    f.kubernetes_policy();
+    let missing = f.t.join("nowhere/nvidia-container-runtime");
+    std::fs::create_dir_all(f.t.join("crio/crio.conf.d")).unwrap();
+    std::fs::write(
+        f.t.join("crio/crio.conf.d/99-nvidia.toml"),
+        format!(
+            "[crio.runtime.runtimes.nvidia]\nruntime_path = \"{}\"\nruntime_type = \"oci\"\n",
+            missing.display()
+        ),
+    )
+    .unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "crio",
+        "fail",
+        &[
+            "99-nvidia.toml: crio.runtime.runtimes.nvidia.runtime_path",
+            missing.to_str().unwrap(),
+            "does not exist",
+            "--runtime crio",
+        ],
     );
 }

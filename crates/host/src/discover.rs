@@ -788,10 +788,11 @@ fn discover_firmware(root: &Path, version: &DriverVersion) -> Result<Vec<HostFil
 }
 
 /// One entry of a directory listing.
-pub(crate) struct DirEntry {
-    pub(crate) name: std::ffi::OsString,
+pub struct DirEntry {
+    /// The entry's name.
+    pub name: std::ffi::OsString,
     /// A regular file, not following a symlink (what `DirEntry::file_type().is_file()` says).
-    is_file: bool,
+    pub is_file: bool,
 }
 
 /// The entries of `dir` (without `.` and `..`), with every error reported: `readdir`'s, and
@@ -803,7 +804,7 @@ pub(crate) fn read_dir_entries(dir: &Path) -> io::Result<Vec<DirEntry>> {
 
 /// [`read_dir_entries`], stopping after `max` entries (a folder of a known small size, read
 /// capped like every outside input).
-pub(crate) fn read_dir_entries_at_most(dir: &Path, max: usize) -> io::Result<Vec<DirEntry>> {
+pub fn read_dir_entries_at_most(dir: &Path, max: usize) -> io::Result<Vec<DirEntry>> {
     let c_dir = CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
     // SAFETY: `c_dir` is a valid NUL-terminated string; the returned descriptor is checked.
