@@ -459,7 +459,12 @@ mod tests {
         FORCE.with(|f| f.set(true));
         let dir = File::open(&root).unwrap();
         let (mut opened, mut leaked) = (0, 0);
-        for _ in 0..2000 {
+        // At least 2000 tries, and on until one got through: on a loaded machine the mover can
+        // win every one of the first 2000 (seen with the crate's other tests running alongside).
+        for i in 0..200_000 {
+            if i >= 2000 && opened > 0 {
+                break;
+            }
             let c = CString::new(path.as_str()).unwrap();
             if let Ok(fd) = super::super::openat2(
                 dir.as_raw_fd(),
