@@ -15,7 +15,6 @@
 //!
 //! The only file access is the [`read`] convenience.
 #![forbid(unsafe_code)]
-
 #![deny(missing_docs)]
 
 pub mod flags;
