@@ -612,38 +612,48 @@ fn covers(dest: &str, path: &str) -> bool {
     dest.is_empty() || dest == path || path.strip_prefix(dest).is_some_and(|r| r.starts_with('/'))
 }
 
-/// Performs our createContainer hooks itself, on the bundle's rootfs, and drops them from
-/// `edits`, so runc spawns no hook process (three processes cost about 8 ms of a start). The
-/// result is what the hooks would produce after the runtime's mounts: the library mounts about
-/// to be added are read from their host files ([`gpuctk_container::hooks::Pending`]).
-///
-/// Leaves the hooks in place (returns 0) where the shim cannot see what the container will:
-/// no rootfs directory on the host, a user namespace (files must be created as the container's
-/// root), or a spec mount that covers a path the hooks work on (`/etc`, a library folder, a
-/// link's directory, the compat root, `/dev`). Returns how many hooks it did.
-fn hooks_in_shim(
+/// Where our createContainer hooks run: left to the runtime (and why), or done by the shim.
+enum ShimChoice {
+    /// The runtime runs them as hooks.
+    Hooks(String),
+    /// The shim does these (index into the edits' hooks, operation) on `root`; the others stay
+    /// hooks.
+    Shim {
+        root: gpuctk_container::Root,
+        ops: Vec<(usize, InRootOp)>,
+    },
+}
+
+/// Whether the shim can do our hooks itself: only where it sees what the container will. Not
+/// with no rootfs directory on the host, in a user namespace (files must be created as the
+/// container's root), or where a spec mount covers a path the hooks work on (`/etc`, a library
+/// folder, a link's directory, the compat root, `/dev`). Those needing the created container
+/// (its procfs) stay hooks whatever the answer.
+fn shim_choice(
     spec: &serde_json::Value,
     bundle: &Path,
-    edits: &mut ContainerEdits,
+    edits: &ContainerEdits,
     ops: Vec<(usize, InRootOp)>,
-) -> anyhow::Result<usize> {
-    if ops.is_empty()
-        || spec
-            .pointer("/linux/uidMappings")
-            .is_some_and(|m| m.as_array().is_some_and(|a| !a.is_empty()))
-    {
-        return Ok(0);
+) -> ShimChoice {
+    let hooks = |why: &str| ShimChoice::Hooks(why.to_string());
+    if ops.is_empty() {
+        return hooks("no hooks of ours");
     }
-    // Those needing the created container (its procfs, its /dev) stay hooks.
+    if spec
+        .pointer("/linux/uidMappings")
+        .is_some_and(|m| m.as_array().is_some_and(|a| !a.is_empty()))
+    {
+        return hooks("a user namespace");
+    }
     let ops: Vec<(usize, InRootOp)> = ops
         .into_iter()
         .filter(|(_, o)| !o.needs_live_container())
         .collect();
     let Some(rootfs) = rootfs_of(spec, bundle) else {
-        return Ok(0);
+        return hooks("no root.path");
     };
     let Ok(root) = gpuctk_container::Root::open_container(&rootfs) else {
-        return Ok(0);
+        return hooks("no rootfs on the host");
     };
     // Paths as the runtime will resolve them in the root (an image's symlink can lead a library
     // folder into `/proc`, which is a mount): a path that does not resolve leaves it to hooks.
@@ -658,7 +668,7 @@ fn hooks_in_shim(
         .chain(edits.mounts.iter().map(|m| m.container_path.as_str()))
     {
         let Some(r) = resolved(d) else {
-            return Ok(0);
+            return ShimChoice::Hooks(format!("mount {d} does not resolve in the root"));
         };
         mounts.push(d.to_string());
         mounts.push(r);
@@ -676,14 +686,36 @@ fn hooks_in_shim(
                 }
             };
             let Some(r) = r else {
-                return Ok(0);
+                return ShimChoice::Hooks(format!("{p} does not resolve in the root"));
             };
             if mounts.iter().any(|d| covers(d, &p) || covers(d, &r)) {
-                tracing::debug!("a spec mount covers {p} ({r}): hooks left to the runtime");
-                return Ok(0);
+                return ShimChoice::Hooks(format!("a spec mount covers {p} ({r})"));
             }
         }
     }
+    ShimChoice::Shim { root, ops }
+}
+
+/// Performs our createContainer hooks itself, on the bundle's rootfs, and drops them from
+/// `edits`, so runc spawns no hook process (three processes cost about 8 ms of a start). The
+/// result is what the hooks would produce after the runtime's mounts: the library mounts about
+/// to be added are read from their host files ([`gpuctk_container::hooks::Pending`]).
+///
+/// Leaves the hooks in place (returns 0) where [`shim_choice`] says so. Returns how many hooks
+/// it did.
+fn hooks_in_shim(
+    spec: &serde_json::Value,
+    bundle: &Path,
+    edits: &mut ContainerEdits,
+    ops: Vec<(usize, InRootOp)>,
+) -> anyhow::Result<usize> {
+    let (root, ops) = match shim_choice(spec, bundle, edits, ops) {
+        ShimChoice::Shim { root, ops } => (root, ops),
+        ShimChoice::Hooks(why) => {
+            tracing::debug!("hooks left to the runtime: {why}");
+            return Ok(0);
+        }
+    };
     let mut pending = gpuctk_container::hooks::Pending::default();
     // The `/dev` the runtime will make: the spec's devices once the edits are in.
     let mut made = spec.clone();
@@ -1037,3 +1069,7 @@ mod tests {
         assert!(t.starts_with("20") && t.ends_with('Z'));
     }
 }
+
+#[cfg(test)]
+#[path = "runtime_shim_tests.rs"]
+mod shim_tests;
