@@ -381,8 +381,10 @@ pub fn find_runtime(names: &[String], path_env: Option<&OsStr>) -> anyhow::Resul
     )
 }
 
-fn rfc3339_now() -> String {
-    let secs = std::time::SystemTime::now()
+/// `time` in RFC 3339, UTC, to the second, as runc's log lines carry it (a time before 1970
+/// prints as the epoch).
+fn rfc3339(time: std::time::SystemTime) -> String {
+    let secs = time
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
@@ -411,11 +413,11 @@ fn report(args: &RuncArgs, msg: &str) {
     let _ = writeln!(std::io::stderr(), "nvidia-container-runtime: error: {msg}");
     if let Some(log) = &args.log {
         let line = if args.log_json {
-            serde_json::json!({"level": "error", "msg": format!("nvidia-container-runtime: {msg}"), "time": rfc3339_now()}).to_string()
+            serde_json::json!({"level": "error", "msg": format!("nvidia-container-runtime: {msg}"), "time": rfc3339(std::time::SystemTime::now())}).to_string()
         } else {
             format!(
                 "time=\"{}\" level=error msg=\"nvidia-container-runtime: {}\"",
-                rfc3339_now(),
+                rfc3339(std::time::SystemTime::now()),
                 msg.replace('"', "'")
             )
         };
@@ -1064,9 +1066,17 @@ mod tests {
 
     #[test]
     fn time_format() {
-        let t = rfc3339_now();
-        assert_eq!(t.len(), 20, "{t}");
-        assert!(t.starts_with("20") && t.ends_with('Z'));
+        use std::time::{Duration, UNIX_EPOCH};
+        let at = |secs: u64| rfc3339(UNIX_EPOCH + Duration::from_secs(secs));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_399), "2000-02-28T23:59:59Z");
+        // 2000 is a leap year (divisible by 400), 2100 is not (by 100).
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(951_868_800), "2000-03-01T00:00:00Z");
+        assert_eq!(at(4_107_542_400), "2100-03-01T00:00:00Z");
+        assert_eq!(at(1_764_841_530), "2025-12-04T09:45:30Z");
+        assert_eq!(at(253_402_300_799), "9999-12-31T23:59:59Z");
+        assert_eq!(rfc3339(UNIX_EPOCH - Duration::from_secs(1)), at(0));
     }
 }
 
