@@ -2,6 +2,10 @@
 //! `nvidia-container-runtime` is the runtime shim, `nvidia-cdi-hook` the OCI hooks, and every
 //! other name (`gpuctk`, `nvidia-ctk`) the full command line.
 
+// System calls are safe functions (rustix, or the library crates' `sys` modules); the two
+// `pre_exec` hooks and one `getsockopt` are allowed where they stand.
+#![deny(unsafe_code)]
+
 mod cli;
 mod commands;
 mod config;

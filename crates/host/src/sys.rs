@@ -34,6 +34,17 @@ pub(crate) fn set_signal_mask(mask: &libc::sigset_t) {
     }
 }
 
+/// `sigwait(set)`: the number of a signal of `set` (blocked) once one is pending.
+pub(crate) fn sigwait(set: &libc::sigset_t) -> io::Result<i32> {
+    let mut sig: libc::c_int = 0;
+    // SAFETY: `set` is an initialised signal set and `sig` a valid out-pointer.
+    let rc = unsafe { libc::sigwait(set, &mut sig) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(sig)
+}
+
 /// `signalfd(-1, mask, SFD_CLOEXEC)`: the signals of `mask` (blocked) become readable.
 pub(crate) fn signalfd(mask: &libc::sigset_t) -> io::Result<OwnedFd> {
     // SAFETY: `mask` is an initialised set.

@@ -61,6 +61,12 @@ pub fn block_stop_signals() -> io::Result<(libc::sigset_t, libc::sigset_t)> {
     crate::sys::block_stop_signals()
 }
 
+/// Waits for one of the signals of `set` (blocked, as [`block_stop_signals`] leaves them):
+/// its number.
+pub fn wait_for_signal(set: &libc::sigset_t) -> io::Result<i32> {
+    crate::sys::sigwait(set)
+}
+
 impl DirWatch {
     /// Block SIGINT and SIGTERM in this thread and start watching no directory yet.
     pub fn new() -> Result<DirWatch, WatchError> {
