@@ -696,12 +696,29 @@ fn info(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
-    let inv = inventory(cfg)?;
+/// `nvidia-container-cli list`'s arguments: the sections asked (all when none is), the devices
+/// (unparsed), the MIG capabilities and the IMEX channels.
+#[derive(Debug, PartialEq)]
+struct ListArgs {
+    device: String,
+    libs: bool,
+    bins: bool,
+    ipcs: bool,
+    fw: bool,
+    compat32: bool,
+    mig: Vec<MigCapability>,
+    imex: Vec<u32>,
+    /// What the IMEX channel list's parser noted, for a warning.
+    remarks: Vec<String>,
+}
+
+/// The grammar of `list`'s arguments.
+fn parse_list(args: &[String]) -> anyhow::Result<ListArgs> {
     let mut device = "all".to_string();
     let (mut libs, mut bins, mut ipcs, mut fw, mut compat32) = (false, false, false, false, false);
     let mut mig = Vec::new();
     let mut imex: Vec<u32> = Vec::new();
+    let mut remarks = Vec::new();
     let mut i = 0;
     while i < args.len() {
         if let Some(v) = take_value(args, &mut i, "--device", Some("-d"))? {
@@ -715,11 +732,7 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
                 mig.push(MigCapability::Monitor);
             }
         } else if let Some(v) = take_value(args, &mut i, "--imex-channel", None)? {
-            let mut remarks = Vec::new();
             imex.extend(parse_imex_channels(&v, "--imex-channel", &mut remarks)?);
-            for r in remarks {
-                tracing::warn!("{r}");
-            }
         } else {
             match args[i].as_str() {
                 "--libraries" | "-l" => libs = true,
@@ -734,13 +747,35 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         i += 1;
     }
     let sections = !(libs || bins || ipcs || fw);
-    let (libs, bins, ipcs, fw, compat32) = (
-        libs || sections,
-        bins || sections,
-        ipcs || sections,
-        fw || sections,
-        compat32 || sections,
-    );
+    Ok(ListArgs {
+        device,
+        libs: libs || sections,
+        bins: bins || sections,
+        ipcs: ipcs || sections,
+        fw: fw || sections,
+        compat32: compat32 || sections,
+        mig,
+        imex,
+        remarks,
+    })
+}
+
+fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
+    let inv = inventory(cfg)?;
+    let ListArgs {
+        device,
+        libs,
+        bins,
+        ipcs,
+        fw,
+        compat32,
+        mig,
+        imex,
+        remarks,
+    } = parse_list(args)?;
+    for r in remarks {
+        tracing::warn!("{r}");
+    }
     let ids = match parse_devices(&device, "--device")? {
         Devices::Ids(ids) => ids,
         _ => Vec::new(),

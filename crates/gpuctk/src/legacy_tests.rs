@@ -171,3 +171,48 @@ fn configure_refuses_what_libnvidia_container_refuses() {
     let e = parse_configure(&s(&["--mig-monitor=some", "/r"])).unwrap_err();
     assert!(e.to_string().contains("--mig-monitor"), "{e}");
 }
+
+#[test]
+fn list_sections_default_to_all_and_flags_pick_some() {
+    let all = parse_list(&[]).unwrap();
+    assert_eq!(
+        all,
+        ListArgs {
+            device: "all".into(),
+            libs: true,
+            bins: true,
+            ipcs: true,
+            fw: true,
+            compat32: true,
+            mig: Vec::new(),
+            imex: Vec::new(),
+            remarks: Vec::new(),
+        }
+    );
+    let some = parse_list(&s(&[
+        "-l",
+        "--ipcs",
+        "-d",
+        "0,1",
+        "--mig-monitor=all",
+        "--mig-monitor",
+        "all",
+        "--imex-channel=2",
+        "--no-persistenced",
+    ]))
+    .unwrap();
+    assert_eq!(
+        (some.libs, some.bins, some.ipcs, some.fw, some.compat32),
+        (true, false, true, false, false)
+    );
+    assert_eq!(some.device, "0,1");
+    assert_eq!(some.mig, vec![MigCapability::Monitor]);
+    assert_eq!(some.imex, vec![2]);
+    for (args, want) in [
+        (&["--pid=1"][..], "list: unrecognized option '--pid=1'"),
+        (&["--device"], "option '--device' requires an argument"),
+    ] {
+        let e = parse_list(&s(args)).map(|_| ()).unwrap_err();
+        assert_eq!(e.to_string(), want, "{args:?}");
+    }
+}
