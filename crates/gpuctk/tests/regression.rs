@@ -341,6 +341,36 @@ fn help_works_under_every_personality() {
     }
 }
 
+/// Regression (issue 20): a flag that takes a value, given last (`configure ROOTFS --pid`, a
+/// global `-r`), stepped past the end of the arguments and panicked (index out of
+/// bounds; SIGABRT in a release build). Now one line naming the flag and exit 1.
+#[test]
+fn cli_value_flag_given_last_is_an_error_not_a_panic() {
+    let t = TestDir::new();
+    let exe = t.join("nvidia-container-cli");
+    std::os::unix::fs::symlink(GPUCTK, &exe).unwrap();
+    let config = t.join("config.toml");
+    std::fs::write(&config, "").unwrap();
+    for (args, flag) in [
+        (&["configure", "/nonexistent-rootfs", "--pid"][..], "--pid"),
+        (&["configure", "--compute", "-d"], "-d"),
+        (&["-r"], "-r"),
+    ] {
+        let out = std::process::Command::new(&exe)
+            .args(args)
+            .env("GPUCTK_CONFIG", &config)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end(),
+            format!("nvidia-container-cli: option '{flag}' requires an argument"),
+            "{args:?}"
+        );
+    }
+}
+
 /// Regression (issue 17): the in-root walk resolved the whole prefix from the root again for
 /// every component, so an image whose library folder is a chain of symlinks through a directory
 /// 1,900 levels deep (each link thousands of `../a` components) made one `create-symlinks` link
