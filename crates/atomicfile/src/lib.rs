@@ -29,12 +29,15 @@
 //! created under its temp name from the start: a kill while writing then leaves a partial temp
 //! file, still under a name no loader reads, removed the same way by the next write.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
+
+use rustix::fs::{AtFlags, FlockOperation, OFlags, CWD};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -506,51 +509,29 @@ fn link_fd(file: &File, dest: &Path) -> io::Result<()> {
     let dest = cstring(dest)?;
     let fd = file.as_raw_fd();
     let proc = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
-    // SAFETY: both paths are valid NUL-terminated strings that outlive the call.
-    let r = unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            proc.as_ptr(),
-            libc::AT_FDCWD,
-            dest.as_ptr(),
-            libc::AT_SYMLINK_FOLLOW,
-        )
+    let first = match rustix::fs::linkat(CWD, &proc, CWD, &dest, AtFlags::SYMLINK_FOLLOW) {
+        Ok(()) => return Ok(()),
+        Err(e) => io::Error::from(e),
     };
-    if r == 0 {
-        return Ok(());
-    }
-    let first = io::Error::last_os_error();
     if first.raw_os_error() != Some(libc::ENOENT) || Path::new("/proc/self/fd").exists() {
         return Err(first);
     }
-    // SAFETY: fd is open for the duration of the call; the empty path is NUL-terminated.
-    let r = unsafe {
-        libc::linkat(
-            fd,
-            c"".as_ptr(),
-            libc::AT_FDCWD,
-            dest.as_ptr(),
-            libc::AT_EMPTY_PATH,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(first)
-    }
+    // No /proc: AT_EMPTY_PATH, which needs CAP_DAC_READ_SEARCH.
+    rustix::fs::linkat(file, c"", CWD, &dest, AtFlags::EMPTY_PATH).map_err(|_| first)
 }
 
 /// `flock` exclusively; `try_only` returns `WouldBlock` instead of waiting.
 fn lock(file: &File, try_only: bool) -> io::Result<()> {
-    let op = libc::LOCK_EX | if try_only { libc::LOCK_NB } else { 0 };
+    let op = if try_only {
+        FlockOperation::NonBlockingLockExclusive
+    } else {
+        FlockOperation::LockExclusive
+    };
     loop {
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match rustix::fs::flock(file, op) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -559,33 +540,25 @@ fn lock(file: &File, try_only: bool) -> io::Result<()> {
 /// `closedir` fails (EIO on a failing disk), and a cleanup must never take the write down.
 fn names_in(dir: &Path) -> Vec<OsString> {
     use std::os::unix::ffi::OsStringExt;
-    let Ok(c) = cstring(dir) else {
+    let Ok(fd) = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) else {
         return Vec::new();
     };
-    // SAFETY: a valid NUL-terminated path.
-    let d = unsafe { libc::opendir(c.as_ptr()) };
-    if d.is_null() {
+    let Ok(mut d) = rustix::fs::Dir::new(fd) else {
         return Vec::new();
-    }
+    };
     let mut names = Vec::new();
-    loop {
-        // SAFETY: `d` is an open directory stream; the entry is valid until the next readdir,
-        // and its name is NUL-terminated; we copy it out at once.
-        let name = unsafe {
-            let ent = libc::readdir(d);
-            if ent.is_null() {
-                break;
-            }
-            std::ffi::CStr::from_ptr((*ent).d_name.as_ptr())
-                .to_bytes()
-                .to_vec()
-        };
+    // An error ends the listing; closing (on drop) reports nothing, and its error says nothing
+    // about the names.
+    while let Some(Ok(ent)) = d.read() {
+        let name = ent.file_name().to_bytes();
         if name != b"." && name != b".." {
-            names.push(OsString::from_vec(name));
+            names.push(OsString::from_vec(name.to_vec()));
         }
     }
-    // SAFETY: closing the stream opened above, once. Its error says nothing about the names.
-    unsafe { libc::closedir(d) };
     names
 }
 

@@ -297,11 +297,9 @@ mod tests {
         std::fs::create_dir(&dev).unwrap();
         let mknod = |name: &str, minor: u32| {
             let c = std::ffi::CString::new(dev.join(name).to_str().unwrap()).unwrap();
-            // SAFETY: valid path.
-            let rc = unsafe {
-                libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(195, minor))
-            };
-            assert_eq!(rc, 0, "mknod {name}: {}", std::io::Error::last_os_error());
+            let dev = crate::sys::makedev(195, minor);
+            crate::sys::mknodat(rustix::fs::CWD, &c, libc::S_IFCHR, 0o666, dev)
+                .unwrap_or_else(|e| panic!("mknod {name}: {e}"));
         };
         mknod("nvidia1", 1);
         mknod("nvidia3", 3);

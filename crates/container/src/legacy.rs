@@ -45,17 +45,17 @@
 
 mod attach;
 pub mod bpf;
+mod calls;
 pub mod cgroup;
 mod leftovers;
 mod live;
 mod mounts;
 mod nodes;
 mod single;
-mod sys;
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -64,14 +64,15 @@ use gpuctk_cdi::spec::{ContainerEdits, DeviceNode, Mount};
 use crate::hooks::{self, CompatOutcome, HookError, LdcacheReport};
 use crate::ops::Outcome;
 use crate::root::{split_parent, FileKind, Root, RootError};
+use crate::sys;
 use attach::*;
+use calls::*;
 use cgroup::{DeviceCgroup, DeviceRule, DeviceType};
 use gpuctk_core::ops::InRootOp;
 use leftovers::*;
 use live::*;
 use mounts::*;
 use nodes::*;
-use sys::*;
 
 pub use single::bind_into;
 
@@ -306,7 +307,7 @@ pub fn inject(
         op: "open",
         source,
     })?;
-    let host_root_id = stat_id(host_root.as_raw_fd())?;
+    let host_root_id = stat_id(host_root.as_fd())?;
 
     // 3. The container's mount namespace, in a thread of our own.
     let ns_path = target.proc_root.join(target.pid.to_string()).join("ns/mnt");
@@ -316,7 +317,7 @@ pub fn inject(
         source,
     };
     let ns = std::fs::File::open(&ns_path).map_err(|e| ns_err("open", e))?;
-    let theirs = fstat(ns.as_raw_fd()).map_err(|e| ns_err("stat", e))?;
+    let theirs = fstat(ns.as_fd()).map_err(|e| ns_err("stat", e))?;
     let own_path = target.proc_root.join("thread-self/ns/mnt");
     let ours = std::fs::metadata(&own_path).map_err(|e| LegacyError::Io {
         what: own_path.display().to_string(),

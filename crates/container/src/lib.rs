@@ -10,11 +10,13 @@
 //! * [`elf`]: a bounded ELF reader (soname, ABI, note sections);
 //! * [`hooks`]: the hooks themselves;
 //! * [`ops`]: one typed in-root operation run on a root, for every delivery;
-//! * [`guard`]: the driver's params and application profile as the container sees them.
+//! * [`guard`]: the driver's params and application profile as the container sees them;
+//! * `sys`: every system call, as a safe function; the only module allowed `unsafe`.
 //!
 //! Nothing here executes anything from the image or reads the environment.
 
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
 pub mod elf;
 pub mod guard;
@@ -23,6 +25,8 @@ pub mod legacy;
 pub mod ops;
 pub mod root;
 pub mod state;
+#[allow(unsafe_code)]
+mod sys;
 
 pub use hooks::{
     chmod, create_symlinks, enable_cuda_compat, update_ldcache, CompatOutcome, HookError,

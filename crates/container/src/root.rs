@@ -26,10 +26,12 @@
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sys;
 
 /// Why an operation inside the container root failed. Every variant names
 /// the container path (and the root where that helps).
@@ -237,7 +239,7 @@ pub struct Metadata {
 }
 
 impl Metadata {
-    fn from_stat(st: &libc::stat) -> Metadata {
+    fn from_stat(st: &sys::Stat) -> Metadata {
         Metadata {
             kind: FileKind::from_mode(st.st_mode),
             mode: st.st_mode & 0o7777,
@@ -303,18 +305,7 @@ impl Root {
         };
         let c = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| err(io::Error::from_raw_os_error(libc::EINVAL)))?;
-        // SAFETY: `c` is a valid NUL-terminated string.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(err(io::Error::last_os_error()));
-        }
-        // SAFETY: `fd` was just returned by open and is owned by no one else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = sys::open(&c, libc::O_PATH | libc::O_DIRECTORY).map_err(err)?;
         Ok(Root { fd, path })
     }
 
@@ -325,7 +316,7 @@ impl Root {
     /// namespace, where its root is `/`).
     pub fn open_container(path: impl AsRef<Path>) -> Result<Root, RootError> {
         let root = Root::open(path)?;
-        let md = fstat(root.fd.as_raw_fd()).map_err(|source| RootError::OpenRoot {
+        let md = fstat(root.fd.as_fd()).map_err(|source| RootError::OpenRoot {
             path: root.path.clone(),
             source,
         })?;
@@ -357,7 +348,7 @@ impl Root {
         op: &'static str,
     ) -> Result<OwnedFd, RootError> {
         let rel = relative_cstring(path)?;
-        openat2(self.fd.as_raw_fd(), &rel, flags, resolve).map_err(|e| self.io_err(path, op, e))
+        openat2(self.fd.as_fd(), &rel, flags, resolve).map_err(|e| self.io_err(path, op, e))
     }
 
     /// Opens `path` for reading, following symlinks inside the root. Only
@@ -370,7 +361,7 @@ impl Root {
     pub fn open_read(&self, path: &str) -> Result<File, RootError> {
         for _ in 0..REPLACED_RETRIES {
             let probe = self.open_in_root(path, libc::O_PATH, IN_ROOT, "open")?;
-            let before = fstat(probe.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
+            let before = fstat(probe.as_fd()).map_err(|e| self.io_err(path, "stat", e))?;
             if before.kind != FileKind::File {
                 return Err(RootError::NotRegular {
                     root: self.path.clone(),
@@ -384,7 +375,7 @@ impl Root {
                 IN_ROOT,
                 "open",
             )?;
-            let after = fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
+            let after = fstat(fd.as_fd()).map_err(|e| self.io_err(path, "stat", e))?;
             if after.same_inode(&before) {
                 return Ok(File::from(fd));
             }
@@ -452,7 +443,7 @@ impl Root {
     /// `stat` of `path`, following symlinks inside the root.
     pub fn metadata(&self, path: &str) -> Result<Metadata, RootError> {
         let fd = self.open_in_root(path, libc::O_PATH, IN_ROOT, "stat")?;
-        fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))
+        fstat(fd.as_fd()).map_err(|e| self.io_err(path, "stat", e))
     }
 
     /// `lstat` of `path`: the parent is resolved inside the root, the last
@@ -465,7 +456,7 @@ impl Root {
             IN_ROOT,
             "open parent",
         )?;
-        fstatat_nofollow(dir.as_raw_fd(), &name).map_err(|e| self.io_err(path, "lstat", e))
+        fstatat_nofollow(dir.as_fd(), &name).map_err(|e| self.io_err(path, "lstat", e))
     }
 
     /// Like [`Root::symlink_metadata`], with "does not exist" as `None`.
@@ -487,7 +478,7 @@ impl Root {
             IN_ROOT,
             "open parent",
         )?;
-        readlinkat(dir.as_raw_fd(), &name).map_err(|e| self.io_err(path, "readlink", e))
+        readlinkat(dir.as_fd(), &name).map_err(|e| self.io_err(path, "readlink", e))
     }
 
     /// Opens the canonical (symlink-free) component list as a directory,
@@ -536,7 +527,7 @@ impl Root {
             let by_kernel = self.metadata(path)?;
             let by_name = self
                 .open_in_root(&canonical, libc::O_PATH, IN_ROOT_NO_SYMLINKS, "stat")
-                .and_then(|fd| fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e)));
+                .and_then(|fd| fstat(fd.as_fd()).map_err(|e| self.io_err(path, "stat", e)));
             if matches!(by_name, Ok(m) if m.same_inode(&by_kernel)) {
                 return Ok(canonical);
             }
@@ -557,17 +548,14 @@ impl Root {
         let mut dir = self.open_canonical_dir(&found.existing, path)?;
         for c in found.missing {
             let cname = name_cstring(&c, path)?;
-            // SAFETY: valid descriptor and NUL-terminated single name.
-            let rc = unsafe { libc::mkdirat(dir.as_raw_fd(), cname.as_ptr(), mode) };
-            if rc != 0 {
-                let e = io::Error::last_os_error();
+            if let Err(e) = sys::mkdirat(dir.as_fd(), &cname, mode) {
                 if e.raw_os_error() != Some(libc::EEXIST) {
                     return Err(self.io_err(path, "mkdir", e));
                 }
             }
             // Open the one new name without following anything: if something raced a
             // symlink into place, this fails instead of escaping.
-            dir = walk::open_child_dir(dir.as_raw_fd(), &c, path)
+            dir = walk::open_child_dir(dir.as_fd(), &c, path)
                 .map_err(|e| self.io_err(path, "open directory", e))?;
         }
         Ok(())
@@ -597,41 +585,37 @@ impl Root {
     /// directory must exist.
     pub fn write_file_atomic(&self, path: &str, bytes: &[u8], mode: u32) -> Result<(), RootError> {
         let (dir, name) = self.parent_dir(path)?;
-        let dfd = dir.as_raw_fd();
+        let dfd = dir.as_fd();
         self.refuse_directory(dfd, &name, path)?;
         let tmp = temp_name(&name);
         let ctmp = name_cstring(&tmp, path)?;
-        // SAFETY: valid descriptor and NUL-terminated single name.
-        let fd = unsafe {
-            libc::openat(
-                dfd,
-                ctmp.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(self.io_err(path, "create temporary file", io::Error::last_os_error()));
-        }
-        // SAFETY: `fd` was just returned by openat and is owned by no one else.
-        let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let fd = sys::openat(
+            dfd,
+            &ctmp,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            0o600,
+        )
+        .map_err(|e| self.io_err(path, "create temporary file", e))?;
+        let mut file = File::from(fd);
         let written = (|| -> Result<(), (&'static str, io::Error)> {
             file.write_all(bytes).map_err(|e| ("write", e))?;
-            // SAFETY: valid descriptor.
-            if unsafe { libc::fchmod(file.as_raw_fd(), mode) } != 0 {
-                return Err(("chmod", io::Error::last_os_error()));
-            }
+            sys::fchmod(file.as_fd(), mode).map_err(|e| ("chmod", e))?;
             rename_at(dfd, &tmp, &name).map_err(|e| ("rename", e))
         })();
         if let Err((op, e)) = written {
-            // SAFETY: valid descriptor and name; failure is harmless.
-            unsafe { libc::unlinkat(dfd, ctmp.as_ptr(), 0) };
+            // Failure to remove it is harmless: a temporary name, swept later.
+            let _ = sys::unlinkat(dfd, &ctmp, false);
             return Err(self.io_err(path, op, e));
         }
         Ok(())
     }
 
-    fn refuse_directory(&self, dfd: RawFd, name: &OsStr, path: &str) -> Result<(), RootError> {
+    fn refuse_directory(
+        &self,
+        dfd: BorrowedFd<'_>,
+        name: &OsStr,
+        path: &str,
+    ) -> Result<(), RootError> {
         match fstatat_nofollow(dfd, name) {
             Ok(m) if m.kind == FileKind::Dir => Err(RootError::IsDirectory {
                 root: self.path.clone(),
@@ -655,7 +639,7 @@ impl Root {
             });
         }
         let (dir, name) = self.parent_dir(link)?;
-        let dfd = dir.as_raw_fd();
+        let dfd = dir.as_fd();
         let ctarget = CString::new(target).expect("checked for NUL");
         let existing = match fstatat_nofollow(dfd, &name) {
             Ok(m) => Some(m),
@@ -665,11 +649,9 @@ impl Root {
         match existing {
             None => {
                 let cname = name_cstring(&name, link)?;
-                // SAFETY: valid descriptor and NUL-terminated strings.
-                if unsafe { libc::symlinkat(ctarget.as_ptr(), dfd, cname.as_ptr()) } == 0 {
+                let Err(e) = sys::symlinkat(&ctarget, dfd, &cname) else {
                     return Ok(LinkOutcome::Created);
-                }
-                let e = io::Error::last_os_error();
+                };
                 if e.raw_os_error() != Some(libc::EEXIST) {
                     return Err(self.io_err(link, "symlink", e));
                 }
@@ -693,13 +675,10 @@ impl Root {
         }
         let tmp = temp_name(&name);
         let ctmp = name_cstring(&tmp, link)?;
-        // SAFETY: valid descriptor and NUL-terminated strings.
-        if unsafe { libc::symlinkat(ctarget.as_ptr(), dfd, ctmp.as_ptr()) } != 0 {
-            return Err(self.io_err(link, "symlink", io::Error::last_os_error()));
-        }
+        sys::symlinkat(&ctarget, dfd, &ctmp).map_err(|e| self.io_err(link, "symlink", e))?;
         if let Err(e) = rename_at(dfd, &tmp, &name) {
-            // SAFETY: valid descriptor and name; failure is harmless.
-            unsafe { libc::unlinkat(dfd, ctmp.as_ptr(), 0) };
+            // Failure to remove it is harmless: a temporary name, swept later.
+            let _ = sys::unlinkat(dfd, &ctmp, false);
             return Err(self.io_err(link, "rename", e));
         }
         Ok(LinkOutcome::Replaced)
@@ -725,7 +704,7 @@ impl Root {
     fn chmod_impl(&self, path: &str, mode: u32, try_fchmodat2: bool) -> Result<(), RootError> {
         let fd = self.open_in_root(path, libc::O_PATH, IN_ROOT, "open")?;
         if try_fchmodat2 {
-            match fchmodat2_empty(fd.as_raw_fd(), mode) {
+            match sys::fchmodat2_empty(fd.as_fd(), mode) {
                 Ok(()) => return Ok(()),
                 Err(e)
                     if matches!(
@@ -735,7 +714,7 @@ impl Root {
                 Err(e) => return Err(self.io_err(path, "chmod", e)),
             }
         }
-        let before = fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
+        let before = fstat(fd.as_fd()).map_err(|e| self.io_err(path, "stat", e))?;
         let flags = match before.kind {
             FileKind::Dir => Some(libc::O_RDONLY | libc::O_DIRECTORY),
             FileKind::File => Some(libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY),
@@ -749,7 +728,7 @@ impl Root {
                 IN_ROOT_NO_SYMLINKS,
                 "open",
             )?;
-            let now = fstat(fd.as_raw_fd()).map_err(|e| self.io_err(path, "stat", e))?;
+            let now = fstat(fd.as_fd()).map_err(|e| self.io_err(path, "stat", e))?;
             if !now.same_inode(&before) {
                 return Err(RootError::Raced {
                     root: self.path.clone(),
@@ -757,10 +736,7 @@ impl Root {
                     resolved: path.to_string(),
                 });
             }
-            // SAFETY: valid descriptor.
-            if unsafe { libc::fchmod(fd.as_raw_fd(), mode) } != 0 {
-                return Err(self.io_err(path, "chmod", io::Error::last_os_error()));
-            }
+            sys::fchmod(fd.as_fd(), mode).map_err(|e| self.io_err(path, "chmod", e))?;
             return Ok(());
         }
         let (parent, name) = split_parent(&canonical)?;
@@ -771,7 +747,7 @@ impl Root {
             "open parent",
         )?;
         let now =
-            fstatat_nofollow(dir.as_raw_fd(), &name).map_err(|e| self.io_err(path, "lstat", e))?;
+            fstatat_nofollow(dir.as_fd(), &name).map_err(|e| self.io_err(path, "lstat", e))?;
         if now.kind == FileKind::Symlink || !now.same_inode(&before) {
             return Err(RootError::Raced {
                 root: self.path.clone(),
@@ -780,11 +756,7 @@ impl Root {
             });
         }
         let cname = name_cstring(&name, path)?;
-        // SAFETY: valid descriptor and NUL-terminated single name.
-        if unsafe { libc::fchmodat(dir.as_raw_fd(), cname.as_ptr(), mode, 0) } != 0 {
-            return Err(self.io_err(path, "chmod", io::Error::last_os_error()));
-        }
-        Ok(())
+        sys::fchmodat(dir.as_fd(), &cname, mode).map_err(|e| self.io_err(path, "chmod", e))
     }
 }
 
@@ -870,11 +842,12 @@ fn temp_name(name: &OsStr) -> OsString {
 ///
 /// Where the kernel has no `openat2` (`ENOSYS`, before Linux 5.6), the first call learns it and
 /// this and every later call resolve the path in userspace with the same rules (`opath`).
-pub(crate) fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
-    // SAFETY: open_how is plain old data; zero is a valid value for every field.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.resolve = resolve;
+pub(crate) fn openat2(
+    dirfd: BorrowedFd<'_>,
+    path: &CStr,
+    flags: i32,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
     #[cfg(test)]
     OPENAT2_PATH_BYTES.with(|c| c.set(c.get() + path.to_bytes().len() as u64));
     let mut slept = std::time::Duration::ZERO;
@@ -891,23 +864,7 @@ pub(crate) fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io
         let result = if opath::emulating() {
             opath::openat2(dirfd, path, flags, resolve)
         } else {
-            // SAFETY: valid pointers to a NUL-terminated path and an open_how of
-            // the size passed.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_openat2,
-                    dirfd,
-                    path.as_ptr(),
-                    &how as *const libc::open_how,
-                    std::mem::size_of::<libc::open_how>(),
-                )
-            };
-            let result = if rc >= 0 {
-                // SAFETY: the kernel returned a new descriptor that we own.
-                Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) })
-            } else {
-                Err(io::Error::last_os_error())
-            };
+            let result = sys::openat2(dirfd, path, flags, resolve);
             opath::learn(&result);
             if opath::emulating() {
                 // Before Linux 5.6: resolve in userspace from now on.
@@ -936,94 +893,29 @@ const QUICK_RETRIES: u32 = 32;
 /// The most [`openat2`] sleeps between retries before it reports `EAGAIN`.
 const RETRY_SLEEP_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 
-fn fstat(fd: RawFd) -> io::Result<Metadata> {
-    // SAFETY: stat is plain old data.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid descriptor and pointer.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Metadata::from_stat(&st))
+fn fstat(fd: BorrowedFd<'_>) -> io::Result<Metadata> {
+    Ok(Metadata::from_stat(&sys::fstat(fd)?))
 }
 
-fn fstatat_nofollow(dirfd: RawFd, name: &OsStr) -> io::Result<Metadata> {
-    let c =
-        CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: stat is plain old data.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid descriptor, NUL-terminated name and pointer.
-    if unsafe { libc::fstatat(dirfd, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Metadata::from_stat(&st))
+fn cstring(name: &OsStr) -> io::Result<CString> {
+    CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-fn readlinkat(dirfd: RawFd, name: &OsStr) -> io::Result<OsString> {
-    let c =
-        CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-    // SAFETY: valid descriptor, name and buffer of the given length.
-    let n = unsafe {
-        libc::readlinkat(
-            dirfd,
-            c.as_ptr(),
-            buf.as_mut_ptr() as *mut libc::c_char,
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let n = n as usize;
-    if n >= buf.len() {
-        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-    }
-    buf.truncate(n);
-    Ok(OsString::from_vec(buf))
+fn fstatat_nofollow(dirfd: BorrowedFd<'_>, name: &OsStr) -> io::Result<Metadata> {
+    Ok(Metadata::from_stat(&sys::fstatat_nofollow(
+        dirfd,
+        &cstring(name)?,
+    )?))
 }
 
-fn rename_at(dirfd: RawFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
-    let f =
-        CString::new(from.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let t = CString::new(to.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: valid descriptor and NUL-terminated single names.
-    if unsafe { libc::renameat(dirfd, f.as_ptr(), dirfd, t.as_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+/// The target of symlink `name` (`""`: the `O_PATH` descriptor `dirfd` itself), at most
+/// `PATH_MAX` bytes.
+fn readlinkat(dirfd: BorrowedFd<'_>, name: &OsStr) -> io::Result<OsString> {
+    sys::readlinkat(dirfd, &cstring(name)?, libc::PATH_MAX as usize)
 }
 
-/// The syscall number of fchmodat2 (Linux 6.6), the same in the unified
-/// table of these architectures; not every libc version names it.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-const SYS_FCHMODAT2: libc::c_long = 452;
-
-/// `fchmodat2(fd, "", mode, AT_EMPTY_PATH)`: chmod of the inode an `O_PATH`
-/// descriptor refers to.
-fn fchmodat2_empty(fd: RawFd, mode: u32) -> io::Result<()> {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    {
-        let empty = c"";
-        // SAFETY: valid descriptor and NUL-terminated empty path.
-        let rc = unsafe {
-            libc::syscall(
-                SYS_FCHMODAT2,
-                fd,
-                empty.as_ptr(),
-                mode as libc::c_uint,
-                libc::AT_EMPTY_PATH,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        let _ = (fd, mode);
-        Err(io::Error::from_raw_os_error(libc::ENOSYS))
-    }
+fn rename_at(dirfd: BorrowedFd<'_>, from: &OsStr, to: &OsStr) -> io::Result<()> {
+    sys::renameat(dirfd, &cstring(from)?, &cstring(to)?)
 }
 
 /// Why [`Dir::names_where`] stopped reading.
@@ -1065,42 +957,16 @@ impl Dir<'_> {
         mut keep: impl FnMut(&str) -> Result<bool, RootError>,
     ) -> Result<Vec<String>, RootError> {
         let err = |op, e| self.root.io_err(&self.path, op, e);
-        // SAFETY: dup of a descriptor we own; the DIR stream below owns the copy.
-        let raw = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-        if raw < 0 {
-            return Err(err("dup", io::Error::last_os_error()));
-        }
-        // SAFETY: `raw` is an open directory descriptor we own; on success
-        // the DIR stream owns it and closedir closes it.
-        let dir = unsafe { libc::fdopendir(raw) };
-        if dir.is_null() {
-            let e = io::Error::last_os_error();
-            // SAFETY: fdopendir failed, so we still own `raw`.
-            unsafe { libc::close(raw) };
-            return Err(err("read directory", e));
-        }
-        // SAFETY: a fresh stream on a dup shares the offset with `fd`: start at the beginning.
-        unsafe { libc::rewinddir(dir) };
+        let mut dir = sys::read_dir(self.fd.as_fd()).map_err(|e| err("read directory", e))?;
         let mut names = Vec::new();
         let mut seen = 0usize;
         let result = loop {
-            // SAFETY: errno is thread-local; reset so a NULL from readdir
-            // can be told apart as end-of-directory or error.
-            unsafe { *libc::__errno_location() = 0 };
-            // SAFETY: `dir` is a valid DIR stream until closedir below.
-            let ent = unsafe { libc::readdir(dir) };
-            if ent.is_null() {
-                let e = io::Error::last_os_error();
-                break if e.raw_os_error().unwrap_or(0) == 0 {
-                    Ok(())
-                } else {
-                    Err(Stop::Read(e))
-                };
-            }
-            // SAFETY: readdir returned a valid dirent whose d_name is
-            // NUL-terminated.
-            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
-            let bytes = name.to_bytes();
+            let ent = match dir.read() {
+                None => break Ok(()),
+                Some(Err(e)) => break Err(Stop::Read(e.into())),
+                Some(Ok(ent)) => ent,
+            };
+            let bytes = ent.file_name().to_bytes();
             if bytes == b"." || bytes == b".." {
                 continue;
             }
@@ -1116,8 +982,6 @@ impl Dir<'_> {
                 }
             }
         };
-        // SAFETY: `dir` is valid and closed exactly once.
-        let closed = unsafe { libc::closedir(dir) };
         match result {
             Ok(()) => {}
             Err(Stop::Read(e)) => return Err(err("read directory", e)),
@@ -1130,9 +994,6 @@ impl Dir<'_> {
                 })
             }
         }
-        if closed != 0 {
-            return Err(err("close directory", io::Error::last_os_error()));
-        }
         names.sort();
         Ok(names)
     }
@@ -1144,41 +1005,26 @@ impl Dir<'_> {
     pub fn is_mounted_file(&self, name: &str) -> Result<bool, RootError> {
         let path = self.child(name);
         let c = name_cstring(OsStr::new(name), &path)?;
-        // SAFETY: statx is plain old data; zero is a valid value.
-        let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-        // SAFETY: valid descriptor, NUL-terminated name and pointer to a statx.
-        let rc = unsafe {
-            libc::statx(
-                self.fd.as_raw_fd(),
-                c.as_ptr(),
-                libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
-                libc::STATX_TYPE,
-                &mut stx,
-            )
+        let stx = match sys::statx_type_nofollow(self.fd.as_fd(), &c) {
+            Ok(stx) => stx,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+            Err(e) => return Err(self.root.io_err(&path, "statx", e)),
         };
-        if rc != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ENOENT) {
-                return Ok(false);
-            }
-            return Err(self.root.io_err(&path, "statx", e));
-        }
         if u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFREG {
             return Ok(false);
         }
-        let mount_root = libc::STATX_ATTR_MOUNT_ROOT as u64;
-        if stx.stx_attributes_mask & mount_root != 0 {
-            return Ok(stx.stx_attributes & mount_root != 0);
+        let mount_root = rustix::fs::StatxAttributes::MOUNT_ROOT;
+        if stx.stx_attributes_mask.contains(mount_root) {
+            return Ok(stx.stx_attributes.contains(mount_root));
         }
-        let dir =
-            fstat(self.fd.as_raw_fd()).map_err(|e| self.root.io_err(&self.path, "stat", e))?;
-        Ok(libc::makedev(stx.stx_dev_major, stx.stx_dev_minor) != dir.dev)
+        let dir = fstat(self.fd.as_fd()).map_err(|e| self.root.io_err(&self.path, "stat", e))?;
+        Ok(sys::makedev(stx.stx_dev_major, stx.stx_dev_minor) != dir.dev)
     }
 
     /// The target of symlink entry `name`, not followed; `None` when it does not exist or is
     /// not a symlink (any more).
     pub fn read_link(&self, name: &str) -> Result<Option<OsString>, RootError> {
-        match readlinkat(self.fd.as_raw_fd(), OsStr::new(name)) {
+        match readlinkat(self.fd.as_fd(), OsStr::new(name)) {
             Ok(t) => Ok(Some(t)),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => Ok(None),
             Err(e) => Err(self.root.io_err(&self.child(name), "readlink", e)),
@@ -1187,7 +1033,7 @@ impl Dir<'_> {
 
     /// `lstat` of entry `name`; `None` when it does not exist.
     pub fn lstat(&self, name: &str) -> Result<Option<Metadata>, RootError> {
-        match fstatat_nofollow(self.fd.as_raw_fd(), OsStr::new(name)) {
+        match fstatat_nofollow(self.fd.as_fd(), OsStr::new(name)) {
             Ok(m) => Ok(Some(m)),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
             Err(e) => Err(self.root.io_err(&self.child(name), "lstat", e)),
@@ -1206,7 +1052,7 @@ impl Dir<'_> {
         let path = self.child(name);
         let c = name_cstring(OsStr::new(name), &path)?;
         let fd = match openat2(
-            self.fd.as_raw_fd(),
+            self.fd.as_fd(),
             &c,
             libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW,
             libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
@@ -1217,7 +1063,7 @@ impl Dir<'_> {
             }
             Err(e) => return Err(self.root.io_err(&path, "open", e)),
         };
-        let now = fstat(fd.as_raw_fd()).map_err(|e| self.root.io_err(&path, "stat", e))?;
+        let now = fstat(fd.as_fd()).map_err(|e| self.root.io_err(&path, "stat", e))?;
         if now.kind != FileKind::File || !now.same_inode(seen) {
             return Ok(None);
         }

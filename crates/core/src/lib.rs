@@ -1,5 +1,6 @@
 //! The policy core: from what the host has (`Inventory`) and what the container asks for
 //! (`Request`), to CDI container edits. Pure: no IO, no clock, no environment.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod capabilities;

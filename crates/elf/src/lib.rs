@@ -6,6 +6,7 @@
 //! headers and the few bytes they point at. Every read is capped whatever the headers claim,
 //! every offset is checked before it is added, and the work is bounded by the size of the input:
 //! any input gives a value or an [`Error`], never a panic and never a huge allocation.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 use std::io;

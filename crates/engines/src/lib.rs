@@ -21,6 +21,7 @@
 //! owns: TOML goes through `toml_edit`, so everything else stays byte-for-byte; JSON keeps key
 //! order.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::io;

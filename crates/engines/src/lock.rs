@@ -15,7 +15,6 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -75,15 +74,16 @@ impl ConfigLock {
         let start = Instant::now();
         let mut pause = Duration::from_millis(1);
         loop {
-            // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            let locked =
+                rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive);
+            if locked.is_ok() {
                 return Ok(ConfigLock {
                     dir,
                     _fd: Some(fd),
                     unsupported: None,
                 });
             }
-            let e = io::Error::last_os_error();
+            let e = io::Error::from(locked.unwrap_err());
             match e.raw_os_error() {
                 Some(libc::EWOULDBLOCK) | Some(libc::EINTR) => {}
                 // A file system without flock (some network mounts): go on unlocked, as every

@@ -7,6 +7,7 @@
 //!
 //! A target panics (through `assert!`) exactly when it found a bug; an input the parser rejects
 //! with an error is a pass.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 use std::collections::HashMap;

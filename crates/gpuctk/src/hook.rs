@@ -471,4 +471,60 @@ mod tests {
         assert!(decode(&s(&["x", "create-symlinks", "--link", "nolink"])).is_err());
         assert!(decode(&s(&["x", "chmod", "--mode", "99"])).is_err());
     }
+
+    #[test]
+    fn global_flags_defaults_and_hidden_flags() {
+        // -d and --quiet are global: before or after the hook's name.
+        for args in [
+            &[
+                "x",
+                "-d",
+                "enable-cuda-compat",
+                "--host-driver-version=570.1",
+            ][..],
+            &[
+                "x",
+                "enable-cuda-compat",
+                "--quiet",
+                "--host-driver-version",
+                "570.1",
+            ],
+        ] {
+            assert_eq!(
+                decode(&s(args)),
+                Ok(Some(InRootOp::EnableCudaCompat {
+                    host_driver_version: Some("570.1".into()),
+                    host_cuda_version: None,
+                    compat_root: DEFAULT_COMPAT_ROOT.into(),
+                })),
+                "{args:?}"
+            );
+        }
+        assert_eq!(
+            decode(&s(&[
+                "x",
+                "disable-device-node-modification",
+                "--proc-root=/host/proc"
+            ])),
+            Ok(Some(InRootOp::DisableDeviceNodeModification {
+                proc_root: Some("/host/proc".into())
+            }))
+        );
+        // Modes are octal, with or without NVIDIA's `0o`; a value flag without its value is
+        // not one of ours (the hook warns and exits 0).
+        for (mode, want) in [("0o750", 0o750), ("0644", 0o644), ("7777", 0o7777)] {
+            assert_eq!(
+                decode(&s(&["x", "chmod", "--mode", mode, "--path=/dev/a"])),
+                Ok(Some(InRootOp::Chmod {
+                    mode: want,
+                    paths: s(&["/dev/a"])
+                })),
+                "{mode}"
+            );
+        }
+        assert!(decode(&s(&["x", "chmod", "--mode", "8", "--path=/dev/a"])).is_err());
+        assert_eq!(decode(&s(&["x", "chmod", "--path", "/dev/a"])), Ok(None));
+        assert_eq!(decode(&s(&["x", "create-symlinks", "--link"])), Ok(None));
+        assert_eq!(decode(&s(&["x", "hook"])), Ok(None));
+    }
 }

@@ -52,8 +52,22 @@ Commands:
                           /proc/driver/nvidia/capabilities and the MIG capability nodes (with a
                           GPU, not with MIG devices), --imex-channel the IMEX channel nodes";
 
-/// `nvidia-container-runtime-hook [-debug] [-config FILE] prestart|poststart|poststop`.
-pub fn hook_main(args: &[OsString]) -> ExitCode {
+/// What `nvidia-container-runtime-hook`'s arguments ask for.
+#[derive(Debug, PartialEq)]
+enum HookArgs {
+    Help,
+    Version,
+    Run {
+        config_path: Option<PathBuf>,
+        debug: bool,
+        /// The first argument that is not a flag (`prestart`, ...).
+        command: Option<String>,
+    },
+}
+
+/// The hook's grammar, Go `flag`-style as NVIDIA's: single or double dashes, `-config FILE` or
+/// `-config=FILE`; an unknown flag is ignored (`args` with argv[0]).
+fn parse_hook_args(args: &[OsString]) -> HookArgs {
     let mut config_path: Option<PathBuf> = None;
     let mut debug = false;
     let mut command = None;
@@ -66,17 +80,8 @@ pub fn hook_main(args: &[OsString]) -> ExitCode {
                 config_path = args.get(i + 1).map(PathBuf::from);
                 i += 1;
             }
-            "-h" | "-help" | "--help" => {
-                println!("{HOOK_USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            "-version" | "--version" => {
-                println!(
-                    "gpuctk nvidia-container-runtime-hook version {}",
-                    env!("CARGO_PKG_VERSION")
-                );
-                return ExitCode::SUCCESS;
-            }
+            "-h" | "-help" | "--help" => return HookArgs::Help,
+            "-version" | "--version" => return HookArgs::Version,
             s if s.starts_with("-config=") || s.starts_with("--config=") => {
                 config_path = s.split_once('=').map(|(_, v)| PathBuf::from(v));
             }
@@ -85,6 +90,33 @@ pub fn hook_main(args: &[OsString]) -> ExitCode {
         }
         i += 1;
     }
+    HookArgs::Run {
+        config_path,
+        debug,
+        command,
+    }
+}
+
+/// `nvidia-container-runtime-hook [-debug] [-config FILE] prestart|poststart|poststop`.
+pub fn hook_main(args: &[OsString]) -> ExitCode {
+    let (config_path, debug, command) = match parse_hook_args(args) {
+        HookArgs::Help => {
+            println!("{HOOK_USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        HookArgs::Version => {
+            println!(
+                "gpuctk nvidia-container-runtime-hook version {}",
+                env!("CARGO_PKG_VERSION")
+            );
+            return ExitCode::SUCCESS;
+        }
+        HookArgs::Run {
+            config_path,
+            debug,
+            command,
+        } => (config_path, debug, command),
+    };
     crate::logging::init(if debug {
         tracing::Level::DEBUG
     } else {
@@ -257,37 +289,57 @@ pub fn cli_main(args: &[OsString]) -> ExitCode {
     }
 }
 
-/// Split `--flag=value` / `--flag value` / `-f value`.
-fn take_value(args: &[String], i: &mut usize, long: &str, short: Option<&str>) -> Option<String> {
+/// Split `--flag=value` / `--flag value` / `-f value`. A flag last, without its value, is an
+/// error (it used to step past the end and panic).
+fn take_value(
+    args: &[String],
+    i: &mut usize,
+    long: &str,
+    short: Option<&str>,
+) -> anyhow::Result<Option<String>> {
     let a = &args[*i];
     if let Some(v) = a.strip_prefix(&format!("{long}=")) {
-        return Some(v.to_string());
+        return Ok(Some(v.to_string()));
     }
     if a == long || short.is_some_and(|s| a == s) {
+        let Some(v) = args.get(*i + 1) else {
+            bail!("option '{a}' requires an argument");
+        };
         *i += 1;
-        return args.get(*i).cloned();
+        return Ok(Some(v.clone()));
     }
-    None
+    Ok(None)
 }
 
-fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
+/// What `nvidia-container-cli`'s global options ask for.
+#[derive(Debug, PartialEq)]
+enum Globals {
+    Help,
+    Version,
+    /// Run the command at `args[command]` (missing when past the end).
+    Run {
+        root: Option<PathBuf>,
+        debug: Option<PathBuf>,
+        command: usize,
+    },
+}
+
+/// The grammar of the global options, up to the first argument that is not one.
+fn parse_globals(args: &[String]) -> anyhow::Result<Globals> {
     let mut root = None;
     let mut debug = None;
     let mut i = 0;
-    // Global options.
     while i < args.len() && args[i].starts_with('-') {
         if matches!(args[i].as_str(), "--help" | "-h" | "-?" | "--usage") {
-            println!("{CLI_USAGE}");
-            return Ok(ExitCode::SUCCESS);
+            return Ok(Globals::Help);
         }
-        if let Some(r) = take_value(args, &mut i, "--root", Some("-r")) {
+        if let Some(r) = take_value(args, &mut i, "--root", Some("-r"))? {
             root = Some(PathBuf::from(r));
         } else if args[i] == "--version" || args[i] == "-V" {
-            println!("cli-version: {} (gpuctk)", env!("CARGO_PKG_VERSION"));
-            return Ok(ExitCode::SUCCESS);
-        } else if let Some(f) = take_value(args, &mut i, "--debug", Some("-d")) {
+            return Ok(Globals::Version);
+        } else if let Some(f) = take_value(args, &mut i, "--debug", Some("-d"))? {
             debug = Some(PathBuf::from(f));
-        } else if take_value(args, &mut i, "--ldcache", Some("-l")).is_some() {
+        } else if take_value(args, &mut i, "--ldcache", Some("-l"))?.is_some() {
             // Accepted: the driver root's own cache is read.
         } else if args[i].starts_with("--user")
             || args[i] == "-u"
@@ -303,6 +355,29 @@ fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
         }
         i += 1;
     }
+    Ok(Globals::Run {
+        root,
+        debug,
+        command: i,
+    })
+}
+
+fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
+    let (root, debug, i) = match parse_globals(args)? {
+        Globals::Help => {
+            println!("{CLI_USAGE}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Globals::Version => {
+            println!("cli-version: {} (gpuctk)", env!("CARGO_PKG_VERSION"));
+            return Ok(ExitCode::SUCCESS);
+        }
+        Globals::Run {
+            root,
+            debug,
+            command,
+        } => (root, debug, command),
+    };
     // `--debug FILE`: the log goes there, at debug level (enroot passes /dev/stderr).
     match &debug {
         Some(f) => crate::logging::init_file(f, tracing::Level::DEBUG),
@@ -334,7 +409,25 @@ fn cli(args: &[String]) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
+/// `nvidia-container-cli configure`'s arguments, as given (nothing checked on the host yet).
+#[derive(Debug, Default, PartialEq)]
+struct ConfigureArgs {
+    /// `--device`, unparsed (enroot's `\,` escapes still in).
+    devices: Option<String>,
+    caps: Vec<Capability>,
+    pid: Option<i32>,
+    rootfs: PathBuf,
+    no_cgroups: bool,
+    requirements: Vec<(String, String)>,
+    mig: Vec<(String, MigCapability)>,
+    imex: Vec<u32>,
+    /// What the IMEX channel list's parser noted, for a warning.
+    remarks: Vec<String>,
+}
+
+/// The grammar of `configure`'s arguments: libnvidia-container's flags, `--flag=value`,
+/// `--flag value` or `-f value`, and one absolute ROOTFS.
+fn parse_configure(args: &[String]) -> anyhow::Result<ConfigureArgs> {
     let mut devices = None;
     let mut caps = Vec::new();
     let mut pid = None;
@@ -347,39 +440,39 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     let mut i = 0;
     while i < args.len() {
         let a = args[i].clone();
-        if let Some(v) = take_value(args, &mut i, "--device", Some("-d")) {
+        if let Some(v) = take_value(args, &mut i, "--device", Some("-d"))? {
             devices = Some(v);
-        } else if let Some(v) = take_value(args, &mut i, "--mig-config", None) {
+        } else if let Some(v) = take_value(args, &mut i, "--mig-config", None)? {
             // Repeated, it is asked once.
             if parse_mig(&v, "--mig-config")?
                 && !mig.iter().any(|(_, c)| *c == MigCapability::Config)
             {
                 mig.push(("--mig-config".to_string(), MigCapability::Config));
             }
-        } else if let Some(v) = take_value(args, &mut i, "--mig-monitor", None) {
+        } else if let Some(v) = take_value(args, &mut i, "--mig-monitor", None)? {
             // Repeated, it is asked once.
             if parse_mig(&v, "--mig-monitor")?
                 && !mig.iter().any(|(_, c)| *c == MigCapability::Monitor)
             {
                 mig.push(("--mig-monitor".to_string(), MigCapability::Monitor));
             }
-        } else if let Some(v) = take_value(args, &mut i, "--imex-channel", None) {
+        } else if let Some(v) = take_value(args, &mut i, "--imex-channel", None)? {
             // enroot escapes list commas as it does for --device.
             for id in parse_imex_channels(&v.replace("\\,", ","), "--imex-channel", &mut remarks)? {
                 if !imex.contains(&id) {
                     imex.push(id);
                 }
             }
-        } else if let Some(v) = take_value(args, &mut i, "--pid", Some("-p")) {
+        } else if let Some(v) = take_value(args, &mut i, "--pid", Some("-p"))? {
             pid = Some(
                 v.parse::<i32>()
                     .map_err(|_| anyhow!("--pid {v:?}: expected a process id"))?,
             );
-        } else if let Some(v) = take_value(args, &mut i, "--require", Some("-r")) {
+        } else if let Some(v) = take_value(args, &mut i, "--require", Some("-r"))? {
             // Repeatable; each must hold (libnvidia-container's rule).
             requirements.push(("--require".to_string(), v));
-        } else if take_value(args, &mut i, "--ldconfig", Some("-l")).is_some()
-            || take_value(args, &mut i, "--cuda-compat-mode", None).is_some()
+        } else if take_value(args, &mut i, "--ldconfig", Some("-l"))?.is_some()
+            || take_value(args, &mut i, "--cuda-compat-mode", None)?.is_some()
         {
             // ldconfig is never run: the cache is written natively.
         } else {
@@ -409,6 +502,31 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
             rootfs.display()
         );
     }
+    Ok(ConfigureArgs {
+        devices,
+        caps,
+        pid,
+        rootfs,
+        no_cgroups,
+        requirements,
+        mig,
+        imex,
+        remarks,
+    })
+}
+
+fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
+    let ConfigureArgs {
+        devices,
+        caps,
+        pid,
+        rootfs,
+        no_cgroups,
+        requirements,
+        mig,
+        imex,
+        remarks,
+    } = parse_configure(args)?;
     // Not the host's `/` nor a system directory, whatever path names it (issue 8).
     gpuctk_container::root::check_container_root(&rootfs)?;
     // Without --pid (enroot, Apptainer): the container is ROOTFS in our own mount namespace,
@@ -562,30 +680,43 @@ fn info(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
-    let inv = inventory(cfg)?;
+/// `nvidia-container-cli list`'s arguments: the sections asked (all when none is), the devices
+/// (unparsed), the MIG capabilities and the IMEX channels.
+#[derive(Debug, PartialEq)]
+struct ListArgs {
+    device: String,
+    libs: bool,
+    bins: bool,
+    ipcs: bool,
+    fw: bool,
+    compat32: bool,
+    mig: Vec<MigCapability>,
+    imex: Vec<u32>,
+    /// What the IMEX channel list's parser noted, for a warning.
+    remarks: Vec<String>,
+}
+
+/// The grammar of `list`'s arguments.
+fn parse_list(args: &[String]) -> anyhow::Result<ListArgs> {
     let mut device = "all".to_string();
     let (mut libs, mut bins, mut ipcs, mut fw, mut compat32) = (false, false, false, false, false);
     let mut mig = Vec::new();
     let mut imex: Vec<u32> = Vec::new();
+    let mut remarks = Vec::new();
     let mut i = 0;
     while i < args.len() {
-        if let Some(v) = take_value(args, &mut i, "--device", Some("-d")) {
+        if let Some(v) = take_value(args, &mut i, "--device", Some("-d"))? {
             device = v;
-        } else if let Some(v) = take_value(args, &mut i, "--mig-config", None) {
+        } else if let Some(v) = take_value(args, &mut i, "--mig-config", None)? {
             if parse_mig(&v, "--mig-config")? && !mig.contains(&MigCapability::Config) {
                 mig.push(MigCapability::Config);
             }
-        } else if let Some(v) = take_value(args, &mut i, "--mig-monitor", None) {
+        } else if let Some(v) = take_value(args, &mut i, "--mig-monitor", None)? {
             if parse_mig(&v, "--mig-monitor")? && !mig.contains(&MigCapability::Monitor) {
                 mig.push(MigCapability::Monitor);
             }
-        } else if let Some(v) = take_value(args, &mut i, "--imex-channel", None) {
-            let mut remarks = Vec::new();
+        } else if let Some(v) = take_value(args, &mut i, "--imex-channel", None)? {
             imex.extend(parse_imex_channels(&v, "--imex-channel", &mut remarks)?);
-            for r in remarks {
-                tracing::warn!("{r}");
-            }
         } else {
             match args[i].as_str() {
                 "--libraries" | "-l" => libs = true,
@@ -600,13 +731,35 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         i += 1;
     }
     let sections = !(libs || bins || ipcs || fw);
-    let (libs, bins, ipcs, fw, compat32) = (
-        libs || sections,
-        bins || sections,
-        ipcs || sections,
-        fw || sections,
-        compat32 || sections,
-    );
+    Ok(ListArgs {
+        device,
+        libs: libs || sections,
+        bins: bins || sections,
+        ipcs: ipcs || sections,
+        fw: fw || sections,
+        compat32: compat32 || sections,
+        mig,
+        imex,
+        remarks,
+    })
+}
+
+fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
+    let inv = inventory(cfg)?;
+    let ListArgs {
+        device,
+        libs,
+        bins,
+        ipcs,
+        fw,
+        compat32,
+        mig,
+        imex,
+        remarks,
+    } = parse_list(args)?;
+    for r in remarks {
+        tracing::warn!("{r}");
+    }
     let ids = match parse_devices(&device, "--device")? {
         Devices::Ids(ids) => ids,
         _ => Vec::new(),
@@ -707,3 +860,7 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     std::io::stdout().write_all(out.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+#[path = "legacy_tests.rs"]
+mod tests;

@@ -79,8 +79,7 @@ pub fn pass_on_through_crun(line: &str) {
     if !ours_is_null {
         return;
     }
-    // SAFETY: getppid has no preconditions.
-    let ppid = unsafe { libc::getppid() };
+    let ppid = rustix::process::Pid::as_raw(rustix::process::getppid());
     let parent_is_crun =
         std::fs::read_to_string(format!("/proc/{ppid}/comm")).is_ok_and(|c| c.trim_end() == "crun");
     if !parent_is_crun {

@@ -3,6 +3,9 @@
 //! other name (`gpuctk`, `nvidia-ctk`) the full command line. What each does is in the library
 //! (`src/lib.rs`); this file dispatches and prints usage errors and failures as one line.
 
+// System calls are safe functions (rustix, or the library crates' `sys` modules).
+#![deny(unsafe_code)]
+
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;

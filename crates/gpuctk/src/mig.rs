@@ -36,8 +36,7 @@ pub fn ask_and_record(
     let info = ask_nvml(inv);
     let mut warning = None;
     if let (Ok(i), Some(cache)) = (&info, cache) {
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } == 0 {
+        if rustix::process::geteuid().is_root() {
             warning = record(cache, inv, i)
                 .err()
                 .map(|e| format!("NVML's answers not recorded for the runtime: {e}"));

@@ -217,13 +217,13 @@ fn delete_and_forget(mut cmd: std::process::Command, record: &Record, parsed: &R
     use std::os::unix::process::ExitStatusExt;
     // An engine that kills the runtime it started (a timeout) kills this process: the runtime
     // goes with it, as it would had we exec'd it.
-    // SAFETY: prctl is async-signal-safe and touches nothing of the parent's.
+    // SAFETY: a raw prctl (rustix: no allocation, no lock) is async-signal-safe and touches
+    // nothing of the parent's.
+    #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
+            let kill = Some(rustix::process::Signal::KILL);
+            Ok(rustix::process::set_parent_process_death_signal(kill)?)
         });
     }
     let status = match cmd.status() {

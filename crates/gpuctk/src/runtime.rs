@@ -28,8 +28,10 @@ use crate::runc::{find_runtime, parse_runc_args, RuncArgs};
 /// entries stays far below. Checked before reading, so a huge file fails at once.
 pub const MAX_CONFIG_JSON: u64 = 16 << 20;
 
-fn rfc3339_now() -> String {
-    let secs = std::time::SystemTime::now()
+/// `time` in RFC 3339, UTC, to the second, as runc's log lines carry it (a time before 1970
+/// prints as the epoch).
+fn rfc3339(time: std::time::SystemTime) -> String {
+    let secs = time
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
@@ -58,11 +60,11 @@ fn report(args: &RuncArgs, msg: &str) {
     let _ = writeln!(std::io::stderr(), "nvidia-container-runtime: error: {msg}");
     if let Some(log) = &args.log {
         let line = if args.log_json {
-            serde_json::json!({"level": "error", "msg": format!("nvidia-container-runtime: {msg}"), "time": rfc3339_now()}).to_string()
+            serde_json::json!({"level": "error", "msg": format!("nvidia-container-runtime: {msg}"), "time": rfc3339(std::time::SystemTime::now())}).to_string()
         } else {
             format!(
                 "time=\"{}\" level=error msg=\"nvidia-container-runtime: {}\"",
-                rfc3339_now(),
+                rfc3339(std::time::SystemTime::now()),
                 msg.replace('"', "'")
             )
         };
@@ -251,38 +253,48 @@ fn covers(dest: &str, path: &str) -> bool {
     dest.is_empty() || dest == path || path.strip_prefix(dest).is_some_and(|r| r.starts_with('/'))
 }
 
-/// Performs our createContainer hooks itself, on the bundle's rootfs, and drops them from
-/// `edits`, so runc spawns no hook process (three processes cost about 8 ms of a start). The
-/// result is what the hooks would produce after the runtime's mounts: the library mounts about
-/// to be added are read from their host files ([`gpuctk_container::hooks::Pending`]).
-///
-/// Leaves the hooks in place (returns 0) where the shim cannot see what the container will:
-/// no rootfs directory on the host, a user namespace (files must be created as the container's
-/// root), or a spec mount that covers a path the hooks work on (`/etc`, a library folder, a
-/// link's directory, the compat root, `/dev`). Returns how many hooks it did.
-fn hooks_in_shim(
+/// Where our createContainer hooks run: left to the runtime (and why), or done by the shim.
+enum ShimChoice {
+    /// The runtime runs them as hooks.
+    Hooks(String),
+    /// The shim does these (index into the edits' hooks, operation) on `root`; the others stay
+    /// hooks.
+    Shim {
+        root: gpuctk_container::Root,
+        ops: Vec<(usize, InRootOp)>,
+    },
+}
+
+/// Whether the shim can do our hooks itself: only where it sees what the container will. Not
+/// with no rootfs directory on the host, in a user namespace (files must be created as the
+/// container's root), or where a spec mount covers a path the hooks work on (`/etc`, a library
+/// folder, a link's directory, the compat root, `/dev`). Those needing the created container
+/// (its procfs) stay hooks whatever the answer.
+fn shim_choice(
     spec: &serde_json::Value,
     bundle: &Path,
-    edits: &mut ContainerEdits,
+    edits: &ContainerEdits,
     ops: Vec<(usize, InRootOp)>,
-) -> anyhow::Result<usize> {
-    if ops.is_empty()
-        || spec
-            .pointer("/linux/uidMappings")
-            .is_some_and(|m| m.as_array().is_some_and(|a| !a.is_empty()))
-    {
-        return Ok(0);
+) -> ShimChoice {
+    let hooks = |why: &str| ShimChoice::Hooks(why.to_string());
+    if ops.is_empty() {
+        return hooks("no hooks of ours");
     }
-    // Those needing the created container (its procfs, its /dev) stay hooks.
+    if spec
+        .pointer("/linux/uidMappings")
+        .is_some_and(|m| m.as_array().is_some_and(|a| !a.is_empty()))
+    {
+        return hooks("a user namespace");
+    }
     let ops: Vec<(usize, InRootOp)> = ops
         .into_iter()
         .filter(|(_, o)| !o.needs_live_container())
         .collect();
     let Some(rootfs) = rootfs_of(spec, bundle) else {
-        return Ok(0);
+        return hooks("no root.path");
     };
     let Ok(root) = gpuctk_container::Root::open_container(&rootfs) else {
-        return Ok(0);
+        return hooks("no rootfs on the host");
     };
     // Paths as the runtime will resolve them in the root (an image's symlink can lead a library
     // folder into `/proc`, which is a mount): a path that does not resolve leaves it to hooks.
@@ -297,7 +309,7 @@ fn hooks_in_shim(
         .chain(edits.mounts.iter().map(|m| m.container_path.as_str()))
     {
         let Some(r) = resolved(d) else {
-            return Ok(0);
+            return ShimChoice::Hooks(format!("mount {d} does not resolve in the root"));
         };
         mounts.push(d.to_string());
         mounts.push(r);
@@ -315,14 +327,36 @@ fn hooks_in_shim(
                 }
             };
             let Some(r) = r else {
-                return Ok(0);
+                return ShimChoice::Hooks(format!("{p} does not resolve in the root"));
             };
             if mounts.iter().any(|d| covers(d, &p) || covers(d, &r)) {
-                tracing::debug!("a spec mount covers {p} ({r}): hooks left to the runtime");
-                return Ok(0);
+                return ShimChoice::Hooks(format!("a spec mount covers {p} ({r})"));
             }
         }
     }
+    ShimChoice::Shim { root, ops }
+}
+
+/// Performs our createContainer hooks itself, on the bundle's rootfs, and drops them from
+/// `edits`, so runc spawns no hook process (three processes cost about 8 ms of a start). The
+/// result is what the hooks would produce after the runtime's mounts: the library mounts about
+/// to be added are read from their host files ([`gpuctk_container::hooks::Pending`]).
+///
+/// Leaves the hooks in place (returns 0) where [`shim_choice`] says so. Returns how many hooks
+/// it did.
+fn hooks_in_shim(
+    spec: &serde_json::Value,
+    bundle: &Path,
+    edits: &mut ContainerEdits,
+    ops: Vec<(usize, InRootOp)>,
+) -> anyhow::Result<usize> {
+    let (root, ops) = match shim_choice(spec, bundle, edits, ops) {
+        ShimChoice::Shim { root, ops } => (root, ops),
+        ShimChoice::Hooks(why) => {
+            tracing::debug!("hooks left to the runtime: {why}");
+            return Ok(0);
+        }
+    };
     let mut pending = gpuctk_container::hooks::Pending::default();
     // The `/dev` the runtime will make: the spec's devices once the edits are in.
     let mut made = spec.clone();
@@ -671,8 +705,20 @@ mod tests {
 
     #[test]
     fn time_format() {
-        let t = rfc3339_now();
-        assert_eq!(t.len(), 20, "{t}");
-        assert!(t.starts_with("20") && t.ends_with('Z'));
+        use std::time::{Duration, UNIX_EPOCH};
+        let at = |secs: u64| rfc3339(UNIX_EPOCH + Duration::from_secs(secs));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_399), "2000-02-28T23:59:59Z");
+        // 2000 is a leap year (divisible by 400), 2100 is not (by 100).
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(951_868_800), "2000-03-01T00:00:00Z");
+        assert_eq!(at(4_107_542_400), "2100-03-01T00:00:00Z");
+        assert_eq!(at(1_764_841_530), "2025-12-04T09:45:30Z");
+        assert_eq!(at(253_402_300_799), "9999-12-31T23:59:59Z");
+        assert_eq!(rfc3339(UNIX_EPOCH - Duration::from_secs(1)), at(0));
     }
 }
+
+#[cfg(test)]
+#[path = "runtime_shim_tests.rs"]
+mod shim_tests;

@@ -5,7 +5,7 @@
 //! headers. No NVML, no process spawn, no directory walk of the library dirs: with the driver
 //! version known, every candidate file name is known too.
 
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -807,80 +807,13 @@ pub(crate) fn read_dir_entries(dir: &Path) -> io::Result<Vec<DirEntry>> {
 pub fn read_dir_entries_at_most(dir: &Path, max: usize) -> io::Result<Vec<DirEntry>> {
     let c_dir = CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
-    // SAFETY: `c_dir` is a valid NUL-terminated string; the returned descriptor is checked.
-    let fd = unsafe {
-        libc::open(
-            c_dir.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is an open directory descriptor we own; on success the DIR stream owns it.
-    let stream = unsafe { libc::fdopendir(fd) };
-    if stream.is_null() {
-        let e = io::Error::last_os_error();
-        // SAFETY: fdopendir failed, so `fd` is still ours to close, exactly once.
-        unsafe { libc::close(fd) };
-        return Err(e);
-    }
-    let mut entries = Vec::new();
-    let listed = loop {
-        if entries.len() >= max {
-            break Ok(());
-        }
-        // SAFETY: errno is thread-local; cleared so that a NULL from readdir tells the end of
-        // the directory (errno still 0) from an error.
-        unsafe { *libc::__errno_location() = 0 };
-        // SAFETY: `stream` is a valid DIR stream until the closedir below.
-        let ent = unsafe { libc::readdir(stream) };
-        if ent.is_null() {
-            let e = io::Error::last_os_error();
-            break if e.raw_os_error().unwrap_or(0) == 0 {
-                Ok(())
-            } else {
-                Err(e)
-            };
-        }
-        // SAFETY: readdir returned a valid dirent whose d_name is NUL-terminated; it stays
-        // valid until the next readdir on this stream.
-        let (name, d_type) = unsafe { (CStr::from_ptr((*ent).d_name.as_ptr()), (*ent).d_type) };
-        if matches!(name.to_bytes(), b"." | b"..") {
-            continue;
-        }
-        let is_file = match d_type {
-            libc::DT_REG => true,
-            // The filesystem does not say: ask, without following a symlink.
-            // SAFETY: `stream` is valid, so dirfd gives its descriptor, which it keeps owning.
-            libc::DT_UNKNOWN => unsafe {
-                let mut st: libc::stat = std::mem::zeroed();
-                libc::fstatat(
-                    libc::dirfd(stream),
-                    name.as_ptr(),
-                    &mut st,
-                    libc::AT_SYMLINK_NOFOLLOW,
-                ) == 0
-                    && st.st_mode & libc::S_IFMT == libc::S_IFREG
-            },
-            _ => false,
-        };
-        entries.push(DirEntry {
-            name: OsStr::from_bytes(name.to_bytes()).to_os_string(),
-            is_file,
-        });
-    };
-    // SAFETY: `stream` is valid and closed exactly once; it closes `fd` too.
-    let closed = unsafe { libc::closedir(stream) };
-    let close_error = (closed != 0).then(io::Error::last_os_error);
-    listed?;
-    match close_error {
-        // On Linux the descriptor is gone even then, and nothing was left unread (std's rule).
-        Some(e) if e.kind() == io::ErrorKind::Interrupted => Ok(entries),
-        // EIO and the like: the folder's filesystem is failing; say so rather than trust it.
-        Some(e) => Err(e),
-        None => Ok(entries),
-    }
+    Ok(crate::sys::read_dir(&c_dir, max)?
+        .into_iter()
+        .map(|e| DirEntry {
+            name: e.name,
+            is_file: e.is_file,
+        })
+        .collect())
 }
 
 fn discover_ipc(root: &Path) -> Vec<HostFile> {
@@ -1115,14 +1048,16 @@ mod tests {
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o000)).unwrap();
         let root = d.path().to_path_buf();
         let result = std::thread::spawn(move || {
-            // SAFETY: getuid has no preconditions.
-            if unsafe { libc::getuid() } == 0 {
-                // SAFETY: raw syscalls change the credentials of this thread only; it ends
-                // right after the listing.
-                unsafe {
-                    assert_eq!(libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534), 0);
-                    assert_eq!(libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534), 0);
-                }
+            if rustix::process::getuid().is_root() {
+                // This thread's credentials only (the raw system calls, not libc's
+                // process-wide ones); it ends right after the listing.
+                use rustix::thread::{set_thread_res_gid, set_thread_res_uid};
+                let (uid, gid) = (
+                    rustix::fs::Uid::from_raw(65534),
+                    rustix::fs::Gid::from_raw(65534),
+                );
+                set_thread_res_gid(gid, gid, gid).unwrap();
+                set_thread_res_uid(uid, uid, uid).unwrap();
             }
             discover_firmware(&root, &version).map(|f| f.len())
         })

@@ -1,6 +1,7 @@
 //! Host discovery: what NVIDIA driver, GPUs, device nodes and driver files this machine has,
 //! read from procfs, `/dev` and the driver root's `ld.so.cache` into an [`Inventory`].
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
 pub mod caps;
 pub mod catalog;
@@ -12,9 +13,12 @@ pub mod gated;
 pub mod inventory;
 pub mod mig;
 pub mod nodes;
+#[allow(unsafe_code)] // calls into the NVML library it loads
 pub mod nvml;
 pub mod procfs;
 pub mod resolve;
+#[allow(unsafe_code)]
+mod sys;
 pub mod watch;
 pub mod wsl;
 

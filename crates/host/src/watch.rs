@@ -9,7 +9,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
@@ -54,31 +54,17 @@ pub struct DirWatch {
     dirs: Vec<(i32, PathBuf)>,
 }
 
-fn setup_err(what: &'static str) -> WatchError {
-    WatchError::Setup {
-        what,
-        source: io::Error::last_os_error(),
-    }
-}
-
 /// Block SIGINT and SIGTERM in the calling thread, so a stop request is read (from a signalfd,
 /// or with `sigwait`) instead of killing the process mid-write. Returns the blocked set and the
 /// mask before.
 pub fn block_stop_signals() -> io::Result<(libc::sigset_t, libc::sigset_t)> {
-    // SAFETY: both sets are initialised (zeroed, then sigemptyset) before use; pthread_sigmask
-    // only changes this thread's mask.
-    unsafe {
-        let mut mask: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut mask);
-        libc::sigaddset(&mut mask, libc::SIGINT);
-        libc::sigaddset(&mut mask, libc::SIGTERM);
-        let mut old_mask: libc::sigset_t = std::mem::zeroed();
-        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &mask, &mut old_mask);
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
-        }
-        Ok((mask, old_mask))
-    }
+    crate::sys::block_stop_signals()
+}
+
+/// Waits for one of the signals of `set` (blocked, as [`block_stop_signals`] leaves them):
+/// its number.
+pub fn wait_for_signal(set: &libc::sigset_t) -> io::Result<i32> {
+    crate::sys::sigwait(set)
 }
 
 impl DirWatch {
@@ -88,28 +74,21 @@ impl DirWatch {
             what: "blocking SIGINT and SIGTERM",
             source,
         })?;
-        // SAFETY: plain libc calls on values we own; every fd returned is checked and owned.
-        unsafe {
-            let restore = |e| {
-                libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
-                e
-            };
-            let sfd = libc::signalfd(-1, &mask, libc::SFD_CLOEXEC);
-            if sfd < 0 {
-                return Err(restore(setup_err("signalfd")));
+        let setup = |what| {
+            move |source| {
+                crate::sys::set_signal_mask(&old_mask);
+                WatchError::Setup { what, source }
             }
-            let signals = OwnedFd::from_raw_fd(sfd);
-            let ifd = libc::inotify_init1(libc::IN_CLOEXEC);
-            if ifd < 0 {
-                return Err(restore(setup_err("inotify_init1")));
-            }
-            Ok(DirWatch {
-                inotify: OwnedFd::from_raw_fd(ifd),
-                signals,
-                old_mask,
-                dirs: Vec::new(),
-            })
-        }
+        };
+        let signals = crate::sys::signalfd(&mask).map_err(setup("signalfd"))?;
+        let inotify = rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC)
+            .map_err(|e| setup("inotify_init1")(e.into()))?;
+        Ok(DirWatch {
+            inotify,
+            signals,
+            old_mask,
+            dirs: Vec::new(),
+        })
     }
 
     /// Watch `dir` for entries created in it or moved into it.
@@ -120,17 +99,13 @@ impl DirWatch {
         };
         let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
             .map_err(|_| add_err(io::Error::from(io::ErrorKind::InvalidInput)))?;
-        // SAFETY: a valid NUL-terminated path and our own inotify fd.
-        let wd = unsafe {
-            libc::inotify_add_watch(
-                self.inotify.as_raw_fd(),
-                c.as_ptr(),
-                libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_ONLYDIR,
-            )
-        };
-        if wd < 0 {
-            return Err(add_err(io::Error::last_os_error()));
-        }
+        use rustix::fs::inotify::WatchFlags;
+        let wd = rustix::fs::inotify::add_watch(
+            &self.inotify,
+            c.as_c_str(),
+            WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ONLYDIR,
+        )
+        .map_err(|e| add_err(e.into()))?;
         if !self.dirs.iter().any(|(w, _)| *w == wd) {
             self.dirs.push((wd, dir.to_path_buf()));
         }
@@ -141,43 +116,26 @@ impl DirWatch {
     /// wins over events that arrived with it.
     pub fn wait(&mut self) -> Result<Woken, WatchError> {
         loop {
+            use rustix::event::{PollFd, PollFlags};
             let mut fds = [
-                libc::pollfd {
-                    fd: self.signals.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.inotify.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
+                PollFd::new(&self.signals, PollFlags::IN),
+                PollFd::new(&self.inotify, PollFlags::IN),
             ];
-            // SAFETY: two pollfds we own.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(WatchError::Wait(e));
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(WatchError::Wait(e.into())),
             }
-            if fds[0].revents & libc::POLLIN != 0 {
-                // SAFETY: reading one siginfo into a buffer of its size.
-                let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-                let n = unsafe {
-                    libc::read(
-                        self.signals.as_raw_fd(),
-                        (&mut info as *mut libc::signalfd_siginfo).cast(),
-                        std::mem::size_of::<libc::signalfd_siginfo>(),
-                    )
-                };
-                if n < 0 {
-                    return Err(WatchError::Wait(io::Error::last_os_error()));
-                }
-                return Ok(Woken::Stopped(info.ssi_signo as i32));
+            let (signal, event) = (
+                fds[0].revents().contains(PollFlags::IN),
+                fds[1].revents().contains(PollFlags::IN),
+            );
+            if signal {
+                let signo =
+                    crate::sys::read_signal(self.signals.as_fd()).map_err(WatchError::Wait)?;
+                return Ok(Woken::Stopped(signo));
             }
-            if fds[1].revents & libc::POLLIN != 0 {
+            if event {
                 let appeared = self.read_events()?;
                 if !appeared.is_empty() {
                     return Ok(Woken::Appeared(appeared));
@@ -190,29 +148,32 @@ impl DirWatch {
     fn read_events(&mut self) -> Result<Vec<(PathBuf, OsString)>, WatchError> {
         // Large enough for many events with names up to NAME_MAX.
         let mut buf = vec![0u8; 64 * 1024];
-        // SAFETY: reading into a buffer we own, of the length given.
-        let n = unsafe { libc::read(self.inotify.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock {
-                return Ok(Vec::new());
-            }
-            return Err(WatchError::Wait(e));
-        }
+        let n = match rustix::io::read(&self.inotify, &mut buf[..]) {
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => return Ok(Vec::new()),
+            Err(e) => return Err(WatchError::Wait(e.into())),
+        };
         let header = std::mem::size_of::<libc::inotify_event>();
         let mut out = Vec::new();
         let mut at = 0usize;
-        let end = n as usize;
+        let end = n;
         while at + header <= end {
-            // SAFETY: the kernel wrote a whole event header at `at`; read it unaligned.
-            let ev: libc::inotify_event =
-                unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+            // `struct inotify_event`: wd, mask, cookie, len, in native order.
+            let word = |i: usize| {
+                let b = &buf[at + 4 * i..at + 4 * i + 4];
+                [b[0], b[1], b[2], b[3]]
+            };
+            let (wd, mask, len) = (
+                i32::from_ne_bytes(word(0)),
+                u32::from_ne_bytes(word(1)),
+                u32::from_ne_bytes(word(3)),
+            );
             let name_start = at + header;
-            let name_end = (name_start + ev.len as usize).min(end);
+            let name_end = (name_start + len as usize).min(end);
             let raw = &buf[name_start..name_end];
             let name = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())];
             at = name_end;
-            if ev.mask & libc::IN_Q_OVERFLOW != 0 {
+            if mask & libc::IN_Q_OVERFLOW != 0 {
                 // Events were lost: report the directories themselves, so the caller rescans.
                 out.extend(self.dirs.iter().map(|(_, d)| (d.clone(), OsString::new())));
                 continue;
@@ -220,7 +181,7 @@ impl DirWatch {
             if name.is_empty() {
                 continue;
             }
-            if let Some((_, dir)) = self.dirs.iter().find(|(w, _)| *w == ev.wd) {
+            if let Some((_, dir)) = self.dirs.iter().find(|(w, _)| *w == wd) {
                 out.push((dir.clone(), OsString::from_vec(name.to_vec())));
             }
         }
@@ -230,11 +191,8 @@ impl DirWatch {
 
 impl Drop for DirWatch {
     fn drop(&mut self) {
-        // SAFETY: restoring the mask saved in `new`. A signal still pending is delivered now,
-        // as it would have been without the watch.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut());
-        }
+        // A signal still pending is delivered now, as it would have been without the watch.
+        crate::sys::set_signal_mask(&self.old_mask);
     }
 }
 

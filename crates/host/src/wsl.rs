@@ -348,9 +348,14 @@ mod tests {
 
     fn nix_mknod(p: &Path) {
         let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path; the result is checked.
-        let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(10, 61)) };
-        assert_eq!(rc, 0, "mknod: {}", io::Error::last_os_error());
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &c,
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::from_raw_mode(0o666),
+            rustix::fs::makedev(10, 61),
+        )
+        .unwrap();
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //!   wrote comes back byte for byte.
 //!
 //! The only file access is the [`read`] convenience.
-
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod flags;

@@ -11,7 +11,7 @@
 //! * [`create_host`] builds a host tree for a [`HostConfig`];
 //! * [`create_rootfs`] builds a small Debian-like container image holding
 //!   `/usr/bin/gpuctk-probe`, whose output [`ProbeReport`] parses.
-
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod artifacts;

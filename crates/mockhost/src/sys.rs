@@ -70,14 +70,14 @@ pub(crate) fn make_char_device(
         value: path.display().to_string(),
         reason: "contains a NUL byte".into(),
     })?;
-    let dev = libc::makedev(major, minor);
-    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | (mode & 0o7777), dev) };
-    if rc != 0 {
-        return Err(io_err("mknod", path, "creating device nodes needs root")(
-            io::Error::last_os_error(),
-        ));
-    }
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &c,
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(mode & 0o7777),
+        rustix::fs::makedev(major, minor),
+    )
+    .map_err(|e| io_err("mknod", path, "creating device nodes needs root")(e.into()))?;
     set_mode(path, mode)
 }
 

@@ -78,7 +78,7 @@ fn check_host(layout: Layout, gpus: u32) {
             (195, i, 0o666)
         );
     }
-    assert!(!dev.join(format!("nvidia{gpus}")).exists());
+    assert!(absent(&dev.join(format!("nvidia{gpus}"))));
     assert_eq!(char_device(&dev.join("nvidiactl")), (195, 255, 0o666));
     assert_eq!(char_device(&dev.join("nvidia-modeset")), (195, 254, 0o666));
     let u = host.uvm_major;
@@ -301,7 +301,7 @@ fn rejects_bad_inputs_without_writing() {
     for c in bad {
         let err = create_host(&dir, &c).unwrap_err().to_string();
         assert!(err.starts_with("invalid "), "{err}");
-        assert!(!dir.exists(), "directory created for invalid config {c:?}");
+        assert!(absent(&dir), "directory created for invalid config {c:?}");
     }
 }
 
@@ -452,9 +452,8 @@ fn mig_capabilities_and_imex_channels() {
         node("dev/nvidia-caps-imex-channels/channel2"),
         (host.imex_major, 2, 0o666)
     );
-    assert!(!host
-        .dev_root
-        .join("dev/nvidia-caps-imex-channels/channel3")
-        .exists());
+    assert!(absent(
+        &host.dev_root.join("dev/nvidia-caps-imex-channels/channel3")
+    ));
     assert_eq!(load_host(&dir).unwrap(), host);
 }

@@ -91,7 +91,7 @@ fn missing_busybox() {
         err,
         "busybox not found at /nonexistent/busybox: apt-get install busybox-static"
     );
-    assert!(!tmp.path().join("r").exists());
+    assert!(absent(&tmp.path().join("r")));
 }
 
 #[test]

@@ -16,6 +16,7 @@
 
 use super::*;
 use std::ffi::CStr;
+use std::os::fd::AsRawFd;
 
 /// A host file ready to be attached in the container.
 #[derive(Debug)]
@@ -33,21 +34,12 @@ pub(super) enum Detached {
 /// Whether the kernel has `mount_setattr` (Linux 5.12): asked with a descriptor that cannot be
 /// valid, so only `ENOSYS` says no.
 pub(super) fn has_mount_setattr() -> bool {
-    let attr = MountAttr {
-        attr_set: 0,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    mount_setattr(-1, false, &attr)
-        .err()
-        .and_then(|e| e.raw_os_error())
-        != Some(libc::ENOSYS)
+    sys::has_mount_setattr()
 }
 
 /// [`Detached::Path`] for `src`, opened on the host from `path`.
 pub(super) fn by_path(src: &OwnedFd, path: &CStr, recursive: bool) -> io::Result<Detached> {
-    let st = fstat(src.as_raw_fd())?;
+    let st = fstat(src.as_fd())?;
     Ok(Detached::Path {
         path: path.to_owned(),
         id: (st.st_dev, st.st_ino),
@@ -58,22 +50,15 @@ pub(super) fn by_path(src: &OwnedFd, path: &CStr, recursive: bool) -> io::Result
 /// Clones `src` (opened on the host from `path`, its canonical path) for [`attach`]:
 /// `open_tree`, or where the kernel has none, the path and identity for a classic bind.
 pub(super) fn detach(src: &OwnedFd, path: &CStr, recursive: bool) -> io::Result<Detached> {
-    let flags = OPEN_TREE_CLONE
-        | libc::O_CLOEXEC as u32
-        | libc::AT_EMPTY_PATH as u32
-        | if recursive { AT_RECURSIVE } else { 0 };
-    // SAFETY: valid descriptor and empty NUL-terminated path.
-    match owned_or_err(unsafe {
-        libc::syscall(libc::SYS_open_tree, src.as_raw_fd(), c"".as_ptr(), flags)
-    }) {
+    match sys::open_tree_clone(src.as_fd(), recursive) {
         Ok(tree) => Ok(Detached::Tree(tree)),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => by_path(src, path, recursive),
         Err(e) => Err(e),
     }
 }
 
-fn thread_fd_path(fd: RawFd) -> CString {
-    CString::new(format!("/proc/thread-self/fd/{fd}")).expect("no NUL")
+fn thread_fd_path(fd: BorrowedFd<'_>) -> CString {
+    CString::new(format!("/proc/thread-self/fd/{}", fd.as_raw_fd())).expect("no NUL")
 }
 
 /// The one-line refusal where the classic bind cannot do what the mount API would.
@@ -93,27 +78,14 @@ fn needs(call: &'static str, why: &str) -> io::Error {
 /// set (only for [`Detached::Path`]: a tree has its flags already) and its propagation applied.
 pub(super) fn attach(
     d: &Detached,
-    dfd: RawFd,
+    dfd: BorrowedFd<'_>,
     name: &CStr,
     target: &OwnedFd,
     flags: &MountFlags,
 ) -> io::Result<()> {
     let (path, id, recursive) = match d {
         Detached::Tree(tree) => {
-            // SAFETY: valid descriptors and empty NUL-terminated paths.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_move_mount,
-                    tree.as_raw_fd(),
-                    c"".as_ptr(),
-                    target.as_raw_fd(),
-                    c"".as_ptr(),
-                    MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-                )
-            };
-            if rc != 0 {
-                return Err(new_call("move_mount")(io::Error::last_os_error()));
-            }
+            sys::move_mount(tree.as_fd(), target.as_fd()).map_err(new_call("move_mount"))?;
             if let Some(p) = flags.propagation {
                 let attr = MountAttr {
                     attr_set: 0,
@@ -121,7 +93,7 @@ pub(super) fn attach(
                     propagation: p,
                     userns_fd: 0,
                 };
-                mount_setattr(tree.as_raw_fd(), flags.recursive, &attr)
+                mount_setattr(tree.as_fd(), flags.recursive, &attr)
                     .map_err(new_call("mount_setattr"))?;
             }
             return Ok(());
@@ -132,15 +104,9 @@ pub(super) fn attach(
             recursive,
         } => (path, *id, *recursive),
     };
-    // SAFETY: valid NUL-terminated path.
-    let src = owned_or_err(unsafe {
-        libc::open(
-            path.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    } as libc::c_long);
+    let src = sys::open(path, libc::O_PATH | libc::O_NOFOLLOW);
     let same = match &src {
-        Ok(fd) => fstat(fd.as_raw_fd()).map(|st| (st.st_dev, st.st_ino) == id)?,
+        Ok(fd) => fstat(fd.as_fd()).map(|st| (st.st_dev, st.st_ino) == id)?,
         Err(_) => false,
     };
     let src = match (src, same) {
@@ -155,18 +121,12 @@ pub(super) fn attach(
             ))
         }
     };
-    let is_dir = fstat(src.as_raw_fd())?.st_mode & libc::S_IFMT == libc::S_IFDIR;
-    let bind = libc::MS_BIND | if recursive { libc::MS_REC } else { 0 };
-    // SAFETY: NUL-terminated paths; no fs type or data for a bind.
-    check(unsafe {
-        libc::mount(
-            thread_fd_path(src.as_raw_fd()).as_ptr(),
-            thread_fd_path(target.as_raw_fd()).as_ptr(),
-            std::ptr::null(),
-            bind,
-            std::ptr::null(),
-        )
-    })?;
+    let is_dir = fstat(src.as_fd())?.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    sys::bind(
+        &thread_fd_path(src.as_fd()),
+        &thread_fd_path(target.as_fd()),
+        recursive,
+    )?;
     if (flags.set | flags.clear) == 0 && flags.propagation.is_none() {
         return Ok(());
     }
@@ -174,12 +134,7 @@ pub(super) fn attach(
     if set.is_err() {
         // Not attached half-way: the caller's undo list only hears of a mount that is done.
         // This thread's cwd is its own (unshare(CLONE_FS)); the name is a single component.
-        // SAFETY: valid descriptor and NUL-terminated name.
-        unsafe {
-            if libc::fchdir(dfd) == 0 {
-                libc::umount2(name.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW);
-            }
-        }
+        let _ = sys::detach_at(dfd, name);
     }
     set
 }
@@ -206,8 +161,11 @@ pub(super) fn read_proc(path: impl AsRef<Path>, cap: u64) -> io::Result<String> 
 
 /// Whether the mount whose root `fd` is has mounts on top of anything below it, in this
 /// thread's mount namespace (`mnt_id` from fdinfo, then a line of mountinfo naming it parent).
-fn has_submounts(fd: RawFd) -> io::Result<bool> {
-    let info = read_proc(format!("/proc/thread-self/fdinfo/{fd}"), 64 << 10)?;
+fn has_submounts(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let info = read_proc(
+        format!("/proc/thread-self/fdinfo/{}", fd.as_raw_fd()),
+        64 << 10,
+    )?;
     let id = info
         .lines()
         .find_map(|l| l.strip_prefix("mnt_id:"))
@@ -221,7 +179,7 @@ fn has_submounts(fd: RawFd) -> io::Result<bool> {
 
 /// The flags and propagation of the classic bind just made as `name` in `dfd` (see [`attach`]).
 fn set_flags(
-    dfd: RawFd,
+    dfd: BorrowedFd<'_>,
     name: &CStr,
     id: (u64, u64),
     recursive_dir: bool,
@@ -229,23 +187,16 @@ fn set_flags(
 ) -> io::Result<()> {
     let recursive = flags.recursive;
     // The new mount, by its single name, never followed: it must show the source.
-    // SAFETY: valid descriptor and NUL-terminated single name.
-    let top = owned_or_err(unsafe {
-        libc::openat(
-            dfd,
-            name.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    } as libc::c_long)?;
-    let st = fstat(top.as_raw_fd())?;
+    let top = sys::openat(dfd, name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+    let st = fstat(top.as_fd())?;
     if (st.st_dev, st.st_ino) != id {
         return Err(io::Error::other(
             "the new mount changed while it was being opened",
         ));
     }
-    let at = thread_fd_path(top.as_raw_fd());
+    let at = thread_fd_path(top.as_fd());
     // A folder's submounts would keep their own flags: the classic remount changes one mount.
-    if recursive_dir && (flags.set | flags.clear) != 0 && has_submounts(top.as_raw_fd())? {
+    if recursive_dir && (flags.set | flags.clear) != 0 && has_submounts(top.as_fd())? {
         return Err(needs(
             "mount_setattr",
             "the folder has mounts inside it, which a bind remount would leave writable (or suid, dev, exec)",
@@ -253,10 +204,7 @@ fn set_flags(
     }
     if (flags.set | flags.clear) != 0 {
         // The flags the source's mount has (some may be locked in a user namespace) with ours.
-        // SAFETY: statvfs is plain old data.
-        let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: valid descriptor and pointer.
-        check(unsafe { libc::fstatvfs(top.as_raw_fd(), &mut vfs) })?;
+        let f_flag = sys::mount_flags(top.as_fd())?;
         let pairs = [
             (MOUNT_ATTR_RDONLY, libc::ST_RDONLY, libc::MS_RDONLY),
             (MOUNT_ATTR_NOSUID, libc::ST_NOSUID, libc::MS_NOSUID),
@@ -265,35 +213,16 @@ fn set_flags(
         ];
         let mut ms = libc::MS_REMOUNT | libc::MS_BIND;
         for (attr, st_flag, ms_flag) in pairs {
-            let on =
-                (vfs.f_flag & st_flag != 0 || flags.set & attr != 0) && flags.clear & attr == 0;
+            let on = (f_flag & st_flag != 0 || flags.set & attr != 0) && flags.clear & attr == 0;
             if on {
                 ms |= ms_flag;
             }
         }
-        // SAFETY: NUL-terminated path; no source, type or data for a remount.
-        check(unsafe {
-            libc::mount(
-                std::ptr::null(),
-                at.as_ptr(),
-                std::ptr::null(),
-                ms,
-                std::ptr::null(),
-            )
-        })?;
+        sys::remount(&at, ms)?;
     }
     if let Some(p) = flags.propagation {
         let rec = if recursive { libc::MS_REC } else { 0 };
-        // SAFETY: NUL-terminated path; no source, type or data for a propagation change.
-        check(unsafe {
-            libc::mount(
-                std::ptr::null(),
-                at.as_ptr(),
-                std::ptr::null(),
-                p | rec,
-                std::ptr::null(),
-            )
-        })?;
+        sys::set_propagation(&at, p | rec)?;
     }
     Ok(())
 }

@@ -19,22 +19,14 @@
 //! an error naming the cgroup, never a silent downgrade of the policy.
 
 use std::ffi::CString;
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::cgroup::{DeviceRule, DeviceType, ACCESS_ALL};
 use super::LegacyError;
-
-// bpf(2) commands.
-const BPF_PROG_LOAD: i32 = 5;
-const BPF_PROG_ATTACH: i32 = 8;
-const BPF_PROG_DETACH: i32 = 9;
-const BPF_PROG_GET_FD_BY_ID: i32 = 13;
-const BPF_OBJ_GET_INFO_BY_FD: i32 = 15;
-const BPF_PROG_QUERY: i32 = 16;
+use crate::sys;
 
 /// `BPF_PROG_TYPE_CGROUP_DEVICE`.
 pub const BPF_PROG_TYPE_CGROUP_DEVICE: u32 = 15;
@@ -238,235 +230,20 @@ fn check_reloadable(insns: &[Insn]) -> Result<(), ProgramError> {
     Ok(())
 }
 
-// ---------------------------------------------------------------- syscalls
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct ProgLoadAttr {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct AttachAttr {
-    target_fd: u32,
-    attach_bpf_fd: u32,
-    attach_type: u32,
-    attach_flags: u32,
-    replace_bpf_fd: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct GetIdAttr {
-    prog_id: u32,
-    next_id: u32,
-    open_flags: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct InfoAttr {
-    bpf_fd: u32,
-    info_len: u32,
-    info: u64,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct QueryAttr {
-    target_fd: u32,
-    attach_type: u32,
-    query_flags: u32,
-    attach_flags: u32,
-    prog_ids: u64,
-    prog_cnt: u32,
-    _pad: u32,
-}
-
-/// `union bpf_attr`, with room to spare: the kernel writes fields beyond
-/// those we set (`query.revision`), so the buffer is always larger than its
-/// own union and zero where we set nothing.
-#[repr(C)]
-union Attr {
-    load: ProgLoadAttr,
-    attach: AttachAttr,
-    get_id: GetIdAttr,
-    info: InfoAttr,
-    query: QueryAttr,
-    _space: [u64; 32],
-}
-
-impl Attr {
-    fn zeroed() -> Attr {
-        Attr { _space: [0; 32] }
-    }
-}
-
-/// The leading part of `struct bpf_prog_info` (the kernel copies at most
-/// the length we pass).
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct ProgInfo {
-    prog_type: u32,
-    id: u32,
-    tag: [u8; 8],
-    jited_prog_len: u32,
-    xlated_prog_len: u32,
-    jited_prog_insns: u64,
-    xlated_prog_insns: u64,
-    load_time: u64,
-    created_by_uid: u32,
-    nr_map_ids: u32,
-    map_ids: u64,
-    name: [u8; 16],
-    ifindex: u32,
-    gpl_compatible: u32,
-    netns_dev: u64,
-    netns_ino: u64,
-}
-
-fn bpf(cmd: i32, attr: &mut Attr) -> io::Result<i64> {
-    // SAFETY: `attr` is a valid, writable buffer of the size passed, larger
-    // than the kernel's `union bpf_attr`, zero beyond the fields set.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut Attr,
-            std::mem::size_of::<Attr>() as libc::c_uint,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
-}
-
-fn owned(fd: i64) -> OwnedFd {
-    // SAFETY: a descriptor the kernel just returned to us.
-    unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
-}
-
-/// The programs attached to `cgroup` for `BPF_CGROUP_DEVICE`, and the
-/// flags they were attached with.
-fn query(cgroup: RawFd) -> io::Result<(u32, Vec<u32>)> {
-    let mut ids = vec![0u32; 64];
-    loop {
-        let mut attr = Attr::zeroed();
-        attr.query = QueryAttr {
-            target_fd: cgroup as u32,
-            attach_type: BPF_CGROUP_DEVICE,
-            query_flags: 0,
-            attach_flags: 0,
-            prog_ids: ids.as_mut_ptr() as u64,
-            prog_cnt: ids.len() as u32,
-            _pad: 0,
-        };
-        match bpf(BPF_PROG_QUERY, &mut attr) {
-            Ok(_) => {
-                // SAFETY: the query variant was written above and by the kernel.
-                let q = unsafe { attr.query };
-                ids.truncate(q.prog_cnt as usize);
-                return Ok((q.attach_flags, ids));
-            }
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                // SAFETY: as above; the kernel stored the real count.
-                let need = unsafe { attr.query.prog_cnt } as usize;
-                ids = vec![0; need.max(ids.len() * 2)];
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-fn prog_fd_by_id(id: u32) -> io::Result<OwnedFd> {
-    let mut attr = Attr::zeroed();
-    attr.get_id = GetIdAttr {
-        prog_id: id,
-        next_id: 0,
-        open_flags: 0,
-    };
-    bpf(BPF_PROG_GET_FD_BY_ID, &mut attr).map(owned)
-}
-
-fn prog_info(fd: RawFd, info: &mut ProgInfo) -> io::Result<()> {
-    let mut attr = Attr::zeroed();
-    attr.info = InfoAttr {
-        bpf_fd: fd as u32,
-        info_len: std::mem::size_of::<ProgInfo>() as u32,
-        info: info as *mut ProgInfo as u64,
-    };
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).map(|_| ())
-}
-
-/// The translated instructions of program `fd` and whether it is
-/// GPL-compatible.
-fn prog_insns(fd: RawFd) -> io::Result<(Vec<Insn>, bool)> {
-    let mut info = ProgInfo::default();
-    prog_info(fd, &mut info)?;
-    let len = info.xlated_prog_len as usize;
-    let n = len / std::mem::size_of::<Insn>();
-    if n == 0 {
-        return Ok((Vec::new(), info.gpl_compatible & 1 != 0));
-    }
-    let mut insns = vec![Insn::default(); n];
-    let mut info2 = ProgInfo {
-        xlated_prog_len: (n * std::mem::size_of::<Insn>()) as u32,
-        xlated_prog_insns: insns.as_mut_ptr() as u64,
-        ..ProgInfo::default()
-    };
-    prog_info(fd, &mut info2)?;
-    let got = info2.xlated_prog_len as usize / std::mem::size_of::<Insn>();
-    insns.truncate(got.min(n));
-    Ok((insns, info.gpl_compatible & 1 != 0))
-}
-
 /// Loads `insns` as a cgroup device program; on failure the verifier's
 /// log is in the error.
 pub fn load_device_program(insns: &[Insn], gpl: bool) -> io::Result<OwnedFd> {
-    let license: &[u8] = if gpl { b"GPL\0" } else { b"Apache\0" };
+    let license = if gpl { c"GPL" } else { c"Apache" };
     let mut name = [0u8; 16];
     name[..10].copy_from_slice(b"gpuctk_dev");
     let load = |log: &mut [u8]| {
-        let mut attr = Attr::zeroed();
-        attr.load = ProgLoadAttr {
-            prog_type: BPF_PROG_TYPE_CGROUP_DEVICE,
-            insn_cnt: insns.len() as u32,
-            insns: insns.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            log_level: u32::from(!log.is_empty()),
-            log_size: log.len() as u32,
-            log_buf: if log.is_empty() {
-                0
-            } else {
-                log.as_mut_ptr() as u64
-            },
-            kern_version: 0,
-            prog_flags: 0,
-            prog_name: name,
-            prog_ifindex: 0,
-            expected_attach_type: 0,
-        };
-        bpf(BPF_PROG_LOAD, &mut attr).map(owned)
+        sys::bpf::prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, insns, license, name, log)
     };
     match load(&mut []) {
         Ok(fd) => Ok(fd),
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
             // Kernels before 5.11 charge programs to RLIMIT_MEMLOCK.
-            raise_memlock();
+            let _ = sys::raise_memlock();
             load(&mut []).map_err(|e2| {
                 io::Error::new(
                     e2.kind(),
@@ -491,60 +268,16 @@ pub fn load_device_program(insns: &[Insn], gpl: bool) -> io::Result<OwnedFd> {
     }
 }
 
-fn raise_memlock() {
-    let lim = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: valid pointer to an rlimit; failure leaves the limit as it was.
-    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
-}
-
-fn attach(cgroup: RawFd, prog: RawFd, flags: u32, replace: Option<RawFd>) -> io::Result<()> {
-    let mut attr = Attr::zeroed();
-    attr.attach = AttachAttr {
-        target_fd: cgroup as u32,
-        attach_bpf_fd: prog as u32,
-        attach_type: BPF_CGROUP_DEVICE,
-        attach_flags: flags | if replace.is_some() { BPF_F_REPLACE } else { 0 },
-        replace_bpf_fd: replace.unwrap_or(0) as u32,
-    };
-    bpf(BPF_PROG_ATTACH, &mut attr).map(|_| ())
-}
-
-fn detach(cgroup: RawFd, prog: RawFd) -> io::Result<()> {
-    let mut attr = Attr::zeroed();
-    attr.attach = AttachAttr {
-        target_fd: cgroup as u32,
-        attach_bpf_fd: prog as u32,
-        attach_type: BPF_CGROUP_DEVICE,
-        attach_flags: 0,
-        replace_bpf_fd: 0,
-    };
-    bpf(BPF_PROG_DETACH, &mut attr).map(|_| ())
-}
-
-fn open_cgroup(dir: &Path) -> Result<File, LegacyError> {
+fn open_cgroup(dir: &Path) -> Result<OwnedFd, LegacyError> {
     let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| LegacyError::Cgroup {
         path: dir.to_path_buf(),
         reason: "path contains a NUL byte".to_string(),
     })?;
-    // SAFETY: valid NUL-terminated path.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(LegacyError::CgroupIo {
-            path: dir.to_path_buf(),
-            op: "open",
-            source: io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: fresh descriptor we own.
-    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+    sys::open(&c, libc::O_RDONLY | libc::O_DIRECTORY).map_err(|source| LegacyError::CgroupIo {
+        path: dir.to_path_buf(),
+        op: "open",
+        source,
+    })
 }
 
 fn bpf_err(dir: &Path, op: &'static str) -> impl FnOnce(io::Error) -> LegacyError {
@@ -558,14 +291,15 @@ fn bpf_err(dir: &Path, op: &'static str) -> impl FnOnce(io::Error) -> LegacyErro
 pub fn attach_device_program(dir: &Path, insns: &[Insn], flags: u32) -> Result<(), LegacyError> {
     let cg = open_cgroup(dir)?;
     let prog = load_device_program(insns, false).map_err(bpf_err(dir, "BPF_PROG_LOAD"))?;
-    attach(cg.as_raw_fd(), prog.as_raw_fd(), flags, None).map_err(bpf_err(dir, "BPF_PROG_ATTACH"))
+    sys::bpf::prog_attach(cg.as_fd(), prog.as_fd(), BPF_CGROUP_DEVICE, flags, None)
+        .map_err(bpf_err(dir, "BPF_PROG_ATTACH"))
 }
 
 /// The ids of the device programs attached directly to `dir`, with the
 /// attach flags.
 pub fn attached_programs(dir: &Path) -> Result<(u32, Vec<u32>), LegacyError> {
     let cg = open_cgroup(dir)?;
-    query(cg.as_raw_fd()).map_err(bpf_err(dir, "BPF_PROG_QUERY"))
+    sys::bpf::query(cg.as_fd(), BPF_CGROUP_DEVICE).map_err(bpf_err(dir, "BPF_PROG_QUERY"))
 }
 
 /// What [`allow_v2`] did.
@@ -582,16 +316,17 @@ pub struct V2Outcome {
 /// program attached means no device restriction: nothing is done.
 pub fn allow_v2(dir: &Path, rules: &[DeviceRule]) -> Result<V2Outcome, LegacyError> {
     let cg = open_cgroup(dir)?;
-    let cgfd = cg.as_raw_fd();
-    let (flags, ids) = query(cgfd).map_err(bpf_err(dir, "BPF_PROG_QUERY"))?;
+    let cgfd = cg.as_fd();
+    let (flags, ids) =
+        sys::bpf::query(cgfd, BPF_CGROUP_DEVICE).map_err(bpf_err(dir, "BPF_PROG_QUERY"))?;
     let mut out = V2Outcome {
         cgroup: dir.to_path_buf(),
         replaced: Vec::new(),
     };
     for id in ids {
-        let old = prog_fd_by_id(id).map_err(bpf_err(dir, "BPF_PROG_GET_FD_BY_ID"))?;
+        let old = sys::bpf::prog_fd_by_id(id).map_err(bpf_err(dir, "BPF_PROG_GET_FD_BY_ID"))?;
         let (insns, gpl) =
-            prog_insns(old.as_raw_fd()).map_err(bpf_err(dir, "BPF_OBJ_GET_INFO_BY_FD"))?;
+            sys::bpf::prog_insns(old.as_fd()).map_err(bpf_err(dir, "BPF_OBJ_GET_INFO_BY_FD"))?;
         let new_insns = extend_program(&insns, rules).map_err(|source| LegacyError::Program {
             path: dir.to_path_buf(),
             id,
@@ -599,24 +334,28 @@ pub fn allow_v2(dir: &Path, rules: &[DeviceRule]) -> Result<V2Outcome, LegacyErr
         })?;
         let new = load_device_program(&new_insns, gpl).map_err(bpf_err(dir, "BPF_PROG_LOAD"))?;
         if flags & BPF_F_ALLOW_MULTI != 0 {
-            match attach(cgfd, new.as_raw_fd(), flags, Some(old.as_raw_fd())) {
+            match sys::bpf::prog_attach(
+                cgfd,
+                new.as_fd(),
+                BPF_CGROUP_DEVICE,
+                flags,
+                Some(old.as_fd()),
+            ) {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                     // No BPF_F_REPLACE (Linux < 5.6): attach, then detach.
-                    attach(cgfd, new.as_raw_fd(), flags, None)
+                    sys::bpf::prog_attach(cgfd, new.as_fd(), BPF_CGROUP_DEVICE, flags, None)
                         .map_err(bpf_err(dir, "BPF_PROG_ATTACH"))?;
-                    detach(cgfd, old.as_raw_fd()).map_err(bpf_err(dir, "BPF_PROG_DETACH"))?;
+                    sys::bpf::prog_detach(cgfd, old.as_fd(), BPF_CGROUP_DEVICE)
+                        .map_err(bpf_err(dir, "BPF_PROG_DETACH"))?;
                 }
                 Err(e) => return Err(bpf_err(dir, "BPF_PROG_ATTACH")(e)),
             }
         } else {
-            attach(cgfd, new.as_raw_fd(), flags, None).map_err(bpf_err(dir, "BPF_PROG_ATTACH"))?;
+            sys::bpf::prog_attach(cgfd, new.as_fd(), BPF_CGROUP_DEVICE, flags, None)
+                .map_err(bpf_err(dir, "BPF_PROG_ATTACH"))?;
         }
-        let mut info = ProgInfo::default();
-        let new_id = match prog_info(new.as_raw_fd(), &mut info) {
-            Ok(()) => info.id,
-            Err(_) => 0,
-        };
+        let new_id = sys::bpf::prog_info(new.as_fd()).map_or(0, |info| info.id);
         out.replaced.push((id, new_id));
     }
     Ok(out)
@@ -632,9 +371,6 @@ mod tests {
         let i = Insn::new(BPF_LDX_MEM_W, 4, 1, 4, 0);
         assert_eq!((i.dst(), i.src()), (4, 1));
         assert_eq!(i.regs, 0x14);
-        assert_eq!(std::mem::size_of::<ProgLoadAttr>(), 72);
-        assert_eq!(std::mem::size_of::<QueryAttr>(), 32);
-        assert_eq!(std::mem::size_of::<ProgInfo>(), 104);
     }
 
     #[test]

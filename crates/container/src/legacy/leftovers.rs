@@ -68,13 +68,13 @@ pub(super) fn clear_folder(
     let rel = folder.trim_start_matches('/');
     let rel = cstring(OsStr::new(if rel.is_empty() { "." } else { rel }), folder)?;
     let dir = openat2(
-        root_fd.as_raw_fd(),
+        root_fd.as_fd(),
         &rel,
         libc::O_PATH | libc::O_DIRECTORY,
         IN_ROOT,
     )
     .map_err(io("open"))?;
-    let dfd = dir.as_raw_fd();
+    let dfd = dir.as_fd();
 
     let mut empty = BTreeSet::new();
     // Link target -> the links naming it.
@@ -131,8 +131,8 @@ pub(super) fn clear_folder(
                 Err(e) => return Err(io("lstat")(e)),
             }
         }
-        // SAFETY: valid descriptor and NUL-terminated single name (a file or link, not followed).
-        match check(unsafe { libc::unlinkat(dfd, c.as_ptr(), 0) }) {
+        // A file or link, not followed.
+        match sys::unlinkat(dfd, &c, false) {
             Ok(()) => removed += 1,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e)
@@ -161,20 +161,14 @@ pub(super) fn clear_folder(
 }
 
 /// The target of link `name` in `dfd` when it is a plain name in the same folder, else `None`.
-fn read_link(dfd: RawFd, name: &CString) -> io::Result<Option<String>> {
-    let mut buf = [0u8; libc::PATH_MAX as usize];
-    // SAFETY: valid descriptor, NUL-terminated name, and a buffer of the length passed.
-    let n = unsafe { libc::readlinkat(dfd, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
+fn read_link(dfd: BorrowedFd<'_>, name: &CString) -> io::Result<Option<String>> {
+    let target = match sys::readlinkat(dfd, name, libc::PATH_MAX as usize) {
+        Ok(t) => t,
         // Gone, or no longer a link: nothing to follow.
-        if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) {
-            return Ok(None);
-        }
-        return Err(e);
-    }
-    let target = &buf[..n as usize];
-    Ok(std::str::from_utf8(target)
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(std::str::from_utf8(target.as_bytes())
         .ok()
         .filter(|t| !t.is_empty() && *t != "." && *t != ".." && !t.contains('/'))
         .map(str::to_string))

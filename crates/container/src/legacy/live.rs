@@ -3,7 +3,7 @@
 
 use super::*;
 
-pub(super) fn stat_id(fd: RawFd) -> Result<(u64, u64), LegacyError> {
+pub(super) fn stat_id(fd: BorrowedFd<'_>) -> Result<(u64, u64), LegacyError> {
     let st = fstat(fd).map_err(|source| LegacyError::Io {
         what: "container rootfs".into(),
         op: "stat",
@@ -55,12 +55,9 @@ impl Work {
         // setns(CLONE_NEWNS) needs a filesystem context (root, cwd, umask)
         // that no other thread shares; give this thread its own, which
         // also keeps the fchdir of a rollback to this thread.
-        // SAFETY: a plain syscall affecting this thread only.
-        check(unsafe { libc::unshare(libc::CLONE_FS) }).map_err(|e| err("unshare(CLONE_FS)", e))?;
+        sys::unshare_fs().map_err(|e| err("unshare(CLONE_FS)", e))?;
         if let Some(ns) = &self.ns {
-            // SAFETY: valid namespace descriptor.
-            check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) })
-                .map_err(|e| err("setns", e))?;
+            sys::enter_mount_ns(ns.as_fd()).map_err(|e| err("setns", e))?;
         }
         let (root_fd, root_path) = self.find_root()?;
         let root = Root::open(&root_path)?;
@@ -91,16 +88,14 @@ impl Work {
         let slash = CString::new("/").expect("no NUL");
         if self.ns.is_some() {
             if let Ok(fd) = open_path_dir(&slash) {
-                if stat_id(fd.as_raw_fd())? == self.host_root_id {
+                if stat_id(fd.as_fd())? == self.host_root_id {
                     return Ok((fd, PathBuf::from("/")));
                 }
             }
         }
         let c = cstring(self.rootfs.as_os_str(), "container rootfs")?;
         match open_path_dir(&c) {
-            Ok(fd) if stat_id(fd.as_raw_fd())? == self.host_root_id => {
-                Ok((fd, self.rootfs.clone()))
-            }
+            Ok(fd) if stat_id(fd.as_fd())? == self.host_root_id => Ok((fd, self.rootfs.clone())),
             Ok(_) => Err(LegacyError::NoRoot {
                 rootfs: self.rootfs.clone(),
                 reason: "the container's mount namespace shows another directory there".into(),
@@ -174,7 +169,7 @@ pub(super) fn parent_of(
             source: io::Error::from_raw_os_error(libc::EINVAL),
         })?;
     let dir = openat2(
-        root_fd.as_raw_fd(),
+        root_fd.as_fd(),
         &rel,
         libc::O_PATH | libc::O_DIRECTORY,
         IN_ROOT,
@@ -196,21 +191,13 @@ pub(super) fn rollback(undo: Vec<Undo>) {
                 if let Ok(c) = CString::new(name.as_bytes()) {
                     // This thread's cwd is its own (unshare(CLONE_FS));
                     // the name is a single component.
-                    // SAFETY: valid descriptor and NUL-terminated name.
-                    unsafe {
-                        if libc::fchdir(dir.as_raw_fd()) == 0 {
-                            libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW);
-                        }
-                    }
+                    let _ = sys::detach_at(dir.as_fd(), &c);
                 }
             }
             Undo::Created(dir, name) => {
                 if let Ok(c) = CString::new(name.as_bytes()) {
-                    // SAFETY: valid descriptor and NUL-terminated single name.
-                    unsafe {
-                        if libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) != 0 {
-                            libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR);
-                        }
+                    if sys::unlinkat(dir.as_fd(), &c, false).is_err() {
+                        let _ = sys::unlinkat(dir.as_fd(), &c, true);
                     }
                 }
             }

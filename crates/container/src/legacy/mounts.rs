@@ -12,14 +12,6 @@ pub(super) const MOUNT_ATTR_NODEV: u64 = 0x4;
 
 pub(super) const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
-pub(super) const OPEN_TREE_CLONE: u32 = 1;
-
-pub(super) const AT_RECURSIVE: u32 = 0x8000;
-
-pub(super) const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
-
-pub(super) const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
-
 /// Mount flags from OCI options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct MountFlags {
@@ -96,32 +88,7 @@ pub(super) struct MountPlan {
     pub(super) flags: MountFlags,
 }
 
-#[repr(C)]
-pub(super) struct MountAttr {
-    pub(super) attr_set: u64,
-    pub(super) attr_clr: u64,
-    pub(super) propagation: u64,
-    pub(super) userns_fd: u64,
-}
-
-pub(super) fn mount_setattr(fd: RawFd, recursive: bool, attr: &MountAttr) -> io::Result<()> {
-    let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
-    // SAFETY: valid descriptor, empty NUL-terminated path, attr of the size passed.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            fd,
-            c"".as_ptr(),
-            flags,
-            attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
+pub(super) use sys::{mount_setattr, MountAttr};
 
 pub(super) fn plan_mount(m: &Mount) -> Result<MountPlan, LegacyError> {
     let flags = parse_options(m)?;
@@ -140,15 +107,8 @@ pub(super) fn plan_mount(m: &Mount) -> Result<MountPlan, LegacyError> {
     };
     let canonical = std::fs::canonicalize(&m.host_path).map_err(io("resolve"))?;
     let c = cstring(canonical.as_os_str(), &what)?;
-    // SAFETY: valid NUL-terminated path.
-    let src = owned_or_err(unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    } as libc::c_long)
-    .map_err(io("open"))?;
-    let st = fstat(src.as_raw_fd()).map_err(io("stat"))?;
+    let src = sys::open(&c, libc::O_PATH | libc::O_NOFOLLOW).map_err(io("open"))?;
+    let st = fstat(src.as_fd()).map_err(io("stat"))?;
     let dir = match st.st_mode & libc::S_IFMT {
         libc::S_IFREG | libc::S_IFSOCK => false,
         libc::S_IFDIR => true,
@@ -172,7 +132,7 @@ pub(super) fn plan_mount(m: &Mount) -> Result<MountPlan, LegacyError> {
             propagation: 0,
             userns_fd: 0,
         };
-        mount_setattr(t.as_raw_fd(), flags.recursive, &attr)
+        mount_setattr(t.as_fd(), flags.recursive, &attr)
             .map_err(new_call("mount_setattr"))
             .map_err(io("mount_setattr"))?;
     }
@@ -197,25 +157,16 @@ pub(super) fn mount_one(
         move |source| LegacyError::Io { what, op, source }
     };
     let (dir, name, cname) = parent_of(root_fd, root, &m.container_path)?;
-    let dfd = dir.as_raw_fd();
+    let dfd = dir.as_fd();
     let created = if m.dir {
-        // SAFETY: valid descriptor and NUL-terminated single name.
-        match check(unsafe { libc::mkdirat(dfd, cname.as_ptr(), 0o755) }) {
+        match sys::mkdirat(dfd, &cname, 0o755) {
             Ok(()) => true,
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => false,
             Err(e) => return Err(io("mkdir")(e)),
         }
     } else {
-        // SAFETY: valid descriptor and NUL-terminated single name.
-        let fd = unsafe {
-            libc::openat(
-                dfd,
-                cname.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC,
-                0o644 as libc::c_uint,
-            )
-        };
-        match owned_or_err(fd as libc::c_long) {
+        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY;
+        match sys::openat(dfd, &cname, flags, 0o644) {
             Ok(_) => true,
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => false,
             Err(e) => return Err(io("create")(e)),
@@ -233,7 +184,7 @@ pub(super) fn mount_one(
         libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH,
     )
     .map_err(io("open target"))?;
-    let st = fstat(target.as_raw_fd()).map_err(io("stat target"))?;
+    let st = fstat(target.as_fd()).map_err(io("stat target"))?;
     let kind = st.st_mode & libc::S_IFMT;
     let ok = if m.dir {
         kind == libc::S_IFDIR

@@ -120,41 +120,16 @@ pub(super) fn kind_name(kind: u32) -> FileKind {
     }
 }
 
-/// `CAP_MKNOD` (capability.h).
-const CAP_MKNOD: u32 = 27;
-
 /// Whether this process may make device nodes: `CAP_MKNOD` in its effective set, in the initial
 /// user namespace (`<proc_root>/self/uid_map` maps every uid to itself, libnvidia-container's
 /// test). Anywhere else the kernel refuses mknod of a device, whatever the directory.
 pub(super) fn may_mknod(proc_root: &Path) -> Result<bool, LegacyError> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Default, Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    // _LINUX_CAPABILITY_VERSION_3: two 32-bit words per set.
-    let mut header = Header {
-        version: 0x2008_0522,
-        pid: 0,
-    };
-    let mut data = [Data::default(); 2];
-    // SAFETY: a header and the two data words version 3 asks for, both valid for writing.
-    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(LegacyError::Io {
-            what: "this process's capabilities".into(),
-            op: "capget",
-            source: io::Error::last_os_error(),
-        });
-    }
-    if data[0].effective & (1 << CAP_MKNOD) == 0 {
+    let cap_mknod = sys::has_cap_mknod().map_err(|source| LegacyError::Io {
+        what: "this process's capabilities".into(),
+        op: "capget",
+        source,
+    })?;
+    if !cap_mknod {
         return Ok(false);
     }
     let path = proc_root.join("self/uid_map");
@@ -196,7 +171,7 @@ pub(super) fn make_node(
         move |source| LegacyError::Io { what, op, source }
     };
     let (dir, name, cname) = parent_of(root_fd, root, &n.path)?;
-    let dfd = dir.as_raw_fd();
+    let dfd = dir.as_fd();
     let rdev = libc::makedev(n.major, n.minor);
     match fstatat_nofollow(dfd, &cname) {
         Ok(st) => {
@@ -227,8 +202,7 @@ pub(super) fn make_node(
         Err(e) => return Err(io("lstat")(e)),
     }
     let refused = if may_mknod {
-        // SAFETY: valid descriptor and NUL-terminated single name.
-        match check(unsafe { libc::mknodat(dfd, cname.as_ptr(), n.kind | n.mode, rdev) }) {
+        match sys::mknodat(dfd, &cname, n.kind, n.mode, rdev) {
             Ok(()) => {
                 undo.push(Undo::Created(dir.try_clone().map_err(io("dup"))?, name));
                 return set_made_node(dfd, &cname, n);
@@ -244,20 +218,15 @@ pub(super) fn make_node(
 }
 
 /// Mode and owner of a node we just made with mknod (which the umask limits).
-fn set_made_node(dfd: RawFd, cname: &CString, n: &NodePlan) -> Result<(), LegacyError> {
+fn set_made_node(dfd: BorrowedFd<'_>, cname: &CString, n: &NodePlan) -> Result<(), LegacyError> {
     let io = |op: &'static str| {
         let what = format!("device node {}", n.path);
         move |source| LegacyError::Io { what, op, source }
     };
-    // SAFETY: valid descriptor and NUL-terminated single name (a device node we just made, not
-    // a symlink).
-    check(unsafe { libc::fchmodat(dfd, cname.as_ptr(), n.mode, 0) }).map_err(io("chmod"))?;
+    // A device node we just made, not a symlink.
+    sys::fchmodat(dfd, cname, n.mode).map_err(io("chmod"))?;
     if n.uid.is_some() || n.gid.is_some() {
-        let uid = n.uid.unwrap_or(u32::MAX);
-        let gid = n.gid.unwrap_or(u32::MAX);
-        // SAFETY: valid descriptor and NUL-terminated single name; -1 keeps an id.
-        check(unsafe { libc::fchownat(dfd, cname.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) })
-            .map_err(io("chown"))?;
+        sys::fchownat_nofollow(dfd, cname, n.uid, n.gid).map_err(io("chown"))?;
     }
     Ok(())
 }
@@ -271,7 +240,7 @@ fn existing_node(
     dir: &OwnedFd,
     name: &OsString,
     cname: &CString,
-    st: &libc::stat,
+    st: &sys::Stat,
     n: &NodePlan,
     host: &HostNode,
     may_mknod: bool,
@@ -290,9 +259,8 @@ fn existing_node(
         return Ok(());
     }
     let chmod = if may_mknod {
-        // SAFETY: valid descriptor and NUL-terminated single name (a device node we just
-        // checked, not a symlink).
-        check(unsafe { libc::fchmodat(dir.as_raw_fd(), cname.as_ptr(), n.mode, 0) })
+        // A device node we just checked, not a symlink.
+        sys::fchmodat(dir.as_fd(), cname, n.mode)
     } else {
         Err(io::Error::from_raw_os_error(libc::EPERM))
     };
@@ -397,15 +365,7 @@ pub(super) struct HostNode {
 /// numbers. Failures are kept for when a bind is needed, not reported now: mknod may not need it.
 pub(super) fn open_host_node(n: &NodePlan) -> HostNode {
     let src = match cstring(std::ffi::OsStr::new(&n.host_path), &n.host_path) {
-        Ok(c) => {
-            // SAFETY: valid NUL-terminated path.
-            owned_or_err(unsafe {
-                libc::open(
-                    c.as_ptr(),
-                    libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                )
-            } as libc::c_long)
-        }
+        Ok(c) => sys::open(&c, libc::O_PATH | libc::O_NOFOLLOW),
         Err(_) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
     };
     let src = match src {
@@ -417,7 +377,7 @@ pub(super) fn open_host_node(n: &NodePlan) -> HostNode {
             }
         }
     };
-    let st = match fstat(src.as_raw_fd()) {
+    let st = match fstat(src.as_fd()) {
         Ok(st) => st,
         Err(e) => {
             return HostNode {
@@ -454,26 +414,18 @@ fn bind_host_node(
     name: &OsString,
     cname: &CString,
     host: &HostNode,
-    existing: Option<&libc::stat>,
+    existing: Option<&sys::Stat>,
     undo: &mut Vec<Undo>,
 ) -> Result<(), BindFail> {
     let tree = match &host.tree {
         Ok(t) => t,
         Err(f) => return Err(f.again()),
     };
-    let dfd = dir.as_raw_fd();
+    let dfd = dir.as_fd();
     let dup = || dir.try_clone().map_err(|e| BindFail::Op("dup", e));
     if existing.is_none() {
-        // SAFETY: valid descriptor and NUL-terminated single name.
-        let fd = unsafe {
-            libc::openat(
-                dfd,
-                cname.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC,
-                0o644 as libc::c_uint,
-            )
-        };
-        owned_or_err(fd as libc::c_long).map_err(|e| BindFail::Op("create mount point", e))?;
+        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY;
+        sys::openat(dfd, cname, flags, 0o644).map_err(|e| BindFail::Op("create mount point", e))?;
         undo.push(Undo::Created(dup()?, name.clone()));
     }
     let target = openat2(
@@ -483,7 +435,7 @@ fn bind_host_node(
         libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH,
     )
     .map_err(|e| BindFail::Op("open mount point", e))?;
-    let now = fstat(target.as_raw_fd()).map_err(|e| BindFail::Op("stat mount point", e))?;
+    let now = fstat(target.as_fd()).map_err(|e| BindFail::Op("stat mount point", e))?;
     let same = match existing {
         Some(seen) => (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino),
         None => now.st_mode & libc::S_IFMT == libc::S_IFREG,

@@ -15,7 +15,7 @@ pub fn bind_into(root: &Root, m: &Mount) -> Result<(), LegacyError> {
         source,
     })?;
     let opened = root.metadata("/")?;
-    if stat_id(root_fd.as_raw_fd())? != (opened.dev, opened.ino) {
+    if stat_id(root_fd.as_fd())? != (opened.dev, opened.ino) {
         return Err(LegacyError::NoRoot {
             rootfs: rootfs.to_path_buf(),
             reason: "changed while it was being opened".into(),

@@ -96,8 +96,8 @@ fn reads_files_with_a_cap() {
 fn open_read_refuses_a_fifo_without_blocking() {
     let f = fixture();
     let p = CString::new(f.root.join("etc/fifo").as_os_str().as_bytes()).unwrap();
-    // SAFETY: valid path.
-    assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), 0o644) }, 0);
+    let cwd = rustix::fs::CWD;
+    sys::mknodat(cwd, &p, libc::S_IFIFO, 0o644, 0).unwrap();
     let r = Root::open(&f.root).unwrap();
     assert!(matches!(
         r.open_read("/etc/fifo"),
@@ -355,9 +355,15 @@ fn chmod_of_device_nodes_without_opening_them() {
     let f = fixture();
     std::fs::create_dir(f.root.join("dev")).unwrap();
     let p = CString::new(f.root.join("dev/nvidia0").as_os_str().as_bytes()).unwrap();
-    // SAFETY: valid path. 195:0 has no driver here: opening it would fail.
-    let rc = unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(195, 0)) };
-    assert_eq!(rc, 0, "mknod: {}", io::Error::last_os_error());
+    // 195:0 has no driver here: opening it would fail.
+    sys::mknodat(
+        rustix::fs::CWD,
+        &p,
+        libc::S_IFCHR,
+        0o600,
+        sys::makedev(195, 0),
+    )
+    .unwrap();
     symlink("/dev/nvidia0", f.root.join("dev/link0")).unwrap();
     let r = Root::open(&f.root).unwrap();
     for (try2, mode) in [(true, 0o666), (false, 0o660)] {
@@ -450,21 +456,14 @@ fn openat2_wrapper_resolves_in_root() {
     let dir = File::open(&f.root).unwrap();
     for path in ["../../etc/x", "abs", "/etc/x"] {
         let c = CString::new(path).unwrap();
-        let fd = openat2(dir.as_raw_fd(), &c, libc::O_RDONLY, libc::RESOLVE_IN_ROOT).unwrap();
-        // SAFETY: fcntl on a descriptor we own.
-        let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
-        assert_eq!(fl & libc::FD_CLOEXEC, libc::FD_CLOEXEC, "{path}");
+        let fd = openat2(dir.as_fd(), &c, libc::O_RDONLY, libc::RESOLVE_IN_ROOT).unwrap();
+        let fl = rustix::io::fcntl_getfd(&fd).unwrap();
+        assert!(fl.contains(rustix::io::FdFlags::CLOEXEC), "{path}");
         let text = std::io::read_to_string(File::from(fd)).unwrap();
         assert_eq!(text, "in root", "{path}");
     }
     let c = CString::new("abs").unwrap();
-    let e = openat2(
-        dir.as_raw_fd(),
-        &c,
-        libc::O_RDONLY,
-        libc::RESOLVE_NO_SYMLINKS,
-    )
-    .unwrap_err();
+    let e = openat2(dir.as_fd(), &c, libc::O_RDONLY, libc::RESOLVE_NO_SYMLINKS).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ELOOP));
 }
 

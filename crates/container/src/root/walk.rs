@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 use super::{
@@ -57,10 +57,8 @@ struct Walker<'a> {
 }
 
 impl Walker<'_> {
-    fn dirfd(&self) -> RawFd {
-        self.cur
-            .as_ref()
-            .map_or(self.root.fd.as_raw_fd(), AsRawFd::as_raw_fd)
+    fn dirfd(&self) -> BorrowedFd<'_> {
+        self.cur.as_ref().map_or(self.root.fd.as_fd(), AsFd::as_fd)
     }
 
     /// Counts `n` more components against [`MAX_WALK_COMPONENTS`].
@@ -90,7 +88,7 @@ impl Walker<'_> {
     fn descend(&mut self, name: OsString) -> Result<(), RootError> {
         let fd = open_child_dir(self.dirfd(), &name, self.path)
             .map_err(|e| self.root.io_err(self.path, "open directory", e))?;
-        let md = fstat(fd.as_raw_fd()).map_err(|e| self.root.io_err(self.path, "stat", e))?;
+        let md = fstat(fd.as_fd()).map_err(|e| self.root.io_err(self.path, "stat", e))?;
         self.cur = Some(fd);
         self.existing.push(name);
         self.ids.push((md.dev, md.ino));
@@ -115,7 +113,7 @@ impl Walker<'_> {
             libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
         )
         .map_err(|e| self.root.io_err(self.path, "open directory", e))?;
-        let md = fstat(fd.as_raw_fd()).map_err(|e| self.root.io_err(self.path, "stat", e))?;
+        let md = fstat(fd.as_fd()).map_err(|e| self.root.io_err(self.path, "stat", e))?;
         if (md.dev, md.ino) != (dev, ino) {
             return Err(RootError::Raced {
                 root: self.root.path.clone(),
@@ -129,7 +127,11 @@ impl Walker<'_> {
 }
 
 /// A single-name `openat2` of directory `name` in `dirfd`, following nothing.
-pub(super) fn open_child_dir(dirfd: RawFd, name: &OsStr, path: &str) -> io::Result<OwnedFd> {
+pub(super) fn open_child_dir(
+    dirfd: BorrowedFd<'_>,
+    name: &OsStr,
+    path: &str,
+) -> io::Result<OwnedFd> {
     let c = name_cstring(name, path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     openat2(
         dirfd,

@@ -461,15 +461,12 @@ fn check_output_dir(out: &Path) -> anyhow::Result<()> {
         );
     }
     // access(2) answers for the real uid, which is what will write the file.
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-        .context("--output: path contains NUL")?;
-    // SAFETY: c is a valid NUL-terminated string for the duration of the call.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+    if let Err(e) = rustix::fs::access(dir, rustix::fs::Access::WRITE_OK) {
         bail!(
             "--output {}: directory {} is not writable ({})",
             out.display(),
             dir.display(),
-            std::io::Error::last_os_error()
+            std::io::Error::from(e)
         );
     }
     Ok(())

@@ -90,18 +90,15 @@ fn make_node(dev: &Path, node: &Node, dry_run: bool) -> anyhow::Result<()> {
             .with_context(|| format!("cannot create {}", parent.display()))?;
     }
     let c = CString::new(path.as_os_str().as_bytes()).context("a path with NUL")?;
-    // SAFETY: a valid NUL-terminated path; mknod does not keep it.
-    let rc = unsafe {
-        libc::mknod(
-            c.as_ptr(),
-            libc::S_IFCHR | 0o666,
-            libc::makedev(node.major, node.minor),
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("mknod {}", path.display()));
-    }
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &c,
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(0o666),
+        rustix::fs::makedev(node.major, node.minor),
+    )
+    .map_err(std::io::Error::from)
+    .with_context(|| format!("mknod {}", path.display()))?;
     // The umask applies to mknod; the mode is what the driver's own nodes have.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))

@@ -936,12 +936,22 @@ impl Sandbox {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        // Wait for the exec into the chroot, so -r finds the overlay root.
+        // Wait for the exec into the chroot, so -r finds the overlay root: commands entered
+        // with the host's root instead would write to the host and leave the overlay clean, and
+        // the case would pass. The holder either gets there or exits (`set -e`); no clock.
         let pid = child.id();
         let want = ovl.join("m");
-        for _ in 0..200 {
-            if fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r == want) {
-                break;
+        loop {
+            match fs::read_link(format!("/proc/{pid}/root")) {
+                Ok(r) if r == want => break,
+                _ => {}
+            }
+            if let Some(st) = child.try_wait().unwrap() {
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "host-root sandbox exited ({st}) before its chroot: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         }

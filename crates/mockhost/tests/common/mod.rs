@@ -115,3 +115,14 @@ pub fn ldconfig() -> &'static str {
     }
     panic!("ldconfig not found: apt-get install libc-bin");
 }
+
+/// Whether nothing is at `path`, not even a dangling symlink. `Path::exists` follows links and
+/// says false on any error, so `!exists()` holds for a dangling link or an unreadable parent too;
+/// this panics on any error but "not found".
+pub fn absent(path: &Path) -> bool {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Err(e) => panic!("stat {}: {e}", path.display()),
+    }
+}

@@ -219,7 +219,9 @@ pub(super) fn socket_peer(path: &Path, shown: &Path) -> anyhow::Result<i32> {
         gid: 0,
     };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: cred and len are valid for the size given.
+    // SAFETY: cred and len are valid for the size given. Not rustix's `socket_peercred`: its
+    // `UCred::pid` cannot hold the 0 the kernel gives for a peer outside our pid namespace.
+    #[allow(unsafe_code)]
     let rc = unsafe {
         libc::getsockopt(
             s.as_raw_fd(),
@@ -236,13 +238,14 @@ pub(super) fn socket_peer(path: &Path, shown: &Path) -> anyhow::Result<i32> {
             std::io::Error::last_os_error()
         );
     }
-    if cred.pid <= 0 {
+    let pid = cred.pid;
+    if pid <= 0 {
         bail!(
             "--socket {}: its process is not visible from here; run with hostPID: true",
             shown.display()
         );
     }
-    Ok(cred.pid)
+    Ok(pid)
 }
 
 /// Tell the engine to read its new config, as `--restart-mode` says.
@@ -282,12 +285,16 @@ pub(super) fn reload(
                     socket_peer(&resolve_in_root(&host.root, &s), &s)?
                 }
             };
-            // SAFETY: kill has no memory effects.
-            if unsafe { libc::kill(pid, libc::SIGHUP) } != 0 {
-                bail!(
-                    "cannot send SIGHUP to {engine} (pid {pid}): {}",
-                    std::io::Error::last_os_error()
-                );
+            let hup = rustix::process::Pid::from_raw(pid)
+                .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))
+                .and_then(|p| {
+                    Ok(rustix::process::kill_process(
+                        p,
+                        rustix::process::Signal::HUP,
+                    )?)
+                });
+            if let Err(e) = hup {
+                bail!("cannot send SIGHUP to {engine} (pid {pid}): {e}");
             }
             let note = match engine {
                 // containerd does not handle SIGHUP: it exits, and its service manager starts
@@ -308,14 +315,13 @@ pub(super) fn reload(
             if host.root != Path::new("/") {
                 let root = std::ffi::CString::new(host.root.as_os_str().as_encoded_bytes())
                     .context("--host-root holds a NUL byte")?;
-                // SAFETY: chroot and chdir are async-signal-safe; the CString outlives the
-                // closure's use in the child.
+                // SAFETY: raw chroot and chdir (rustix: no allocation, no lock) are
+                // async-signal-safe; the CString outlives the closure's use in the child.
+                #[allow(unsafe_code)]
                 unsafe {
                     cmd.pre_exec(move || {
-                        if libc::chroot(root.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        Ok(())
+                        rustix::process::chroot(root.as_c_str())?;
+                        Ok(rustix::process::chdir(c"/")?)
                     });
                 }
             }

@@ -66,11 +66,7 @@ pub fn install(a: InstallArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "installed; waiting for SIGTERM")?;
         out.flush()?;
     }
-    let mut sig: libc::c_int = 0;
-    // SAFETY: `set` is an initialised signal set and `sig` a valid out-pointer.
-    if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
-        bail!("sigwait: {}", std::io::Error::last_os_error());
-    }
+    let sig = gpuctk_host::watch::wait_for_signal(&set).context("sigwait")?;
     tracing::info!("signal {sig}: exiting");
     if a.uninstall_on_exit {
         return uninstall(UninstallArgs {

@@ -1,0 +1,605 @@
+//! `update-ldcache`: the container's `/etc/ld.so.cache` rebuilt for the given folders, as
+//! `ldconfig` would, without running the image's `ldconfig`.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use gpuctk_ldcache::{Cache, Entry};
+
+use super::{
+    join, normalize_dir, unusable, HookError, COMPAT_CONF_PREFIX, GENERATOR, GPUCTK_CONF,
+    LD_SO_CACHE, LD_SO_CONF, LD_SO_CONF_D, MAX_CACHE, MAX_CANDIDATES, MAX_COMPAT_DIRS,
+    MAX_COMPAT_DIR_ENTRIES, MAX_CONF, MAX_CONF_FILES, MAX_DIR_ENTRIES, MAX_DIR_SCAN, MAX_FAR_LINKS,
+    TRUSTED_DIRS,
+};
+use crate::elf::{self, ElfError};
+use crate::root::{FileKind, LinkOutcome, Root, RootError};
+
+/// What [`update_ldcache`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LdcacheReport {
+    /// Entries written from the scanned directories, in priority order
+    /// (compat directories first, then the folders as given).
+    pub entries: Vec<Entry>,
+    /// How many of the image's entries they replaced.
+    pub replaced: usize,
+    /// Soname links created or fixed: `(link, target)`.
+    pub links: Vec<(String, String)>,
+    /// Compat directories taken from `/etc/ld.so.conf.d/00-compat-*.conf`.
+    pub compat_dirs: Vec<String>,
+    /// Human-readable notes: skipped folders and files.
+    pub notes: Vec<String>,
+    /// The drop-in written, if any ([`GPUCTK_CONF`]).
+    pub conf_file: Option<String>,
+    /// Whether `/etc/ld.so.conf` had to be created.
+    pub created_ld_so_conf: bool,
+    /// Number of entries in the cache written.
+    pub total_entries: usize,
+}
+
+/// Updates the container's `/etc/ld.so.cache` for the libraries in
+/// `folders` (container paths), as `ldconfig` would, without running one.
+///
+/// For each directory (the compat ones listed in
+/// `/etc/ld.so.conf.d/00-compat-*.conf` first, then `folders` in order;
+/// missing ones skipped with a note) every regular file that `ldconfig` would
+/// look at ([`is_dso_name`]), or symlink resolving in-root to one, that is an ELF shared object
+/// with a `DT_SONAME` gets its soname link created when missing and an
+/// entry `soname → <dir>/<soname>`. Per soname and ABI the first directory
+/// wins and replaces the image's entries. The cache is written atomically
+/// (0644); `/etc/ld.so.conf` is created if missing and the folders that the
+/// image's configuration does not already list go to [`GPUCTK_CONF`], so a
+/// later `ldconfig` in the container keeps them.
+pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, HookError> {
+    update_ldcache_pending(root, folders, &Pending::default())
+}
+
+/// Library files the runtime will bind-mount into the container after we have run (the shim
+/// does the hooks' work before it execs runc): each shadows whatever the image has at its
+/// path, and its ELF is read from the host file.
+#[derive(Debug, Default)]
+pub struct Pending {
+    by_dir: BTreeMap<String, Vec<(String, std::fs::File)>>,
+    /// The minors of the `/dev/nvidiaN` nodes the runtime will make, when the caller knows
+    /// them (the shim, from the spec): `None` means read the container's `/dev`.
+    gpu_minors: Option<Vec<u32>>,
+}
+
+impl Pending {
+    /// The runtime will make `/dev` with GPU nodes of these minors (and no others).
+    pub fn set_gpu_minors(&mut self, minors: Vec<u32>) {
+        self.gpu_minors = Some(minors);
+    }
+
+    /// The GPU minors set by [`Pending::set_gpu_minors`].
+    pub fn gpu_minors(&self) -> Option<&[u32]> {
+        self.gpu_minors.as_deref()
+    }
+
+    /// `container_path` (absolute, in the container) will be a bind mount of `file`.
+    pub fn add(&mut self, container_path: &str, file: std::fs::File) {
+        if let Some((dir, name)) = container_path.rsplit_once('/') {
+            if is_plain_name(name) {
+                let dir = if dir.is_empty() { "/" } else { dir };
+                self.by_dir
+                    .entry(dir.trim_end_matches('/').to_string())
+                    .or_default()
+                    .push((name.to_string(), file));
+            }
+        }
+    }
+
+    fn in_dir(&self, dir: &str) -> &[(String, std::fs::File)] {
+        self.by_dir.get(dir).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// [`update_ldcache`] as it will look once `pending` is mounted: the result is the same as
+/// running the hook after the mounts.
+pub fn update_ldcache_pending(
+    root: &Root,
+    folders: &[String],
+    pending: &Pending,
+) -> Result<LdcacheReport, HookError> {
+    let mut report = LdcacheReport::default();
+    let folders: Vec<String> = folders
+        .iter()
+        .map(|f| normalize_dir(f, "--folder"))
+        .collect::<Result<_, _>>()?;
+
+    let mut cache = match root.read_to_vec(LD_SO_CACHE, MAX_CACHE) {
+        // What a power cut can leave of a cache renamed into place unsynced; the loader ignores
+        // it too. Start afresh rather than refuse the container forever.
+        Ok(bytes) if bytes.is_empty() => {
+            report
+                .notes
+                .push(format!("{LD_SO_CACHE}: empty in the image; starting empty"));
+            Cache::new()
+        }
+        Ok(bytes) => gpuctk_ldcache::parse(&bytes).map_err(|source| HookError::CorruptCache {
+            root: root.host_path().to_path_buf(),
+            source,
+        })?,
+        Err(e) if e.is_not_found() => {
+            report
+                .notes
+                .push(format!("{LD_SO_CACHE}: none in the image; starting empty"));
+            Cache::new()
+        }
+        // A FIFO, socket or device where the cache belongs, or a link through a magic link
+        // (`/proc/self/root/...`): never read; replaced by the new cache, as ldconfig's
+        // rename would replace it.
+        Err(e) if unusable(&e) => {
+            report
+                .notes
+                .push(format!("{e}; not read, replaced by a new cache"));
+            Cache::new()
+        }
+        Err(e) => return Err(e.into()),
+    };
+
+    let conf_d = read_conf_d(root, &mut report.notes)?;
+    let mut compat_seen = HashSet::new();
+    'conf: for (name, dirs) in &conf_d {
+        if name.starts_with(COMPAT_CONF_PREFIX) {
+            for d in dirs {
+                match normalize_dir(d, "compat directory") {
+                    Ok(d) if compat_seen.contains(&d) => {}
+                    Ok(_) if report.compat_dirs.len() >= MAX_COMPAT_DIRS => {
+                        report.notes.push(format!(
+                            "{LD_SO_CONF_D}: more than {MAX_COMPAT_DIRS} compat directories; the rest ignored"
+                        ));
+                        break 'conf;
+                    }
+                    Ok(d) => {
+                        compat_seen.insert(d.clone());
+                        report.compat_dirs.push(d);
+                    }
+                    Err(_) => report.notes.push(format!(
+                        "{LD_SO_CONF_D}/{name}: ignoring relative directory {:?}",
+                        d.chars().take(80).collect::<String>()
+                    )),
+                }
+            }
+        }
+    }
+
+    let mut seen = BTreeSet::new();
+    let mut present_folders = Vec::new();
+    // Folders read whole: every library in them is among our entries.
+    let mut scanned: HashSet<String> = HashSet::new();
+    let dirs: Vec<(String, bool)> = report
+        .compat_dirs
+        .iter()
+        .map(|d| (d.clone(), true))
+        .chain(folders.iter().map(|f| (f.clone(), false)))
+        .collect();
+    for (dir, is_compat) in dirs {
+        let cap = if is_compat {
+            MAX_COMPAT_DIR_ENTRIES
+        } else {
+            MAX_DIR_ENTRIES
+        };
+        let Some((found, whole)) = scan_dir(root, &dir, cap, pending.in_dir(&dir), &mut report)?
+        else {
+            continue;
+        };
+        if whole {
+            scanned.insert(dir.clone());
+        }
+        if !is_compat {
+            present_folders.push(dir.clone());
+        }
+        for e in found {
+            if seen.insert((e.key.clone(), e.flags)) {
+                report.entries.push(e);
+            }
+        }
+    }
+
+    // Our entries replace the image's with the same soname, ABI and hwcap: one pass over the
+    // cache (Cache::add per entry would be quadratic on a large image cache).
+    let ours: HashSet<(&str, i32, u64)> = report
+        .entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.flags, e.hwcap))
+        .collect();
+    let before = cache.entries.len();
+    cache
+        .entries
+        .retain(|o| !ours.contains(&(o.key.as_str(), o.flags, o.hwcap)));
+    report.replaced = before - cache.entries.len();
+    // The image's entries into a folder we read whole that our scan did not find again are
+    // stale: a library gone, or the empty mount point an earlier injection left in a root that
+    // persists (enroot), which the loader would take for a "file too short". ldconfig, which
+    // rebuilds from scratch, drops them too.
+    let our_paths: HashSet<&str> = report.entries.iter().map(|e| e.value.as_str()).collect();
+    let before = cache.entries.len();
+    cache.entries.retain(|o| {
+        let dir = o.value.rsplit_once('/').map_or("", |(d, _)| d);
+        let dir = if dir.is_empty() { "/" } else { dir };
+        !scanned.contains(dir) || our_paths.contains(o.value.as_str())
+    });
+    let stale = before - cache.entries.len();
+    if stale > 0 {
+        report.notes.push(format!(
+            "{stale} entries of the image's cache into the folders read no longer name a library; dropped"
+        ));
+    }
+    cache.entries.extend(report.entries.iter().cloned());
+    if cache.generator.is_none() {
+        cache.generator = Some(GENERATOR.to_string());
+    }
+    report.total_entries = cache.entries.len();
+    // An `/etc` the image leads through a magic link cannot be written in-root: noted, and
+    // the container keeps the loader's default search path.
+    let written = root
+        .mkdir_all("/etc", 0o755)
+        .and_then(|()| root.write_file_atomic(LD_SO_CACHE, &cache.to_bytes(), 0o644));
+    match written {
+        Ok(()) => {}
+        Err(e) if unusable(&e) => {
+            report.notes.push(format!("{e}; no cache written"));
+            return Ok(report);
+        }
+        Err(e) => return Err(e.into()),
+    }
+    match root.try_symlink_metadata(LD_SO_CONF) {
+        Ok(None) => {
+            root.write_file_atomic(LD_SO_CONF, b"include /etc/ld.so.conf.d/*.conf\n", 0o644)?;
+            report.created_ld_so_conf = true;
+        }
+        Ok(Some(_)) => {}
+        Err(e) if unusable(&e) => report.notes.push(format!("{e}; left alone")),
+        Err(e) => return Err(e.into()),
+    }
+    let gpuctk_name = GPUCTK_CONF.rsplit('/').next().unwrap_or_default();
+    let known: BTreeSet<&str> = conf_d
+        .iter()
+        .filter(|(name, _)| name != gpuctk_name)
+        .flat_map(|(_, dirs)| dirs.iter().map(|d| d.trim_end_matches('/')))
+        .chain(TRUSTED_DIRS.iter().copied())
+        .collect();
+    let listed: Vec<&String> = present_folders
+        .iter()
+        .filter(|f| !known.contains(f.as_str()))
+        .collect();
+    if !listed.is_empty() {
+        let mut text = String::from("# Written by gpuctk update-ldcache\n");
+        for f in listed {
+            text.push_str(f);
+            text.push('\n');
+        }
+        let written = root
+            .mkdir_all(LD_SO_CONF_D, 0o755)
+            .and_then(|()| root.write_file_atomic(GPUCTK_CONF, text.as_bytes(), 0o644));
+        match written {
+            Ok(()) => report.conf_file = Some(GPUCTK_CONF.to_string()),
+            Err(e) if unusable(&e) => report.notes.push(format!("{e}; drop-in not written")),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(report)
+}
+
+/// The `*.conf` files of `/etc/ld.so.conf.d` (sorted by name) with the
+/// directories they list (comments, blank and `include` lines dropped).
+fn read_conf_d(
+    root: &Root,
+    notes: &mut Vec<String>,
+) -> Result<Vec<(String, Vec<String>)>, HookError> {
+    let names = match root.read_dir_names_limited(LD_SO_CONF_D, MAX_DIR_ENTRIES) {
+        Ok(n) => n,
+        Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => return Ok(Vec::new()),
+        Err(e) if unusable(&e) => {
+            notes.push(format!("{e}; not read"));
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = Vec::new();
+    let confs: Vec<String> = names.into_iter().filter(|n| n.ends_with(".conf")).collect();
+    if confs.len() > MAX_CONF_FILES {
+        notes.push(format!(
+            "{LD_SO_CONF_D}: {} *.conf files, only the first {MAX_CONF_FILES} read",
+            confs.len()
+        ));
+    }
+    for name in confs.into_iter().take(MAX_CONF_FILES) {
+        let path = join(LD_SO_CONF_D, &name);
+        let bytes = match root.read_to_vec(&path, MAX_CONF) {
+            Ok(b) => b,
+            // Dangling links, directories named *.conf: ldconfig skips them too.
+            Err(RootError::NotRegular { .. }) => continue,
+            Err(e) if e.is_not_found() => continue,
+            Err(e @ RootError::TooLarge { .. }) => {
+                notes.push(format!("{e}; skipped"));
+                continue;
+            }
+            Err(e) if unusable(&e) => {
+                notes.push(format!("{e}; skipped"));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let dirs = text
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            .filter(|l| !l.is_empty() && !l.starts_with("include") && !l.starts_with("hwcap"))
+            .map(str::to_string)
+            .collect();
+        out.push((name, dirs));
+    }
+    Ok(out)
+}
+
+/// `ldconfig`'s own test for a file worth looking at (glibc's `_dl_is_dso`, plus its skip of
+/// prelink's temporary files): `lib*.so*`, `ld-*.so*`, `ld.so.*`, `ld64.so.*`. So
+/// `preloadable_libintl.so` is not a candidate, as it is not for ldconfig.
+pub fn is_dso_name(name: &str) -> bool {
+    if name.ends_with(".#prelink#") || name.contains(".#prelink#.") {
+        return false;
+    }
+    ((name.starts_with("lib") || name.starts_with("ld-")) && name.contains(".so"))
+        || name.starts_with("ld.so.")
+        || name.starts_with("ld64.so.")
+}
+
+struct Candidate {
+    name: String,
+    soname: String,
+    flags: i32,
+    is_link: bool,
+}
+
+/// A plain file name, usable as a soname link in the same directory.
+fn is_plain_name(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
+}
+
+/// ldconfig's work on one directory: soname links and cache entries, and whether the whole
+/// directory was read. `None` if the directory does not exist in the container.
+///
+/// In a directory over [`MAX_DIR_ENTRIES`] entries or [`MAX_CANDIDATES`] library files the
+/// image's own files are skipped with a note, but not the libraries delivered into it: those
+/// mounted there ([`crate::root::Dir::is_mounted_file`]) and those about to be (`pending`).
+/// Skipping them too left the cache without the driver, and `libcuda.so.1` did not load.
+fn scan_dir(
+    root: &Root,
+    dir: &str,
+    cap: usize,
+    pending: &[(String, std::fs::File)],
+    report: &mut LdcacheReport,
+) -> Result<Option<(Vec<Entry>, bool)>, HookError> {
+    let opened = match root.open_dir(dir) {
+        Ok(d) => d,
+        // The runtime creates a mount's directory; so do we, ahead of it.
+        Err(e) if e.is_not_found() && !pending.is_empty() => {
+            root.mkdir_all(dir, 0o755)?;
+            root.open_dir(dir)?
+        }
+        Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => {
+            report.notes.push(format!(
+                "{dir}: no such directory in the container; skipped"
+            ));
+            return Ok(None);
+        }
+        Err(e) if unusable(&e) => {
+            report.notes.push(format!("{e}; skipped"));
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut whole = true;
+    let names = match opened.names(cap) {
+        Ok(n) => n,
+        Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => {
+            report.notes.push(format!(
+                "{dir}: no such directory in the container; skipped"
+            ));
+            return Ok(None);
+        }
+        Err(e @ RootError::TooManyEntries { .. }) => {
+            whole = false;
+            let mounted = match opened.names_where(MAX_DIR_SCAN, |n| {
+                Ok(is_dso_name(n) && opened.is_mounted_file(n)?)
+            }) {
+                Ok(m) => m,
+                Err(e @ RootError::TooManyEntries { .. }) => {
+                    report
+                        .notes
+                        .push(format!("{e}; not searched for mounted libraries"));
+                    Vec::new()
+                }
+                Err(e) => return Err(e.into()),
+            };
+            report.notes.push(format!(
+                "{e}; the image's files skipped, the {} libraries mounted into it read",
+                mounted.len()
+            ));
+            mounted
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let shadowed: HashSet<&str> = pending.iter().map(|(n, _)| n.as_str()).collect();
+    let mut names: Vec<String> = names
+        .into_iter()
+        .filter(|n| is_dso_name(n) && !shadowed.contains(n.as_str()))
+        .collect();
+    if names.len() > MAX_CANDIDATES {
+        let found = names.len();
+        whole = false;
+        let mut mounted = Vec::new();
+        for n in names {
+            if opened.is_mounted_file(&n)? {
+                mounted.push(n);
+            }
+        }
+        report.notes.push(format!(
+            "{dir}: {found} library files, more than the {MAX_CANDIDATES} we read; the image's skipped, the {} mounted into it read",
+            mounted.len()
+        ));
+        names = mounted;
+    }
+    let mut candidates = Vec::new();
+    let mut files: Vec<(String, bool, std::fs::File)> = Vec::with_capacity(names.len());
+    for (name, file) in pending.iter().filter(|(n, _)| is_dso_name(n)) {
+        let file = file
+            .try_clone()
+            .map_err(|e| root.io_err(&join(dir, name), "dup", e))?;
+        files.push((name.clone(), false, file));
+    }
+    let mut far = 0usize;
+    for name in names {
+        let path = join(dir, &name);
+        // One component from the open directory: the cost per file an image can multiply.
+        let Some(lmeta) = opened.lstat(&name)? else {
+            continue;
+        };
+        let (is_link, file) = match lmeta.kind {
+            FileKind::File => match opened.open_file(&name, &lmeta)? {
+                Some(f) => (false, f),
+                None => continue, // changed under us: not a library we can trust
+            },
+            FileKind::Symlink => match near_link(&opened, &name)? {
+                Near::File(f) => (true, f),
+                Near::None => continue,
+                Near::Far => {
+                    far += 1;
+                    if far > MAX_FAR_LINKS {
+                        continue;
+                    }
+                    match root.open_read(&path) {
+                        Ok(f) => (true, f),
+                        // Dangling links and links to non-files are not libraries.
+                        Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => {
+                            continue
+                        }
+                        // A loop, or a path through a magic link: not followed.
+                        Err(e) if unusable(&e) => {
+                            report.notes.push(format!("{e}; skipped"));
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            },
+            _ => continue,
+        };
+        files.push((name, is_link, file));
+    }
+    if far > MAX_FAR_LINKS {
+        report.notes.push(format!(
+            "{dir}: {far} library links lead out of the folder, more than the {MAX_FAR_LINKS} we follow; the rest skipped"
+        ));
+    }
+    for (name, is_link, file) in files {
+        let path = join(dir, &name);
+        let info = match elf::library_info(&file) {
+            Ok(i) => i,
+            Err(ElfError::NotElf) => continue, // linker scripts such as libc.so
+            Err(e) => {
+                report.notes.push(format!("{path}: skipped: {e}"));
+                continue;
+            }
+        };
+        let Some(soname) = info.soname.clone().filter(|_| info.is_shared_library()) else {
+            continue;
+        };
+        if !is_plain_name(&soname) {
+            report.notes.push(format!(
+                "{path}: skipped: soname {soname:?} is not a file name"
+            ));
+            continue;
+        }
+        let Some(flags) = info.cache_flags() else {
+            report.notes.push(format!(
+                "{path}: skipped: ELF machine {} is not supported",
+                info.header.machine
+            ));
+            continue;
+        };
+        candidates.push(Candidate {
+            name,
+            soname,
+            flags,
+            is_link,
+        });
+    }
+
+    let mut groups: BTreeMap<(String, i32), Vec<&Candidate>> = BTreeMap::new();
+    for c in &candidates {
+        groups
+            .entry((c.soname.clone(), c.flags))
+            .or_default()
+            .push(c);
+    }
+    let mut entries = Vec::new();
+    for ((soname, flags), group) in groups {
+        let link_path = join(dir, &soname);
+        if !group.iter().any(|c| c.name == soname) {
+            // Prefer real files, then the highest version, as ldconfig does.
+            let best = group
+                .iter()
+                .max_by(|a, b| {
+                    (!a.is_link)
+                        .cmp(&!b.is_link)
+                        .then_with(|| gpuctk_ldcache::libcmp(&a.name, &b.name))
+                })
+                .expect("groups are never empty");
+            match root.try_symlink_metadata(&link_path)? {
+                None => {}
+                Some(m) if m.kind == FileKind::Symlink => {}
+                Some(m) => {
+                    report.notes.push(format!(
+                        "{link_path}: a {} that is not a library with soname {soname}; left alone, no entry",
+                        m.kind
+                    ));
+                    continue;
+                }
+            }
+            if root.symlink_force(&best.name, &link_path)? != LinkOutcome::Unchanged {
+                report.links.push((link_path.clone(), best.name.clone()));
+            }
+        }
+        entries.push(Entry::new(soname, link_path, flags));
+    }
+    Ok(Some((entries, whole)))
+}
+
+/// Where a library symlink in an open folder leads, followed through names in that folder only.
+enum Near {
+    /// A regular file of the folder.
+    File(std::fs::File),
+    /// Nothing usable: dangling, or not a regular file.
+    None,
+    /// Out of the folder (a target with a `/`), or a chain longer than the kernel follows.
+    Far,
+}
+
+/// Follows symlink `name` of `dir` while its target is a plain name in `dir`, one lookup each.
+fn near_link(dir: &crate::root::Dir<'_>, name: &str) -> Result<Near, HookError> {
+    let mut cur = name.to_string();
+    for _ in 0..crate::root::MAX_SYMLINKS {
+        let Some(target) = dir.read_link(&cur)? else {
+            return Ok(Near::None);
+        };
+        let Some(target) = target.to_str().filter(|t| is_plain_name(t)) else {
+            return Ok(Near::Far);
+        };
+        let Some(m) = dir.lstat(target)? else {
+            return Ok(Near::None);
+        };
+        match m.kind {
+            FileKind::File => {
+                return Ok(match dir.open_file(target, &m)? {
+                    Some(f) => Near::File(f),
+                    None => Near::None,
+                })
+            }
+            FileKind::Symlink => cur = target.to_string(),
+            _ => return Ok(Near::None),
+        }
+    }
+    Ok(Near::Far)
+}
