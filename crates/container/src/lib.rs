@@ -24,6 +24,9 @@ pub mod ops;
 pub mod root;
 pub mod state;
 
+#[cfg(test)]
+mod arch_numbers;
+
 pub use hooks::{
     chmod, create_symlinks, enable_cuda_compat, update_ldcache, CompatOutcome, HookError,
     LdcacheReport, Link,

@@ -996,7 +996,7 @@ fn rename_at(dirfd: RawFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
 /// The syscall number of fchmodat2 (Linux 6.6), the same in the unified
 /// table of these architectures; not every libc version names it.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-const SYS_FCHMODAT2: libc::c_long = 452;
+pub(crate) const SYS_FCHMODAT2: libc::c_long = 452;
 
 /// `fchmodat2(fd, "", mode, AT_EMPTY_PATH)`: chmod of the inode an `O_PATH`
 /// descriptor refers to.
