@@ -11,6 +11,8 @@ mod hook;
 mod legacy;
 mod logging;
 mod mig;
+#[cfg(not(feature = "nvml"))]
+mod nvml_helper;
 mod passthrough;
 mod runtime;
 

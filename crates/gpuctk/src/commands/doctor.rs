@@ -260,7 +260,7 @@ fn check_nvml_and_mig(roots: &Roots, cfg: &Config, c: &mut Checks) {
     let Ok(inv) = gpuctk_host::discover(roots, &gpuctk_host::DiscoverOptions::default()) else {
         return;
     };
-    let nvml = match crate::mig::ask_nvml(&inv) {
+    let nvml = match crate::mig::ask_nvml(&inv, &cfg.nvml_helper) {
         Ok(info) => {
             let mig_mode: Vec<String> = info
                 .gpus
