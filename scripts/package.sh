@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds gpuctk's packages: the Debian package gpuctk_<version>_<arch>.deb and/or the RPM
 # gpuctk-<version>-1.<rpm-arch>.rpm, for amd64 or arm64. Both hold the same files: the static
-# release binary of scripts/static.sh (no libc needed: any glibc, no test fakes), its NVIDIA
+# release binary of scripts/static.sh (no libc needed: any glibc, no test fakes) and its NVML
+# helper /usr/libexec/gpuctk/gpuctk-nvml (dynamic: NVML can only be dlopen'ed), its NVIDIA
 # names as links, man pages and bash/zsh/fish completions made by the built binary itself, the
 # CDI refresh units, the udev rule; and maintainer scripts doing the same in each format
 # (packaging/debian/, packaging/rpm/gpuctk.spec.in). No conffile: the install writes config.toml
@@ -57,8 +58,11 @@ done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
-# One static build per architecture, shared with scripts/image.sh; cargo reuses it.
-bin=$(scripts/static.sh --arch "$arch" | tail -n 1)
+# One static build per architecture, shared with scripts/image.sh; cargo reuses it. Its NVML
+# helper goes to /usr/libexec/gpuctk ([gpuctk] nvml-helper's default).
+built=$(scripts/static.sh --arch "$arch" | tail -n 2)
+helper=$(printf '%s\n' "$built" | head -n 1)
+bin=$(printf '%s\n' "$built" | tail -n 1)
 
 version=$("${run[@]}" "$bin" --version | awk '{print $2}')
 # Reproducible: every file dated at the last commit (dpkg-deb and rpmbuild read SOURCE_DATE_EPOCH).
@@ -72,6 +76,8 @@ umask 022
 
 install -D -m 0755 "$bin" "$stage/usr/bin/gpuctk"
 "$strip" --strip-unneeded "$stage/usr/bin/gpuctk"
+install -D -m 0755 "$helper" "$stage/usr/libexec/gpuctk/gpuctk-nvml"
+"$strip" --strip-unneeded "$stage/usr/libexec/gpuctk/gpuctk-nvml"
 # The personalities: the binary dispatches on the name it is run by.
 for name in nvidia-ctk nvidia-container-runtime nvidia-container-runtime.cdi \
     nvidia-container-runtime.legacy nvidia-container-runtime-hook nvidia-container-toolkit \

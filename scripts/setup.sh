@@ -86,7 +86,7 @@ fi
 # aarch64 flags: the x86 ldconfig refuses aarch64 libraries. Unpacked, never installed.
 if [ ! -x target/arm64/sbin/ldconfig ]; then
     mkdir -p target/arm64
-    (cd target/arm64 && apt-get download -qq libc-bin:arm64 && dpkg-deb -x libc-bin_*_arm64.deb .) \
+    (cd target/arm64 && apt-get -o APT::Sandbox::User=root download -qq libc-bin:arm64 && dpkg-deb -x libc-bin_*_arm64.deb .) \
         || echo "setup.sh: warning: could not fetch libc-bin:arm64; the aarch64 ld.so.cache test will fail" >&2
 fi
 # crun refuses a hybrid cgroup setup while hugetlb sits on the cgroup2 hierarchy ("cgroups in

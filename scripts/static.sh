@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# Builds the static release binary that the packages and the installer image ship: static-pie
-# with glibc (-C target-feature=+crt-static), without the test fakes (--no-default-features).
-# It needs no libc at run time, so one binary runs on every glibc from 2.17 on (RHEL 7, Amazon
-# Linux 2) and in an image FROM scratch. Why static, and how NVML fits: docs/architecture.md.
+# Builds what the packages and the installer image ship: the static release binary, static-pie
+# with glibc (-C target-feature=+crt-static), without the test fakes and without in-process NVML
+# (--no-default-features), and the small dynamically linked NVML helper gpuctk-nvml, which the
+# packages install as /usr/libexec/gpuctk/gpuctk-nvml. The binary needs no libc at run time, so
+# it runs on every glibc from 2.17 on (RHEL 7, Amazon Linux 2) and in an image FROM scratch. Why
+# static, and how NVML fits: docs/architecture.md, "One static binary, and where NVML goes".
 #
 # Usage: scripts/static.sh [--arch amd64|arm64]   (default: this machine's)
-# Prints the binary's path on the last line. One build per architecture, reused by cargo while
-# nothing changed: scripts/package.sh and scripts/image.sh both call this.
+# Prints the helper's path, then the binary's path on the last line. One build per architecture,
+# reused by cargo while nothing changed: scripts/package.sh and scripts/image.sh both call this.
 #
-# amd64 builds with the usual cargo into $CARGO_TARGET_DIR/static (apart from the dynamic builds,
-# so that it never waits on a running `cargo test`'s lock). arm64 cross-builds with Debian's
-# toolchain (rustc-web, libstd-rust-web-dev:arm64, gcc-aarch64-linux-gnu: scripts/setup.sh
-# installs them) into $CARGO_TARGET_DIR/cross, since rustup here has no aarch64 std; CROSS_CARGO
-# and CROSS_RUSTC name that cargo and rustc (default /usr/bin/cargo, /usr/bin/rustc).
+# Target dirs under $CARGO_TARGET_DIR, apart from the dynamic test build (so that this never
+# waits on a running `cargo test`'s lock) and apart from each other (other RUSTFLAGS, which cargo
+# would otherwise rebuild everything for on every switch): static/ and nvml/ for amd64, with the
+# usual cargo; cross/ and cross-nvml/ for arm64, cross-built with Debian's toolchain (rustc-web,
+# libstd-rust-web-dev:arm64, gcc-aarch64-linux-gnu: scripts/setup.sh installs them), since
+# rustup here has no aarch64 std; CROSS_CARGO and CROSS_RUSTC name that cargo and rustc (default
+# /usr/bin/cargo, /usr/bin/rustc). The arm64 unit tests (tests/arm64.rs) build in cross/ with
+# the same flags, so they reuse its dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -22,7 +27,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --arch) arch=${2:?"static.sh: --arch needs amd64 or arm64"}; shift 2 ;;
         --arch=*) arch=${1#--arch=}; shift ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "static.sh: unknown argument '$1' (usage: scripts/static.sh [--arch amd64|arm64])" >&2; exit 2 ;;
     esac
 done
@@ -36,12 +41,14 @@ case "$arch" in
     amd64|x86_64)
         triple=x86_64-unknown-linux-gnu
         dir=$target/static
-        CARGO_TARGET_DIR=$dir RUSTFLAGS=$flags "${CARGO:-cargo}" build --release -p gpuctk \
-            --no-default-features --target "$triple" --locked >&2
+        helper_dir=$target/nvml
+        cargo=${CARGO:-cargo}
+        build() { "$cargo" build --release --target "$triple" --locked "$@" >&2; }
         ;;
     arm64|aarch64)
         triple=aarch64-unknown-linux-gnu
         dir=$target/cross
+        helper_dir=$target/cross-nvml
         cargo=${CROSS_CARGO:-/usr/bin/cargo}
         rustc=${CROSS_RUSTC:-/usr/bin/rustc}
         for tool in "$cargo" "$rustc" aarch64-linux-gnu-gcc; do
@@ -50,15 +57,21 @@ case "$arch" in
                 exit 1
             }
         done
-        CARGO_TARGET_DIR=$dir RUSTC=$rustc RUSTFLAGS=$flags \
-            CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
-            "$cargo" build --release -p gpuctk --no-default-features --target "$triple" --locked >&2
+        build() {
+            RUSTC=$rustc CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+                "$cargo" build --release --target "$triple" --locked "$@" >&2
+        }
         ;;
     *)
         echo "static.sh: unknown architecture '$arch' (amd64 or arm64)" >&2
         exit 2
         ;;
 esac
+CARGO_TARGET_DIR=$dir RUSTFLAGS=$flags build -p gpuctk --no-default-features
+# The helper is the one program that loads NVML: dynamically linked, it needs the glibc it was
+# built against (this machine's) where it runs; without it, gpuctk says so in one line.
+CARGO_TARGET_DIR=$helper_dir RUSTFLAGS= build -p gpuctk-nvml
+helper=$helper_dir/$triple/release/gpuctk-nvml
 bin=$dir/$triple/release/gpuctk
 
 # Static, and nothing that would load glibc's shared pieces at run time: no interpreter, no
@@ -82,4 +95,10 @@ if [ -n "$nss" ]; then
     echo "static.sh: $bin links glibc's NSS lookups, which need its shared libraries at run time: $nss" >&2
     exit 1
 fi
+# The helper must be dynamic (it dlopens NVML) and for the same machine.
+if ! readelf -lW "$helper" | grep -q 'Requesting program interpreter'; then
+    echo "static.sh: $helper has no program interpreter: the NVML helper must be dynamically linked" >&2
+    exit 1
+fi
+echo "$helper"
 echo "$bin"

@@ -87,8 +87,10 @@ pub fn ask(helper: &Path, library: &Path) -> Result<NvmlInfo, HelperError> {
     if !helper.is_absolute() {
         return Err(start_err("not an absolute path".into()));
     }
+    // Relative roots name the library from our working directory; the helper runs in `/`.
+    let library = std::path::absolute(library).map_err(|e| start_err(e.to_string()))?;
     let mut child = Command::new(helper)
-        .arg(library)
+        .arg(&library)
         .env_clear()
         .current_dir("/")
         .stdin(Stdio::null())

@@ -81,6 +81,14 @@ fn arm64_deb_and_rpm_hold_the_static_aarch64_binary() {
         !h.contains("program interpreter") && !h.contains("(NEEDED)"),
         "{h}"
     );
+    // Its NVML helper: aarch64, dynamically linked (it dlopens NVML).
+    let helper = x.join("usr/libexec/gpuctk/gpuctk-nvml");
+    let h = must(Command::new("readelf").args(["-hlW"]).arg(&helper)).stdout;
+    assert!(
+        h.contains("Machine:                           AArch64")
+            && h.contains("/lib/ld-linux-aarch64.so.1"),
+        "{h}"
+    );
     // The RPM's binary is the .deb's.
     let dump = must(Command::new("rpm").args(["-qp", "--dump"]).arg(rpm64)).stdout;
     let digest = dump
@@ -111,7 +119,9 @@ fn arm64_deb_and_rpm_hold_the_static_aarch64_binary() {
 }
 
 /// `cargo test --target aarch64-unknown-linux-gnu` with Debian's toolchain, static, and
-/// qemu-user as the runner, in the cross target dir (scripts/static.sh's).
+/// qemu-user as the runner, in the cross target dir (scripts/static.sh's). Its own dependency
+/// build (the dev profile: tests unwind, the release build aborts, so the release build's
+/// dependencies could not be reused anyway), once per run.
 fn cross_test(args: &[&str]) -> String {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let target = tmp.parent().expect("target dir").join("cross");

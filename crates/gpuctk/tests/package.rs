@@ -490,6 +490,13 @@ fn deb_metadata_and_contents() {
     let headers = must(Command::new("readelf").args(["-lW", "-d"]).arg(&bin)).stdout;
     assert!(!headers.contains("program interpreter"), "{headers}");
     assert!(!headers.contains("(NEEDED)"), "{headers}");
+    // The NVML helper is the one dynamically linked program: NVML can only be dlopen'ed.
+    let e = entry("/usr/libexec/gpuctk/gpuctk-nvml");
+    assert!(e.starts_with("-rwxr-xr-x root/root"), "{e}");
+    let helper = x.join("usr/libexec/gpuctk/gpuctk-nvml");
+    let headers = must(Command::new("readelf").args(["-lW", "-d"]).arg(&helper)).stdout;
+    assert!(headers.contains("program interpreter"), "{headers}");
+    assert!(headers.contains("[libc.so.6]"), "{headers}");
     let help = must(Command::new(&bin).arg("--help")).stdout;
     assert!(!help.contains("mock-host"), "{help}");
     // md5sums cover every regular file.

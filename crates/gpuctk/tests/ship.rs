@@ -474,3 +474,172 @@ fn rpm_takes_the_place_of_nvidias_packages_and_gives_it_back() {
     let cli = fs::read_to_string(root.join("usr/bin/nvidia-ctk")).unwrap();
     assert!(cli.contains("echo nvidia-ctk"), "{cli}");
 }
+
+// ------------------------------------------------------------------------------------ NVML
+
+/// `bin cdi generate` on `h` with config.toml's `[gpuctk] nvml-helper = helper`; `env` added.
+fn generate_with_helper(
+    t: &TestDir,
+    bin: &Path,
+    h: &Host,
+    helper: &Path,
+    env: &[(&str, &str)],
+) -> Run {
+    let name = helper.file_name().unwrap().to_str().unwrap();
+    let config = t.join(&format!("{name}.toml"));
+    fs::write(
+        &config,
+        format!("[gpuctk]\nnvml-helper = \"{}\"\n", helper.display()),
+    )
+    .unwrap();
+    let mut c = Command::new(bin);
+    c.args(["cdi", "generate", "--format", "json", "--config"])
+        .arg(&config)
+        .args(h.roots());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NVIDIA_") || k.starts_with("GPUCTK_") {
+            c.env_remove(k);
+        }
+    }
+    c.envs(env.iter().copied());
+    ok_command(c, &["cdi", "generate", name])
+}
+
+/// The shipped pair: the static `gpuctk` (no dlopen in it) gets the MIG devices' UUIDs from the
+/// mock host's fake NVML through the packaged helper, and `GPUCTK_NVML=off` still keeps NVML out.
+#[test]
+fn packaged_static_binary_asks_nvml_through_its_helper() {
+    let t = TestDir::new();
+    let x = t.join("x");
+    must(
+        Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(crate::package::deb())
+            .arg(&x),
+    );
+    let bin = x.join("usr/bin/gpuctk");
+    let helper = x.join("usr/libexec/gpuctk/gpuctk-nvml");
+    let h = crate::mig::mig_host(&t);
+    let migs = crate::mig::migs(&h);
+    assert_eq!(migs.len(), 3);
+
+    let r = generate_with_helper(&t, &bin, &h, &helper, &[]);
+    assert!(!r.stderr.contains("NVML"), "{}", r.stderr);
+    for (uuid, ..) in &migs {
+        assert!(
+            r.stdout.contains(uuid.as_str()),
+            "{uuid} not in {}",
+            r.stdout
+        );
+    }
+
+    // Roots relative to the working directory: the helper, run in `/`, gets the absolute path.
+    assert_eq!(h.driver_root(), t.join("host").to_str().unwrap());
+    let q = must(
+        Command::new(&bin)
+            .current_dir(t.path())
+            .args(["nvml-query", "--config", "gpuctk-nvml.toml"])
+            .args([
+                "--driver-root",
+                "host",
+                "--dev-root",
+                "host",
+                "--proc-root",
+                "host/proc",
+            ]),
+    );
+    for (uuid, ..) in &migs {
+        assert!(
+            q.stdout.contains(uuid.as_str()),
+            "{uuid} not in {}",
+            q.stdout
+        );
+    }
+
+    let off = generate_with_helper(&t, &bin, &h, &helper, &[("GPUCTK_NVML", "off")]);
+    assert!(off.stderr.contains("GPUCTK_NVML=off"), "{}", off.stderr);
+    assert!(off.stdout.contains("\"0:2\""), "{}", off.stdout);
+    for (uuid, ..) in &migs {
+        assert!(!off.stdout.contains(uuid.as_str()), "{uuid} with NVML off");
+    }
+}
+
+/// A helper that is missing, fails, answers garbage, answers too much or hangs: `cdi generate`
+/// still writes every GPU and MIG device procfs shows, without MIG UUIDs, and says why in one
+/// line; the helper ran with an empty environment.
+#[test]
+fn a_bad_nvml_helper_is_one_warning_line() {
+    let t = TestDir::new();
+    let bin = static_bin();
+    let h = crate::mig::mig_host(&t);
+    let migs = crate::mig::migs(&h);
+    let seen_env = t.join("env.txt");
+    let script = |name: &str, body: &str| -> PathBuf {
+        let p = t.join(name);
+        fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    let cases: Vec<(PathBuf, &str)> = vec![
+        (t.join("missing"), "No such file"),
+        (
+            script(
+                "fails",
+                "echo 'gpuctk-nvml: nvmlInit_v2: Driver Not Loaded (NVML error 9)' >&2\necho more >&2\nexit 1",
+            ),
+            "exit status: 1: gpuctk-nvml: nvmlInit_v2: Driver Not Loaded (NVML error 9)",
+        ),
+        (
+            script(
+                "garbage",
+                &format!("/usr/bin/env > {}\necho '{{\"gpus\": \"all of them\"}}'", seen_env.display()),
+            ),
+            "not an NVML answer: invalid type",
+        ),
+        (
+            script(
+                "escape",
+                "printf '%s\\n' '{\"gpus\":[{\"index\":0,\"minor\":0,\"uuid\":\"GPU-\\u001b[2J\",\"compute_capability\":null,\"brand\":null,\"architecture\":null,\"mig_enabled\":false,\"mig\":[]}]}'",
+            ),
+            "not an NVML answer: GPU UUID",
+        ),
+        (
+            script("too-much", "exec /usr/bin/head -c 3000000 /dev/zero"),
+            "answer longer than 1048576 bytes",
+        ),
+        // Not `exec`: the shell's child holds the pipe too, and goes with its process group.
+        (script("hangs", "/bin/sleep 600\necho late"), "no answer within"),
+    ];
+    std::thread::scope(|s| {
+        let runs: Vec<_> = cases
+            .iter()
+            .map(|(helper, _)| {
+                let (t, bin, h) = (&t, &bin, &h);
+                s.spawn(move || {
+                    generate_with_helper(t, bin, h, helper, &[("GPUCTK_TEST_SENTINEL", "1")])
+                })
+            })
+            .collect();
+        for ((helper, why), run) in cases.iter().zip(runs) {
+            let r = run.join().unwrap();
+            let lines: Vec<&str> = r.stderr.lines().filter(|l| l.contains("NVML")).collect();
+            assert_eq!(lines.len(), 1, "{helper:?}: {}", r.stderr);
+            let line = lines[0];
+            assert!(
+                line.contains(&format!("NVML helper {}", helper.display()))
+                    && line.contains(why)
+                    && line.contains("MIG UUIDs, brand and architecture are unknown"),
+                "{helper:?}: {line}"
+            );
+            assert!(r.stdout.contains("\"0:2\""), "{helper:?}: {}", r.stdout);
+            for (uuid, ..) in &migs {
+                assert!(!r.stdout.contains(uuid.as_str()), "{helper:?}: {uuid}");
+            }
+        }
+    });
+    let env = fs::read_to_string(&seen_env).unwrap();
+    assert!(
+        !env.contains("GPUCTK_TEST_SENTINEL") && !env.contains("PATH="),
+        "the helper inherited: {env}"
+    );
+}
