@@ -16,8 +16,8 @@
 # usual cargo; cross/ and cross-nvml/ for arm64, cross-built with Debian's toolchain (rustc-web,
 # libstd-rust-web-dev:arm64, gcc-aarch64-linux-gnu: scripts/setup.sh installs them), since
 # rustup here has no aarch64 std; CROSS_CARGO and CROSS_RUSTC name that cargo and rustc (default
-# /usr/bin/cargo, /usr/bin/rustc). The arm64 unit tests (tests/arm64.rs) build in cross/ with
-# the same flags, so they reuse its dependencies.
+# /usr/bin/cargo, /usr/bin/rustc). The arm64 unit tests (tests/arm64.rs) build in cross/ too,
+# in the dev profile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
