@@ -34,8 +34,9 @@ done
 target=${CARGO_TARGET_DIR:-$root/target}
 case "$target" in /*) ;; *) target=$root/$target ;; esac
 
-# --fatal-warnings: glibc marks the functions a static program cannot use safely (NSS lookups
-# such as getpwnam, dlopen) with a link-time warning; here that warning fails the build.
+# --fatal-warnings: glibc marks the NSS lookups a static program cannot use safely (getpwnam
+# and friends) with a link-time warning; here that warning fails the build. (Its dlopen gets no
+# such warning here: the check for NVML's code below keeps dlopen out.)
 flags='-C target-feature=+crt-static -C link-arg=-Wl,--fatal-warnings'
 case "$arch" in
     amd64|x86_64)
@@ -95,7 +96,14 @@ if [ -n "$nss" ]; then
     echo "static.sh: $bin links glibc's NSS lookups, which need its shared libraries at run time: $nss" >&2
     exit 1
 fi
-# The helper must be dynamic (it dlopens NVML) and for the same machine.
+# No NVML in the static binary: a static glibc program that dlopens a library gets a second C
+# library in the process. The only dlopen of ours is host::nvml's (the `nvml` feature, off here);
+# its function names would be in the binary if it were linked.
+if grep -q nvmlInit_v2 "$bin"; then
+    echo "static.sh: $bin links NVML's in-process code (dlopen): build it without the nvml feature; the helper gpuctk-nvml asks NVML" >&2
+    exit 1
+fi
+# The helper must be dynamic (it dlopens NVML).
 if ! readelf -lW "$helper" | grep -q 'Requesting program interpreter'; then
     echo "static.sh: $helper has no program interpreter: the NVML helper must be dynamically linked" >&2
     exit 1
