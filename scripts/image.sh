@@ -4,25 +4,22 @@
 #
 #   scripts/image.sh [TAG]            default TAG: localhost/gpuctk-installer:latest
 #
-# Environment: CARGO_TARGET_DIR (the static build goes to its static/ subdirectory, apart from
-# the usual builds, so that it never waits on a running `cargo test`'s lock), PODMAN_ROOT and
+# Environment: CARGO_TARGET_DIR (scripts/static.sh builds into its static/ subdirectory, the
+# same build as the packages'), PODMAN_ROOT and
 # PODMAN_RUNROOT (podman's --root/--runroot: tests keep their images out of the host's storage),
 # PODMAN (the podman command, with any global flags: --storage-driver, --cgroup-manager...), GPUCTK_STATIC_BINARY (use this static binary, do not build one).
 # Prints the image ID on the last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=${1:-localhost/gpuctk-installer:latest}
-target=${CARGO_TARGET_DIR:-$PWD/target}/static
-triple=x86_64-unknown-linux-gnu
 bin=${GPUCTK_STATIC_BINARY:-}
 if [ -z "$bin" ]; then
-    CARGO_TARGET_DIR=$target RUSTFLAGS='-C target-feature=+crt-static' cargo build --release -p gpuctk \
-        --no-default-features --target "$triple" --locked >&2
-    bin="$target/$triple/release/gpuctk"
+    # The packages' build (scripts/static.sh checks that it is static and uses no NSS).
+    bin=$(scripts/static.sh --arch amd64 | tail -n 1)
 fi
 # A dynamically linked binary would not start in an image without a libc.
 if ! file -L "$bin" | grep -Eq 'statically linked|static-pie linked'; then
-    echo "image.sh: $bin is not statically linked; build it with RUSTFLAGS='-C target-feature=+crt-static'" >&2
+    echo "image.sh: $bin is not statically linked; build it with scripts/static.sh" >&2
     exit 1
 fi
 ctx=$(mktemp -d)

@@ -15,7 +15,15 @@ export DEBIAN_FRONTEND=noninteractive
 # scripts/package.sh and the package tests (dpkg-shlibdeps, man -l, systemd-analyze verify, zsh -n,
 # fish's own completion). systemd and dbus: the cgroup2 tests boot a systemd in namespaces of
 # its own for runc's and crun's systemd cgroup driver (crun reaches it over the system bus).
-PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman uidmap ca-certificates curl strace dpkg-dev man-db groff-base systemd dbus zsh fish"
+# rpm and file: the RPM (scripts/package.sh --rpm) and the static build's checks. arm64, built
+# once per run (scripts/static.sh --arch arm64): rustup has only this machine's std, so Debian's
+# own newer Rust (rustc-web, with libstd-rust-web-dev for arm64), the cross gcc and qemu-user,
+# which runs the arm64 binaries and unit tests.
+PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman uidmap ca-certificates curl strace dpkg-dev man-db groff-base systemd dbus zsh fish rpm file qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross rustc-web cargo-web libstd-rust-web-dev:arm64"
+if [ "$(dpkg --print-architecture)" != arm64 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    dpkg --add-architecture arm64
+    apt-get update -qq
+fi
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -74,6 +82,13 @@ SRC
     apt-get "${opts[@]}" update -qq 2>/dev/null
     (cd "$DEBS" && apt-get "${opts[@]}" download "${NVIDIA_DEBS[@]}" -qq) \
         || echo "setup.sh: warning: could not download the Debian NVIDIA packages; the real-driver test will fail" >&2
+fi
+# Debian's aarch64 ldconfig (static), run under qemu-aarch64 by the ld.so.cache tests of the
+# aarch64 flags: the x86 ldconfig refuses aarch64 libraries. Unpacked, never installed.
+if [ ! -x target/arm64/sbin/ldconfig ]; then
+    mkdir -p target/arm64
+    (cd target/arm64 && apt-get -o APT::Sandbox::User=root download -qq libc-bin:arm64 && dpkg-deb -x libc-bin_*_arm64.deb .) \
+        || echo "setup.sh: warning: could not fetch libc-bin:arm64; the aarch64 ld.so.cache test will fail" >&2
 fi
 # crun refuses a hybrid cgroup setup while hugetlb sits on the cgroup2 hierarchy ("cgroups in
 # hybrid mode not supported"); giving hugetlb its own v1 hierarchy moves it off cgroup2.

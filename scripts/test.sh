@@ -4,7 +4,8 @@
 # podman and containerd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+# .ci/run has just run it.
+[ "${GPUCTK_SETUP_DONE:-}" = 1 ] || ./scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 export GPUCTK_NVIDIA_DEBS="$PWD/target/nvidia-debs"
 log=$(mktemp)

@@ -83,6 +83,28 @@ struct Compiler {
 }
 
 impl Compiler {
+    /// The other architecture's cross compiler (`aarch64-linux-gnu-gcc` on x86_64 and the
+    /// reverse), from `$CC_FOREIGN` or the Debian name; None when it is not installed.
+    fn foreign(triple: &str) -> Option<Compiler> {
+        println!("cargo:rerun-if-env-changed=CC_FOREIGN");
+        let spec = env::var("CC_FOREIGN")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| format!("{triple}-gcc"));
+        let mut words = spec.split_whitespace().map(str::to_string);
+        let program = words.next()?;
+        let found = Command::new(&program)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        found.then(|| Compiler {
+            program,
+            args: words.collect(),
+        })
+    }
+
     fn from_env() -> Compiler {
         // Same precedence as the cc crate: CC_<target>, TARGET_CC, CC, then `cc`.
         let target = env::var("TARGET").unwrap_or_default();
@@ -143,7 +165,35 @@ fn main() {
     for f in SOURCES {
         println!("cargo:rerun-if-changed={}", src.join(f).display());
     }
-    let cc = Compiler::from_env();
+    build(&Compiler::from_env(), &src, &out, true);
+    // The other architecture's driver too (`mock-host create --arch`), when its cross compiler
+    // is installed; otherwise empty files, and that --arch says it was not built.
+    let target = env::var("TARGET").unwrap_or_default();
+    let foreign = if target.starts_with("aarch64") {
+        "x86_64-linux-gnu"
+    } else {
+        "aarch64-linux-gnu"
+    };
+    let dir = out.join("foreign");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| fail(&format!("{}: {e}", dir.display())));
+    match Compiler::foreign(foreign) {
+        Some(cc) => build(&cc, &src, &dir, false),
+        None => {
+            let names = ["libcuda.so", "libnvidia-ml.so", "nvidia-smi"]
+                .into_iter()
+                .chain(STUB_LIBS.iter().map(|l| l.0))
+                .chain(STUB_BINS.iter().copied());
+            for name in names {
+                std::fs::write(dir.join(name), b"")
+                    .unwrap_or_else(|e| fail(&format!("{name}: {e}")));
+            }
+        }
+    }
+}
+
+/// The fake driver's libraries and executables into `out`; the container-side probe only for
+/// this build's own architecture (`probe`).
+fn build(cc: &Compiler, src: &Path, out: &Path, probe: bool) {
     let common: Vec<String> = [
         "-O2",
         "-g0",
@@ -155,7 +205,7 @@ fn main() {
     ]
     .iter()
     .map(|x| x.to_string())
-    .chain(["-I".to_string(), s(&src)])
+    .chain(["-I".to_string(), s(src)])
     .collect();
 
     let shared = |source: &str, output: &str, soname: &str, defs: &[String]| {
@@ -199,10 +249,13 @@ fn main() {
     exe(
         "nvidia_smi.c",
         "nvidia-smi",
-        &[format!("-L{}", s(&out)), "-lnvidia-ml".to_string()],
+        &[format!("-L{}", s(out)), "-lnvidia-ml".to_string()],
     );
     for name in STUB_BINS {
         exe("stub_bin.c", name, &[format!("-DGM_STUB_NAME=\"{name}\"")]);
+    }
+    if !probe {
+        return;
     }
     // glibc < 2.34 keeps dlopen in libdl; --as-needed drops it where libc has it.
     exe(

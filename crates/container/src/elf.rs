@@ -57,17 +57,65 @@ mod tests {
 
     #[test]
     fn this_systems_libc_gets_the_native_flags() {
-        let path = [
-            "/lib/x86_64-linux-gnu/libc.so.6",
-            "/lib/aarch64-linux-gnu/libc.so.6",
-            "/lib64/libc.so.6",
-        ]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("libc.so.6");
+        // This build's architecture's libc (under qemu-user the x86_64 one is visible too).
+        let candidates: &[&str] = if cfg!(target_arch = "aarch64") {
+            &[
+                "/lib/aarch64-linux-gnu/libc.so.6",
+                "/usr/aarch64-linux-gnu/lib/libc.so.6",
+                "/lib64/libc.so.6",
+            ]
+        } else {
+            &["/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6"]
+        };
+        let path = candidates
+            .iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("libc.so.6");
         let f = std::fs::File::open(path).unwrap();
         let info = library_info(&f).unwrap();
         assert!(info.is_shared_library());
         assert_eq!(info.cache_flags(), Some(flags::NATIVE_FLAGS));
+    }
+
+    /// Real libraries of both architectures (this machine's and Debian's cross libc6 for the
+    /// other, which scripts/setup.sh installs), whichever this build is: the ELF machine and
+    /// class read from each, and the ld.so.cache flags glibc's ldconfig gives it (aarch64's
+    /// `libc6,AArch64` is 0x0a03: ldcache's tests check that against Debian's aarch64 ldconfig).
+    #[test]
+    fn x86_64_and_aarch64_libraries_get_their_machine_and_flags() {
+        for (paths, machine, number, flags) in [
+            (
+                &[
+                    "/lib/x86_64-linux-gnu/libc.so.6",
+                    "/usr/x86_64-linux-gnu/lib/libc.so.6",
+                ],
+                EM_X86_64,
+                62,
+                0x0303,
+            ),
+            (
+                &[
+                    "/usr/aarch64-linux-gnu/lib/libc.so.6",
+                    "/lib/aarch64-linux-gnu/libc.so.6",
+                ],
+                EM_AARCH64,
+                183,
+                0x0a03,
+            ),
+        ] {
+            assert_eq!(machine, number);
+            let path = paths
+                .iter()
+                .find(|p| std::path::Path::new(p).exists())
+                .unwrap_or_else(|| panic!("none of {paths:?} (scripts/setup.sh installs them)"));
+            let f = std::fs::File::open(path).unwrap();
+            let info = library_info(&f).unwrap();
+            assert!(info.is_shared_library(), "{path}");
+            assert_eq!(info.header.machine, machine, "{path}");
+            assert_eq!(info.header.class, Class::Elf64, "{path}");
+            assert_eq!(info.cache_flags(), Some(flags), "{path}");
+        }
+        assert_eq!(flags::FLAG_AARCH64_LIB64 | flags::FLAG_ELF_LIBC6, 0x0a03);
+        assert_eq!(flags::FLAG_X8664_LIB64 | flags::FLAG_ELF_LIBC6, 0x0303);
     }
 }

@@ -28,6 +28,9 @@ pub mod state;
 #[allow(unsafe_code)]
 mod sys;
 
+#[cfg(test)]
+mod arch_numbers;
+
 pub use hooks::{
     chmod, create_symlinks, enable_cuda_compat, update_ldcache, CompatOutcome, HookError,
     LdcacheReport, Link,

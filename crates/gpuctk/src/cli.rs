@@ -775,6 +775,15 @@ pub enum LayoutArg {
 }
 
 #[cfg(feature = "mock")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ArchArg {
+    #[value(alias = "x86_64")]
+    Amd64,
+    #[value(alias = "aarch64")]
+    Arm64,
+}
+
+#[cfg(feature = "mock")]
 #[derive(Debug, Subcommand)]
 pub enum MockHostCommand {
     /// Build a fake GPU host in DIR: device nodes, procfs files, driver libraries, ld.so.cache
@@ -803,6 +812,13 @@ pub struct MockCreateArgs {
     /// The ldconfig used to build the host's ld.so.cache
     #[arg(long, default_value = "ldconfig")]
     pub ldconfig: PathBuf,
+    /// Architecture of the driver files and layout (default: this build's)
+    #[arg(long, value_enum)]
+    pub arch: Option<ArchArg>,
+    /// Run --ldconfig through this program: qemu-aarch64 for an aarch64 ldconfig (glibc's
+    /// ldconfig takes only its own architecture's libraries)
+    #[arg(long, value_name = "PROGRAM")]
+    pub ldconfig_via: Option<PathBuf>,
     /// IMEX channel nodes to make, /dev/nvidia-caps-imex-channels/channel0 up (0-2048)
     #[arg(long, default_value_t = 0)]
     pub imex_channels: u32,

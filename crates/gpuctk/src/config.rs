@@ -53,6 +53,9 @@ pub struct Config {
     /// `[gpuctk] nvml-cache`: where `cdi generate` and `info` record what NVML said (MIG
     /// UUIDs), for the runtime, which never initialises NVML.
     pub nvml_cache: PathBuf,
+    /// `[gpuctk] nvml-helper`: the dynamically linked program a build without in-process NVML
+    /// (the static one that ships) runs for NVML's answers.
+    pub nvml_helper: PathBuf,
     /// `[nvidia-container-runtime.modes.legacy] cuda-compat-mode`.
     pub cuda_compat_mode: CompatMode,
     /// `[features] disable-cuda-compat-lib-hook`.
@@ -89,6 +92,9 @@ pub enum CompatMode {
 /// Where NVML's answers are recorded by default.
 pub const DEFAULT_NVML_CACHE: &str = "/run/gpuctk/nvml-cache.json";
 
+/// Where the packages install the NVML helper.
+pub const DEFAULT_NVML_HELPER: &str = "/usr/libexec/gpuctk/gpuctk-nvml";
+
 impl Config {
     /// Whether the `enable-cuda-compat` operation is planned.
     pub fn cuda_compat(&self) -> bool {
@@ -115,6 +121,7 @@ impl Default for Config {
             csv_mount_spec_path: PathBuf::from(gpuctk_host::csv::DEFAULT_MOUNT_SPEC_PATH),
             hooks_in_shim: true,
             nvml_cache: PathBuf::from(DEFAULT_NVML_CACHE),
+            nvml_helper: PathBuf::from(DEFAULT_NVML_HELPER),
             cuda_compat_mode: CompatMode::Ldconfig,
             disable_compat_hook: false,
             no_additional_gids: false,
@@ -407,6 +414,7 @@ fn set(c: &mut Config, key: &str, value: Value) -> Result<(), String> {
         }
         ("gpuctk.hooks-in-shim", Bool(v)) => c.hooks_in_shim = v,
         ("gpuctk.nvml-cache", Text(v)) => c.nvml_cache = PathBuf::from(v),
+        ("gpuctk.nvml-helper", Text(v)) => c.nvml_helper = PathBuf::from(v),
         // A row of KEYS marked applied that nothing here sets: the unit test
         // `every_applied_key_is_set` fails on it.
         (key, _) => {
@@ -545,6 +553,7 @@ pub const KEYS: &[(&str, Kind, bool)] = &[
     ),
     ("gpuctk.hooks-in-shim", Kind::Bool, true),
     ("gpuctk.nvml-cache", Kind::Text, true),
+    ("gpuctk.nvml-helper", Kind::Text, true),
 ];
 
 /// NVIDIA's default value of a key gpuctk does not apply.

@@ -603,7 +603,7 @@ fn info(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| "N/A".into());
     // Brand and architecture (the compute capability, as libnvidia-container prints it) are
     // NVML's; without it they are left out and one line says so.
-    let nvml = match crate::mig::ask_nvml(&inv) {
+    let nvml = match crate::mig::ask_nvml(&inv, &cfg.nvml_helper) {
         Ok(i) => Some(i),
         Err(why) => {
             tracing::warn!("{why}");

@@ -19,6 +19,8 @@ mod hook;
 mod legacy;
 mod logging;
 mod mig;
+#[cfg(not(feature = "nvml"))]
+mod nvml_helper;
 mod one_line;
 mod passthrough;
 mod runc;

@@ -12,8 +12,9 @@ use gpuctk_host::mig::{attach_uuids, discover_mig, MigDevice};
 use gpuctk_host::nvml::{self, NvmlInfo};
 use gpuctk_host::Inventory;
 
-/// What NVML said, or the one line saying why it was not used.
-pub fn ask_nvml(inv: &Inventory) -> Result<NvmlInfo, String> {
+/// What NVML said, or the one line saying why it was not used. In this process with the `nvml`
+/// feature; without it (the static build) through `helper` (`[gpuctk] nvml-helper`).
+pub fn ask_nvml(inv: &Inventory, helper: &Path) -> Result<NvmlInfo, String> {
     // NVML initialising as root makes missing device nodes in this host's /dev, whatever our
     // roots say: an admin (or a test on unpacked driver files) can keep it out.
     if std::env::var_os("GPUCTK_NVML").is_some_and(|v| v == "off") {
@@ -22,18 +23,27 @@ pub fn ask_nvml(inv: &Inventory) -> Result<NvmlInfo, String> {
                 .to_string(),
         );
     }
-    nvml::library(inv)
-        .and_then(nvml::query)
-        .map_err(|e| format!("NVML not used ({e}): MIG UUIDs, brand and architecture are unknown"))
+    let unknown =
+        |e: String| format!("NVML not used ({e}): MIG UUIDs, brand and architecture are unknown");
+    let library = nvml::library(inv).map_err(|e| unknown(e.to_string()))?;
+    #[cfg(feature = "nvml")]
+    let info = {
+        let _ = helper;
+        nvml::query(library).map_err(|e| e.to_string())
+    };
+    #[cfg(not(feature = "nvml"))]
+    let info = crate::nvml_helper::ask(helper, library).map_err(|e| e.to_string());
+    info.map_err(unknown)
 }
 
 /// NVML's answers, recorded at `cache` (when given) for the runtime when this process may
 /// write there (root); a failure to record is the returned line.
 pub fn ask_and_record(
     inv: &Inventory,
+    helper: &Path,
     cache: Option<&Path>,
 ) -> (Result<NvmlInfo, String>, Option<String>) {
-    let info = ask_nvml(inv);
+    let info = ask_nvml(inv, helper);
     let mut warning = None;
     if let (Ok(i), Some(cache)) = (&info, cache) {
         if rustix::process::geteuid().is_root() {

@@ -53,13 +53,13 @@ const CONFIG: &str = "/etc/nvidia-container-runtime/config.toml";
 const CONFIG_MARK: &str = "/var/lib/gpuctk/config.toml.sha256";
 const SCRIPTS: &[&str] = &["preinst", "postinst", "prerm", "postrm"];
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Out {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
-fn out(c: &mut Command) -> Out {
+pub(crate) fn out(c: &mut Command) -> Out {
     let o = c
         .stdin(Stdio::null())
         .output()
@@ -71,7 +71,7 @@ fn out(c: &mut Command) -> Out {
     }
 }
 
-fn must(c: &mut Command) -> Out {
+pub(crate) fn must(c: &mut Command) -> Out {
     let what = format!("{c:?}");
     let r = out(c);
     assert_eq!(
@@ -82,29 +82,51 @@ fn must(c: &mut Command) -> Out {
     r
 }
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The package, built once per test run by `scripts/package.sh` into the tests' target dir
-/// (its release build is kept there, so a later run without changes only repackages).
-fn deb() -> &'static Path {
-    static DEB: OnceLock<PathBuf> = OnceLock::new();
-    DEB.get_or_init(|| {
+/// The packages, the .deb and the RPM, built once per test run by one `scripts/package.sh` into
+/// the tests' target dir (its static build is kept there, so a later run without changes only
+/// repackages).
+fn packages() -> &'static (PathBuf, PathBuf) {
+    static PACKAGES: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    PACKAGES.get_or_init(|| {
         let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let target = tmp.parent().expect("target dir");
-        let mut c = Command::new(repo().join("scripts/package.sh"));
-        c.arg("--out")
-            .arg(tmp.join("deb"))
-            .env("CARGO_TARGET_DIR", target);
-        if let Some(cargo) = std::env::var_os("CARGO").or(option_env!("CARGO").map(Into::into)) {
-            c.env("CARGO", cargo);
-        }
+        let mut c = package_sh(&tmp.join("packages"));
+        c.args(["--deb", "--rpm"]);
         let r = must(&mut c);
-        let path = PathBuf::from(r.stdout.lines().last().unwrap_or("").trim());
-        assert!(path.is_file(), "package.sh printed no .deb: {}", r.stdout);
-        path
+        let printed: Vec<PathBuf> = r.stdout.lines().map(|l| PathBuf::from(l.trim())).collect();
+        let find = |ext: &str| -> PathBuf {
+            printed
+                .iter()
+                .find(|p| p.extension().is_some_and(|e| e == ext) && p.is_file())
+                .unwrap_or_else(|| panic!("package.sh printed no .{ext}: {}", r.stdout))
+                .clone()
+        };
+        (find("deb"), find("rpm"))
     })
+}
+
+/// `scripts/package.sh --out OUT`, building in the tests' target dir with the tests' cargo.
+pub(crate) fn package_sh(out: &Path) -> Command {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let target = tmp.parent().expect("target dir");
+    let mut c = Command::new(repo().join("scripts/package.sh"));
+    c.arg("--out").arg(out).env("CARGO_TARGET_DIR", target);
+    if let Some(cargo) = std::env::var_os("CARGO").or(option_env!("CARGO").map(Into::into)) {
+        c.env("CARGO", cargo);
+    }
+    c
+}
+
+pub(crate) fn deb() -> &'static Path {
+    &packages().0
+}
+
+/// The RPM built with the .deb (same files, same binary).
+pub(crate) fn rpm() -> &'static Path {
+    &packages().1
 }
 
 fn dpkg_deb(args: &[&str]) -> String {
@@ -390,7 +412,11 @@ fn deb_metadata_and_contents() {
         deb().file_name().unwrap().to_str().unwrap(),
         format!("gpuctk_{}_{}.deb", field("Version"), arch.trim())
     );
-    assert!(field("Depends").contains("libc6 (>="), "{info}");
+    // The binary is static: no libc6 or any other dependency.
+    assert!(
+        !info.lines().any(|l| l.trim().starts_with("Depends:")),
+        "{info}"
+    );
     for rel in ["Conflicts", "Replaces", "Provides"] {
         let listed: BTreeSet<String> = field(rel)
             .split(',')
@@ -461,6 +487,16 @@ fn deb_metadata_and_contents() {
     // The package build has no test fakes, so no pages for them either.
     assert!(!listing.contains("mock-host"), "{listing}");
     let bin = x.join("usr/bin/gpuctk");
+    let headers = must(Command::new("readelf").args(["-lW", "-d"]).arg(&bin)).stdout;
+    assert!(!headers.contains("program interpreter"), "{headers}");
+    assert!(!headers.contains("(NEEDED)"), "{headers}");
+    // The NVML helper is the one dynamically linked program: NVML can only be dlopen'ed.
+    let e = entry("/usr/libexec/gpuctk/gpuctk-nvml");
+    assert!(e.starts_with("-rwxr-xr-x root/root"), "{e}");
+    let helper = x.join("usr/libexec/gpuctk/gpuctk-nvml");
+    let headers = must(Command::new("readelf").args(["-lW", "-d"]).arg(&helper)).stdout;
+    assert!(headers.contains("program interpreter"), "{headers}");
+    assert!(headers.contains("[libc.so.6]"), "{headers}");
     let help = must(Command::new(&bin).arg("--help")).stdout;
     assert!(!help.contains("mock-host"), "{help}");
     // md5sums cover every regular file.

@@ -5,6 +5,10 @@
 
 mod util;
 
+/// arm64 from this machine: the cross-built static binary in .deb and RPM under qemu-user, and
+/// the pure crates' unit tests cross-built and run under qemu-user.
+mod arm64;
+
 /// The malicious-image suite: every attack through every delivery path, sentinels unchanged.
 mod attacks;
 /// Malformed input of every kind: one clear line, a non-zero exit, nothing half-written.
@@ -64,3 +68,6 @@ mod regression;
 mod rootless;
 /// The runtime shim and the hooks under real runc and crun.
 mod runtime;
+/// What ships for other distributions: the static binary in a root without libc, the RPM
+/// installed, upgraded and erased with `rpm --root`, swapped with NVIDIA's packages.
+mod ship;

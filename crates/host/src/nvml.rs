@@ -2,25 +2,34 @@
 //! brand and architecture, whether it is in MIG mode, and its MIG devices with their UUIDs.
 //!
 //! The library is the driver root's own `libnvidia-ml.so.1`, found through the driver root's
-//! `ld.so.cache` by discovery (never the caller's library path), and opened with `dlopen` in
-//! this process. Only commands that can afford NVML's initialisation (`cdi generate`, `info`,
-//! `doctor`, the hidden `nvml-query`) call [`query`]; a container's create path never does.
-//! [`NvmlInfo`] serialises to JSON so a statically linked build can run `gpuctk nvml-query`
-//! as a dynamically linked helper instead.
+//! `ld.so.cache` by discovery (never the caller's library path). With the `nvml` feature,
+//! [`query`] opens it with `dlopen` in this process; only commands that can afford NVML's
+//! initialisation (`cdi generate`, `info`, `doctor`, `install`, the hidden `nvml-query`) call it,
+//! a container's create path never does. Without the feature (the static build, which cannot
+//! `dlopen`) the dynamically linked helper `gpuctk-nvml` asks instead and answers [`NvmlInfo`]
+//! as JSON, which [`NvmlInfo::check`] vets as outside input.
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::inventory::Inventory;
 
-/// Most GPUs and MIG devices per GPU we ask about: more is not a real NVML answering.
-const MAX_GPUS: u32 = 256;
-const MAX_MIG: u32 = 64;
+/// Most GPUs we ask about: more is not a real NVML answering.
+pub const MAX_GPUS: u32 = 256;
+/// Most MIG devices per GPU we ask about.
+pub const MAX_MIG: u32 = 64;
+/// Longest UUID NVML writes (`NVML_DEVICE_UUID_V2_BUFFER_SIZE`, with its NUL).
+const MAX_UUID: usize = 96;
+/// Longest brand, architecture or compute capability name we accept from a helper.
+const MAX_NAME: usize = 64;
 
-/// Everything [`query`] learned.
+#[cfg(feature = "nvml")]
+mod dl;
+#[cfg(feature = "nvml")]
+pub use dl::query;
+
+/// Everything NVML said.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct NvmlInfo {
     /// The GPUs in NVML's order.
@@ -93,6 +102,64 @@ pub enum NvmlError {
         /// `nvmlErrorString`.
         message: String,
     },
+    /// An answer (the helper's JSON) that no NVML gives.
+    #[error("{0}")]
+    Answer(String),
+}
+
+impl NvmlInfo {
+    /// Whether this could be NVML's answer: at most [`MAX_GPUS`] GPUs with distinct indices and
+    /// minors, at most [`MAX_MIG`] MIG devices each, UUIDs and names of printable ASCII no longer
+    /// than NVML writes them. An answer read from a helper is used only after this.
+    pub fn check(&self) -> Result<(), NvmlError> {
+        let bad = |m: String| Err(NvmlError::Answer(m));
+        if self.gpus.len() > MAX_GPUS as usize {
+            return bad(format!("{} GPUs, more than {MAX_GPUS}", self.gpus.len()));
+        }
+        let text = |what: &str, s: &str, max: usize| -> Result<(), NvmlError> {
+            if s.is_empty() || s.len() >= max || !s.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(NvmlError::Answer(format!(
+                    "{what} {:?} is not printable ASCII of 1 to {} bytes",
+                    s.chars().take(max).collect::<String>(),
+                    max - 1
+                )));
+            }
+            Ok(())
+        };
+        let mut indices = std::collections::BTreeSet::new();
+        let mut minors = std::collections::BTreeSet::new();
+        for g in &self.gpus {
+            if !indices.insert(g.index) || !minors.insert(g.minor) {
+                return bad(format!("GPU index {} or minor {} twice", g.index, g.minor));
+            }
+            text("GPU UUID", &g.uuid, MAX_UUID)?;
+            for (what, v) in [
+                ("compute capability", &g.compute_capability),
+                ("brand", &g.brand),
+                ("architecture", &g.architecture),
+            ] {
+                if let Some(v) = v {
+                    text(what, v, MAX_NAME)?;
+                }
+            }
+            if g.mig.len() > MAX_MIG as usize || (!g.mig_enabled && !g.mig.is_empty()) {
+                return bad(format!(
+                    "GPU {}: {} MIG devices{}",
+                    g.index,
+                    g.mig.len(),
+                    if g.mig_enabled {
+                        ""
+                    } else {
+                        " without MIG mode"
+                    }
+                ));
+            }
+            for m in &g.mig {
+                text("MIG UUID", &m.uuid, MAX_UUID)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The driver root's NVML, as discovery resolved it.
@@ -104,290 +171,60 @@ pub fn library(inv: &Inventory) -> Result<&Path, NvmlError> {
         .ok_or(NvmlError::NotFound)
 }
 
-type Device = *mut c_void;
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// An open library, closed on drop.
-struct Lib {
-    handle: *mut c_void,
-    path: PathBuf,
-}
-
-impl Drop for Lib {
-    fn drop(&mut self) {
-        // SAFETY: `handle` came from a successful dlopen and is closed once.
-        unsafe { libc::dlclose(self.handle) };
-    }
-}
-
-impl Lib {
-    fn open(path: &Path) -> Result<Lib, NvmlError> {
-        let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| NvmlError::Open {
-            path: path.to_path_buf(),
-            reason: "path holds a NUL byte".into(),
-        })?;
-        // SAFETY: `c` is NUL-terminated; a NULL result is handled.
-        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            return Err(NvmlError::Open {
-                path: path.to_path_buf(),
-                reason: dlerror(),
-            });
+    fn gpu(index: u32, uuid: &str) -> NvmlGpu {
+        NvmlGpu {
+            index,
+            minor: index,
+            uuid: uuid.into(),
+            compute_capability: Some("8.0".into()),
+            brand: Some("Tesla".into()),
+            architecture: Some("Ampere".into()),
+            mig_enabled: true,
+            mig: vec![NvmlMig {
+                index: 0,
+                gi: 1,
+                ci: 0,
+                uuid: "MIG-5c89e6a4-8e1b-5b4e-9f5b-2f3a8f2f6c11".into(),
+            }],
         }
-        Ok(Lib {
-            handle,
-            path: path.to_path_buf(),
-        })
     }
 
-    /// The address of `name`, `None` when the library has no such symbol.
-    fn sym(&self, name: &'static str) -> Option<*mut c_void> {
-        let c = CString::new(name).ok()?;
-        // SAFETY: `handle` is open and `c` NUL-terminated.
-        let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
-        (!p.is_null()).then_some(p)
+    #[test]
+    fn answers_no_nvml_gives_are_refused() {
+        let good = NvmlInfo {
+            gpus: vec![gpu(0, "GPU-a"), gpu(1, "GPU-b")],
+        };
+        good.check().unwrap();
+        let refused = |info: NvmlInfo, says: &str| {
+            let e = info.check().unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        };
+        let mut i = good.clone();
+        i.gpus[1].uuid = "GPU-\u{1b}[2J".into();
+        refused(i, "GPU UUID");
+        let mut i = good.clone();
+        i.gpus[0].mig[0].uuid = "M".repeat(MAX_UUID);
+        refused(i, "MIG UUID");
+        let mut i = good.clone();
+        i.gpus[0].brand = Some(String::new());
+        refused(i, "brand");
+        let mut i = good.clone();
+        i.gpus[1].minor = 0;
+        refused(i, "twice");
+        let mut i = good.clone();
+        i.gpus[0].mig_enabled = false;
+        refused(i, "without MIG mode");
+        let mut i = good.clone();
+        i.gpus[0].mig = vec![i.gpus[0].mig[0].clone(); MAX_MIG as usize + 1];
+        refused(i, "MIG devices");
+        let many = NvmlInfo {
+            gpus: (0..=MAX_GPUS).map(|n| gpu(n, "GPU-x")).collect(),
+        };
+        refused(many, "more than 256");
     }
-
-    fn need(&self, name: &'static str) -> Result<*mut c_void, NvmlError> {
-        self.sym(name).ok_or_else(|| NvmlError::Symbol {
-            path: self.path.clone(),
-            name,
-        })
-    }
-}
-
-fn dlerror() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call.
-    let p = unsafe { libc::dlerror() };
-    if p.is_null() {
-        "dlopen failed".into()
-    } else {
-        // SAFETY: checked non-NULL above.
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    }
-}
-
-type FnVoid = unsafe extern "C" fn() -> c_int;
-type FnCount = unsafe extern "C" fn(*mut c_uint) -> c_int;
-type FnHandle = unsafe extern "C" fn(c_uint, *mut Device) -> c_int;
-type FnStr = unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int;
-type FnUint = unsafe extern "C" fn(Device, *mut c_uint) -> c_int;
-type FnInt = unsafe extern "C" fn(Device, *mut c_int) -> c_int;
-type FnTwoInt = unsafe extern "C" fn(Device, *mut c_int, *mut c_int) -> c_int;
-type FnTwoUint = unsafe extern "C" fn(Device, *mut c_uint, *mut c_uint) -> c_int;
-type FnMigHandle = unsafe extern "C" fn(Device, c_uint, *mut Device) -> c_int;
-type FnErr = unsafe extern "C" fn(c_int) -> *const c_char;
-
-const NVML_SUCCESS: c_int = 0;
-const NVML_ERROR_NOT_FOUND: c_int = 6;
-
-/// NVML's `nvmlBrandType_t` names, as `nvidia-smi -q` and libnvidia-container print them.
-fn brand_name(v: c_int) -> &'static str {
-    match v {
-        1 => "Quadro",
-        2 => "Tesla",
-        3 => "NVS",
-        4 => "Grid",
-        5 => "GeForce",
-        6 => "Titan",
-        7 => "NvidiaVApps",
-        8 => "NvidiaVPC",
-        9 => "NvidiaVCS",
-        10 => "NvidiaVWS",
-        11 => "NvidiaCloudGaming",
-        12 => "QuadroRTX",
-        13 => "NvidiaRTX",
-        14 => "Nvidia",
-        15 => "GeForceRTX",
-        16 => "TitanRTX",
-        _ => "Unknown",
-    }
-}
-
-/// NVML's `nvmlDeviceArchitecture_t` names.
-fn arch_name(v: c_uint) -> &'static str {
-    match v {
-        2 => "Kepler",
-        3 => "Maxwell",
-        4 => "Pascal",
-        5 => "Volta",
-        6 => "Turing",
-        7 => "Ampere",
-        8 => "Ada",
-        9 => "Hopper",
-        10 => "Blackwell",
-        _ => "Unknown",
-    }
-}
-
-/// Ask the NVML at `path` about every GPU and MIG device. Initialises and shuts NVML down once.
-pub fn query(path: &Path) -> Result<NvmlInfo, NvmlError> {
-    let lib = Lib::open(path)?;
-    // SAFETY (all transmutes below): each symbol is NVML's exported function of that name,
-    // whose C signature the function-pointer type spells out (nvml.h).
-    let init: FnVoid = unsafe { std::mem::transmute(lib.need("nvmlInit_v2")?) };
-    let shutdown: FnVoid = unsafe { std::mem::transmute(lib.need("nvmlShutdown")?) };
-    let err_str: Option<FnErr> = lib
-        .sym("nvmlErrorString")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnErr>(p) });
-    let fail = |call: &'static str, code: c_int| NvmlError::Call {
-        call,
-        code,
-        message: err_str
-            .map(|f| {
-                // SAFETY: nvmlErrorString returns a static NUL-terminated string or NULL.
-                let p = unsafe { f(code) };
-                if p.is_null() {
-                    String::new()
-                } else {
-                    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-                }
-            })
-            .unwrap_or_default(),
-    };
-    // SAFETY: nvmlInit_v2 takes no arguments.
-    let rc = unsafe { init() };
-    if rc != NVML_SUCCESS {
-        return Err(fail("nvmlInit_v2", rc));
-    }
-    let result = query_devices(&lib, &fail);
-    // SAFETY: balanced with the successful nvmlInit_v2 above.
-    unsafe { shutdown() };
-    result
-}
-
-fn query_devices(
-    lib: &Lib,
-    fail: &dyn Fn(&'static str, c_int) -> NvmlError,
-) -> Result<NvmlInfo, NvmlError> {
-    // SAFETY: see `query`: each pointer is the named NVML function with this signature.
-    let count: FnCount = unsafe { std::mem::transmute(lib.need("nvmlDeviceGetCount_v2")?) };
-    let handle: FnHandle =
-        unsafe { std::mem::transmute(lib.need("nvmlDeviceGetHandleByIndex_v2")?) };
-    let uuid: FnStr = unsafe { std::mem::transmute(lib.need("nvmlDeviceGetUUID")?) };
-    let minor: FnUint = unsafe { std::mem::transmute(lib.need("nvmlDeviceGetMinorNumber")?) };
-    let opt = |name| lib.sym(name);
-    let cc: Option<FnTwoInt> = opt("nvmlDeviceGetCudaComputeCapability")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnTwoInt>(p) });
-    let brand: Option<FnInt> =
-        opt("nvmlDeviceGetBrand").map(|p| unsafe { std::mem::transmute::<*mut c_void, FnInt>(p) });
-    let arch: Option<FnUint> = opt("nvmlDeviceGetArchitecture")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
-    let mig_mode: Option<FnTwoUint> = opt("nvmlDeviceGetMigMode")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnTwoUint>(p) });
-    let max_mig: Option<FnUint> = opt("nvmlDeviceGetMaxMigDeviceCount")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
-    let mig_handle: Option<FnMigHandle> = opt("nvmlDeviceGetMigDeviceHandleByIndex")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnMigHandle>(p) });
-    let gi_id: Option<FnUint> = opt("nvmlDeviceGetGpuInstanceId")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
-    let ci_id: Option<FnUint> = opt("nvmlDeviceGetComputeInstanceId")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
-
-    let get_uuid = |d: Device| -> Result<String, NvmlError> {
-        let mut buf = [0 as c_char; 96];
-        // SAFETY: `buf` holds `len` bytes; NVML NUL-terminates within them on success.
-        let rc = unsafe { uuid(d, buf.as_mut_ptr(), buf.len() as c_uint) };
-        if rc != NVML_SUCCESS {
-            return Err(fail("nvmlDeviceGetUUID", rc));
-        }
-        buf[buf.len() - 1] = 0;
-        // SAFETY: NUL-terminated by the line above at the latest.
-        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
-            .to_string_lossy()
-            .into_owned())
-    };
-
-    let mut n: c_uint = 0;
-    // SAFETY: `n` is a valid out-pointer.
-    let rc = unsafe { count(&mut n) };
-    if rc != NVML_SUCCESS {
-        return Err(fail("nvmlDeviceGetCount_v2", rc));
-    }
-    let mut info = NvmlInfo::default();
-    for i in 0..n.min(MAX_GPUS) {
-        let mut d: Device = std::ptr::null_mut();
-        // SAFETY: `d` is a valid out-pointer.
-        let rc = unsafe { handle(i, &mut d) };
-        if rc != NVML_SUCCESS {
-            return Err(fail("nvmlDeviceGetHandleByIndex_v2", rc));
-        }
-        let mut m: c_uint = 0;
-        // SAFETY: `d` is NVML's handle, `m` a valid out-pointer.
-        let rc = unsafe { minor(d, &mut m) };
-        if rc != NVML_SUCCESS {
-            return Err(fail("nvmlDeviceGetMinorNumber", rc));
-        }
-        let compute_capability = cc.and_then(|f| {
-            let (mut a, mut b) = (0, 0);
-            // SAFETY: valid handle and out-pointers.
-            (unsafe { f(d, &mut a, &mut b) } == NVML_SUCCESS).then(|| format!("{a}.{b}"))
-        });
-        let brand = brand.and_then(|f| {
-            let mut v = 0;
-            // SAFETY: valid handle and out-pointer.
-            (unsafe { f(d, &mut v) } == NVML_SUCCESS).then(|| brand_name(v).to_string())
-        });
-        let architecture = arch.and_then(|f| {
-            let mut v = 0;
-            // SAFETY: valid handle and out-pointer.
-            (unsafe { f(d, &mut v) } == NVML_SUCCESS).then(|| arch_name(v).to_string())
-        });
-        let mig_enabled = mig_mode.is_some_and(|f| {
-            let (mut cur, mut pending) = (0, 0);
-            // SAFETY: valid handle and out-pointers.
-            let rc = unsafe { f(d, &mut cur, &mut pending) };
-            rc == NVML_SUCCESS && cur == 1
-        });
-        let mut mig = Vec::new();
-        if let (true, Some(max), Some(get), Some(gi_id), Some(ci_id)) =
-            (mig_enabled, max_mig, mig_handle, gi_id, ci_id)
-        {
-            let mut slots: c_uint = 0;
-            // SAFETY: valid handle and out-pointer.
-            let rc = unsafe { max(d, &mut slots) };
-            if rc != NVML_SUCCESS {
-                return Err(fail("nvmlDeviceGetMaxMigDeviceCount", rc));
-            }
-            for j in 0..slots.min(MAX_MIG) {
-                let mut md: Device = std::ptr::null_mut();
-                // SAFETY: valid handle and out-pointer.
-                let rc = unsafe { get(d, j, &mut md) };
-                if rc == NVML_ERROR_NOT_FOUND {
-                    continue;
-                }
-                if rc != NVML_SUCCESS {
-                    return Err(fail("nvmlDeviceGetMigDeviceHandleByIndex", rc));
-                }
-                let (mut g, mut c) = (0, 0);
-                // SAFETY: `md` is NVML's MIG handle, out-pointers valid.
-                let rc = unsafe { gi_id(md, &mut g) };
-                if rc != NVML_SUCCESS {
-                    return Err(fail("nvmlDeviceGetGpuInstanceId", rc));
-                }
-                // SAFETY: as above.
-                let rc = unsafe { ci_id(md, &mut c) };
-                if rc != NVML_SUCCESS {
-                    return Err(fail("nvmlDeviceGetComputeInstanceId", rc));
-                }
-                mig.push(NvmlMig {
-                    // Numbered without the empty slots, as libnvidia-container numbers `N:M`.
-                    index: mig.len() as u32,
-                    gi: g,
-                    ci: c,
-                    uuid: get_uuid(md)?,
-                });
-            }
-        }
-        info.gpus.push(NvmlGpu {
-            index: i,
-            minor: m,
-            uuid: get_uuid(d)?,
-            compute_capability,
-            brand,
-            architecture,
-            mig_enabled,
-            mig,
-        });
-    }
-    Ok(info)
 }

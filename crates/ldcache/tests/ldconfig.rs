@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use gpuctk_ldcache::{parse, Cache, Entry, NATIVE_FLAGS};
+use gpuctk_ldcache::flags::{FLAG_AARCH64_LIB64, FLAG_ELF_LIBC6};
+use gpuctk_ldcache::{parse, Arch, Cache, Entry, NATIVE_FLAGS};
 
 const LDCONFIG: &str = "/usr/sbin/ldconfig";
 const CHROOT: &str = "/usr/sbin/chroot";
@@ -344,4 +345,83 @@ fn euid() -> u32 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
     line.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// Debian's aarch64 ldconfig (static; from libc-bin:arm64, which scripts/setup.sh unpacks into
+/// target/arm64), run under qemu-user: an x86 ldconfig refuses aarch64 libraries ("unknown
+/// machine 183"). GPUCTK_AARCH64_LDCONFIG names another.
+fn aarch64_ldconfig() -> Command {
+    let path = std::env::var_os("GPUCTK_AARCH64_LDCONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/arm64/sbin/ldconfig")
+        });
+    assert!(
+        path.is_file(),
+        "{}: no aarch64 ldconfig (scripts/setup.sh unpacks it)",
+        path.display()
+    );
+    if cfg!(target_arch = "aarch64") {
+        Command::new(path)
+    } else {
+        let mut c = Command::new("qemu-aarch64");
+        c.arg(path);
+        c
+    }
+}
+
+/// The aarch64 flags against glibc's own aarch64 ldconfig, on real aarch64 libraries (Debian's
+/// cross libc6): what it writes we read as `0x0a03` (AArch64, libc6), and what we write with
+/// those flags it lists as `libc6,AArch64`.
+#[test]
+fn aarch64_flags_are_what_aarch64_ldconfig_writes_and_reads() {
+    assert_eq!(euid(), 0, "this test needs root (ldconfig -r chroots)");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let dir = root.join("usr/lib/aarch64-linux-gnu");
+    std::fs::create_dir_all(&dir).unwrap();
+    for lib in ["libc.so.6", "libm.so.6"] {
+        std::fs::copy(
+            Path::new("/usr/aarch64-linux-gnu/lib").join(lib),
+            dir.join(lib),
+        )
+        .unwrap_or_else(|e| panic!("{lib}: {e} (scripts/setup.sh installs libc6-arm64-cross)"));
+    }
+    std::fs::create_dir_all(root.join("var/cache/ldconfig")).unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::write(root.join("etc/ld.so.conf"), "/usr/lib/aarch64-linux-gnu\n").unwrap();
+    run(aarch64_ldconfig().arg("-r").arg(root));
+
+    let bytes = std::fs::read(root.join("etc/ld.so.cache")).unwrap();
+    let cache = parse(&bytes).unwrap();
+    let keys: Vec<&str> = cache.entries.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys.len(), 2, "{:?}", cache.entries);
+    for e in &cache.entries {
+        assert_eq!(e.flags, 0x0a03, "{e:?}");
+        assert_eq!(e.flags, FLAG_AARCH64_LIB64 | FLAG_ELF_LIBC6);
+        assert_eq!(e.arch(), Arch::Aarch64);
+    }
+    assert_eq!(
+        cache.lookup("libc.so.6", 0x0a03).unwrap().value,
+        "/usr/lib/aarch64-linux-gnu/libc.so.6"
+    );
+    assert!(cache.lookup("libc.so.6", 0x0303).is_none());
+    // Writing it back gives glibc's bytes.
+    assert_eq!(cache.to_bytes(), bytes);
+
+    // Ours, with the aarch64 flags, as aarch64's ldconfig prints it.
+    let mut ours = Cache::new();
+    ours.add(Entry::new(
+        "libcuda.so.1",
+        "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
+        FLAG_AARCH64_LIB64 | FLAG_ELF_LIBC6,
+    ));
+    let path = root.join("ours.cache");
+    std::fs::write(&path, ours.to_bytes()).unwrap();
+    let out = run(aarch64_ldconfig().arg("-p").arg("-C").arg(&path));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("\tlibcuda.so.1 (libc6,AArch64) => /usr/lib/aarch64-linux-gnu/libcuda.so.1"),
+        "{text}"
+    );
 }

@@ -2,12 +2,32 @@
 //! and how each is named and patched when written into a host.
 
 use crate::patch::{self, PatchError};
-use crate::Error;
+use crate::{Arch, Error};
 
 macro_rules! embed {
     ($file:literal) => {
         include_bytes!(concat!(env!("OUT_DIR"), "/", $file))
     };
+}
+
+/// The other architecture's build of the same file (empty when build.rs found no cross
+/// compiler for it).
+macro_rules! foreign {
+    ($file:literal) => {
+        include_bytes!(concat!(env!("OUT_DIR"), "/foreign/", $file))
+    };
+}
+
+/// `bytes` for this build's architecture, `foreign` for the other; an empty foreign build is
+/// an error naming what to install.
+fn pick(arch: Arch, bytes: &'static [u8], foreign: &'static [u8]) -> Result<&'static [u8], Error> {
+    if arch == Arch::native() {
+        Ok(bytes)
+    } else if foreign.is_empty() {
+        Err(Error::ArchNotBuilt { arch })
+    } else {
+        Ok(foreign)
+    }
 }
 
 /// Placeholder soname compiled into libraries whose soname is the versioned
@@ -49,6 +69,8 @@ pub(crate) struct Library {
     /// Development symlink `<stem>.so -> <soname>` the installer creates.
     pub(crate) dev_link: bool,
     pub(crate) bytes: &'static [u8],
+    /// The other architecture's build.
+    pub(crate) foreign: &'static [u8],
 }
 
 impl Library {
@@ -65,12 +87,18 @@ impl Library {
     }
 
     /// The file contents for a host: config block filled, soname fixed up.
-    pub(crate) fn render(&self, config: &str, driver_version: &str) -> Result<Vec<u8>, Error> {
+    pub(crate) fn render(
+        &self,
+        arch: Arch,
+        config: &str,
+        driver_version: &str,
+    ) -> Result<Vec<u8>, Error> {
         let wrap = |source: PatchError| Error::Patch {
             artifact: self.file_name(driver_version),
             source,
         };
-        let mut bytes = patch::patch_config(self.bytes, config).map_err(wrap)?;
+        let mut bytes =
+            patch::patch_config(pick(arch, self.bytes, self.foreign)?, config).map_err(wrap)?;
         if let Soname::FileName = self.soname {
             bytes = patch::patch_placeholder(
                 &bytes,
@@ -90,78 +118,91 @@ pub(crate) const LIBRARIES: &[Library] = &[
         soname: Soname::Fixed("libcuda.so.1"),
         dev_link: true,
         bytes: LIBCUDA,
+        foreign: foreign!("libcuda.so"),
     },
     Library {
         stem: "libnvidia-ml",
         soname: Soname::Fixed("libnvidia-ml.so.1"),
         dev_link: true,
         bytes: LIBNVML,
+        foreign: foreign!("libnvidia-ml.so"),
     },
     Library {
         stem: "libnvidia-ptxjitcompiler",
         soname: Soname::Fixed("libnvidia-ptxjitcompiler.so.1"),
         dev_link: false,
         bytes: LIBPTXJIT,
+        foreign: foreign!("libnvidia-ptxjitcompiler.so"),
     },
     Library {
         stem: "libnvidia-nvvm",
         soname: Soname::Fixed("libnvidia-nvvm.so.4"),
         dev_link: false,
         bytes: embed!("libnvidia-nvvm.so"),
+        foreign: foreign!("libnvidia-nvvm.so"),
     },
     Library {
         stem: "libcudadebugger",
         soname: Soname::Fixed("libcudadebugger.so.1"),
         dev_link: false,
         bytes: embed!("libcudadebugger.so"),
+        foreign: foreign!("libcudadebugger.so"),
     },
     Library {
         stem: "libnvidia-allocator",
         soname: Soname::Fixed("libnvidia-allocator.so.1"),
         dev_link: false,
         bytes: embed!("libnvidia-allocator.so"),
+        foreign: foreign!("libnvidia-allocator.so"),
     },
     Library {
         stem: "libnvidia-cfg",
         soname: Soname::Fixed("libnvidia-cfg.so.1"),
         dev_link: false,
         bytes: embed!("libnvidia-cfg.so"),
+        foreign: foreign!("libnvidia-cfg.so"),
     },
     Library {
         stem: "libnvidia-opencl",
         soname: Soname::Fixed("libnvidia-opencl.so.1"),
         dev_link: false,
         bytes: embed!("libnvidia-opencl.so"),
+        foreign: foreign!("libnvidia-opencl.so"),
     },
     Library {
         stem: "libnvidia-encode",
         soname: Soname::Fixed("libnvidia-encode.so.1"),
         dev_link: false,
         bytes: embed!("libnvidia-encode.so"),
+        foreign: foreign!("libnvidia-encode.so"),
     },
     Library {
         stem: "libnvcuvid",
         soname: Soname::Fixed("libnvcuvid.so.1"),
         dev_link: false,
         bytes: embed!("libnvcuvid.so"),
+        foreign: foreign!("libnvcuvid.so"),
     },
     Library {
         stem: "libnvidia-glcore",
         soname: Soname::FileName,
         dev_link: false,
         bytes: embed!("libnvidia-glcore.so"),
+        foreign: foreign!("libnvidia-glcore.so"),
     },
     Library {
         stem: "libEGL_nvidia",
         soname: Soname::Fixed("libEGL_nvidia.so.0"),
         dev_link: false,
         bytes: embed!("libEGL_nvidia.so"),
+        foreign: foreign!("libEGL_nvidia.so"),
     },
     Library {
         stem: "libGLX_nvidia",
         soname: Soname::Fixed("libGLX_nvidia.so.0"),
         dev_link: false,
         bytes: embed!("libGLX_nvidia.so"),
+        foreign: foreign!("libGLX_nvidia.so"),
     },
 ];
 
@@ -170,13 +211,17 @@ pub(crate) const LIBRARIES: &[Library] = &[
 pub(crate) struct Binary {
     pub(crate) name: &'static str,
     pub(crate) bytes: &'static [u8],
+    /// The other architecture's build.
+    pub(crate) foreign: &'static [u8],
 }
 
 impl Binary {
-    pub(crate) fn render(&self, config: &str) -> Result<Vec<u8>, Error> {
-        patch::patch_config(self.bytes, config).map_err(|source| Error::Patch {
-            artifact: self.name.to_string(),
-            source,
+    pub(crate) fn render(&self, arch: Arch, config: &str) -> Result<Vec<u8>, Error> {
+        patch::patch_config(pick(arch, self.bytes, self.foreign)?, config).map_err(|source| {
+            Error::Patch {
+                artifact: self.name.to_string(),
+                source,
+            }
         })
     }
 }
@@ -186,22 +231,27 @@ pub(crate) const BINARIES: &[Binary] = &[
     Binary {
         name: "nvidia-smi",
         bytes: NVIDIA_SMI,
+        foreign: foreign!("nvidia-smi"),
     },
     Binary {
         name: "nvidia-debugdump",
         bytes: embed!("nvidia-debugdump"),
+        foreign: foreign!("nvidia-debugdump"),
     },
     Binary {
         name: "nvidia-persistenced",
         bytes: embed!("nvidia-persistenced"),
+        foreign: foreign!("nvidia-persistenced"),
     },
     Binary {
         name: "nvidia-cuda-mps-control",
         bytes: embed!("nvidia-cuda-mps-control"),
+        foreign: foreign!("nvidia-cuda-mps-control"),
     },
     Binary {
         name: "nvidia-cuda-mps-server",
         bytes: embed!("nvidia-cuda-mps-server"),
+        foreign: foreign!("nvidia-cuda-mps-server"),
     },
 ];
 
@@ -237,13 +287,39 @@ mod tests {
         assert!(smi.interp.is_some());
     }
 
+    /// The other architecture's files, when built: the other ELF machine, the same sonames.
+    #[test]
+    fn foreign_artifacts_are_the_other_machine() {
+        let (native, other) = if cfg!(target_arch = "aarch64") {
+            (gpuctk_elf::EM_AARCH64, gpuctk_elf::EM_X86_64)
+        } else {
+            (gpuctk_elf::EM_X86_64, gpuctk_elf::EM_AARCH64)
+        };
+        for lib in LIBRARIES {
+            assert_eq!(gpuctk_elf::header(lib.bytes).unwrap().machine, native);
+            if lib.foreign.is_empty() {
+                continue;
+            }
+            let h = gpuctk_elf::header(lib.foreign).unwrap();
+            assert_eq!(h.machine, other, "{}", lib.stem);
+            let a = gpuctk_elf::object(lib.bytes).unwrap();
+            let b = gpuctk_elf::object(lib.foreign).unwrap();
+            assert_eq!(a.soname, b.soname, "{}", lib.stem);
+        }
+        for bin in BINARIES.iter().filter(|b| !b.foreign.is_empty()) {
+            assert_eq!(gpuctk_elf::header(bin.foreign).unwrap().machine, other);
+        }
+    }
+
     #[test]
     fn glcore_soname_becomes_file_name() {
         let lib = LIBRARIES
             .iter()
             .find(|l| l.stem == "libnvidia-glcore")
             .unwrap();
-        let bytes = lib.render("driver=1.2;", "570.124.06").unwrap();
+        let bytes = lib
+            .render(Arch::native(), "driver=1.2;", "570.124.06")
+            .unwrap();
         let info = gpuctk_elf::object(&bytes[..]).unwrap();
         assert_eq!(
             info.soname.as_deref(),

@@ -47,6 +47,18 @@ pub enum Error {
         /// The rejected name.
         value: String,
     },
+    /// An architecture name that is not one of the known ones.
+    #[error("unknown architecture {value:?}: valid values are amd64 (x86_64) and arm64 (aarch64)")]
+    UnknownArch {
+        /// The rejected name.
+        value: String,
+    },
+    /// The other architecture's fake driver was not compiled into this build.
+    #[error("this build has no {arch} driver files: build it with that architecture's cross compiler installed (apt-get install gcc-aarch64-linux-gnu, or set CC_FOREIGN)")]
+    ArchNotBuilt {
+        /// The architecture asked for.
+        arch: crate::Arch,
+    },
     /// An external program could not be found.
     #[error("{tool} not found (tried {tried}): {hint}")]
     ToolNotFound {

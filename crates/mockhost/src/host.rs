@@ -35,6 +35,64 @@ pub const MIG_MONITOR_MINOR: u32 = 2;
 /// Name of the metadata file written into the host directory.
 pub const HOST_JSON: &str = "mock-host.json";
 
+/// The CPU architecture of a mock host: its library directory, the driver's files (ELF machine)
+/// and so its ld.so.cache flags, and the kernel module's name for it in /proc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Arch {
+    /// x86_64: `/usr/lib/x86_64-linux-gnu`, cache flags `libc6,x86-64` (0x0303).
+    Amd64,
+    /// aarch64: `/usr/lib/aarch64-linux-gnu`, cache flags `libc6,AArch64` (0x0a03).
+    Arm64,
+}
+
+impl Arch {
+    /// This build's architecture.
+    pub fn native() -> Arch {
+        if cfg!(target_arch = "aarch64") {
+            Arch::Arm64
+        } else {
+            Arch::Amd64
+        }
+    }
+
+    /// Debian's multiarch triplet.
+    pub fn triplet(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "x86_64-linux-gnu",
+            Arch::Arm64 => "aarch64-linux-gnu",
+        }
+    }
+
+    /// The name the kernel (and the NVIDIA module's version file) uses.
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "x86_64",
+            Arch::Arm64 => "aarch64",
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Arch::Amd64 => "amd64",
+            Arch::Arm64 => "arm64",
+        })
+    }
+}
+
+impl FromStr for Arch {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "amd64" | "x86_64" => Ok(Arch::Amd64),
+            "arm64" | "aarch64" => Ok(Arch::Arm64),
+            _ => Err(Error::UnknownArch { value: s.into() }),
+        }
+    }
+}
+
 /// How the driver is installed on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -54,17 +112,18 @@ impl Layout {
     /// All layouts, for tests that cover each.
     pub const ALL: [Layout; 3] = [Layout::Debian, Layout::Rhel, Layout::DriverContainer];
 
-    /// Library directory inside the driver root, container style.
+    /// Library directory inside the driver root, container style, for this build's
+    /// architecture.
     pub fn lib_dir(self) -> &'static str {
-        match self {
-            Layout::Rhel => "/usr/lib64",
-            Layout::Debian | Layout::DriverContainer => {
-                if cfg!(target_arch = "aarch64") {
-                    "/usr/lib/aarch64-linux-gnu"
-                } else {
-                    "/usr/lib/x86_64-linux-gnu"
-                }
-            }
+        self.lib_dir_for(Arch::native())
+    }
+
+    /// Library directory inside the driver root for `arch`.
+    pub fn lib_dir_for(self, arch: Arch) -> &'static str {
+        match (self, arch) {
+            (Layout::Rhel, _) => "/usr/lib64",
+            (Layout::Debian | Layout::DriverContainer, Arch::Amd64) => "/usr/lib/x86_64-linux-gnu",
+            (Layout::Debian | Layout::DriverContainer, Arch::Arm64) => "/usr/lib/aarch64-linux-gnu",
         }
     }
 
@@ -116,6 +175,11 @@ pub struct HostConfig {
     pub seed: String,
     /// ldconfig to run: a bare name is looked up in $PATH, /sbin, /usr/sbin.
     pub ldconfig: PathBuf,
+    /// Run ldconfig through this program (`qemu-aarch64` for an aarch64 ldconfig on x86_64:
+    /// glibc's ldconfig only takes its own architecture's libraries).
+    pub ldconfig_via: Option<PathBuf>,
+    /// Architecture of the driver files and layout (default: this build's).
+    pub arch: Arch,
     /// IMEX channel nodes to make, `channel0` up (the driver makes none by default).
     pub imex_channels: u32,
     /// The nodes of NVIDIA's gated modes to make (none by default).
@@ -168,6 +232,8 @@ impl HostConfig {
             model: "NVIDIA A100-SXM4-80GB".to_string(),
             seed: "gpuctk".to_string(),
             ldconfig: PathBuf::from("ldconfig"),
+            ldconfig_via: None,
+            arch: Arch::native(),
             imex_channels: 0,
             gated: GatedDevices::default(),
             mig: Vec::new(),
@@ -288,6 +354,9 @@ pub struct MockHost {
     pub root: PathBuf,
     /// Installation layout.
     pub layout: Layout,
+    /// Architecture (this build's in a manifest from before).
+    #[serde(default = "Arch::native")]
+    pub arch: Arch,
     /// Driver version, e.g. `570.124.06`.
     pub driver_version: String,
     /// CUDA version, e.g. `12.8`.
@@ -423,13 +492,14 @@ pub fn create_host(dir: &Path, cfg: &HostConfig) -> Result<MockHost, Error> {
     let host = MockHost {
         root: root.clone(),
         layout: cfg.layout,
+        arch: cfg.arch,
         driver_version: cfg.driver_version.clone(),
         cuda_version: format!("{}.{}", cfg.cuda_version.0, cfg.cuda_version.1),
         model: cfg.model.clone(),
         driver_root,
         dev_root: root.clone(),
         proc_root: root.join("proc"),
-        lib_dir: cfg.layout.lib_dir().to_string(),
+        lib_dir: cfg.layout.lib_dir_for(cfg.arch).to_string(),
         uvm_major,
         caps_major,
         imex_major,
@@ -457,7 +527,7 @@ pub fn create_host(dir: &Path, cfg: &HostConfig) -> Result<MockHost, Error> {
     write_os_release(&host)?;
     write_driver_tree(&host, &cfg.config_string())?;
     write_loader_config(&host)?;
-    refresh_ld_cache(&host, &cfg.ldconfig)?;
+    refresh_ld_cache(&host, &cfg.ldconfig, cfg.ldconfig_via.as_deref())?;
     let json = serde_json::to_vec_pretty(&host).map_err(|source| Error::Json {
         op: "serialize",
         path: root.join(HOST_JSON),
@@ -663,7 +733,7 @@ fn write_proc(host: &MockHost) -> Result<(), Error> {
     let nv = host.proc_root.join("driver/nvidia");
     sys::write_file(
         &nv.join("version"),
-        procfs::version_file(&host.driver_version).as_bytes(),
+        procfs::version_file(host.arch, &host.driver_version).as_bytes(),
         0o444,
     )?;
     sys::write_file(&nv.join("params"), procfs::params_file().as_bytes(), 0o444)?;
@@ -764,7 +834,7 @@ pub fn compat_libcuda(driver_version: &str, cuda_version: (u32, u32)) -> Result<
         .iter()
         .find(|l| l.stem == "libcuda")
         .expect("the catalogue has libcuda");
-    let bytes = lib.render(&cfg.config_string(), driver_version)?;
+    let bytes = lib.render(cfg.arch, &cfg.config_string(), driver_version)?;
     let note = crate::patch::cuda_note_json(
         driver_version,
         &format!("{}.{}", cuda_version.0, cuda_version.1),
@@ -780,7 +850,7 @@ fn write_driver_tree(host: &MockHost, config: &str) -> Result<(), Error> {
     let lib = host.lib_path();
     sys::make_dir(&lib, 0o755)?;
     for l in LIBRARIES {
-        let mut bytes = l.render(config, ver)?;
+        let mut bytes = l.render(host.arch, config, ver)?;
         if l.stem == "libcuda" {
             let note = crate::patch::cuda_note_json(ver, &host.cuda_version);
             bytes = crate::patch::patch_note(&bytes, &note).map_err(|source| Error::Patch {
@@ -800,7 +870,7 @@ fn write_driver_tree(host: &MockHost, config: &str) -> Result<(), Error> {
     let bin = host.driver_root.join("usr/bin");
     sys::make_dir(&bin, 0o755)?;
     for b in BINARIES {
-        sys::write_file(&bin.join(b.name), &b.render(config)?, 0o755)?;
+        sys::write_file(&bin.join(b.name), &b.render(host.arch, config)?, 0o755)?;
     }
     let firmware = host.driver_root.join("lib/firmware/nvidia").join(ver);
     for name in ["gsp_ga10x.bin", "gsp_tu10x.bin"] {
@@ -842,16 +912,11 @@ pub const VENDOR_FILES: &[(&str, &str)] = &[
 ];
 
 /// File name of the ld.so.conf.d snippet naming the library directory.
-fn ld_conf_name(layout: Layout) -> &'static str {
-    match layout {
-        Layout::Rhel => "nvidia-lib64.conf",
-        Layout::Debian | Layout::DriverContainer => {
-            if cfg!(target_arch = "aarch64") {
-                "aarch64-linux-gnu.conf"
-            } else {
-                "x86_64-linux-gnu.conf"
-            }
-        }
+fn ld_conf_name(layout: Layout, arch: Arch) -> &'static str {
+    match (layout, arch) {
+        (Layout::Rhel, _) => "nvidia-lib64.conf",
+        (Layout::Debian | Layout::DriverContainer, Arch::Amd64) => "x86_64-linux-gnu.conf",
+        (Layout::Debian | Layout::DriverContainer, Arch::Arm64) => "aarch64-linux-gnu.conf",
     }
 }
 
@@ -864,16 +929,17 @@ fn write_loader_config(host: &MockHost) -> Result<(), Error> {
     )?;
     let snippet = format!("# gpuctk mock driver libraries\n{}\n", host.lib_dir);
     sys::write_file(
-        &etc.join("ld.so.conf.d").join(ld_conf_name(host.layout)),
+        &etc.join("ld.so.conf.d")
+            .join(ld_conf_name(host.layout, host.arch)),
         snippet.as_bytes(),
         0o644,
     )
 }
 
-fn refresh_ld_cache(host: &MockHost, ldconfig: &Path) -> Result<(), Error> {
+fn refresh_ld_cache(host: &MockHost, ldconfig: &Path, via: Option<&Path>) -> Result<(), Error> {
     // ldconfig keeps an aux cache here; without the directory it complains.
     sys::make_dir(&host.driver_root.join("var/cache/ldconfig"), 0o700)?;
-    let program = sys::run_ldconfig(ldconfig, &host.driver_root)?;
+    let program = sys::run_ldconfig(ldconfig, via, &host.driver_root)?;
     let incomplete = |what: String| Error::LdconfigIncomplete {
         ldconfig: program.clone(),
         root: host.driver_root.clone(),

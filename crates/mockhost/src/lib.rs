@@ -29,8 +29,8 @@ mod wsl;
 
 pub use error::Error;
 pub use host::{
-    compat_libcuda, create_host, load_host, GatedDevices, GatedMajors, HostConfig, Layout, MockGpu,
-    MockHost, DRM_MAJOR, HOST_JSON, INFINIBAND_VERBS_MAJOR, MAX_GPUS, MAX_IMEX_CHANNELS,
+    compat_libcuda, create_host, load_host, Arch, GatedDevices, GatedMajors, HostConfig, Layout,
+    MockGpu, MockHost, DRM_MAJOR, HOST_JSON, INFINIBAND_VERBS_MAJOR, MAX_GPUS, MAX_IMEX_CHANNELS,
     MIG_CONFIG_MINOR, MIG_MONITOR_MINOR, NVIDIACTL_MINOR, NVIDIA_FS_NODES, NVIDIA_MAJOR,
     NVIDIA_MODESET_MINOR, NVSWITCHCTL_MINOR, VENDOR_FILES, VIDEO_GID,
 };

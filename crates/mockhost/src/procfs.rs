@@ -1,24 +1,15 @@
 //! Text of the files the NVIDIA kernel module exposes under /proc, in the
 //! formats nv-procfs.c and the kernel's /proc/devices use. Pure formatting.
 
-use crate::MockGpu;
+use crate::{Arch, MockGpu};
 
-/// CPU architecture name as the driver prints it.
-pub(crate) fn arch_name() -> &'static str {
-    if cfg!(target_arch = "aarch64") {
-        "aarch64"
-    } else {
-        "x86_64"
-    }
-}
-
-/// `driver/nvidia/version`.
-pub(crate) fn version_file(driver_version: &str) -> String {
+/// `driver/nvidia/version`; the module names the CPU architecture as the kernel does.
+pub(crate) fn version_file(arch: Arch, driver_version: &str) -> String {
     format!(
         "NVRM version: NVIDIA UNIX Open Kernel Module for {}  {driver_version}  Release Build  \
          (dvs-builder@U16-I3-B03-4-3)  Tue Feb 25 19:31:49 UTC 2025\n\
          GCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n",
-        arch_name()
+        arch.kernel_name()
     )
 }
 

@@ -112,7 +112,7 @@ pub fn create_rootfs_from(dir: &Path, cfg: &RootfsConfig, host_root: &Path) -> R
     install_glibc(&root, &host_root)?;
     sys::write_file(&root.join(PROBE_PATH.trim_start_matches('/')), PROBE, 0o755)?;
     write_etc(&root)?;
-    sys::run_ldconfig(&cfg.ldconfig, &root)?;
+    sys::run_ldconfig(&cfg.ldconfig, None, &root)?;
     let cache = root.join("etc/ld.so.cache");
     if !cache.is_file() {
         return Err(Error::LdconfigIncomplete {

@@ -157,13 +157,24 @@ pub(crate) fn run(program: &Path, args: &[&str]) -> Result<String, Error> {
 
 /// `ldconfig -r root`: builds root/etc/ld.so.cache from root/etc/ld.so.conf
 /// and creates the soname links in the directories it scans.
-pub(crate) fn run_ldconfig(ldconfig: &Path, root: &Path) -> Result<PathBuf, Error> {
+pub(crate) fn run_ldconfig(
+    ldconfig: &Path,
+    via: Option<&Path>,
+    root: &Path,
+) -> Result<PathBuf, Error> {
     let program = resolve_program(
         ldconfig,
         &["/sbin", "/usr/sbin"],
         "apt-get install libc-bin (or dnf install glibc)",
     )?;
     let root_s = root.to_string_lossy();
-    run(&program, &["-r", &root_s])?;
+    match via {
+        None => run(&program, &["-r", &root_s])?,
+        Some(via) => {
+            let runner = resolve_program(via, &[], "apt-get install qemu-user")?;
+            let program_s = program.to_string_lossy();
+            run(&runner, &[&program_s, "-r", &root_s])?
+        }
+    };
     Ok(program)
 }

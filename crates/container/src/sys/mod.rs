@@ -18,7 +18,7 @@ pub(crate) use rustix::fs::{Dir, Stat, Statx};
 
 /// Syscall numbers that libc does not name everywhere, for the calls rustix lacks: the same on
 /// both architectures we build for (the unified table, 424 and up).
-mod nr {
+pub(crate) mod nr {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     pub const FCHMODAT2: libc::c_long = 452;
 }

@@ -149,8 +149,11 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
     };
     // MIG devices from procfs, their UUIDs from NVML; without NVML one line says what is missing
     // (only where there is something to miss: MIG devices or a GPU NVML would call MIG-enabled).
-    let (nvml, not_recorded) =
-        crate::mig::ask_and_record(&inv, a.roots.nvml_cache(&inv.roots).as_deref());
+    let (nvml, not_recorded) = crate::mig::ask_and_record(
+        &inv,
+        &a.roots.nvml_helper(),
+        a.roots.nvml_cache(&inv.roots).as_deref(),
+    );
     let migs = crate::mig::mig_devices(&inv, nvml.as_ref().ok())?;
     (plan.mig, plan.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok());
     if !gids {

@@ -12,8 +12,11 @@ use crate::cli::{InfoArgs, NvmlQueryArgs};
 pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
     let inv = a.roots.discover()?;
     // NVML's facts (brand, architecture, MIG), recorded for the runtime when run as root.
-    let (nvml, not_recorded) =
-        crate::mig::ask_and_record(&inv, a.roots.nvml_cache(&inv.roots).as_deref());
+    let (nvml, not_recorded) = crate::mig::ask_and_record(
+        &inv,
+        &a.roots.nvml_helper(),
+        a.roots.nvml_cache(&inv.roots).as_deref(),
+    );
     for w in nvml.as_ref().err().into_iter().chain(not_recorded.as_ref()) {
         tracing::warn!("{w}");
     }
@@ -41,9 +44,7 @@ pub fn run(a: InfoArgs) -> anyhow::Result<ExitCode> {
 /// `nvml-query`: NVML's answers as JSON, or the error that kept NVML from answering.
 pub fn nvml_query(a: NvmlQueryArgs) -> anyhow::Result<ExitCode> {
     let inv = a.roots.discover()?;
-    let info = gpuctk_host::nvml::library(&inv)
-        .and_then(gpuctk_host::nvml::query)
-        .map_err(|e| anyhow::anyhow!("NVML: {e}"))?;
+    let info = crate::mig::ask_nvml(&inv, &a.roots.nvml_helper()).map_err(anyhow::Error::msg)?;
     let mut s = serde_json::to_string_pretty(&info)?;
     s.push('\n');
     std::io::stdout().write_all(s.as_bytes())?;

@@ -4,9 +4,9 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, Context};
 use gpuctk_host::{cuda_version_for_branch, DriverVersion};
-use gpuctk_mockhost::{HostConfig, Layout, RootfsConfig};
+use gpuctk_mockhost::{Arch, HostConfig, Layout, RootfsConfig};
 
-use crate::cli::{LayoutArg, MockCreateArgs, MockRootfsArgs};
+use crate::cli::{ArchArg, LayoutArg, MockCreateArgs, MockRootfsArgs};
 
 /// The mock host config these arguments ask for.
 pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
@@ -41,6 +41,13 @@ pub fn host_config(a: &MockCreateArgs) -> anyhow::Result<HostConfig> {
     };
     cfg.model = a.model.clone();
     cfg.ldconfig = a.ldconfig.clone();
+    cfg.ldconfig_via = a.ldconfig_via.clone();
+    if let Some(arch) = a.arch {
+        cfg.arch = match arch {
+            ArchArg::Amd64 => Arch::Amd64,
+            ArchArg::Arm64 => Arch::Arm64,
+        };
+    }
     cfg.imex_channels = a.imex_channels;
     cfg.gated = gpuctk_mockhost::GatedDevices {
         gds: a.gds,
@@ -70,13 +77,14 @@ pub fn create(a: MockCreateArgs) -> anyhow::Result<ExitCode> {
     let host = gpuctk_mockhost::create_host(&a.dir, &cfg)
         .with_context(|| format!("mock-host create {}", a.dir.display()))?;
     println!(
-        "mock GPU host in {}: driver {} (CUDA {}), {} x {}, layout {}",
+        "mock GPU host in {}: driver {} (CUDA {}), {} x {}, layout {}, {}",
         host.root.display(),
         host.driver_version,
         host.cuda_version,
         host.gpus.len(),
         host.model,
-        host.layout
+        host.layout,
+        host.arch
     );
     for g in host.gpus.iter().filter(|g| g.mig_enabled()) {
         let profiles: Vec<&str> = g.mig.iter().map(|m| m.profile.as_str()).collect();

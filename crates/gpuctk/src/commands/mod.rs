@@ -119,6 +119,17 @@ impl RootArgs {
         .then_some(cfg.nvml_cache)
     }
 
+    /// The NVML helper config.toml names (`[gpuctk] nvml-helper`: `--config`, else the one the
+    /// runtime reads); its default when that config cannot be read (discovery says why).
+    pub fn nvml_helper(&self) -> std::path::PathBuf {
+        match &self.config {
+            Some(c) => crate::config::load(c, true).ok(),
+            None => crate::config::load_from_env().ok(),
+        }
+        .map(|c| c.nvml_helper)
+        .unwrap_or_else(|| crate::config::DEFAULT_NVML_HELPER.into())
+    }
+
     /// Discover the host these flags point at, logging discovery's warnings.
     pub fn discover(&self) -> anyhow::Result<Inventory> {
         self.discover_with_configs(&[])

@@ -17,7 +17,7 @@ pub(super) fn check_nvml_and_mig(
     const G: &str = "devices";
     // Discovery's own failures are the driver checks'; nothing to add here then.
     let inv = inv?;
-    let nvml = match crate::mig::ask_nvml(inv) {
+    let nvml = match crate::mig::ask_nvml(inv, &cfg.nvml_helper) {
         Ok(info) => {
             let mig_mode: Vec<String> = info
                 .gpus

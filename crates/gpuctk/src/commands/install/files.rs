@@ -134,7 +134,12 @@ pub(super) fn spec_texts(
     p.hooks_read_proc(&hook);
     // MIG devices as `cdi generate` gives them. NVML's answers are not recorded from here: the
     // runtime keys them by the NVML file as the host sees it (`gpuctk info` on the host does).
-    let nvml = crate::mig::ask_nvml(&inv);
+    // The static build asks through the NVML helper config.toml names; the installer image
+    // (FROM scratch, no libc) has none, so MIG devices get no UUIDs there and one line says so.
+    let helper = crate::config::load_from_env()
+        .map(|c| c.nvml_helper)
+        .unwrap_or_else(|_| crate::config::DEFAULT_NVML_HELPER.into());
+    let nvml = crate::mig::ask_nvml(&inv, &helper);
     let migs = crate::mig::mig_devices(&inv, nvml.as_ref().ok())?;
     if let (Err(why), false) = (&nvml, migs.is_empty()) {
         tracing::warn!("{why}");

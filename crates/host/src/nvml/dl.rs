@@ -1,0 +1,297 @@
+//! NVML itself: `dlopen` of the driver root's `libnvidia-ml.so.1` in this process, one
+//! initialisation, the questions, one shutdown. Only in builds with the `nvml` feature: a
+//! statically linked program cannot `dlopen` (docs/architecture.md, "One static binary").
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::{NvmlError, NvmlGpu, NvmlInfo, NvmlMig, MAX_GPUS, MAX_MIG};
+
+type Device = *mut c_void;
+
+/// An open library, closed on drop.
+struct Lib {
+    handle: *mut c_void,
+    path: PathBuf,
+}
+
+impl Drop for Lib {
+    fn drop(&mut self) {
+        // SAFETY: `handle` came from a successful dlopen and is closed once.
+        unsafe { libc::dlclose(self.handle) };
+    }
+}
+
+impl Lib {
+    fn open(path: &Path) -> Result<Lib, NvmlError> {
+        let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| NvmlError::Open {
+            path: path.to_path_buf(),
+            reason: "path holds a NUL byte".into(),
+        })?;
+        // SAFETY: `c` is NUL-terminated; a NULL result is handled.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            return Err(NvmlError::Open {
+                path: path.to_path_buf(),
+                reason: dlerror(),
+            });
+        }
+        Ok(Lib {
+            handle,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The address of `name`, `None` when the library has no such symbol.
+    fn sym(&self, name: &'static str) -> Option<*mut c_void> {
+        let c = CString::new(name).ok()?;
+        // SAFETY: `handle` is open and `c` NUL-terminated.
+        let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    }
+
+    fn need(&self, name: &'static str) -> Result<*mut c_void, NvmlError> {
+        self.sym(name).ok_or_else(|| NvmlError::Symbol {
+            path: self.path.clone(),
+            name,
+        })
+    }
+}
+
+fn dlerror() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call.
+    let p = unsafe { libc::dlerror() };
+    if p.is_null() {
+        "dlopen failed".into()
+    } else {
+        // SAFETY: checked non-NULL above.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+type FnVoid = unsafe extern "C" fn() -> c_int;
+type FnCount = unsafe extern "C" fn(*mut c_uint) -> c_int;
+type FnHandle = unsafe extern "C" fn(c_uint, *mut Device) -> c_int;
+type FnStr = unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int;
+type FnUint = unsafe extern "C" fn(Device, *mut c_uint) -> c_int;
+type FnInt = unsafe extern "C" fn(Device, *mut c_int) -> c_int;
+type FnTwoInt = unsafe extern "C" fn(Device, *mut c_int, *mut c_int) -> c_int;
+type FnTwoUint = unsafe extern "C" fn(Device, *mut c_uint, *mut c_uint) -> c_int;
+type FnMigHandle = unsafe extern "C" fn(Device, c_uint, *mut Device) -> c_int;
+type FnErr = unsafe extern "C" fn(c_int) -> *const c_char;
+
+const NVML_SUCCESS: c_int = 0;
+const NVML_ERROR_NOT_FOUND: c_int = 6;
+
+/// NVML's `nvmlBrandType_t` names, as `nvidia-smi -q` and libnvidia-container print them.
+fn brand_name(v: c_int) -> &'static str {
+    match v {
+        1 => "Quadro",
+        2 => "Tesla",
+        3 => "NVS",
+        4 => "Grid",
+        5 => "GeForce",
+        6 => "Titan",
+        7 => "NvidiaVApps",
+        8 => "NvidiaVPC",
+        9 => "NvidiaVCS",
+        10 => "NvidiaVWS",
+        11 => "NvidiaCloudGaming",
+        12 => "QuadroRTX",
+        13 => "NvidiaRTX",
+        14 => "Nvidia",
+        15 => "GeForceRTX",
+        16 => "TitanRTX",
+        _ => "Unknown",
+    }
+}
+
+/// NVML's `nvmlDeviceArchitecture_t` names.
+fn arch_name(v: c_uint) -> &'static str {
+    match v {
+        2 => "Kepler",
+        3 => "Maxwell",
+        4 => "Pascal",
+        5 => "Volta",
+        6 => "Turing",
+        7 => "Ampere",
+        8 => "Ada",
+        9 => "Hopper",
+        10 => "Blackwell",
+        _ => "Unknown",
+    }
+}
+
+/// Ask the NVML at `path` about every GPU and MIG device. Initialises and shuts NVML down once.
+pub fn query(path: &Path) -> Result<NvmlInfo, NvmlError> {
+    let lib = Lib::open(path)?;
+    // SAFETY (all transmutes below): each symbol is NVML's exported function of that name,
+    // whose C signature the function-pointer type spells out (nvml.h).
+    let init: FnVoid = unsafe { std::mem::transmute(lib.need("nvmlInit_v2")?) };
+    let shutdown: FnVoid = unsafe { std::mem::transmute(lib.need("nvmlShutdown")?) };
+    let err_str: Option<FnErr> = lib
+        .sym("nvmlErrorString")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnErr>(p) });
+    let fail = |call: &'static str, code: c_int| NvmlError::Call {
+        call,
+        code,
+        message: err_str
+            .map(|f| {
+                // SAFETY: nvmlErrorString returns a static NUL-terminated string or NULL.
+                let p = unsafe { f(code) };
+                if p.is_null() {
+                    String::new()
+                } else {
+                    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+                }
+            })
+            .unwrap_or_default(),
+    };
+    // SAFETY: nvmlInit_v2 takes no arguments.
+    let rc = unsafe { init() };
+    if rc != NVML_SUCCESS {
+        return Err(fail("nvmlInit_v2", rc));
+    }
+    let result = query_devices(&lib, &fail);
+    // SAFETY: balanced with the successful nvmlInit_v2 above.
+    unsafe { shutdown() };
+    result
+}
+
+fn query_devices(
+    lib: &Lib,
+    fail: &dyn Fn(&'static str, c_int) -> NvmlError,
+) -> Result<NvmlInfo, NvmlError> {
+    // SAFETY: see `query`: each pointer is the named NVML function with this signature.
+    let count: FnCount = unsafe { std::mem::transmute(lib.need("nvmlDeviceGetCount_v2")?) };
+    let handle: FnHandle =
+        unsafe { std::mem::transmute(lib.need("nvmlDeviceGetHandleByIndex_v2")?) };
+    let uuid: FnStr = unsafe { std::mem::transmute(lib.need("nvmlDeviceGetUUID")?) };
+    let minor: FnUint = unsafe { std::mem::transmute(lib.need("nvmlDeviceGetMinorNumber")?) };
+    let opt = |name| lib.sym(name);
+    let cc: Option<FnTwoInt> = opt("nvmlDeviceGetCudaComputeCapability")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnTwoInt>(p) });
+    let brand: Option<FnInt> =
+        opt("nvmlDeviceGetBrand").map(|p| unsafe { std::mem::transmute::<*mut c_void, FnInt>(p) });
+    let arch: Option<FnUint> = opt("nvmlDeviceGetArchitecture")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
+    let mig_mode: Option<FnTwoUint> = opt("nvmlDeviceGetMigMode")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnTwoUint>(p) });
+    let max_mig: Option<FnUint> = opt("nvmlDeviceGetMaxMigDeviceCount")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
+    let mig_handle: Option<FnMigHandle> = opt("nvmlDeviceGetMigDeviceHandleByIndex")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnMigHandle>(p) });
+    let gi_id: Option<FnUint> = opt("nvmlDeviceGetGpuInstanceId")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
+    let ci_id: Option<FnUint> = opt("nvmlDeviceGetComputeInstanceId")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
+
+    let get_uuid = |d: Device| -> Result<String, NvmlError> {
+        let mut buf = [0 as c_char; 96];
+        // SAFETY: `buf` holds `len` bytes; NVML NUL-terminates within them on success.
+        let rc = unsafe { uuid(d, buf.as_mut_ptr(), buf.len() as c_uint) };
+        if rc != NVML_SUCCESS {
+            return Err(fail("nvmlDeviceGetUUID", rc));
+        }
+        buf[buf.len() - 1] = 0;
+        // SAFETY: NUL-terminated by the line above at the latest.
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
+    };
+
+    let mut n: c_uint = 0;
+    // SAFETY: `n` is a valid out-pointer.
+    let rc = unsafe { count(&mut n) };
+    if rc != NVML_SUCCESS {
+        return Err(fail("nvmlDeviceGetCount_v2", rc));
+    }
+    let mut info = NvmlInfo::default();
+    for i in 0..n.min(MAX_GPUS) {
+        let mut d: Device = std::ptr::null_mut();
+        // SAFETY: `d` is a valid out-pointer.
+        let rc = unsafe { handle(i, &mut d) };
+        if rc != NVML_SUCCESS {
+            return Err(fail("nvmlDeviceGetHandleByIndex_v2", rc));
+        }
+        let mut m: c_uint = 0;
+        // SAFETY: `d` is NVML's handle, `m` a valid out-pointer.
+        let rc = unsafe { minor(d, &mut m) };
+        if rc != NVML_SUCCESS {
+            return Err(fail("nvmlDeviceGetMinorNumber", rc));
+        }
+        let compute_capability = cc.and_then(|f| {
+            let (mut a, mut b) = (0, 0);
+            // SAFETY: valid handle and out-pointers.
+            (unsafe { f(d, &mut a, &mut b) } == NVML_SUCCESS).then(|| format!("{a}.{b}"))
+        });
+        let brand = brand.and_then(|f| {
+            let mut v = 0;
+            // SAFETY: valid handle and out-pointer.
+            (unsafe { f(d, &mut v) } == NVML_SUCCESS).then(|| brand_name(v).to_string())
+        });
+        let architecture = arch.and_then(|f| {
+            let mut v = 0;
+            // SAFETY: valid handle and out-pointer.
+            (unsafe { f(d, &mut v) } == NVML_SUCCESS).then(|| arch_name(v).to_string())
+        });
+        let mig_enabled = mig_mode.is_some_and(|f| {
+            let (mut cur, mut pending) = (0, 0);
+            // SAFETY: valid handle and out-pointers.
+            let rc = unsafe { f(d, &mut cur, &mut pending) };
+            rc == NVML_SUCCESS && cur == 1
+        });
+        let mut mig = Vec::new();
+        if let (true, Some(max), Some(get), Some(gi_id), Some(ci_id)) =
+            (mig_enabled, max_mig, mig_handle, gi_id, ci_id)
+        {
+            let mut slots: c_uint = 0;
+            // SAFETY: valid handle and out-pointer.
+            let rc = unsafe { max(d, &mut slots) };
+            if rc != NVML_SUCCESS {
+                return Err(fail("nvmlDeviceGetMaxMigDeviceCount", rc));
+            }
+            for j in 0..slots.min(MAX_MIG) {
+                let mut md: Device = std::ptr::null_mut();
+                // SAFETY: valid handle and out-pointer.
+                let rc = unsafe { get(d, j, &mut md) };
+                if rc == NVML_ERROR_NOT_FOUND {
+                    continue;
+                }
+                if rc != NVML_SUCCESS {
+                    return Err(fail("nvmlDeviceGetMigDeviceHandleByIndex", rc));
+                }
+                let (mut g, mut c) = (0, 0);
+                // SAFETY: `md` is NVML's MIG handle, out-pointers valid.
+                let rc = unsafe { gi_id(md, &mut g) };
+                if rc != NVML_SUCCESS {
+                    return Err(fail("nvmlDeviceGetGpuInstanceId", rc));
+                }
+                // SAFETY: as above.
+                let rc = unsafe { ci_id(md, &mut c) };
+                if rc != NVML_SUCCESS {
+                    return Err(fail("nvmlDeviceGetComputeInstanceId", rc));
+                }
+                mig.push(NvmlMig {
+                    // Numbered without the empty slots, as libnvidia-container numbers `N:M`.
+                    index: mig.len() as u32,
+                    gi: g,
+                    ci: c,
+                    uuid: get_uuid(md)?,
+                });
+            }
+        }
+        info.gpus.push(NvmlGpu {
+            index: i,
+            minor: m,
+            uuid: get_uuid(d)?,
+            compute_capability,
+            brand,
+            architecture,
+            mig_enabled,
+            mig,
+        });
+    }
+    Ok(info)
+}
