@@ -61,12 +61,13 @@ pub fn mig_devices(inv: &Inventory, info: Option<&NvmlInfo>) -> anyhow::Result<V
     Ok(devices)
 }
 
-/// The plan's MIG edits, and the indices of the GPUs in MIG mode: those NVML says are, and any
-/// that procfs shows MIG devices on.
+/// The plan's MIG edits (by-path link hooks running `hook_path`), and the indices of the GPUs
+/// in MIG mode: those NVML says are, and any that procfs shows MIG devices on.
 pub fn mig_plan(
     inv: &Inventory,
     devices: &[MigDevice],
     info: Option<&NvmlInfo>,
+    hook_path: &str,
 ) -> (Vec<MigEdits>, Vec<u32>) {
     let mut gpus: Vec<u32> = devices.iter().map(|d| d.gpu).collect();
     if let Some(info) = info {
@@ -78,7 +79,7 @@ pub fn mig_plan(
     }
     gpus.sort_unstable();
     gpus.dedup();
-    (plan_mig(inv, devices), gpus)
+    (plan_mig(inv, devices, hook_path), gpus)
 }
 
 /// Largest cache file read: a few hundred bytes per GPU.

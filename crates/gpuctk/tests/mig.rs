@@ -909,3 +909,202 @@ fn a_record_from_before_repartitioning_is_not_used() {
     r.ok();
     assert_eq!(caps_in(&r), cap_nodes(&m, &[1]), "{}", r.stdout);
 }
+
+/// A mock host whose GPU 0 has a 2g.20gb GPU instance split into two compute instances and a
+/// 1g.24gb GPU instance of a graphics profile (Blackwell's `+gfx`).
+fn split_host(t: &TestDir) -> Host {
+    let dir = t.join("host");
+    let r = ok(&[
+        "mock-host",
+        "create",
+        dir.to_str().unwrap(),
+        "--gpus",
+        "2",
+        "--mig",
+        "0=2g.20gb*2,1g.24gb+gfx",
+    ]);
+    assert!(
+        r.stdout
+            .contains("GPU 0 in MIG mode: 1c.2g.20gb, 1c.2g.20gb, 1g.24gb+gfx"),
+        "{}",
+        r.stdout
+    );
+    let manifest =
+        serde_json::from_slice(&std::fs::read(dir.join("mock-host.json")).unwrap()).unwrap();
+    Host { manifest }
+}
+
+/// Two compute instances of one GPU instance are two MIG devices, each with the GPU instance's
+/// node and its own compute instance's; a `+gfx` profile's device also gets its parent's DRM
+/// nodes and by-path links, in `cdi generate` and through the shim (runc, crun), as NVIDIA's
+/// generator gives them; not through the prestart hook (NVIDIA's legacy mode matches DRM nodes
+/// to whole GPUs only).
+#[test]
+fn compute_instances_and_graphics_profiles() {
+    let t = TestDir::new();
+    let h = split_host(&t);
+    let m = migs(&h);
+    assert_eq!(
+        m.iter().map(|x| (x.1, x.2, x.3)).collect::<Vec<_>>(),
+        [(3, 30, 31), (3, 30, 32), (7, 66, 67)]
+    );
+    // The driver's procfs layout: one folder per compute instance.
+    let caps = format!("{}/driver/nvidia/capabilities/gpu0/mig", h.proc_root());
+    for (f, minor) in [
+        ("gi3/access", 30),
+        ("gi3/ci0/access", 31),
+        ("gi3/ci1/access", 32),
+        ("gi7/ci0/access", 67),
+    ] {
+        let text = std::fs::read_to_string(format!("{caps}/{f}")).unwrap();
+        assert!(
+            text.starts_with(&format!("DeviceFileMinor: {minor}\n")),
+            "{f}: {text}"
+        );
+    }
+    // nvidia-smi -L (through the fake NVML) names each compute instance.
+    let smi = std::process::Command::new(format!("{}/usr/bin/nvidia-smi", h.driver_root()))
+        .arg("-L")
+        .env(
+            "LD_LIBRARY_PATH",
+            format!(
+                "{}{}",
+                h.driver_root(),
+                h.manifest["lib_dir"].as_str().unwrap()
+            ),
+        )
+        .output()
+        .unwrap();
+    let smi = String::from_utf8_lossy(&smi.stdout);
+    for (i, name) in ["1c.2g.20gb", "1c.2g.20gb", "1g.24gb+gfx"].iter().enumerate() {
+        assert!(
+            smi.contains(&format!("MIG {name:<12}Device  {i}: (UUID: {})", m[i].0)),
+            "{smi}"
+        );
+    }
+
+    let (spec, _) = generate(&h, &[]);
+    let bus0 = h.manifest["gpus"][0]["bus_id"].as_str().unwrap().to_string();
+    let caps_of = |d: &Value| -> Vec<String> {
+        node_paths(d)
+            .into_iter()
+            .filter(|p| p.starts_with("/dev/nvidia-caps/"))
+            .collect()
+    };
+    for (i, name) in ["0:0", "0:1", "0:2"].iter().enumerate() {
+        for d in [device(&spec, name), device(&spec, &m[i].0)] {
+            assert_eq!(
+                caps_of(d),
+                [
+                    format!("/dev/nvidia-caps/nvidia-cap{}", m[i].2),
+                    format!("/dev/nvidia-caps/nvidia-cap{}", m[i].3)
+                ],
+                "{name}"
+            );
+            let dri: Vec<String> = node_paths(d)
+                .into_iter()
+                .filter(|p| p.starts_with("/dev/dri/"))
+                .collect();
+            let hooks = d["containerEdits"]["hooks"].as_array().map_or(0, Vec::len);
+            if i == 2 {
+                assert_eq!(dri, ["/dev/dri/card0", "/dev/dri/renderD128"], "{d}");
+                let hook = &d["containerEdits"]["hooks"][0]["args"];
+                assert!(
+                    hook.to_string().contains("create-symlinks")
+                        && hook
+                            .to_string()
+                            .contains(&format!("/dev/dri/by-path/pci-{bus0}-card")),
+                    "{d}"
+                );
+            } else {
+                assert!(dri.is_empty() && hooks == 0, "{name}: {d}");
+            }
+            nodes_match_host(d, &h.dev_root());
+        }
+    }
+
+    for runtime in ["runc", "crun"] {
+        let t = TestDir::new();
+        let host = split_host(&t);
+        let bed = crate::runtime::Bed::with_host(runtime, t, host);
+        let cache = bed.t.join("nvml-cache.json");
+        let cfg = std::fs::read_to_string(&bed.config).unwrap().replace(
+            "[gpuctk]\n",
+            &format!("[gpuctk]\nnvml-cache = \"{}\"\n", cache.display()),
+        );
+        std::fs::write(&bed.config, cfg).unwrap();
+        record_nvml(&bed);
+        let uuids = bed.host.uuids();
+        let shell = |bed: &crate::runtime::Bed| {
+            bed.edit(|s| {
+                s["process"]["args"] = serde_json::json!([
+                    "/bin/sh",
+                    "-c",
+                    format!(
+                        "/usr/bin/gpuctk-probe; echo ---smi---; nvidia-smi -L; echo ---dri---; \
+                         ls /dev/dri 2>&1 | sort; readlink /dev/dri/by-path/pci-{bus0}-card; true"
+                    )
+                ]);
+            });
+        };
+        // (request, its compute instance's devices, DRM nodes)
+        let cases: [(String, usize, &str); 3] = [
+            ("0:1".into(), 1, ""),
+            (m[0].0.clone(), 0, ""),
+            ("0:2".into(), 2, "by-path\ncard0\nrenderD128\n../card0\n"),
+        ];
+        for (i, (value, which, dri)) in cases.iter().enumerate() {
+            bed.set_env(&[
+                &format!("NVIDIA_VISIBLE_DEVICES={value}"),
+                "NVIDIA_DRIVER_CAPABILITIES=graphics,utility",
+            ]);
+            shell(&bed);
+            let r = bed.run(&format!("split{i}"));
+            r.ok();
+            assert_eq!(r.gpus(), [0], "{value}: {}", r.stdout);
+            assert_eq!(caps_in(&r), cap_nodes(&m, &[*which]), "{value}: {}", r.stdout);
+            let (smi, listed) = r.smi.split_once("---dri---\n").unwrap();
+            assert!(
+                smi.contains(&uuids[0]) && smi.contains(&m[*which].0),
+                "{value}: {smi}"
+            );
+            let listed = if dri.is_empty() {
+                listed.contains("No such file").then_some("").unwrap_or(listed)
+            } else {
+                listed
+            };
+            assert_eq!(listed, *dri, "{runtime} {value}: {}", r.stdout);
+        }
+        // Without `graphics` or `display`, no DRM node, as for a whole GPU.
+        bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0:2"]);
+        shell(&bed);
+        let r = bed.run("nographics");
+        r.ok();
+        assert!(r.smi.contains("No such file"), "{}", r.stdout);
+        // The prestart hook (legacy mode): no DRM node for a MIG device.
+        let cfg = std::fs::read_to_string(&bed.config).unwrap().replace(
+            "[nvidia-container-runtime]\n",
+            "[nvidia-container-runtime]\nmode = \"legacy\"\n",
+        );
+        std::fs::write(&bed.config, cfg).unwrap();
+        bed.set_env(&[
+            "NVIDIA_VISIBLE_DEVICES=0:2",
+            "NVIDIA_DRIVER_CAPABILITIES=graphics,utility",
+        ]);
+        shell(&bed);
+        // The mock driver is not in the kernel's procfs: a tmpfs on /proc/driver stands for
+        // the driver's folder, where the hook binds the capability files.
+        bed.edit(|s| {
+            s["mounts"].as_array_mut().unwrap().push(serde_json::json!({
+                "destination": "/proc/driver",
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "nodev", "noexec", "mode=755"]
+            }));
+        });
+        let r = bed.run("legacy");
+        r.ok();
+        assert_eq!(caps_in(&r), cap_nodes(&m, &[2]), "{}", r.stdout);
+        assert!(r.smi.contains("No such file"), "{}", r.stdout);
+    }
+}

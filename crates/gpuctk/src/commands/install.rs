@@ -484,7 +484,7 @@ fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(S
     if let (Err(why), false) = (&nvml, migs.is_empty()) {
         tracing::warn!("{why}");
     }
-    (p.mig, p.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok());
+    (p.mig, p.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok(), &hook);
     // As `cdi generate` by default: `additionalGids` would need cdiVersion 0.7.0, which older
     // CDI clients refuse for the whole spec; the runtime's own edits carry the groups.
     p.without_additional_gids();
