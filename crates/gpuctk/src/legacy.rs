@@ -639,8 +639,7 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
             None
         });
         let devices = crate::mig::mig_devices(&inv, recorded.as_ref())?;
-        let plans =
-            gpuctk_core::mig::plan_mig(&inv, &devices, &crate::decision::hook_path(cfg));
+        let plans = gpuctk_core::mig::plan_mig(&inv, &devices, &crate::decision::hook_path(cfg));
         let mut chosen: Vec<usize> = Vec::new();
         for id in &mig_ids {
             let m = gpuctk_core::mig::select_mig(&inv, &plans, id, "--device")?;

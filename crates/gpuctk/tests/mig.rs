@@ -976,7 +976,10 @@ fn compute_instances_and_graphics_profiles() {
         .output()
         .unwrap();
     let smi = String::from_utf8_lossy(&smi.stdout);
-    for (i, name) in ["1c.2g.20gb", "1c.2g.20gb", "1g.24gb+gfx"].iter().enumerate() {
+    for (i, name) in ["1c.2g.20gb", "1c.2g.20gb", "1g.24gb+gfx"]
+        .iter()
+        .enumerate()
+    {
         assert!(
             smi.contains(&format!("MIG {name:<12}Device  {i}: (UUID: {})", m[i].0)),
             "{smi}"
@@ -984,7 +987,10 @@ fn compute_instances_and_graphics_profiles() {
     }
 
     let (spec, _) = generate(&h, &[]);
-    let bus0 = h.manifest["gpus"][0]["bus_id"].as_str().unwrap().to_string();
+    let bus0 = h.manifest["gpus"][0]["bus_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let caps_of = |d: &Value| -> Vec<String> {
         node_paths(d)
             .into_iter()
@@ -1023,6 +1029,37 @@ fn compute_instances_and_graphics_profiles() {
         }
     }
 
+    // nvidia-container-cli names each compute instance's files.
+    let cli = t.join("nvidia-container-cli");
+    std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
+    let config = t.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\n",
+            h.driver_root(),
+            h.dev_root(),
+            h.proc_root()
+        ),
+    )
+    .unwrap();
+    for (dev, ci) in [("0:0", 0), ("0:1", 1)] {
+        let out = std::process::Command::new(&cli)
+            .args(["list", "--device", dev])
+            .env("GPUCTK_CONFIG", &config)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success()
+                && text.contains(&format!(
+                    "/dev/nvidia0\n{caps}/gi3/access\n{caps}/gi3/ci{ci}/access\n/"
+                ))
+                && text.matches("/access\n").count() == 2,
+            "{dev}: {text} {out:?}"
+        );
+    }
+
     for runtime in ["runc", "crun"] {
         let t = TestDir::new();
         let host = split_host(&t);
@@ -1048,9 +1085,10 @@ fn compute_instances_and_graphics_profiles() {
             });
         };
         // (request, its compute instance's devices, DRM nodes)
-        let cases: [(String, usize, &str); 3] = [
+        let cases: [(String, usize, &str); 4] = [
             ("0:1".into(), 1, ""),
             (m[0].0.clone(), 0, ""),
+            (format!("MIG-{}/3/1", uuids[0]), 1, ""),
             ("0:2".into(), 2, "by-path\ncard0\nrenderD128\n../card0\n"),
         ];
         for (i, (value, which, dri)) in cases.iter().enumerate() {
@@ -1062,14 +1100,22 @@ fn compute_instances_and_graphics_profiles() {
             let r = bed.run(&format!("split{i}"));
             r.ok();
             assert_eq!(r.gpus(), [0], "{value}: {}", r.stdout);
-            assert_eq!(caps_in(&r), cap_nodes(&m, &[*which]), "{value}: {}", r.stdout);
+            assert_eq!(
+                caps_in(&r),
+                cap_nodes(&m, &[*which]),
+                "{value}: {}",
+                r.stdout
+            );
             let (smi, listed) = r.smi.split_once("---dri---\n").unwrap();
             assert!(
                 smi.contains(&uuids[0]) && smi.contains(&m[*which].0),
                 "{value}: {smi}"
             );
             let listed = if dri.is_empty() {
-                listed.contains("No such file").then_some("").unwrap_or(listed)
+                listed
+                    .contains("No such file")
+                    .then_some("")
+                    .unwrap_or(listed)
             } else {
                 listed
             };

@@ -467,7 +467,10 @@ fn gfx_profile_ids(
     fail: &dyn Fn(&'static str, c_int) -> NvmlError,
 ) -> Result<Vec<c_uint>, NvmlError> {
     let mut ids = Vec::new();
-    for index in GI_PROFILES_GFX.into_iter().filter(|i| *i < GI_PROFILE_COUNT) {
+    for index in GI_PROFILES_GFX
+        .into_iter()
+        .filter(|i| *i < GI_PROFILE_COUNT)
+    {
         let mut p = GpuInstanceProfileInfo::default();
         // SAFETY: valid handle, `p` is an nvmlGpuInstanceProfileInfo_t.
         match unsafe { profile(d, index, &mut p) } {

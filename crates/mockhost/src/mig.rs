@@ -81,7 +81,9 @@ struct Entry {
 impl Entry {
     fn parse(entry: &str) -> Option<Entry> {
         let (profile, cis) = match entry.split_once('*') {
-            Some((p, k)) if !k.is_empty() && k.len() <= 1 && k.bytes().all(|b| b.is_ascii_digit()) => {
+            Some((p, k))
+                if !k.is_empty() && k.len() <= 1 && k.bytes().all(|b| b.is_ascii_digit()) =>
+            {
                 (p, k.parse().ok()?)
             }
             Some(_) => return None,
@@ -295,10 +297,7 @@ mod tests {
         }
         let layout = vec![(0, vec!["1g.10gb".to_string(), "3g.40gb".to_string()])];
         assert_eq!(config_value(&layout), "0:3g.40gb@1.0,1g.10gb@7.0");
-        let split = vec![(
-            1,
-            vec!["2g.20gb*2".to_string(), "1g.24gb+gfx".to_string()],
-        )];
+        let split = vec![(1, vec!["2g.20gb*2".to_string(), "1g.24gb+gfx".to_string()])];
         assert_eq!(
             config_value(&split),
             "1:1c.2g.20gb@3.0,1c.2g.20gb@3.1,1g.24gb+gfx@7.0"
