@@ -108,7 +108,13 @@ fn cache_key(inv: &Inventory) -> Option<CacheKey> {
     let md = std::fs::metadata(lib).ok()?;
     Some(CacheKey {
         driver_version: inv.driver_version.to_string(),
-        library: lib.to_path_buf(),
+        // Inside the driver root: `gpuctk install` sees the host under its host root and the
+        // runtime at `/`, and the record holds for both (the file is the same by device and
+        // inode).
+        library: lib
+            .strip_prefix(&inv.roots.driver_root)
+            .map(|p| Path::new("/").join(p))
+            .unwrap_or_else(|_| lib.to_path_buf()),
         dev: md.dev(),
         ino: md.ino(),
         size: md.size(),
@@ -117,14 +123,19 @@ fn cache_key(inv: &Inventory) -> Option<CacheKey> {
     })
 }
 
-/// Record `info` at `path` for the runtime: written whole (renamed into place), mode 0644.
-pub fn record(path: &Path, inv: &Inventory, info: &NvmlInfo) -> Result<(), String> {
+/// The record of `info` for this driver and NVML file, as [`record`] writes it.
+pub fn record_text(inv: &Inventory, info: &NvmlInfo) -> Result<Vec<u8>, String> {
     let key = cache_key(inv).ok_or("the NVML library cannot be stat'ed")?;
-    let text = serde_json::to_vec(&CacheFile {
+    serde_json::to_vec(&CacheFile {
         key,
         nvml: info.clone(),
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())
+}
+
+/// Record `info` at `path` for the runtime: written whole (renamed into place), mode 0644.
+pub fn record(path: &Path, inv: &Inventory, info: &NvmlInfo) -> Result<(), String> {
+    let text = record_text(inv, info)?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
