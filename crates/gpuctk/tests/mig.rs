@@ -1154,3 +1154,67 @@ fn compute_instances_and_graphics_profiles() {
         assert!(r.smi.contains("No such file"), "{}", r.stdout);
     }
 }
+
+/// `gpuctk install` records NVML's answers where the installed runtime reads them, so that a
+/// `MIG-<uuid>` request resolves right after install; uninstall removes the record.
+#[test]
+fn install_records_nvml_for_mig_uuids() {
+    let t = TestDir::new();
+    let h = mig_host(&t);
+    let m = migs(&h);
+    let root = t.join("host");
+    std::fs::create_dir_all(root.join("run")).unwrap();
+    let hs = root.to_str().unwrap();
+    let proc_root = h.proc_root();
+    let r = ok(&[
+        "install",
+        "--host-root",
+        hs,
+        "--proc-root",
+        &proc_root,
+        "--runtime",
+        "containerd",
+        "--restart-mode",
+        "none",
+    ]);
+    let record = root.join("run/gpuctk/nvml-cache.json");
+    assert!(
+        r.stdout.contains("/run/gpuctk/nvml-cache.json"),
+        "{}",
+        r.stdout
+    );
+    let md = std::fs::metadata(&record).unwrap();
+    assert_eq!((md.mode() & 0o777, md.uid()), (0o644, 0));
+    // The runtime's view of this host, reading the record install wrote.
+    let cli = t.join("nvidia-container-cli");
+    std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
+    let config = t.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nnvml-cache = \"{}\"\n",
+            h.driver_root(),
+            h.dev_root(),
+            h.proc_root(),
+            record.display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(&cli)
+        .args(["list", "--device", &m[2].0])
+        .env("GPUCTK_CONFIG", &config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let caps = format!("{}/driver/nvidia/capabilities/gpu0/mig", h.proc_root());
+    assert!(
+        out.status.success()
+            && text.contains(&format!(
+                "{caps}/gi{g}/access\n{caps}/gi{g}/ci0/access\n",
+                g = m[2].1
+            )),
+        "{text} {out:?}"
+    );
+    ok(&["uninstall", "--host-root", hs, "--restart-mode", "none"]);
+    assert!(!record.exists() && !root.join("run/gpuctk").exists());
+}

@@ -441,7 +441,11 @@ fn put_link(host: &Host, path: &Path, target: &Path, b: &mut Book) -> anyhow::Re
 
 /// The CDI spec of the host's GPUs and the management spec, with host paths as the host sees
 /// them and the toolkit's hook.
-fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(String, String)> {
+/// The CDI spec, the management spec, and NVML's answers to record for the runtime (`None`
+/// without NVML).
+type SpecTexts = (String, String, Option<Vec<u8>>);
+
+fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<SpecTexts> {
     let driver_root = resolve_in_root(&host.root, &a.driver_root);
     let dev_root = match &a.dev_root {
         Some(d) => resolve_in_root(&host.root, d),
@@ -477,9 +481,18 @@ fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(S
         },
     );
     p.hooks_read_proc(&hook);
-    // MIG devices as `cdi generate` gives them. NVML's answers are not recorded from here: the
-    // runtime keys them by the NVML file as the host sees it (`gpuctk info` on the host does).
+    // MIG devices as `cdi generate` gives them, and NVML's answers recorded for the runtime
+    // (keyed inside the driver root, they hold for the host's view too), so that `MIG-<uuid>`
+    // requests work as soon as install is done.
     let nvml = crate::mig::ask_nvml(&inv);
+    let record = match nvml.as_ref().map(|i| crate::mig::record_text(&inv, i)) {
+        Ok(Ok(r)) => Some(r),
+        Ok(Err(e)) => {
+            tracing::warn!("NVML's answers not recorded for the runtime: {e}");
+            None
+        }
+        Err(_) => None,
+    };
     let migs = crate::mig::mig_devices(&inv, nvml.as_ref().ok())?;
     if let (Err(why), false) = (&nvml, migs.is_empty()) {
         tracing::warn!("{why}");
@@ -503,7 +516,7 @@ fn spec_texts(host: &Host, a: &InstallArgs, toolkit: &Path) -> anyhow::Result<(S
         }
         Ok(super::cdi::validated(spec)?.to_format(Format::Yaml))
     };
-    Ok((text(spec)?, text(management)?))
+    Ok((text(spec)?, text(management)?, record))
 }
 
 fn engine_of(e: EngineArg) -> Engine {
@@ -664,7 +677,7 @@ fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
         bail!("--dev-root: give it as the host sees it, absolute");
     }
     let config_toml = config_text(&toolkit, &a.driver_root, a.dev_root.as_deref())?;
-    let (spec, management_spec) = spec_texts(&host, a, &toolkit)?;
+    let (spec, management_spec, nvml_record) = spec_texts(&host, a, &toolkit)?;
 
     let mut out = std::io::stdout().lock();
     let mut b = Book {
@@ -702,6 +715,14 @@ fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
         &mut b,
     )?;
     report(&mut out, o, &management_path)?;
+    if let Some(record) = &nvml_record {
+        let path = Path::new(crate::config::DEFAULT_NVML_CACHE);
+        if let Some(dir) = path.parent() {
+            host.make_dirs(dir, &mut b)?;
+        }
+        let o = put_file(&host, path, record, 0o644, &mut b)?;
+        report(&mut out, o, path)?;
+    }
 
     // The engine: its config's directory and the drop-in's are ours to create if missing.
     if let Some(dir) = config.parent() {
