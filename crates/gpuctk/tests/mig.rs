@@ -1218,3 +1218,77 @@ fn install_records_nvml_for_mig_uuids() {
     ok(&["uninstall", "--host-root", hs, "--restart-mode", "none"]);
     assert!(!record.exists() && !root.join("run/gpuctk").exists());
 }
+
+/// MIG devices from a generated spec consumed by real Podman (`--device nvidia.com/gpu=0:1`,
+/// by UUID, a compute instance of a split GPU instance, a `+gfx` device): each container sees
+/// its parent's node, exactly its two capability nodes, its DRM nodes where the profile has
+/// graphics, and `nvidia-smi -L` lists exactly its partition.
+#[test]
+fn podman_runs_mig_devices_from_the_spec() {
+    use crate::engines::{listed_nodes, podman_import, podman_with_spec_dir, Bed, LIST_NODES};
+    let bed = Bed::with_host_flags(2, &["--mig", "0=2g.20gb*2,1g.24gb+gfx"]);
+    let m = migs(&bed.host);
+    let uuids = bed.host.uuids();
+    let cdi = bed.t.join("cdi");
+    std::fs::create_dir_all(&cdi).unwrap();
+    // As root on the host's roots: NVML's UUIDs are in the spec.
+    let mut args = vec![
+        "cdi".to_string(),
+        "generate".into(),
+        "--output".into(),
+        cdi.join("nvidia.yaml").display().to_string(),
+        "--nvidia-cdi-hook-path".into(),
+        GPUCTK.into(),
+    ];
+    args.extend(bed.host.roots());
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    podman_import(&bed);
+    let script = format!("{LIST_NODES}; echo ---smi---; nvidia-smi -L");
+    let caps = |i: usize| {
+        vec![
+            format!("/dev/nvidia-caps/nvidia-cap{}", m[i].2),
+            format!("/dev/nvidia-caps/nvidia-cap{}", m[i].3),
+        ]
+    };
+    let dri = || vec!["/dev/dri/card0".to_string(), "/dev/dri/renderD128".into()];
+    // (device, MIG device, whether DRM nodes come)
+    let uuid1 = format!("nvidia.com/gpu={}", m[1].0);
+    let cases: [(&str, usize, bool); 4] = [
+        ("nvidia.com/gpu=0:1", 1, false),
+        (&uuid1, 1, false),
+        ("nvidia.com/gpu=0:0", 0, false),
+        ("nvidia.com/gpu=0:2", 2, true),
+    ];
+    for (device, i, graphics) in cases {
+        let r = podman_with_spec_dir(&bed, &cdi, &[device], &script);
+        assert_eq!(r.code, 0, "{device}: {}\n{}", r.stdout, r.stderr);
+        let (nodes, smi) = r.stdout.split_once("---smi---\n").unwrap();
+        let got: Vec<String> = listed_nodes(nodes)
+            .into_iter()
+            .filter(|(p, _)| {
+                p.starts_with("/dev/nvidia-caps/")
+                    || p.starts_with("/dev/dri/")
+                    || p == "/dev/nvidia0"
+                    || p == "/dev/nvidia1"
+            })
+            .map(|(p, _)| p)
+            .collect();
+        let mut want = caps(i);
+        if graphics {
+            want.extend(dri());
+        }
+        want.push("/dev/nvidia0".into());
+        want.sort();
+        let mut got = got;
+        got.sort();
+        assert_eq!(got, want, "{device}: {}", r.stdout);
+        assert_eq!(
+            smi.lines()
+                .filter_map(|l| l.split("(UUID: ").nth(1))
+                .map(|u| u.trim_end_matches(')'))
+                .collect::<Vec<_>>(),
+            [uuids[0].as_str(), m[i].0.as_str()],
+            "{device}: {smi}"
+        );
+    }
+}
