@@ -27,6 +27,14 @@ pub fn ask_nvml(inv: &Inventory) -> Result<NvmlInfo, String> {
         .map_err(|e| format!("NVML not used ({e}): MIG UUIDs, brand and architecture are unknown"))
 }
 
+/// What the NVML at `lib` said (WSL2's, in the driver store), under the same switch.
+pub fn ask_nvml_at(lib: &Path) -> Result<NvmlInfo, String> {
+    if std::env::var_os("GPUCTK_NVML").is_some_and(|v| v == "off") {
+        return Err("NVML not used (GPUCTK_NVML=off)".to_string());
+    }
+    nvml::query(lib).map_err(|e| format!("NVML not used ({e})"))
+}
+
 /// NVML's answers, recorded at `cache` (when given) for the runtime when this process may
 /// write there (root); a failure to record is the returned line.
 pub fn ask_and_record(

@@ -25,6 +25,12 @@ const MAX_MIG: u32 = 64;
 pub struct NvmlInfo {
     /// The GPUs in NVML's order.
     pub gpus: Vec<NvmlGpu>,
+    /// `nvmlSystemGetDriverVersion`: on WSL2 the Windows driver's, which procfs does not show.
+    #[serde(default)]
+    pub driver_version: Option<String>,
+    /// `nvmlSystemGetCudaDriverVersion_v2` as `major.minor`.
+    #[serde(default)]
+    pub cuda_version: Option<String>,
 }
 
 /// One GPU as NVML describes it.
@@ -42,6 +48,12 @@ pub struct NvmlGpu {
     pub brand: Option<String>,
     /// Architecture (`Ampere`, `Hopper`, ...); `None` before R470's NVML.
     pub architecture: Option<String>,
+    /// `nvmlDeviceGetName`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `nvmlDeviceGetPciInfo_v3`'s bus id, `00000000:01:00.0`.
+    #[serde(default)]
+    pub bus_id: Option<String>,
     /// In MIG mode now.
     pub mig_enabled: bool,
     /// Its MIG devices, in NVML's order.
@@ -220,6 +232,32 @@ const NVML_ERROR_INVALID_ARGUMENT: c_int = 2;
 const NVML_ERROR_NOT_SUPPORTED: c_int = 3;
 
 const NVML_SUCCESS: c_int = 0;
+type FnSysStr = unsafe extern "C" fn(*mut c_char, c_uint) -> c_int;
+type FnSysInt = unsafe extern "C" fn(*mut c_int) -> c_int;
+type FnPci = unsafe extern "C" fn(Device, *mut PciInfo) -> c_int;
+
+/// nvml.h's `nvmlPciInfo_t`.
+#[repr(C)]
+struct PciInfo {
+    bus_id_legacy: [c_char; 16],
+    domain: c_uint,
+    bus: c_uint,
+    device: c_uint,
+    pci_device_id: c_uint,
+    pci_sub_system_id: c_uint,
+    bus_id: [c_char; 32],
+}
+
+/// The NUL-terminated string in `buf` (its last byte made NUL first).
+fn c_text(buf: &mut [c_char]) -> String {
+    if let Some(last) = buf.last_mut() {
+        *last = 0;
+    }
+    // SAFETY: NUL-terminated by the line above at the latest.
+    unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
 const NVML_ERROR_NOT_FOUND: c_int = 6;
 
 /// NVML's `nvmlBrandType_t` names, as `nvidia-smi -q` and libnvidia-container print them.
@@ -360,6 +398,25 @@ fn query_devices(
         return Err(fail("nvmlDeviceGetCount_v2", rc));
     }
     let mut info = NvmlInfo::default();
+    let sys_str: Option<FnSysStr> = opt("nvmlSystemGetDriverVersion")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnSysStr>(p) });
+    let sys_cuda: Option<FnSysInt> = opt("nvmlSystemGetCudaDriverVersion_v2")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnSysInt>(p) });
+    let name: Option<FnStr> =
+        opt("nvmlDeviceGetName").map(|p| unsafe { std::mem::transmute::<*mut c_void, FnStr>(p) });
+    let pci: Option<FnPci> = opt("nvmlDeviceGetPciInfo_v3")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnPci>(p) });
+    info.driver_version = sys_str.and_then(|f| {
+        let mut buf = [0 as c_char; 96];
+        // SAFETY: `buf` holds `len` bytes.
+        (unsafe { f(buf.as_mut_ptr(), buf.len() as c_uint) } == NVML_SUCCESS)
+            .then(|| c_text(&mut buf))
+    });
+    info.cuda_version = sys_cuda.and_then(|f| {
+        let mut v: c_int = 0;
+        // SAFETY: valid out-pointer.
+        (unsafe { f(&mut v) } == NVML_SUCCESS).then(|| format!("{}.{}", v / 1000, v % 1000 / 10))
+    });
     for i in 0..n.min(MAX_GPUS) {
         let mut d: Device = std::ptr::null_mut();
         // SAFETY: `d` is a valid out-pointer.
@@ -370,9 +427,31 @@ fn query_devices(
         let mut m: c_uint = 0;
         // SAFETY: `d` is NVML's handle, `m` a valid out-pointer.
         let rc = unsafe { minor(d, &mut m) };
-        if rc != NVML_SUCCESS {
+        if rc == NVML_ERROR_NOT_SUPPORTED {
+            // WSL2's GPUs have no /dev/nvidia<minor> (libnvidia-container takes 0 there).
+            m = 0;
+        } else if rc != NVML_SUCCESS {
             return Err(fail("nvmlDeviceGetMinorNumber", rc));
         }
+        let gpu_name = name.and_then(|f| {
+            let mut buf = [0 as c_char; 96];
+            // SAFETY: valid handle, `buf` holds `len` bytes.
+            (unsafe { f(d, buf.as_mut_ptr(), buf.len() as c_uint) } == NVML_SUCCESS)
+                .then(|| c_text(&mut buf))
+        });
+        let bus_id = pci.and_then(|f| {
+            let mut p = PciInfo {
+                bus_id_legacy: [0; 16],
+                domain: 0,
+                bus: 0,
+                device: 0,
+                pci_device_id: 0,
+                pci_sub_system_id: 0,
+                bus_id: [0; 32],
+            };
+            // SAFETY: valid handle, `p` is an nvmlPciInfo_t.
+            (unsafe { f(d, &mut p) } == NVML_SUCCESS).then(|| c_text(&mut p.bus_id))
+        });
         let compute_capability = cc.and_then(|f| {
             let (mut a, mut b) = (0, 0);
             // SAFETY: valid handle and out-pointers.
@@ -452,6 +531,8 @@ fn query_devices(
             compute_capability,
             brand,
             architecture,
+            name: gpu_name,
+            bus_id,
             mig_enabled,
             mig,
         });

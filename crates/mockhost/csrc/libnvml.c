@@ -80,8 +80,8 @@ static int is_char_node(const char *path)
 
 /*
  * The root whose dev/ and proc/ this library reads: the nearest folder above
- * the library holding dev/nvidiactl, so the copy in a mock host directory
- * talks to that host's nodes, and the copy in a container to "/".
+ * the library holding dev/nvidiactl (dev/dxg on WSL2), so the copy in a mock
+ * host directory talks to that host's nodes, and the copy in a container to "/".
  */
 static void find_root(void)
 {
@@ -99,6 +99,8 @@ static void find_root(void)
         if (!real[0])
             return;
         snprintf(probe, sizeof probe, "%s/dev/nvidiactl", real);
+        if (!is_char_node(probe))
+            snprintf(probe, sizeof probe, "%s/dev/dxg", real);
         if (is_char_node(probe)) {
             snprintf(g_root, sizeof g_root, "%s", real);
             return;
@@ -564,6 +566,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
     if (strstr(model, "H100") || strstr(model, "H200") || strstr(model, "H800")) {
         *major = 9;
         *minor = 0;
+    } else if (strstr(model, "RTX 40") || strstr(model, "L40") || strstr(model, "L4")) {
+        *major = 8;
+        *minor = 9;
     } else if (strstr(model, "A100") || strstr(model, "A30") || strstr(model, "A800")) {
         *major = 8;
         *minor = 0;

@@ -193,7 +193,8 @@ static inline void gm_scan_devices_in(struct gm_scan *s, const char *root)
     }
     /* WSL2 has no NVIDIA nodes: its one GPU is reached through /dev/dxg. */
     if (s->ctl_err == ENOENT && s->count == 0) {
-        err = gm_open_errno("/dev/dxg");
+        snprintf(path, sizeof path, "%s/dev/dxg", root);
+        err = gm_open_errno(path);
         if (err == ENXIO) {
             s->ctl_err = ENXIO;
             s->minors[s->count++] = 0;
