@@ -260,7 +260,7 @@ mod tests {
             uuid: None,
             gfx: false,
         };
-        let m = plan_mig(&inv, &[dev.clone()], "/hook");
+        let m = plan_mig(&inv, std::slice::from_ref(&dev), "/hook");
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].edits.device_nodes.len(), 3);
         assert_eq!(m[0].edits.additional_gids, vec![44]);

@@ -1111,11 +1111,9 @@ fn compute_instances_and_graphics_profiles() {
                 smi.contains(&uuids[0]) && smi.contains(&m[*which].0),
                 "{value}: {smi}"
             );
-            let listed = if dri.is_empty() {
-                listed
-                    .contains("No such file")
-                    .then_some("")
-                    .unwrap_or(listed)
+            // No /dev/dri at all is no DRM node.
+            let listed = if dri.is_empty() && listed.contains("No such file") {
+                ""
             } else {
                 listed
             };
