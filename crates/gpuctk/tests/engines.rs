@@ -463,6 +463,17 @@ pub(crate) fn podman_argv(bed: &Bed, extra: &[&str]) -> Vec<String> {
 /// running `script`, Podman's CDI folder /var/run/cdi replaced by `cdi` in the call's private
 /// mount namespace, so the specs a test generates never touch the host's own.
 pub(crate) fn podman_with_spec_dir(bed: &Bed, cdi: &Path, devices: &[&str], script: &str) -> Out {
+    podman_run_with_spec_dir(bed, cdi, devices, &[], script)
+}
+
+/// [`podman_with_spec_dir`] with more `podman run` options `extra`.
+pub(crate) fn podman_run_with_spec_dir(
+    bed: &Bed,
+    cdi: &Path,
+    devices: &[&str],
+    extra: &[&str],
+    script: &str,
+) -> Out {
     // The mount point; the host's folder stays as it is.
     fs::create_dir_all("/var/run/cdi").unwrap();
     let mut args = vec![
@@ -478,6 +489,7 @@ pub(crate) fn podman_with_spec_dir(bed: &Bed, cdi: &Path, devices: &[&str], scri
     for d in devices {
         args.extend(["--device", d]);
     }
+    args.extend(extra);
     args.extend([IMAGE, "/bin/sh", "-c", script]);
     let mut argv: Vec<String> = vec![
         "sh".into(),
@@ -621,6 +633,60 @@ fn podman_runs_the_gated_specs() {
             r.stdout
         );
     }
+}
+
+/// Issue 18 §3 with Podman reading a generated spec: its `disable-device-node-modification`
+/// hook gives the container `ModifyDeviceFiles: 0` (the host's params otherwise, read-only),
+/// and `update-application-profile` names the container's GPU only. The mock driver is not in
+/// the kernel's procfs: a tmpfs on `/proc/driver/nvidia` stands for its folder.
+#[test]
+fn podman_runs_the_guard_hooks_of_a_spec() {
+    let bed = Bed::new(2);
+    let cdi = bed.t.join("cdi");
+    fs::create_dir_all(&cdi).unwrap();
+    ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--output",
+            cdi.join("nvidia.yaml").to_str().unwrap(),
+            "--nvidia-cdi-hook-path",
+            GPUCTK,
+        ],
+        &bed.host.roots(),
+    ));
+    podman_import(&bed);
+    let host_params =
+        fs::read_to_string(PathBuf::from(bed.host.proc_root()).join("driver/nvidia/params"))
+            .unwrap();
+    let want = host_params.replace("\nModifyDeviceFiles: 1\n", "\nModifyDeviceFiles: 0\n");
+    assert_ne!(want, host_params);
+    let minor = bed.host.manifest["gpus"][1]["minor"].as_u64().unwrap();
+    let r = podman_run_with_spec_dir(
+        &bed,
+        &cdi,
+        &["nvidia.com/gpu=1"],
+        &[
+            "--mount",
+            "type=tmpfs,destination=/proc/driver,tmpfs-mode=755",
+            "--mount",
+            "type=tmpfs,destination=/proc/driver/nvidia,tmpfs-mode=555",
+        ],
+        "cat /proc/driver/nvidia/params; echo ---; \
+         cat /etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf; echo; echo ---; \
+         (echo x > /proc/driver/nvidia/params) 2>/dev/null && echo writable || echo read-only",
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let profile = format!(
+        r#"{{"profiles":[{{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x{:x}]}}],"rules":[{{"pattern":[],"profile":"_container_"}}]}}"#,
+        1u64 << minor
+    );
+    assert_eq!(
+        r.stdout,
+        format!("{want}---\n{profile}\n---\nread-only\n"),
+        "{}",
+        r.stderr
+    );
 }
 
 /// Podman reads CDI specs only from /etc/cdi and /var/run/cdi; this test owns its file there.
