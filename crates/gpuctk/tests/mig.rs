@@ -627,10 +627,17 @@ fn recorded_answers_are_trusted_only_when_sound() {
 }
 
 /// `arch` and `brand` requirements are checked with NVML's recorded answers; without them the
-/// condition holds (libnvidia-container's rule for an unknown datum), with a warning.
+/// condition holds (libnvidia-container's rule for an unknown datum), with a warning. Under
+/// runc and crun.
 #[test]
 fn arch_and_brand_requirements_use_the_recorded_answers() {
-    let (bed, _) = mig_bed("runc");
+    for runtime in ["runc", "crun"] {
+        arch_and_brand_requirements(runtime);
+    }
+}
+
+fn arch_and_brand_requirements(runtime: &str) {
+    let (bed, _) = mig_bed(runtime);
     let env = ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_ARCH=arch>=9.0"];
     bed.set_env(&env);
     let r = bed.run("unknown");
