@@ -48,6 +48,8 @@ static struct nvmlDevice_st g_devices[256];
 static struct nvmlDevice_st g_migs[256 * MAX_MIG_PER_GPU];
 static struct nvmlGpuInstance_st g_gis[256 * MAX_MIG_PER_GPU];
 static unsigned g_count, g_mig_total, g_gi_total;
+/* WSL2: the GPU is reached through /dev/dxg; NVML there has no minor numbers. */
+static int g_wsl;
 static int g_refcount;
 static char g_root[PATH_MAX];
 
@@ -317,6 +319,7 @@ EXPORT nvmlReturn_t nvmlInit_v2(void)
         gm_bus_id(scan.minors[i], g_devices[i].bus, sizeof g_devices[i].bus);
     }
     g_count = scan.count;
+    g_wsl = scan.dxg;
     g_mig_total = 0;
     g_gi_total = 0;
     load_mig_layout(seed);
@@ -510,6 +513,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *
     CHECK_DEVICE(device);
     if (!minor)
         return NVML_ERROR_INVALID_ARGUMENT;
+    /* As WSL2's NVML answers ("Not Supported"): there is no /dev/nvidia<minor>. */
+    if (g_wsl)
+        return NVML_ERROR_NOT_SUPPORTED;
     *minor = device->minor;
     return NVML_SUCCESS;
 }
