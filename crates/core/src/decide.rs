@@ -304,10 +304,11 @@ fn jit(
         Devices::NoGpus | Devices::Unrequested => Vec::new(),
     };
     let mut mig_edits = ContainerEdits::default();
+    let mut mig_links = Vec::new();
     let mut mig_parents: Vec<u32> = Vec::new();
     let wants_all = ids.iter().any(|i| matches!(i, DeviceId::All));
     if matches!(request.devices, Devices::Ids(_)) && (!mig_ids.is_empty() || wants_all) {
-        let migs = crate::mig::plan_mig(&inv, &host.mig_devices(&inv)?);
+        let migs = crate::mig::plan_mig(&inv, &host.mig_devices(&inv)?, settings.hook_path);
         let mut chosen: Vec<&crate::mig::MigEdits> = Vec::new();
         for id in &mig_ids {
             chosen.push(crate::mig::select_mig(
@@ -333,6 +334,16 @@ fn jit(
                 mig_parents.push(m.gpu);
             }
             mig_edits.append(&m.edits);
+            // A graphics profile's DRM nodes as a whole GPU's, for `graphics` or `display`; not
+            // through the prestart hook (NVIDIA's legacy graphics modifier matches GPUs only).
+            if settings.delivery != Delivery::PrestartHook
+                && crate::plan::wants_graphics(&request.capabilities)
+            {
+                let mut g = m.graphics.clone();
+                g.hooks.clear();
+                mig_edits.append(&g);
+                mig_links.extend(m.links.iter().cloned());
+            }
             if proc_view {
                 mig_edits.mounts.extend(m.proc_mounts.iter().cloned());
             }
@@ -376,6 +387,11 @@ fn jit(
             e.hooks.clear();
             edits.append(&e);
             links.extend(g.links.iter().cloned());
+        }
+    }
+    for l in mig_links {
+        if !links.contains(&l) {
+            links.push(l);
         }
     }
     if !mig_edits.device_nodes.is_empty() {

@@ -1,11 +1,13 @@
 //! MIG devices in requests and specs: which MIG device an id names (`N:M`, `MIG-<uuid>`, the
 //! older `MIG-GPU-<uuid>/<gi>/<ci>`), and the edits one gets: its parent's node and exactly its
-//! GPU instance's and compute instance's capability nodes, as NVIDIA's CDI generator gives them.
+//! GPU instance's and compute instance's capability nodes, as NVIDIA's CDI generator gives them;
+//! a device of a graphics profile (`+gfx`) its parent's DRM nodes too.
 
 use gpuctk_cdi::spec::{ContainerEdits, Mount};
 use gpuctk_host::mig::MigDevice;
 use gpuctk_host::Inventory;
 
+use crate::ops::{InRootOp, Link};
 use crate::plan::push_node;
 use crate::request::DeviceId;
 
@@ -24,6 +26,13 @@ pub struct MigEdits {
     pub ci: u32,
     /// The parent node and the two capability nodes.
     pub edits: ContainerEdits,
+    /// For a device of a graphics GPU instance profile (`+gfx`): its parent's DRM nodes and the
+    /// hook making their udev by-path links, as NVIDIA's generator gives them (since its PR
+    /// #1818). Empty otherwise. A spec's device has them with `edits`; the shim gives them as a
+    /// whole GPU's, for `graphics` or `display`.
+    pub graphics: ContainerEdits,
+    /// The by-path links the `graphics` hook makes.
+    pub links: Vec<Link>,
     /// Its two capability files bound read-only where procfs has them, the
     /// `/proc/driver/nvidia/capabilities` view libnvidia-container gives (legacy delivery only:
     /// NVIDIA's CDI specs have none, and a runtime takes no bind mount inside `/proc`).
@@ -62,12 +71,33 @@ pub enum MigSelectError {
     },
 }
 
-/// The edits of each MIG device in `devices` whose parent has a node, in their order.
-pub fn plan_mig(inv: &Inventory, devices: &[MigDevice]) -> Vec<MigEdits> {
+/// The edits of each MIG device in `devices` whose parent has a node, in their order; the
+/// by-path links' hook runs `hook_path`.
+pub fn plan_mig(inv: &Inventory, devices: &[MigDevice], hook_path: &str) -> Vec<MigEdits> {
     devices
         .iter()
         .filter_map(|d| {
-            let parent = inv.gpus.iter().find(|g| g.index == d.gpu)?.node.as_ref()?;
+            let gpu = inv.gpus.iter().find(|g| g.index == d.gpu)?;
+            let parent = gpu.node.as_ref()?;
+            let mut graphics = ContainerEdits::default();
+            let mut links = Vec::new();
+            if d.gfx {
+                for n in &gpu.drm {
+                    push_node(&mut graphics, n);
+                }
+                links.extend(gpu.drm_links.iter().map(|l| Link {
+                    target: l.target.clone(),
+                    link: l.link.clone(),
+                }));
+                if !links.is_empty() {
+                    graphics.hooks.push(
+                        InRootOp::CreateSymlinks {
+                            links: links.clone(),
+                        }
+                        .to_hook(hook_path),
+                    );
+                }
+            }
             let mut edits = ContainerEdits::default();
             // Each node's group in `additionalGids` as for a whole GPU's (NVIDIA's device edits).
             push_node(&mut edits, parent);
@@ -94,6 +124,8 @@ pub fn plan_mig(inv: &Inventory, devices: &[MigDevice]) -> Vec<MigEdits> {
                 gi: d.gi,
                 ci: d.ci,
                 edits,
+                graphics,
+                links,
                 proc_mounts,
             })
         })
@@ -226,10 +258,24 @@ mod tests {
             ],
             proc_files: Vec::new(),
             uuid: None,
+            gfx: false,
         };
-        let m = plan_mig(&inv, &[dev]);
+        let m = plan_mig(&inv, std::slice::from_ref(&dev), "/hook");
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].edits.device_nodes.len(), 3);
         assert_eq!(m[0].edits.additional_gids, vec![44]);
+        assert_eq!(m[0].graphics, ContainerEdits::default());
+        // A graphics profile's device has its parent's DRM nodes and their links, apart.
+        let mut inv = inv;
+        inv.gpus[0].drm = vec![node("/dev/dri/card1", 226, 1, 0o660, 44)];
+        inv.gpus[0].drm_links = vec![gpuctk_host::inventory::DrmLink {
+            target: "../card1".into(),
+            link: "/dev/dri/by-path/pci-0000:01:00.0-card".into(),
+        }];
+        let m = plan_mig(&inv, &[MigDevice { gfx: true, ..dev }], "/hook");
+        assert_eq!(m[0].edits.device_nodes.len(), 3);
+        assert_eq!(m[0].graphics.device_nodes[0].path, "/dev/dri/card1");
+        assert_eq!(m[0].graphics.hooks.len(), 1);
+        assert_eq!(m[0].links.len(), 1);
     }
 }

@@ -83,6 +83,15 @@ impl Plan {
                 g.edits.hooks.clear();
             }
         }
+        for m in &mut self.mig {
+            let op = InRootOp::CreateSymlinks {
+                links: m.links.clone(),
+            };
+            if !m.links.is_empty() && !keep(&op) {
+                m.links.clear();
+                m.graphics.hooks.clear();
+            }
+        }
     }
 
     /// Drop the device nodes' groups from `additionalGids` (NVIDIA's feature flag
@@ -94,6 +103,7 @@ impl Plan {
         }
         for m in &mut self.mig {
             m.edits.additional_gids.clear();
+            m.graphics.additional_gids.clear();
         }
     }
 }

@@ -202,10 +202,12 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
             if devices.iter().any(|d| d.name == name) {
                 continue;
             }
+            let mut container_edits = m.edits.clone();
+            container_edits.append(&m.graphics);
             devices.push(Device {
                 name,
                 annotations: BTreeMap::new(),
-                container_edits: m.edits.clone(),
+                container_edits,
             });
         }
     }
@@ -233,6 +235,7 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
         }
         for &pos in &selected_mig {
             all.append(&plan.mig[pos].edits);
+            all.append(&plan.mig[pos].graphics);
         }
         // A parent node shared by several MIG devices appears once.
         let mut seen = std::collections::BTreeSet::new();

@@ -834,9 +834,10 @@ pub struct MockCreateArgs {
     /// NVSwitch nodes to make, /dev/nvidia-nvswitch0 up, with /dev/nvidia-nvswitchctl (0-64)
     #[arg(long, default_value_t = 0)]
     pub nvswitches: u32,
-    /// Put GPU INDEX in MIG mode with these GPU instances (one compute instance each), e.g.
-    /// `--mig 0=1g.10gb,1g.10gb,2g.20gb`; repeat for more GPUs
-    #[arg(long, value_name = "INDEX=PROFILE[,PROFILE...]")]
+    /// Put GPU INDEX in MIG mode with these GPU instances, e.g.
+    /// `--mig 0=1g.10gb,2g.20gb*2,1g.24gb+gfx` (`*K`: K compute instances, else one;
+    /// `+gfx`: a graphics profile); repeat for more GPUs
+    #[arg(long, value_name = "INDEX=PROFILE[+gfx][*K][,...]")]
     pub mig: Vec<String>,
 }
 

@@ -596,6 +596,9 @@ fn bus32(bus: &str) -> String {
 
 fn info(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     let csv = args.iter().any(|a| a == "--csv");
+    if crate::decision::on_wsl(cfg)? {
+        return wsl_info(cfg, csv);
+    }
     let inv = inventory(cfg)?;
     let cuda = inv
         .cuda_version
@@ -745,6 +748,9 @@ fn parse_list(args: &[String]) -> anyhow::Result<ListArgs> {
 }
 
 fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
+    if crate::decision::on_wsl(cfg)? {
+        return wsl_list(cfg, args);
+    }
     let inv = inventory(cfg)?;
     let ListArgs {
         device,
@@ -776,7 +782,7 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
             None
         });
         let devices = crate::mig::mig_devices(&inv, recorded.as_ref())?;
-        let plans = gpuctk_core::mig::plan_mig(&inv, &devices);
+        let plans = gpuctk_core::mig::plan_mig(&inv, &devices, &crate::decision::hook_path(cfg));
         let mut chosen: Vec<usize> = Vec::new();
         for id in &mig_ids {
             let m = gpuctk_core::mig::select_mig(&inv, &plans, id, "--device")?;
@@ -854,6 +860,127 @@ fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     }
     if fw {
         for f in &inv.firmware {
+            out.push_str(&format!("{}\n", f.host_path.display()));
+        }
+    }
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The WSL2 host under the runtime's roots (`/dev/dxg`, the driver store), for `info`/`list`.
+fn wsl_host(cfg: &Config) -> anyhow::Result<gpuctk_host::wsl::WslHost> {
+    let r = crate::decision::roots(cfg);
+    gpuctk_host::wsl::discover(&r.driver_root, &r.dev_root).map_err(|e| anyhow!("WSL2 host: {e}"))
+}
+
+/// `info` on WSL2, as libnvidia-container gives it there: every fact from NVML (the driver
+/// store's `libnvidia-ml.so.1`; procfs has no NVIDIA driver), no device node (minor 0).
+fn wsl_info(cfg: &Config, csv: bool) -> anyhow::Result<ExitCode> {
+    let host = wsl_host(cfg)?;
+    let lib = host
+        .files()
+        .find(|f| f.path.ends_with("/libnvidia-ml.so.1"))
+        .ok_or_else(|| {
+            anyhow!(
+                "WSL2 host: no libnvidia-ml.so.1 in the driver store {}",
+                host.store
+            )
+        })?;
+    let nvml = crate::mig::ask_nvml_at(&lib.host_path, &cfg.nvml_helper).map_err(|e| {
+        anyhow!(
+            "{e}: on WSL2 every fact `info` prints comes from NVML ({})",
+            lib.host_path.display()
+        )
+    })?;
+    let na = |v: &Option<String>| v.clone().unwrap_or_else(|| "N/A".into());
+    let (driver, cuda) = (na(&nvml.driver_version), na(&nvml.cuda_version));
+    let mut out = String::new();
+    if csv {
+        out.push_str(&format!(
+            "NVRM version,CUDA version\n{driver},{cuda}\n\nDevice Index,Device Minor,Model,Brand,GPU UUID,Bus Location,Architecture\n"
+        ));
+        for g in &nvml.gpus {
+            out.push_str(&format!(
+                "{},{},{},{},{},{},{}\n",
+                g.index,
+                g.minor,
+                na(&g.name),
+                na(&g.brand),
+                g.uuid,
+                bus32(&na(&g.bus_id)),
+                na(&g.compute_capability)
+            ));
+        }
+    } else {
+        out.push_str(&format!(
+            "{:<15} {driver}\n{:<15} {cuda}\n",
+            "NVRM version:", "CUDA version:"
+        ));
+        for g in &nvml.gpus {
+            let line = |k: &str, v: &dyn std::fmt::Display| format!("{k:<15} {v}\n");
+            out.push('\n');
+            out.push_str(&line("Device Index:", &g.index));
+            out.push_str(&line("Device Minor:", &g.minor));
+            out.push_str(&line("Model:", &na(&g.name)));
+            out.push_str(&line("Brand:", &na(&g.brand)));
+            out.push_str(&line("GPU UUID:", &g.uuid));
+            out.push_str(&line("Bus Location:", &bus32(&na(&g.bus_id))));
+            out.push_str(&line("Architecture:", &na(&g.compute_capability)));
+        }
+    }
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `list` on WSL2: `/dev/dxg` (with a device asked for), then what `configure` mounts there,
+/// NVIDIA's WSL files: the driver store's `nvidia-smi` as the binary, `libdxcore.so` and the
+/// store's libraries and data files as the libraries. No IPC sockets, firmware or MIG.
+fn wsl_list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
+    let mut device = "all".to_string();
+    let (mut libs, mut bins, mut other) = (false, false, false);
+    let mut i = 0;
+    while i < args.len() {
+        if let Some(v) = take_value(args, &mut i, "--device", Some("-d"))? {
+            device = v;
+        } else {
+            match args[i].as_str() {
+                "--libraries" | "-l" => libs = true,
+                "--binaries" | "-b" => bins = true,
+                "--ipcs" | "-i" | "--firmwares" | "-f" | "--compat32" => other = true,
+                "--no-persistenced" | "--no-fabricmanager" => {}
+                s if s.starts_with("--mig-") || s.starts_with("--imex-channel") => {
+                    bail!("list: {s}: a WSL2 host has no MIG or IMEX channels")
+                }
+                s => bail!("list: unrecognized option '{s}'"),
+            }
+        }
+        i += 1;
+    }
+    let sections = !(libs || bins || other);
+    let host = wsl_host(cfg)?;
+    let ids = match parse_devices(&device, "--device")? {
+        Devices::Ids(ids) => ids,
+        _ => Vec::new(),
+    };
+    let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
+    if let Some(bad) = ids
+        .iter()
+        .find(|d| !gpuctk_core::wsl::wsl_serves(d, &kinds))
+    {
+        bail!("--device: {bad}: a WSL2 host has one device; ask for all");
+    }
+    let mut out = String::new();
+    if !ids.is_empty() {
+        out.push_str(&format!("{}\n", host.dxg.host_path.display()));
+    }
+    let is_bin = |f: &&gpuctk_host::wsl::WslFile| f.path.ends_with("/nvidia-smi");
+    if bins || sections {
+        for f in host.files().filter(is_bin) {
+            out.push_str(&format!("{}\n", f.host_path.display()));
+        }
+    }
+    if libs || sections {
+        for f in host.files().filter(|f| !is_bin(f)) {
             out.push_str(&format!("{}\n", f.host_path.display()));
         }
     }

@@ -26,14 +26,29 @@ pub fn ask_nvml(inv: &Inventory, helper: &Path) -> Result<NvmlInfo, String> {
     let unknown =
         |e: String| format!("NVML not used ({e}): MIG UUIDs, brand and architecture are unknown");
     let library = nvml::library(inv).map_err(|e| unknown(e.to_string()))?;
+    ask_library(&library, helper).map_err(unknown)
+}
+
+/// What the NVML at `lib` said (WSL2's, in the driver store), under the same switch.
+pub fn ask_nvml_at(lib: &Path, helper: &Path) -> Result<NvmlInfo, String> {
+    if std::env::var_os("GPUCTK_NVML").is_some_and(|v| v == "off") {
+        return Err("NVML not used (GPUCTK_NVML=off)".to_string());
+    }
+    ask_library(lib, helper).map_err(|e| format!("NVML not used ({e})"))
+}
+
+/// NVML's answers from `library`: in this process where the build has NVML's code (`nvml`),
+/// else through the helper program (the static build).
+fn ask_library(library: &Path, helper: &Path) -> Result<NvmlInfo, String> {
     #[cfg(feature = "nvml")]
-    let info = {
+    {
         let _ = helper;
         nvml::query(library).map_err(|e| e.to_string())
-    };
+    }
     #[cfg(not(feature = "nvml"))]
-    let info = crate::nvml_helper::ask(helper, library).map_err(|e| e.to_string());
-    info.map_err(unknown)
+    {
+        crate::nvml_helper::ask(helper, library).map_err(|e| e.to_string())
+    }
 }
 
 /// NVML's answers, recorded at `cache` (when given) for the runtime when this process may
@@ -70,12 +85,13 @@ pub fn mig_devices(inv: &Inventory, info: Option<&NvmlInfo>) -> anyhow::Result<V
     Ok(devices)
 }
 
-/// The plan's MIG edits, and the indices of the GPUs in MIG mode: those NVML says are, and any
-/// that procfs shows MIG devices on.
+/// The plan's MIG edits (by-path link hooks running `hook_path`), and the indices of the GPUs
+/// in MIG mode: those NVML says are, and any that procfs shows MIG devices on.
 pub fn mig_plan(
     inv: &Inventory,
     devices: &[MigDevice],
     info: Option<&NvmlInfo>,
+    hook_path: &str,
 ) -> (Vec<MigEdits>, Vec<u32>) {
     let mut gpus: Vec<u32> = devices.iter().map(|d| d.gpu).collect();
     if let Some(info) = info {
@@ -87,7 +103,7 @@ pub fn mig_plan(
     }
     gpus.sort_unstable();
     gpus.dedup();
-    (plan_mig(inv, devices), gpus)
+    (plan_mig(inv, devices, hook_path), gpus)
 }
 
 /// Largest cache file read: a few hundred bytes per GPU.
@@ -116,7 +132,13 @@ fn cache_key(inv: &Inventory) -> Option<CacheKey> {
     let md = std::fs::metadata(lib).ok()?;
     Some(CacheKey {
         driver_version: inv.driver_version.to_string(),
-        library: lib.to_path_buf(),
+        // Inside the driver root: `gpuctk install` sees the host under its host root and the
+        // runtime at `/`, and the record holds for both (the file is the same by device and
+        // inode).
+        library: lib
+            .strip_prefix(&inv.roots.driver_root)
+            .map(|p| Path::new("/").join(p))
+            .unwrap_or_else(|_| lib.to_path_buf()),
         dev: md.dev(),
         ino: md.ino(),
         size: md.size(),
@@ -125,14 +147,19 @@ fn cache_key(inv: &Inventory) -> Option<CacheKey> {
     })
 }
 
-/// Record `info` at `path` for the runtime: written whole (renamed into place), mode 0644.
-pub fn record(path: &Path, inv: &Inventory, info: &NvmlInfo) -> Result<(), String> {
+/// The record of `info` for this driver and NVML file, as [`record`] writes it.
+pub fn record_text(inv: &Inventory, info: &NvmlInfo) -> Result<Vec<u8>, String> {
     let key = cache_key(inv).ok_or("the NVML library cannot be stat'ed")?;
-    let text = serde_json::to_vec(&CacheFile {
+    serde_json::to_vec(&CacheFile {
         key,
         nvml: info.clone(),
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())
+}
+
+/// Record `info` at `path` for the runtime: written whole (renamed into place), mode 0644.
+pub fn record(path: &Path, inv: &Inventory, info: &NvmlInfo) -> Result<(), String> {
+    let text = record_text(inv, info)?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }

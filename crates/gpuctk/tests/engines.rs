@@ -27,8 +27,13 @@ pub(crate) struct Bed {
 
 impl Bed {
     pub(crate) fn new(gpus: u32) -> Bed {
+        Bed::with_host_flags(gpus, &[])
+    }
+
+    /// [`Bed::new`] on a mock host made with `mock-host create` flags `flags` too.
+    pub(crate) fn with_host_flags(gpus: u32, flags: &[&str]) -> Bed {
         let t = TestDir::new();
-        let host = mock_host(&t, "host", gpus, "570.124.06", "debian");
+        let host = mock_host_with(&t, "host", gpus, "570.124.06", "debian", flags);
         ok(&["mock-host", "rootfs", t.join("rootfs").to_str().unwrap()]);
         let bin = t.join("bin");
         fs::create_dir_all(&bin).unwrap();
@@ -429,6 +434,11 @@ fn docker_runtime_flag_after_runtime_configure() {
 // ------------------------------------------------------------------ podman
 
 pub(crate) fn podman(bed: &Bed, extra: &[&str]) -> Command {
+    bed.in_ns(&podman_argv(bed, extra))
+}
+
+/// podman's command line with this test's own storage, run root and temp dir.
+pub(crate) fn podman_argv(bed: &Bed, extra: &[&str]) -> Vec<String> {
     let root = bed.t.join("podman");
     let mut argv: Vec<String> = vec![
         "podman".into(),
@@ -446,7 +456,237 @@ pub(crate) fn podman(bed: &Bed, extra: &[&str]) -> Command {
         "none".into(),
     ];
     argv.extend(extra.iter().map(|s| s.to_string()));
-    bed.in_ns(&argv)
+    argv
+}
+
+/// `podman run` of `image` (imported by [`podman_import`]) with `devices` (`--device` values)
+/// running `script`, Podman's CDI folder /var/run/cdi replaced by `cdi` in the call's private
+/// mount namespace, so the specs a test generates never touch the host's own.
+pub(crate) fn podman_with_spec_dir(bed: &Bed, cdi: &Path, devices: &[&str], script: &str) -> Out {
+    podman_run_with_spec_dir(bed, cdi, devices, &[], script)
+}
+
+/// [`podman_with_spec_dir`] with more `podman run` options `extra`.
+pub(crate) fn podman_run_with_spec_dir(
+    bed: &Bed,
+    cdi: &Path,
+    devices: &[&str],
+    extra: &[&str],
+    script: &str,
+) -> Out {
+    // The mount point; the host's folder stays as it is.
+    fs::create_dir_all("/var/run/cdi").unwrap();
+    let mut args = vec![
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--ulimit",
+        "nofile=20000:20000",
+        "--ulimit",
+        "nproc=32768:32768",
+    ];
+    for d in devices {
+        args.extend(["--device", d]);
+    }
+    args.extend(extra);
+    args.extend([IMAGE, "/bin/sh", "-c", script]);
+    let mut argv: Vec<String> = vec![
+        "sh".into(),
+        "-c".into(),
+        r#"mount --bind "$0" /var/run/cdi && exec "$@""#.into(),
+        cdi.to_string_lossy().into_owned(),
+    ];
+    argv.extend(podman_argv(bed, &args));
+    out(&mut bed.in_ns(&argv))
+}
+
+/// The bed's image imported into its podman storage.
+pub(crate) fn podman_import(bed: &Bed) {
+    let r = out(&mut podman(
+        bed,
+        &["import", bed.rootfs_tar().to_str().unwrap(), IMAGE],
+    ));
+    assert_eq!(r.code, 0, "podman import: {}", r.stderr);
+}
+
+/// The character devices a container listed with [`LIST_NODES`] that are NVIDIA's or the gated
+/// modes', each with what opening it gave.
+pub(crate) fn listed_nodes(stdout: &str) -> Vec<(String, String)> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("node "))
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(p, _)| {
+            p.starts_with("/dev/nvidia")
+                || p.starts_with("/dev/infiniband/")
+                || p.starts_with("/dev/gdrdrv")
+                || p.starts_with("/dev/dri/")
+        })
+        .map(|(p, r)| (p.to_string(), r.to_string()))
+        .collect()
+}
+
+/// A shell line printing `node PATH RESULT` for each NVIDIA, gated-mode or DRM character device
+/// under /dev (not the others: a terminal's read blocks), RESULT what reading a byte from it
+/// said (ENXIO, "No such device or address", for a node the device cgroup allows whose driver is
+/// not there).
+pub(crate) const LIST_NODES: &str = "for n in $(find /dev -type c | \
+    grep -E '^/dev/(nvidia|infiniband/|gdrdrv|dri/)' | sort); do \
+    echo \"node $n $(head -c1 $n 2>&1 >/dev/null | sed 's/.*: //')\"; done";
+
+/// `cdi generate --mode gds|mofed|gdrcopy|nvswitch|imex` specs consumed by real Podman: each
+/// container given one kind's device sees exactly that mode's nodes, each allowed (ENXIO, or
+/// ENODEV for the misc-major `rdma_cm`), and GDS its `cufile.json`.
+#[test]
+fn podman_runs_the_gated_specs() {
+    let bed = Bed::with_host_flags(
+        1,
+        &[
+            "--gds",
+            "--mofed",
+            "--gdrcopy",
+            "--nvswitches",
+            "2",
+            "--imex-channels",
+            "3",
+        ],
+    );
+    let cdi = bed.t.join("cdi");
+    fs::create_dir_all(&cdi).unwrap();
+    for mode in ["gds", "mofed", "gdrcopy", "nvswitch", "imex"] {
+        ok(&with(
+            &[
+                "cdi",
+                "generate",
+                "--mode",
+                mode,
+                "--output",
+                cdi.join(format!("{mode}.yaml")).to_str().unwrap(),
+            ],
+            &bed.host.roots(),
+        ));
+    }
+    podman_import(&bed);
+    let enxio = "No such device or address";
+    let cases: [(&[&str], Vec<String>); 6] = [
+        (
+            &["nvidia.com/gds=all"],
+            (0..16).map(|i| format!("/dev/nvidia-fs{i}")).collect(),
+        ),
+        (
+            &["nvidia.com/mofed=all"],
+            vec![
+                "/dev/infiniband/rdma_cm".into(),
+                "/dev/infiniband/uverbs0".into(),
+                "/dev/infiniband/uverbs1".into(),
+            ],
+        ),
+        (&["nvidia.com/gdrcopy=all"], vec!["/dev/gdrdrv".into()]),
+        (
+            &["nvidia.com/nvswitch=all"],
+            vec![
+                "/dev/nvidia-nvswitch0".into(),
+                "/dev/nvidia-nvswitch1".into(),
+                "/dev/nvidia-nvswitchctl".into(),
+            ],
+        ),
+        (
+            &["nvidia.com/imex-channel=1"],
+            vec!["/dev/nvidia-caps-imex-channels/channel1".into()],
+        ),
+        (
+            &["nvidia.com/imex-channel=all", "nvidia.com/gdrcopy=all"],
+            vec![
+                "/dev/gdrdrv".into(),
+                "/dev/nvidia-caps-imex-channels/channel0".into(),
+                "/dev/nvidia-caps-imex-channels/channel1".into(),
+                "/dev/nvidia-caps-imex-channels/channel2".into(),
+            ],
+        ),
+    ];
+    for (devices, want) in cases {
+        let script = format!("{LIST_NODES}; test -f /etc/cufile.json && echo cufile; true");
+        let r = podman_with_spec_dir(&bed, &cdi, devices, &script);
+        assert_eq!(r.code, 0, "{devices:?}: {}\n{}", r.stdout, r.stderr);
+        let mut want = want;
+        want.sort();
+        let got = listed_nodes(&r.stdout);
+        assert_eq!(
+            got.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
+            want,
+            "{devices:?}: {}",
+            r.stdout
+        );
+        // Allowed by the device cgroup (EPERM otherwise); no driver behind it.
+        for (p, res) in &got {
+            assert!(
+                res == enxio || res == "No such device",
+                "{devices:?}: {p}: {}",
+                r.stdout
+            );
+        }
+        assert_eq!(
+            r.stdout.lines().any(|l| l == "cufile"),
+            devices[0].starts_with("nvidia.com/gds"),
+            "{devices:?}: {}",
+            r.stdout
+        );
+    }
+}
+
+/// Issue 18 §3 with Podman reading a generated spec: its `disable-device-node-modification`
+/// hook gives the container `ModifyDeviceFiles: 0` (the host's params otherwise, read-only),
+/// and `update-application-profile` names the container's GPU only. The mock driver is not in
+/// the kernel's procfs: a tmpfs on `/proc/driver/nvidia` stands for its folder.
+#[test]
+fn podman_runs_the_guard_hooks_of_a_spec() {
+    let bed = Bed::new(2);
+    let cdi = bed.t.join("cdi");
+    fs::create_dir_all(&cdi).unwrap();
+    ok(&with(
+        &[
+            "cdi",
+            "generate",
+            "--output",
+            cdi.join("nvidia.yaml").to_str().unwrap(),
+            "--nvidia-cdi-hook-path",
+            GPUCTK,
+        ],
+        &bed.host.roots(),
+    ));
+    podman_import(&bed);
+    let host_params =
+        fs::read_to_string(PathBuf::from(bed.host.proc_root()).join("driver/nvidia/params"))
+            .unwrap();
+    let want = host_params.replace("\nModifyDeviceFiles: 1\n", "\nModifyDeviceFiles: 0\n");
+    assert_ne!(want, host_params);
+    let minor = bed.host.manifest["gpus"][1]["minor"].as_u64().unwrap();
+    let r = podman_run_with_spec_dir(
+        &bed,
+        &cdi,
+        &["nvidia.com/gpu=1"],
+        &[
+            "--mount",
+            "type=tmpfs,destination=/proc/driver,tmpfs-mode=755",
+            "--mount",
+            "type=tmpfs,destination=/proc/driver/nvidia,tmpfs-mode=555",
+        ],
+        "cat /proc/driver/nvidia/params; echo ---; \
+         cat /etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf; echo; echo ---; \
+         (echo x > /proc/driver/nvidia/params) 2>/dev/null && echo writable || echo read-only",
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let profile = format!(
+        r#"{{"profiles":[{{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x{:x}]}}],"rules":[{{"pattern":[],"profile":"_container_"}}]}}"#,
+        1u64 << minor
+    );
+    assert_eq!(
+        r.stdout,
+        format!("{want}---\n{profile}\n---\nread-only\n"),
+        "{}",
+        r.stderr
+    );
 }
 
 /// Podman reads CDI specs only from /etc/cdi and /var/run/cdi; this test owns its file there.

@@ -997,3 +997,107 @@ fn mig_devices_by_device_flag() {
         );
     }
 }
+
+/// `nvidia-container-cli` on a WSL2 host (`mock-host create --layout wsl`), as
+/// libnvidia-container serves one: `info` from NVML (the driver store's; procfs has no NVIDIA
+/// driver), `list` with `/dev/dxg` and the driver store's files, and `configure` (enroot's
+/// call) giving the container `/dev/dxg` and the driver, so CUDA and nvidia-smi find the GPU.
+#[test]
+fn wsl_info_list_and_configure() {
+    let s = Site::with_host_args(&["--layout", "wsl"]);
+    let store = format!(
+        "{}{}",
+        s.host.driver_root(),
+        s.host.manifest["driver_store"].as_str().unwrap()
+    );
+    let cli = |args: &[&str]| {
+        let out = Command::new(&s.cli)
+            .args(args)
+            .env("GPUCTK_CONFIG", &s.config)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, info, err) = cli(&["info"]);
+    assert_eq!(code, 0, "{info}{err}");
+    for line in [
+        "NVRM version:   576.02\n",
+        "CUDA version:   12.9\n",
+        "Device Index:   0\n",
+        "Device Minor:   0\n",
+        "Model:          NVIDIA GeForce RTX 4090\n",
+        "Brand:          GeForce\n",
+        "Architecture:   8.9\n",
+    ] {
+        assert!(info.contains(line), "{line:?} in {info}");
+    }
+    assert!(info.contains("GPU UUID:       GPU-"), "{info}");
+    let (code, csv, err) = cli(&["info", "--csv"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        csv.starts_with("NVRM version,CUDA version\n576.02,12.9\n\nDevice Index,Device Minor,Model,Brand,GPU UUID,Bus Location,Architecture\n0,0,NVIDIA GeForce RTX 4090,GeForce,GPU-"),
+        "{csv}"
+    );
+    let (code, list, err) = cli(&["list"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines[0], format!("{}/dev/dxg", s.host.dev_root()), "{list}");
+    assert_eq!(lines[1], format!("{store}/nvidia-smi"), "{list}");
+    assert_eq!(
+        lines[2],
+        format!("{}/usr/lib/wsl/lib/libdxcore.so", s.host.driver_root()),
+        "{list}"
+    );
+    for lib in [
+        "libcuda.so.1.1",
+        "libnvidia-ml.so.1",
+        "libnvidia-ptxjitcompiler.so.1",
+    ] {
+        assert!(lines.contains(&format!("{store}/{lib}").as_str()), "{list}");
+    }
+    // The node and the libraries (nodes are always listed, as for a dGPU host); a device
+    // WSL2 does not have is refused in one line.
+    let (code, libs, _) = cli(&["list", "--libraries"]);
+    assert_eq!(code, 0);
+    assert!(
+        libs.starts_with(lines[0]) && !libs.contains("nvidia-smi"),
+        "{libs}"
+    );
+    let (code, _, err) = cli(&["list", "--device=1"]);
+    assert!(
+        code != 0 && err.contains("a WSL2 host has one device"),
+        "{err}"
+    );
+
+    // enroot's configure: a restricted /dev, so /dev/dxg is made by the hook.
+    let r = s.run(
+        As::Root,
+        true,
+        &s.rootfs("w1", As::Root),
+        &["--device=all", "--compute", "--utility"],
+    );
+    ok_run(&r, "wsl");
+    assert_eq!(r.probe.device("/dev/dxg"), Some("ENXIO"), "{}", r.stdout);
+    match &r.probe.libcuda {
+        Some(gpuctk_mockhost::LibraryLoad::Loaded { realpath, .. }) => assert_eq!(
+            realpath,
+            &format!(
+                "{}/libcuda.so.1.1",
+                s.host.manifest["driver_store"].as_str().unwrap()
+            ),
+            "{}",
+            r.stdout
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.probe.cu_device_count, Some((0, 1)), "{}", r.stdout);
+    assert!(
+        r.smi.contains("GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-"),
+        "{}",
+        r.smi
+    );
+}

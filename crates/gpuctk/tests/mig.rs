@@ -627,10 +627,17 @@ fn recorded_answers_are_trusted_only_when_sound() {
 }
 
 /// `arch` and `brand` requirements are checked with NVML's recorded answers; without them the
-/// condition holds (libnvidia-container's rule for an unknown datum), with a warning.
+/// condition holds (libnvidia-container's rule for an unknown datum), with a warning. Under
+/// runc and crun.
 #[test]
 fn arch_and_brand_requirements_use_the_recorded_answers() {
-    let (bed, _) = mig_bed("runc");
+    for runtime in ["runc", "crun"] {
+        arch_and_brand_requirements(runtime);
+    }
+}
+
+fn arch_and_brand_requirements(runtime: &str) {
+    let (bed, _) = mig_bed(runtime);
     let env = ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_ARCH=arch>=9.0"];
     bed.set_env(&env);
     let r = bed.run("unknown");
@@ -908,4 +915,385 @@ fn a_record_from_before_repartitioning_is_not_used() {
     let r = bed.run("index");
     r.ok();
     assert_eq!(caps_in(&r), cap_nodes(&m, &[1]), "{}", r.stdout);
+}
+
+/// A mock host whose GPU 0 has a 2g.20gb GPU instance split into two compute instances and a
+/// 1g.24gb GPU instance of a graphics profile (Blackwell's `+gfx`).
+fn split_host(t: &TestDir) -> Host {
+    let dir = t.join("host");
+    let r = ok(&[
+        "mock-host",
+        "create",
+        dir.to_str().unwrap(),
+        "--gpus",
+        "2",
+        "--mig",
+        "0=2g.20gb*2,1g.24gb+gfx",
+    ]);
+    assert!(
+        r.stdout
+            .contains("GPU 0 in MIG mode: 1c.2g.20gb, 1c.2g.20gb, 1g.24gb+gfx"),
+        "{}",
+        r.stdout
+    );
+    let manifest =
+        serde_json::from_slice(&std::fs::read(dir.join("mock-host.json")).unwrap()).unwrap();
+    Host { manifest }
+}
+
+/// Two compute instances of one GPU instance are two MIG devices, each with the GPU instance's
+/// node and its own compute instance's; a `+gfx` profile's device also gets its parent's DRM
+/// nodes and by-path links, in `cdi generate` and through the shim (runc, crun), as NVIDIA's
+/// generator gives them; not through the prestart hook (NVIDIA's legacy mode matches DRM nodes
+/// to whole GPUs only).
+#[test]
+fn compute_instances_and_graphics_profiles() {
+    let t = TestDir::new();
+    let h = split_host(&t);
+    let m = migs(&h);
+    assert_eq!(
+        m.iter().map(|x| (x.1, x.2, x.3)).collect::<Vec<_>>(),
+        [(3, 30, 31), (3, 30, 32), (7, 66, 67)]
+    );
+    // The driver's procfs layout: one folder per compute instance.
+    let caps = format!("{}/driver/nvidia/capabilities/gpu0/mig", h.proc_root());
+    for (f, minor) in [
+        ("gi3/access", 30),
+        ("gi3/ci0/access", 31),
+        ("gi3/ci1/access", 32),
+        ("gi7/ci0/access", 67),
+    ] {
+        let text = std::fs::read_to_string(format!("{caps}/{f}")).unwrap();
+        assert!(
+            text.starts_with(&format!("DeviceFileMinor: {minor}\n")),
+            "{f}: {text}"
+        );
+    }
+    // nvidia-smi -L (through the fake NVML) names each compute instance.
+    let smi = std::process::Command::new(format!("{}/usr/bin/nvidia-smi", h.driver_root()))
+        .arg("-L")
+        .env(
+            "LD_LIBRARY_PATH",
+            format!(
+                "{}{}",
+                h.driver_root(),
+                h.manifest["lib_dir"].as_str().unwrap()
+            ),
+        )
+        .output()
+        .unwrap();
+    let smi = String::from_utf8_lossy(&smi.stdout);
+    for (i, name) in ["1c.2g.20gb", "1c.2g.20gb", "1g.24gb+gfx"]
+        .iter()
+        .enumerate()
+    {
+        assert!(
+            smi.contains(&format!("MIG {name:<12}Device  {i}: (UUID: {})", m[i].0)),
+            "{smi}"
+        );
+    }
+
+    let (spec, _) = generate(&h, &[]);
+    let bus0 = h.manifest["gpus"][0]["bus_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let caps_of = |d: &Value| -> Vec<String> {
+        node_paths(d)
+            .into_iter()
+            .filter(|p| p.starts_with("/dev/nvidia-caps/"))
+            .collect()
+    };
+    for (i, name) in ["0:0", "0:1", "0:2"].iter().enumerate() {
+        for d in [device(&spec, name), device(&spec, &m[i].0)] {
+            assert_eq!(
+                caps_of(d),
+                [
+                    format!("/dev/nvidia-caps/nvidia-cap{}", m[i].2),
+                    format!("/dev/nvidia-caps/nvidia-cap{}", m[i].3)
+                ],
+                "{name}"
+            );
+            let dri: Vec<String> = node_paths(d)
+                .into_iter()
+                .filter(|p| p.starts_with("/dev/dri/"))
+                .collect();
+            let hooks = d["containerEdits"]["hooks"].as_array().map_or(0, Vec::len);
+            if i == 2 {
+                assert_eq!(dri, ["/dev/dri/card0", "/dev/dri/renderD128"], "{d}");
+                let hook = &d["containerEdits"]["hooks"][0]["args"];
+                assert!(
+                    hook.to_string().contains("create-symlinks")
+                        && hook
+                            .to_string()
+                            .contains(&format!("/dev/dri/by-path/pci-{bus0}-card")),
+                    "{d}"
+                );
+            } else {
+                assert!(dri.is_empty() && hooks == 0, "{name}: {d}");
+            }
+            nodes_match_host(d, &h.dev_root());
+        }
+    }
+
+    // nvidia-container-cli names each compute instance's files.
+    let cli = t.join("nvidia-container-cli");
+    std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
+    let config = t.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\n",
+            h.driver_root(),
+            h.dev_root(),
+            h.proc_root()
+        ),
+    )
+    .unwrap();
+    for (dev, ci) in [("0:0", 0), ("0:1", 1)] {
+        let out = std::process::Command::new(&cli)
+            .args(["list", "--device", dev])
+            .env("GPUCTK_CONFIG", &config)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success()
+                && text.contains(&format!(
+                    "/dev/nvidia0\n{caps}/gi3/access\n{caps}/gi3/ci{ci}/access\n/"
+                ))
+                && text.matches("/access\n").count() == 2,
+            "{dev}: {text} {out:?}"
+        );
+    }
+
+    for runtime in ["runc", "crun"] {
+        let t = TestDir::new();
+        let host = split_host(&t);
+        let bed = crate::runtime::Bed::with_host(runtime, t, host);
+        let cache = bed.t.join("nvml-cache.json");
+        let cfg = std::fs::read_to_string(&bed.config).unwrap().replace(
+            "[gpuctk]\n",
+            &format!("[gpuctk]\nnvml-cache = \"{}\"\n", cache.display()),
+        );
+        std::fs::write(&bed.config, cfg).unwrap();
+        record_nvml(&bed);
+        let uuids = bed.host.uuids();
+        let shell = |bed: &crate::runtime::Bed| {
+            bed.edit(|s| {
+                s["process"]["args"] = serde_json::json!([
+                    "/bin/sh",
+                    "-c",
+                    format!(
+                        "/usr/bin/gpuctk-probe; echo ---smi---; nvidia-smi -L; echo ---dri---; \
+                         ls /dev/dri 2>&1 | sort; readlink /dev/dri/by-path/pci-{bus0}-card; true"
+                    )
+                ]);
+            });
+        };
+        // (request, its compute instance's devices, DRM nodes)
+        let cases: [(String, usize, &str); 4] = [
+            ("0:1".into(), 1, ""),
+            (m[0].0.clone(), 0, ""),
+            (format!("MIG-{}/3/1", uuids[0]), 1, ""),
+            ("0:2".into(), 2, "by-path\ncard0\nrenderD128\n../card0\n"),
+        ];
+        for (i, (value, which, dri)) in cases.iter().enumerate() {
+            bed.set_env(&[
+                &format!("NVIDIA_VISIBLE_DEVICES={value}"),
+                "NVIDIA_DRIVER_CAPABILITIES=graphics,utility",
+            ]);
+            shell(&bed);
+            let r = bed.run(&format!("split{i}"));
+            r.ok();
+            assert_eq!(r.gpus(), [0], "{value}: {}", r.stdout);
+            assert_eq!(
+                caps_in(&r),
+                cap_nodes(&m, &[*which]),
+                "{value}: {}",
+                r.stdout
+            );
+            let (smi, listed) = r.smi.split_once("---dri---\n").unwrap();
+            assert!(
+                smi.contains(&uuids[0]) && smi.contains(&m[*which].0),
+                "{value}: {smi}"
+            );
+            // No /dev/dri at all is no DRM node.
+            let listed = if dri.is_empty() && listed.contains("No such file") {
+                ""
+            } else {
+                listed
+            };
+            assert_eq!(listed, *dri, "{runtime} {value}: {}", r.stdout);
+        }
+        // Without `graphics` or `display`, no DRM node, as for a whole GPU.
+        bed.set_env(&["NVIDIA_VISIBLE_DEVICES=0:2"]);
+        shell(&bed);
+        let r = bed.run("nographics");
+        r.ok();
+        assert!(r.smi.contains("No such file"), "{}", r.stdout);
+        // The prestart hook (legacy mode): no DRM node for a MIG device.
+        let cfg = std::fs::read_to_string(&bed.config).unwrap().replace(
+            "[nvidia-container-runtime]\n",
+            "[nvidia-container-runtime]\nmode = \"legacy\"\n",
+        );
+        std::fs::write(&bed.config, cfg).unwrap();
+        bed.set_env(&[
+            "NVIDIA_VISIBLE_DEVICES=0:2",
+            "NVIDIA_DRIVER_CAPABILITIES=graphics,utility",
+        ]);
+        shell(&bed);
+        // The mock driver is not in the kernel's procfs: a tmpfs on /proc/driver stands for
+        // the driver's folder, where the hook binds the capability files.
+        bed.edit(|s| {
+            s["mounts"].as_array_mut().unwrap().push(serde_json::json!({
+                "destination": "/proc/driver",
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "nodev", "noexec", "mode=755"]
+            }));
+        });
+        let r = bed.run("legacy");
+        r.ok();
+        assert_eq!(caps_in(&r), cap_nodes(&m, &[2]), "{}", r.stdout);
+        assert!(r.smi.contains("No such file"), "{}", r.stdout);
+    }
+}
+
+/// `gpuctk install` records NVML's answers where the installed runtime reads them, so that a
+/// `MIG-<uuid>` request resolves right after install; uninstall removes the record.
+#[test]
+fn install_records_nvml_for_mig_uuids() {
+    let t = TestDir::new();
+    let h = mig_host(&t);
+    let m = migs(&h);
+    let root = t.join("host");
+    std::fs::create_dir_all(root.join("run")).unwrap();
+    let hs = root.to_str().unwrap();
+    let proc_root = h.proc_root();
+    let r = ok(&[
+        "install",
+        "--host-root",
+        hs,
+        "--proc-root",
+        &proc_root,
+        "--runtime",
+        "containerd",
+        "--restart-mode",
+        "none",
+    ]);
+    let record = root.join("run/gpuctk/nvml-cache.json");
+    assert!(
+        r.stdout.contains("/run/gpuctk/nvml-cache.json"),
+        "{}",
+        r.stdout
+    );
+    let md = std::fs::metadata(&record).unwrap();
+    assert_eq!((md.mode() & 0o777, md.uid()), (0o644, 0));
+    // The runtime's view of this host, reading the record install wrote.
+    let cli = t.join("nvidia-container-cli");
+    std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
+    let config = t.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nnvml-cache = \"{}\"\n",
+            h.driver_root(),
+            h.dev_root(),
+            h.proc_root(),
+            record.display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(&cli)
+        .args(["list", "--device", &m[2].0])
+        .env("GPUCTK_CONFIG", &config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let caps = format!("{}/driver/nvidia/capabilities/gpu0/mig", h.proc_root());
+    assert!(
+        out.status.success()
+            && text.contains(&format!(
+                "{caps}/gi{g}/access\n{caps}/gi{g}/ci0/access\n",
+                g = m[2].1
+            )),
+        "{text} {out:?}"
+    );
+    ok(&["uninstall", "--host-root", hs, "--restart-mode", "none"]);
+    assert!(!record.exists() && !root.join("run/gpuctk").exists());
+}
+
+/// MIG devices from a generated spec consumed by real Podman (`--device nvidia.com/gpu=0:1`,
+/// by UUID, a compute instance of a split GPU instance, a `+gfx` device): each container sees
+/// its parent's node, exactly its two capability nodes, its DRM nodes where the profile has
+/// graphics, and `nvidia-smi -L` lists exactly its partition.
+#[test]
+fn podman_runs_mig_devices_from_the_spec() {
+    use crate::engines::{listed_nodes, podman_import, podman_with_spec_dir, Bed, LIST_NODES};
+    let bed = Bed::with_host_flags(2, &["--mig", "0=2g.20gb*2,1g.24gb+gfx"]);
+    let m = migs(&bed.host);
+    let uuids = bed.host.uuids();
+    let cdi = bed.t.join("cdi");
+    std::fs::create_dir_all(&cdi).unwrap();
+    // As root on the host's roots: NVML's UUIDs are in the spec.
+    let mut args = vec![
+        "cdi".to_string(),
+        "generate".into(),
+        "--output".into(),
+        cdi.join("nvidia.yaml").display().to_string(),
+        "--nvidia-cdi-hook-path".into(),
+        GPUCTK.into(),
+    ];
+    args.extend(bed.host.roots());
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    podman_import(&bed);
+    let script = format!("{LIST_NODES}; echo ---smi---; nvidia-smi -L");
+    let caps = |i: usize| {
+        vec![
+            format!("/dev/nvidia-caps/nvidia-cap{}", m[i].2),
+            format!("/dev/nvidia-caps/nvidia-cap{}", m[i].3),
+        ]
+    };
+    let dri = || vec!["/dev/dri/card0".to_string(), "/dev/dri/renderD128".into()];
+    // (device, MIG device, whether DRM nodes come)
+    let uuid1 = format!("nvidia.com/gpu={}", m[1].0);
+    let cases: [(&str, usize, bool); 4] = [
+        ("nvidia.com/gpu=0:1", 1, false),
+        (&uuid1, 1, false),
+        ("nvidia.com/gpu=0:0", 0, false),
+        ("nvidia.com/gpu=0:2", 2, true),
+    ];
+    for (device, i, graphics) in cases {
+        let r = podman_with_spec_dir(&bed, &cdi, &[device], &script);
+        assert_eq!(r.code, 0, "{device}: {}\n{}", r.stdout, r.stderr);
+        let (nodes, smi) = r.stdout.split_once("---smi---\n").unwrap();
+        let got: Vec<String> = listed_nodes(nodes)
+            .into_iter()
+            .filter(|(p, _)| {
+                p.starts_with("/dev/nvidia-caps/")
+                    || p.starts_with("/dev/dri/")
+                    || p == "/dev/nvidia0"
+                    || p == "/dev/nvidia1"
+            })
+            .map(|(p, _)| p)
+            .collect();
+        let mut want = caps(i);
+        if graphics {
+            want.extend(dri());
+        }
+        want.push("/dev/nvidia0".into());
+        want.sort();
+        let mut got = got;
+        got.sort();
+        assert_eq!(got, want, "{device}: {}", r.stdout);
+        assert_eq!(
+            smi.lines()
+                .filter_map(|l| l.split("(UUID: ").nth(1))
+                .map(|u| u.trim_end_matches(')'))
+                .collect::<Vec<_>>(),
+            [uuids[0].as_str(), m[i].0.as_str()],
+            "{device}: {smi}"
+        );
+    }
 }

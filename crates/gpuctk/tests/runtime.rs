@@ -2107,3 +2107,65 @@ fn gated_modes_through_the_shim_and_the_hook() {
         }
     }
 }
+
+/// Issue 18 §4: `NVIDIA_MOFED` and `NVIDIA_NVSWITCH` through the shim and the prestart hook,
+/// under runc and crun: with a device asked for, exactly those modes' nodes, each allowed by
+/// the device cgroup (ENXIO, or ENODEV for the misc-major `rdma_cm`); without a device, none.
+#[test]
+fn mofed_and_nvswitch_through_the_shim_and_the_hook() {
+    let script =
+        "for n in $(find /dev -type c | grep -E '^/dev/(nvidia-nvswitch|infiniband/)' | sort); do \
+                  echo \"$n $(head -c1 $n 2>&1 >/dev/null | sed 's/.*: //')\"; done";
+    let want = [
+        "/dev/infiniband/rdma_cm",
+        "/dev/infiniband/uverbs0",
+        "/dev/infiniband/uverbs1",
+        "/dev/nvidia-nvswitch0",
+        "/dev/nvidia-nvswitch1",
+        "/dev/nvidia-nvswitchctl",
+    ];
+    for runtime in ["runc", "crun"] {
+        let bed = Bed::new_with(runtime, "debian", 1, &["--mofed", "--nvswitches", "2"]);
+        let auto = fs::read_to_string(&bed.config).unwrap();
+        let legacy = auto.replace(
+            "[nvidia-container-runtime]\n",
+            "[nvidia-container-runtime]\nmode = \"legacy\"\n",
+        );
+        for (mode, config) in [("auto", &auto), ("legacy", &legacy)] {
+            fs::write(&bed.config, config).unwrap();
+            for (env, expected) in [
+                (
+                    &[
+                        "NVIDIA_VISIBLE_DEVICES=0",
+                        "NVIDIA_MOFED=enabled",
+                        "NVIDIA_NVSWITCH=enabled",
+                    ][..],
+                    &want[..],
+                ),
+                (
+                    &["NVIDIA_MOFED=enabled", "NVIDIA_NVSWITCH=enabled"][..],
+                    &[][..],
+                ),
+            ] {
+                bed.set_env(env);
+                bed.edit(|s| s["process"]["args"] = json!(["/bin/sh", "-c", script]));
+                let r = bed.run(&format!("mofed-{mode}-{}", expected.len()));
+                assert_eq!(r.code, 0, "{runtime} {mode}: {}", r.stderr);
+                let got: Vec<(&str, &str)> =
+                    r.stdout.lines().filter_map(|l| l.split_once(' ')).collect();
+                assert_eq!(
+                    got.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+                    expected,
+                    "{runtime} {mode} {env:?}: {}",
+                    r.stdout
+                );
+                for (p, res) in got {
+                    assert!(
+                        res == "No such device or address" || res == "No such device",
+                        "{runtime} {mode}: {p}: {res}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -46,6 +46,9 @@ pub struct MigDevice {
     pub proc_files: Vec<CapView>,
     /// `MIG-...` from NVML, `None` where NVML was not asked or not there.
     pub uuid: Option<String>,
+    /// Its GPU instance profile has the graphics attribute (`+gfx`), as NVML told it; `false`
+    /// where NVML was not asked (procfs does not say).
+    pub gfx: bool,
 }
 
 impl MigDevice {
@@ -143,6 +146,7 @@ pub fn discover_mig(roots: &Roots, gpus: &[Gpu]) -> Result<Vec<MigDevice>, MigEr
                     caps: caps_nodes,
                     proc_files,
                     uuid: None,
+                    gfx: false,
                 });
                 index += 1;
             }
@@ -178,6 +182,7 @@ pub fn attach_uuids(devices: &mut [MigDevice], info: &crate::nvml::NvmlInfo) {
             .flat_map(|g| &g.mig)
             .find(|m| m.gi == d.gi && m.ci == d.ci);
         d.uuid = found.map(|m| m.uuid.clone());
+        d.gfx = found.is_some_and(|m| m.gfx);
         if let Some(m) = found {
             d.index = m.index;
         }

@@ -34,6 +34,12 @@ pub use dl::query;
 pub struct NvmlInfo {
     /// The GPUs in NVML's order.
     pub gpus: Vec<NvmlGpu>,
+    /// `nvmlSystemGetDriverVersion`: on WSL2 the Windows driver's, which procfs does not show.
+    #[serde(default)]
+    pub driver_version: Option<String>,
+    /// `nvmlSystemGetCudaDriverVersion_v2` as `major.minor`.
+    #[serde(default)]
+    pub cuda_version: Option<String>,
 }
 
 /// One GPU as NVML describes it.
@@ -51,6 +57,12 @@ pub struct NvmlGpu {
     pub brand: Option<String>,
     /// Architecture (`Ampere`, `Hopper`, ...); `None` before R470's NVML.
     pub architecture: Option<String>,
+    /// `nvmlDeviceGetName`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `nvmlDeviceGetPciInfo_v3`'s bus id, `00000000:01:00.0`.
+    #[serde(default)]
+    pub bus_id: Option<String>,
     /// In MIG mode now.
     pub mig_enabled: bool,
     /// Its MIG devices, in NVML's order.
@@ -68,6 +80,11 @@ pub struct NvmlMig {
     pub ci: u32,
     /// `MIG-...`.
     pub uuid: String,
+    /// Its GPU instance's profile has the graphics attribute (`+gfx`, NVML's
+    /// `GPU_INSTANCE_PROFILE_*_SLICE_GFX`): NVIDIA's generator gives such a device its parent's
+    /// DRM nodes.
+    #[serde(default)]
+    pub gfx: bool,
 }
 
 /// Why NVML could not be asked.
@@ -116,8 +133,11 @@ impl NvmlInfo {
         if self.gpus.len() > MAX_GPUS as usize {
             return bad(format!("{} GPUs, more than {MAX_GPUS}", self.gpus.len()));
         }
+        // A GPU's name has spaces (`NVIDIA H100 80GB HBM3`); nothing else does.
+        let printable =
+            |what: &str, b: u8| b.is_ascii_graphic() || (b == b' ' && what == "GPU name");
         let text = |what: &str, s: &str, max: usize| -> Result<(), NvmlError> {
-            if s.is_empty() || s.len() >= max || !s.bytes().all(|b| b.is_ascii_graphic()) {
+            if s.is_empty() || s.len() >= max || !s.bytes().all(|b| printable(what, b)) {
                 return Err(NvmlError::Answer(format!(
                     "{what} {:?} is not printable ASCII of 1 to {} bytes",
                     s.chars().take(max).collect::<String>(),
@@ -128,8 +148,17 @@ impl NvmlInfo {
         };
         let mut indices = std::collections::BTreeSet::new();
         let mut minors = std::collections::BTreeSet::new();
+        for (what, v) in [
+            ("driver version", &self.driver_version),
+            ("CUDA version", &self.cuda_version),
+        ] {
+            if let Some(v) = v {
+                text(what, v, MAX_NAME)?;
+            }
+        }
         for g in &self.gpus {
-            if !indices.insert(g.index) || !minors.insert(g.minor) {
+            // Minor 0 for every GPU is WSL2's answer (no device nodes there).
+            if !indices.insert(g.index) || (g.minor != 0 && !minors.insert(g.minor)) {
                 return bad(format!("GPU index {} or minor {} twice", g.index, g.minor));
             }
             text("GPU UUID", &g.uuid, MAX_UUID)?;
@@ -137,6 +166,8 @@ impl NvmlInfo {
                 ("compute capability", &g.compute_capability),
                 ("brand", &g.brand),
                 ("architecture", &g.architecture),
+                ("GPU name", &g.name),
+                ("bus id", &g.bus_id),
             ] {
                 if let Some(v) = v {
                     text(what, v, MAX_NAME)?;
@@ -178,17 +209,20 @@ mod tests {
     fn gpu(index: u32, uuid: &str) -> NvmlGpu {
         NvmlGpu {
             index,
-            minor: index,
+            minor: index + 1,
             uuid: uuid.into(),
             compute_capability: Some("8.0".into()),
             brand: Some("Tesla".into()),
             architecture: Some("Ampere".into()),
+            name: Some("NVIDIA A100-SXM4-40GB".into()),
+            bus_id: Some("00000000:07:00.0".into()),
             mig_enabled: true,
             mig: vec![NvmlMig {
                 index: 0,
                 gi: 1,
                 ci: 0,
                 uuid: "MIG-5c89e6a4-8e1b-5b4e-9f5b-2f3a8f2f6c11".into(),
+                gfx: false,
             }],
         }
     }
@@ -197,6 +231,8 @@ mod tests {
     fn answers_no_nvml_gives_are_refused() {
         let good = NvmlInfo {
             gpus: vec![gpu(0, "GPU-a"), gpu(1, "GPU-b")],
+            driver_version: Some("550.54.14".into()),
+            cuda_version: Some("12.4".into()),
         };
         good.check().unwrap();
         let refused = |info: NvmlInfo, says: &str| {
@@ -214,8 +250,18 @@ mod tests {
         i.gpus[0].brand = Some(String::new());
         refused(i, "brand");
         let mut i = good.clone();
-        i.gpus[1].minor = 0;
+        i.gpus[1].minor = 1;
         refused(i, "twice");
+        // WSL2: no device nodes, every minor 0.
+        let mut i = good.clone();
+        i.gpus.iter_mut().for_each(|g| g.minor = 0);
+        i.check().unwrap();
+        let mut i = good.clone();
+        i.gpus[0].name = Some("A100\u{7}".into());
+        refused(i, "GPU name");
+        let mut i = good.clone();
+        i.driver_version = Some("550 54".into());
+        refused(i, "driver version");
         let mut i = good.clone();
         i.gpus[0].mig_enabled = false;
         refused(i, "without MIG mode");
@@ -224,6 +270,7 @@ mod tests {
         refused(i, "MIG devices");
         let many = NvmlInfo {
             gpus: (0..=MAX_GPUS).map(|n| gpu(n, "GPU-x")).collect(),
+            ..NvmlInfo::default()
         };
         refused(many, "more than 256");
     }

@@ -3,7 +3,8 @@
  * plugins and the NVIDIA toolkit's discovery code.  Devices are the
  * /dev/nvidiaN nodes that answer ENXIO, indexed in order of minor, under the
  * root the library sits in (see find_root).  MIG devices come from the
- * host's layout in the config block ("mig=<minor>:<profile>@<gi>+...//...");
+ * host's layout in the config block ("mig=<minor>:<name>@<gi>.<ci>,.../...", one item
+ * per compute instance; a "+gfx" name is a GPU instance of a graphics profile);
  * like the real driver, a process sees a MIG device only when it can open
  * the /dev/nvidia-caps nodes its capability files name.
  */
@@ -35,9 +36,20 @@ struct nvmlDevice_st {
     unsigned mig_count;
 };
 
+/* A GPU instance: what nvmlDeviceGetGpuInstanceById hands out. */
+struct nvmlGpuInstance_st {
+    struct nvmlDevice_st *parent;
+    unsigned id;
+    unsigned profile; /* NVML_GPU_INSTANCE_PROFILE_* index */
+    unsigned slices;
+};
+
 static struct nvmlDevice_st g_devices[256];
 static struct nvmlDevice_st g_migs[256 * MAX_MIG_PER_GPU];
-static unsigned g_count, g_mig_total;
+static struct nvmlGpuInstance_st g_gis[256 * MAX_MIG_PER_GPU];
+static unsigned g_count, g_mig_total, g_gi_total;
+/* WSL2: the GPU is reached through /dev/dxg; NVML there has no minor numbers. */
+static int g_wsl;
 static int g_refcount;
 static char g_root[PATH_MAX];
 
@@ -70,8 +82,8 @@ static int is_char_node(const char *path)
 
 /*
  * The root whose dev/ and proc/ this library reads: the nearest folder above
- * the library holding dev/nvidiactl, so the copy in a mock host directory
- * talks to that host's nodes, and the copy in a container to "/".
+ * the library holding dev/nvidiactl (dev/dxg on WSL2), so the copy in a mock
+ * host directory talks to that host's nodes, and the copy in a container to "/".
  */
 static void find_root(void)
 {
@@ -89,6 +101,8 @@ static void find_root(void)
         if (!real[0])
             return;
         snprintf(probe, sizeof probe, "%s/dev/nvidiactl", real);
+        if (!is_char_node(probe))
+            snprintf(probe, sizeof probe, "%s/dev/dxg", real);
         if (is_char_node(probe)) {
             snprintf(g_root, sizeof g_root, "%s", real);
             return;
@@ -157,13 +171,51 @@ static struct nvmlDevice_st *gpu_by_minor(unsigned minor)
     return NULL;
 }
 
-/* One "<profile>@<gi>" entry of GPU `gpu`'s layout. */
+/* Slices of a MIG device name "[<c>c.]<g>g.<m>gb[+gfx]": its GPU instance's <g>. */
+static unsigned name_gi_slices(const char *name)
+{
+    const char *g = strstr(name, "c.");
+    return (unsigned)strtoul(g ? g + 2 : name, NULL, 10);
+}
+
+/* The GPU instance profile index of `slices` slices, with or without graphics; ~0u if none. */
+static unsigned profile_index(unsigned slices, int gfx)
+{
+    switch (slices) {
+    case 1: return gfx ? NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX : NVML_GPU_INSTANCE_PROFILE_1_SLICE;
+    case 2: return gfx ? NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX : NVML_GPU_INSTANCE_PROFILE_2_SLICE;
+    case 3: return gfx ? ~0u : NVML_GPU_INSTANCE_PROFILE_3_SLICE;
+    case 4: return gfx ? NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX : NVML_GPU_INSTANCE_PROFILE_4_SLICE;
+    case 7: return gfx ? ~0u : NVML_GPU_INSTANCE_PROFILE_7_SLICE;
+    }
+    return ~0u;
+}
+
+/* GPU `gpu`'s instance `gi`, made on first use. */
+static struct nvmlGpuInstance_st *gpu_instance(struct nvmlDevice_st *gpu, unsigned gi,
+                                               unsigned slices, int gfx)
+{
+    unsigned i;
+    for (i = 0; i < g_gi_total; i++)
+        if (g_gis[i].parent == gpu && g_gis[i].id == gi)
+            return &g_gis[i];
+    if (g_gi_total >= sizeof g_gis / sizeof g_gis[0] || profile_index(slices, gfx) == ~0u)
+        return NULL;
+    g_gis[g_gi_total].parent = gpu;
+    g_gis[g_gi_total].id = gi;
+    g_gis[g_gi_total].profile = profile_index(slices, gfx);
+    g_gis[g_gi_total].slices = slices;
+    return &g_gis[g_gi_total++];
+}
+
+/* One "<name>@<gi>.<ci>" entry of GPU `gpu`'s layout. */
 static void add_mig(struct nvmlDevice_st *gpu, const char *seed, const char *entry, size_t len)
 {
     char item[64], rel[96];
     struct nvmlDevice_st *m;
-    char *at;
-    unsigned gi;
+    char *at, *dot;
+    unsigned gi, ci;
+    int gfx;
 
     if (len == 0 || len >= sizeof item || gpu->mig_count >= MAX_MIG_PER_GPU ||
         g_mig_total >= sizeof g_migs / sizeof g_migs[0])
@@ -174,12 +226,21 @@ static void add_mig(struct nvmlDevice_st *gpu, const char *seed, const char *ent
     if (!at)
         return;
     *at = '\0';
+    dot = strchr(at + 1, '.');
+    if (!dot)
+        return;
     gi = (unsigned)strtoul(at + 1, NULL, 10);
+    ci = (unsigned)strtoul(dot + 1, NULL, 10);
+    if (gi > 14 || ci > 7)
+        return;
+    gfx = strstr(item, "+gfx") != NULL;
     snprintf(rel, sizeof rel, "gpu%u/mig/gi%u/access", gpu->minor, gi);
     if (!cap_usable(rel, table_gi_minor(gpu->minor, gi)))
         return;
-    snprintf(rel, sizeof rel, "gpu%u/mig/gi%u/ci0/access", gpu->minor, gi);
-    if (!cap_usable(rel, table_gi_minor(gpu->minor, gi) + 1))
+    snprintf(rel, sizeof rel, "gpu%u/mig/gi%u/ci%u/access", gpu->minor, gi, ci);
+    if (!cap_usable(rel, table_gi_minor(gpu->minor, gi) + 1 + ci))
+        return;
+    if (!gpu_instance(gpu, gi, name_gi_slices(item), gfx))
         return;
     m = &g_migs[g_mig_total++];
     memset(m, 0, sizeof *m);
@@ -187,14 +248,14 @@ static void add_mig(struct nvmlDevice_st *gpu, const char *seed, const char *ent
     m->index = gpu->mig_count;
     m->minor = gpu->minor;
     m->gi = gi;
-    m->ci = 0;
+    m->ci = ci;
     m->parent = gpu;
     snprintf(m->profile, sizeof m->profile, "%s", item);
-    gm_mig_uuid(seed, gpu->minor, gi, 0, m->uuid);
+    gm_mig_uuid(seed, gpu->minor, gi, ci, m->uuid);
     gpu->migs[gpu->mig_count++] = m;
 }
 
-/* Parse "<minor>:<p>@<gi>+<p>@<gi>/<minor>:..." into the GPUs' MIG modes and devices. */
+/* Parse "<minor>:<n>@<gi>.<ci>,<n>@<gi>.<ci>/<minor>:..." into the GPUs' MIG modes and devices. */
 static void load_mig_layout(const char *seed)
 {
     char layout[GM_CONFIG_SIZE];
@@ -212,8 +273,8 @@ static void load_mig_layout(const char *seed)
             if (gpu) {
                 gpu->mig_mode = 1;
                 while (q < p + glen) {
-                    const char *plus = memchr(q, '+', (size_t)(p + glen - q));
-                    size_t ilen = plus ? (size_t)(plus - q) : (size_t)(p + glen - q);
+                    const char *comma = memchr(q, ',', (size_t)(p + glen - q));
+                    size_t ilen = comma ? (size_t)(comma - q) : (size_t)(p + glen - q);
                     add_mig(gpu, seed, q, ilen);
                     q += ilen + 1;
                 }
@@ -258,7 +319,9 @@ EXPORT nvmlReturn_t nvmlInit_v2(void)
         gm_bus_id(scan.minors[i], g_devices[i].bus, sizeof g_devices[i].bus);
     }
     g_count = scan.count;
+    g_wsl = scan.dxg;
     g_mig_total = 0;
+    g_gi_total = 0;
     load_mig_layout(seed);
     g_refcount = 1;
     return NVML_SUCCESS;
@@ -450,6 +513,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *
     CHECK_DEVICE(device);
     if (!minor)
         return NVML_ERROR_INVALID_ARGUMENT;
+    /* As WSL2's NVML answers ("Not Supported"): there is no /dev/nvidia<minor>. */
+    if (g_wsl)
+        return NVML_ERROR_NOT_SUPPORTED;
     *minor = device->minor;
     return NVML_SUCCESS;
 }
@@ -506,6 +572,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
     if (strstr(model, "H100") || strstr(model, "H200") || strstr(model, "H800")) {
         *major = 9;
         *minor = 0;
+    } else if (strstr(model, "RTX 40") || strstr(model, "L40") || strstr(model, "L4")) {
+        *major = 8;
+        *minor = 9;
     } else if (strstr(model, "A100") || strstr(model, "A30") || strstr(model, "A800")) {
         *major = 8;
         *minor = 0;
@@ -584,6 +653,98 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned
     if (!id)
         return NVML_ERROR_INVALID_ARGUMENT;
     *id = device->ci;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                                 nvmlGpuInstance_t *gpuInstance)
+{
+    unsigned i;
+    CHECK_DEVICE(device);
+    if (!gpuInstance)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->mig_mode)
+        return NVML_ERROR_NOT_SUPPORTED;
+    for (i = 0; i < g_gi_total; i++) {
+        if (g_gis[i].parent == device && g_gis[i].id == id) {
+            *gpuInstance = &g_gis[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+/*
+ * Profile ids as an A100/H100 numbers its profiles (1g 19, 2g 14, 3g 9, 4g 5, 7g 0) and an
+ * RTX PRO 6000 Blackwell its 1g+gfx (47); the 2g+gfx and 4g+gfx ids are the mock's own.
+ */
+static unsigned profile_id(unsigned index)
+{
+    switch (index) {
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE: return 19;
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE: return 14;
+    case NVML_GPU_INSTANCE_PROFILE_3_SLICE: return 9;
+    case NVML_GPU_INSTANCE_PROFILE_4_SLICE: return 5;
+    case NVML_GPU_INSTANCE_PROFILE_7_SLICE: return 0;
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX: return 47;
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX: return 48;
+    case NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX: return 49;
+    }
+    return ~0u;
+}
+
+static unsigned profile_slices(unsigned index)
+{
+    switch (index) {
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE:
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX: return 1;
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE:
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX: return 2;
+    case NVML_GPU_INSTANCE_PROFILE_3_SLICE: return 3;
+    case NVML_GPU_INSTANCE_PROFILE_4_SLICE:
+    case NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX: return 4;
+    case NVML_GPU_INSTANCE_PROFILE_7_SLICE: return 7;
+    }
+    return 0;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                        nvmlGpuInstanceProfileInfo_t *info)
+{
+    unsigned slices;
+    CHECK_DEVICE(device);
+    if (!info || profile >= NVML_GPU_INSTANCE_PROFILE_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    slices = profile_slices(profile);
+    if (!slices)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->id = profile_id(profile);
+    info->isP2pSupported = 0;
+    info->sliceCount = slices;
+    info->instanceCount = slices == 3 ? 2 : 7 / slices;
+    info->multiprocessorCount = 14 * slices;
+    info->copyEngineCount = slices;
+    info->decoderCount = slices;
+    info->encoderCount = profile >= NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX ? 1 : 0;
+    info->jpegCount = slices == 7 ? 1 : 0;
+    info->ofaCount = slices == 7 ? 1 : 0;
+    info->memorySizeMB = 9856ULL * slices;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info)
+{
+    if (g_refcount == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!info || gpuInstance < g_gis || gpuInstance >= g_gis + g_gi_total)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memset(info, 0, sizeof *info);
+    info->device = gpuInstance->parent;
+    info->id = gpuInstance->id;
+    info->profileId = profile_id(gpuInstance->profile);
+    info->placement.start = 0;
+    info->placement.size = gpuInstance->slices;
     return NVML_SUCCESS;
 }
 

@@ -162,6 +162,7 @@ struct gm_scan {
     int denied;           /* some node exists but the cgroup/mode denies it */
     unsigned count;       /* usable GPUs */
     unsigned minors[256]; /* their minors, ascending */
+    int dxg;              /* the one GPU is WSL2's /dev/dxg: no minor */
 };
 
 /*
@@ -193,9 +194,11 @@ static inline void gm_scan_devices_in(struct gm_scan *s, const char *root)
     }
     /* WSL2 has no NVIDIA nodes: its one GPU is reached through /dev/dxg. */
     if (s->ctl_err == ENOENT && s->count == 0) {
-        err = gm_open_errno("/dev/dxg");
+        snprintf(path, sizeof path, "%s/dev/dxg", root);
+        err = gm_open_errno(path);
         if (err == ENXIO) {
             s->ctl_err = ENXIO;
+            s->dxg = 1;
             s->minors[s->count++] = 0;
         } else if (gm_is_denied(err)) {
             s->denied = 1;

@@ -62,8 +62,14 @@ static nvmlReturn_t get_gpu(unsigned i, struct gpu *g)
         rc = nvmlDeviceGetUUID(d, g->uuid, sizeof g->uuid);
     if (rc == NVML_SUCCESS)
         rc = nvmlDeviceGetPciInfo_v3(d, &g->pci);
-    if (rc == NVML_SUCCESS)
+    if (rc == NVML_SUCCESS) {
         rc = nvmlDeviceGetMinorNumber(d, &g->minor);
+        /* WSL2's NVML has no minors; nvidia-smi shows N/A there. */
+        if (rc == NVML_ERROR_NOT_SUPPORTED) {
+            g->minor = 0;
+            rc = NVML_SUCCESS;
+        }
+    }
     if (rc == NVML_SUCCESS) {
         unsigned pending;
         rc = nvmlDeviceGetMigMode(d, &g->mig_mode, &pending);

@@ -45,6 +45,44 @@ typedef struct nvmlPciInfo_st {
 } nvmlPciInfo_t;
 
 typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
+
+/* nvmlGpuInstanceProfileInfo_t's index argument: the profiles NVML knows. */
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE 0x0
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE 0x1
+#define NVML_GPU_INSTANCE_PROFILE_3_SLICE 0x2
+#define NVML_GPU_INSTANCE_PROFILE_4_SLICE 0x3
+#define NVML_GPU_INSTANCE_PROFILE_7_SLICE 0x4
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX 0xA
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX 0xB
+#define NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX 0xC
+#define NVML_GPU_INSTANCE_PROFILE_COUNT 0x11
+
+typedef struct nvmlGpuInstancePlacement_st {
+    unsigned int start;
+    unsigned int size;
+} nvmlGpuInstancePlacement_t;
+
+typedef struct nvmlGpuInstanceProfileInfo_st {
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+typedef struct nvmlGpuInstanceInfo_st {
+    nvmlDevice_t device;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
 
 nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlInit(void);
@@ -69,6 +107,11 @@ nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMi
 nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id);
 nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id);
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                          nvmlGpuInstance_t *gpuInstance);
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info);
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                 nvmlGpuInstanceProfileInfo_t *info);
 nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, int *type);
 nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch);
 

@@ -605,18 +605,23 @@ fn write_device_nodes(host: &MockHost) -> Result<(), Error> {
         )?;
     }
     write_gated_nodes(host, &dev)?;
-    // The nodes of each MIG instance's capabilities, as nvidia-modprobe -f makes them.
-    for gpu in &host.gpus {
-        for m in &gpu.mig {
-            for minor in [m.gi_minor, m.ci_minor] {
-                sys::make_char_device(
-                    &caps.join(format!("nvidia-cap{minor}")),
-                    host.caps_major,
-                    minor,
-                    procfs::CAP_FILE_MODE,
-                )?;
-            }
-        }
+    // The nodes of each MIG instance's capabilities, as nvidia-modprobe -f makes them (a GPU
+    // instance's once, however many compute instances it holds).
+    let mut minors: Vec<u32> = host
+        .gpus
+        .iter()
+        .flat_map(|g| &g.mig)
+        .flat_map(|m| [m.gi_minor, m.ci_minor])
+        .collect();
+    minors.sort_unstable();
+    minors.dedup();
+    for minor in minors {
+        sys::make_char_device(
+            &caps.join(format!("nvidia-cap{minor}")),
+            host.caps_major,
+            minor,
+            procfs::CAP_FILE_MODE,
+        )?;
     }
     if host.imex_channels > 0 {
         let imex = dev.join("nvidia-caps-imex-channels");

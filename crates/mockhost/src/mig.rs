@@ -15,8 +15,9 @@ const CIS_PER_GI: u32 = 8;
 /// Most GPU instances a mock GPU has: seven slices.
 pub const MAX_MIG_PER_GPU: usize = 7;
 
-/// One MIG device of a mock GPU: a GPU instance with one compute instance (`ci0`) spanning it,
-/// what `nvidia-smi mig -cgi <profile> -C` makes.
+/// One MIG device of a mock GPU: a compute instance of a GPU instance. `nvidia-smi mig -cgi
+/// <profile> -C` makes one spanning its GPU instance (`ci0`); a GPU instance split with `-cci`
+/// has several, each its own MIG device with its own UUID and capability node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MockMig {
     /// Index among the GPU's MIG devices, as NVML's `GetMigDeviceHandleByIndex` numbers them.
@@ -25,7 +26,7 @@ pub struct MockMig {
     pub gi: u32,
     /// Compute instance id.
     pub ci: u32,
-    /// Profile name, e.g. `1g.10gb`.
+    /// Profile name as NVML names the device, e.g. `1g.10gb`, `1c.2g.20gb`, `1g.24gb+gfx`.
     pub profile: String,
     /// `MIG-...` UUID.
     pub uuid: String,
@@ -33,6 +34,9 @@ pub struct MockMig {
     pub gi_minor: u32,
     /// Minor of the node granting the compute instance.
     pub ci_minor: u32,
+    /// Its GPU instance profile has the graphics attribute (`+gfx`, Blackwell).
+    #[serde(default)]
+    pub gfx: bool,
 }
 
 /// The minor the driver gives `gpu<gpu>/gi<gi>/access`: the table starts at 3 after `config`
@@ -64,16 +68,62 @@ pub(crate) fn mig_minors_file(config_minor: u32, monitor_minor: u32) -> String {
     out
 }
 
-/// Slices of a profile name `<n>g.<m>gb` (n one of 1, 2, 3, 4, 7), or `None`.
-fn slices(profile: &str) -> Option<u32> {
-    let (n, mem) = profile.split_once("g.")?;
-    let mem = mem.strip_suffix("gb")?;
-    if mem.is_empty() || mem.len() > 4 || !mem.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+/// One `--mig` entry: `<n>g.<m>gb[+gfx][*<k>]`, a GPU instance of `n` slices (1, 2, 3, 4 or
+/// 7; 1, 2 or 4 with the graphics attribute) holding `k` compute instances of `n/k` slices each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    slices: u32,
+    memory: String,
+    gfx: bool,
+    cis: u32,
+}
+
+impl Entry {
+    fn parse(entry: &str) -> Option<Entry> {
+        let (profile, cis) = match entry.split_once('*') {
+            Some((p, k))
+                if !k.is_empty() && k.len() <= 1 && k.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                (p, k.parse().ok()?)
+            }
+            Some(_) => return None,
+            None => (entry, 1),
+        };
+        let (profile, gfx) = match profile.strip_suffix("+gfx") {
+            Some(p) => (p, true),
+            None => (profile, false),
+        };
+        let (n, mem) = profile.split_once("g.")?;
+        let memory = mem.strip_suffix("gb")?;
+        if memory.is_empty() || memory.len() > 4 || !memory.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let slices: u32 = match (n, gfx) {
+            ("1" | "2" | "4", _) | ("3" | "7", false) => n.parse().ok()?,
+            _ => return None,
+        };
+        (cis >= 1 && slices % cis == 0).then(|| Entry {
+            slices,
+            memory: memory.to_string(),
+            gfx,
+            cis,
+        })
     }
-    match n {
-        "1" | "2" | "3" | "4" | "7" => n.parse().ok(),
-        _ => None,
+
+    /// What NVML names each of its compute instances: `1g.10gb`, `1c.2g.20gb`, `1g.24gb+gfx`.
+    fn device_name(&self) -> String {
+        let c = self.slices / self.cis;
+        let base = format!("{}g.{}gb", self.slices, self.memory);
+        let base = if c == self.slices {
+            base
+        } else {
+            format!("{c}c.{base}")
+        };
+        if self.gfx {
+            format!("{base}+gfx")
+        } else {
+            base
+        }
     }
 }
 
@@ -89,7 +139,7 @@ fn gi_candidates(n: u32) -> &'static [u32] {
 }
 
 /// Place `profiles` on one GPU: each gets the first free GPU instance id its size allows.
-pub(crate) fn place(profiles: &[String]) -> Result<Vec<(String, u32)>, String> {
+fn place_entries(profiles: &[String]) -> Result<Vec<(Entry, u32)>, String> {
     if profiles.is_empty() || profiles.len() > MAX_MIG_PER_GPU {
         return Err(format!(
             "a GPU in MIG mode has 1 to {MAX_MIG_PER_GPU} instances"
@@ -99,25 +149,43 @@ pub(crate) fn place(profiles: &[String]) -> Result<Vec<(String, u32)>, String> {
     let mut total = 0;
     let mut out = Vec::new();
     for p in profiles {
-        let n = slices(p).ok_or_else(|| {
-            format!("{p:?} is not a MIG profile such as 1g.10gb (1, 2, 3, 4 or 7 slices)")
+        let e = Entry::parse(p).ok_or_else(|| {
+            format!(
+                "{p:?} is not a MIG profile such as 1g.10gb (1, 2, 3, 4 or 7 slices), 1g.24gb+gfx (1, 2 or 4) or 2g.20gb*2 (compute instances dividing the slices)"
+            )
         })?;
-        total += n;
-        let gi = gi_candidates(n)
+        total += e.slices;
+        let gi = gi_candidates(e.slices)
             .iter()
             .copied()
             .find(|g| !used.contains(g))
             .filter(|_| total <= 7)
             .ok_or_else(|| format!("{} do not fit in the GPU's 7 slices", profiles.join(",")))?;
         used.push(gi);
-        out.push((p.clone(), gi));
+        out.push((e, gi));
     }
     // NVML and procfs list a GPU's instances by id.
     out.sort_by_key(|(_, gi)| *gi);
     Ok(out)
 }
 
-/// `--mig INDEX=PROFILE[,PROFILE...]`, e.g. `0=1g.10gb,1g.10gb,2g.20gb`.
+/// Place `profiles` on one GPU: (entry as given, GPU instance id), by GPU instance id.
+pub(crate) fn place(profiles: &[String]) -> Result<Vec<(String, u32)>, String> {
+    let placed = place_entries(profiles)?;
+    let mut given: Vec<&String> = profiles.iter().collect();
+    Ok(placed
+        .into_iter()
+        .map(|(e, gi)| {
+            let pos = given
+                .iter()
+                .position(|p| Entry::parse(p).as_ref() == Some(&e))
+                .unwrap_or(0);
+            (given.remove(pos).clone(), gi)
+        })
+        .collect())
+}
+
+/// `--mig INDEX=PROFILE[,PROFILE...]`, e.g. `0=1g.10gb,1g.10gb,2g.20gb*2,1g.24gb+gfx`.
 pub fn parse_mig_arg(arg: &str) -> Result<(u32, Vec<String>), Error> {
     let invalid = |reason: String| Error::InvalidConfig {
         field: "MIG layout",
@@ -135,35 +203,38 @@ pub fn parse_mig_arg(arg: &str) -> Result<(u32, Vec<String>), Error> {
     Ok((gpu, profiles))
 }
 
-/// The MIG devices of GPU `minor` with `profiles`, as the host metadata records them.
+/// The MIG devices of GPU `minor` with `profiles`, as the host metadata records them: each
+/// GPU instance's compute instances in id order, numbered across the GPU as NVML numbers them.
 pub(crate) fn devices(seed: &str, minor: u32, profiles: &[String]) -> Vec<MockMig> {
-    place(profiles)
-        .unwrap_or_default()
-        .into_iter()
-        .enumerate()
-        .map(|(i, (profile, gi))| MockMig {
-            index: i as u32,
-            gi,
-            ci: 0,
-            profile,
-            uuid: ids::mig_uuid(seed, minor, gi, 0),
-            gi_minor: gi_minor(minor, gi),
-            ci_minor: ci_minor(minor, gi, 0),
-        })
-        .collect()
+    let mut out = Vec::new();
+    for (e, gi) in place_entries(profiles).unwrap_or_default() {
+        for ci in 0..e.cis {
+            out.push(MockMig {
+                index: out.len() as u32,
+                gi,
+                ci,
+                profile: e.device_name(),
+                uuid: ids::mig_uuid(seed, minor, gi, ci),
+                gi_minor: gi_minor(minor, gi),
+                ci_minor: ci_minor(minor, gi, ci),
+                gfx: e.gfx,
+            });
+        }
+    }
+    out
 }
 
-/// The config block's `mig` value: `<minor>:<profile>@<gi>+...` per GPU, `/` between GPUs.
+/// The config block's `mig` value: `<minor>:<name>@<gi>.<ci>,...` per GPU, one item per MIG
+/// device, `/` between GPUs.
 pub(crate) fn config_value(layout: &[(u32, Vec<String>)]) -> String {
     layout
         .iter()
         .map(|(minor, profiles)| {
-            let items: Vec<String> = place(profiles)
-                .unwrap_or_default()
+            let items: Vec<String> = devices("", *minor, profiles)
                 .into_iter()
-                .map(|(p, gi)| format!("{p}@{gi}"))
+                .map(|m| format!("{}@{}.{}", m.profile, m.gi, m.ci))
                 .collect();
-            format!("{minor}:{}", items.join("+"))
+            format!("{minor}:{}", items.join(","))
         })
         .collect::<Vec<_>>()
         .join("/")
@@ -211,11 +282,38 @@ mod tests {
             parse_mig_arg("1=3g.40gb,3g.40gb").unwrap(),
             (1, vec!["3g.40gb".to_string(), "3g.40gb".to_string()])
         );
-        for bad in ["1g.10gb", "x=1g.10gb", "0=", "0=1g.10gb,,"] {
+        for bad in [
+            "1g.10gb",
+            "x=1g.10gb",
+            "0=",
+            "0=1g.10gb,,",
+            "0=3g.40gb+gfx",
+            "0=3g.40gb*2",
+            "0=2g.20gb*0",
+            "0=2g.20gb*",
+            "0=1g.10gb+me",
+        ] {
             assert!(parse_mig_arg(bad).is_err(), "{bad}");
         }
         let layout = vec![(0, vec!["1g.10gb".to_string(), "3g.40gb".to_string()])];
-        assert_eq!(config_value(&layout), "0:3g.40gb@1+1g.10gb@7");
+        assert_eq!(config_value(&layout), "0:3g.40gb@1.0,1g.10gb@7.0");
+        let split = vec![(1, vec!["2g.20gb*2".to_string(), "1g.24gb+gfx".to_string()])];
+        assert_eq!(
+            config_value(&split),
+            "1:1c.2g.20gb@3.0,1c.2g.20gb@3.1,1g.24gb+gfx@7.0"
+        );
+        let d = devices("gpuctk", 1, &split[0].1);
+        assert_eq!(
+            d.iter()
+                .map(|m| (m.index, m.gi, m.ci, m.ci_minor, m.gfx))
+                .collect::<Vec<_>>(),
+            vec![
+                (0, 3, 0, 3 + 135 + 27 + 1, false),
+                (1, 3, 1, 3 + 135 + 27 + 2, false),
+                (2, 7, 0, 3 + 135 + 63 + 1, true)
+            ]
+        );
+        assert_ne!(d[0].uuid, d[1].uuid);
         let d = devices("gpuctk", 1, &layout[0].1);
         assert_eq!((d[0].gi, d[0].gi_minor, d[0].ci_minor), (1, 147, 148));
         assert!(d[0].uuid.starts_with("MIG-") && d[0].uuid.len() == 40);

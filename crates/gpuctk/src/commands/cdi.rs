@@ -134,6 +134,15 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
     // 12, Ubuntu 24.04) refuses the whole spec for it (NVIDIA's 1.19.1 broke them so). The
     // runtime's own edits carry them, having no version to meet.
     let gids = a.additional_gids && !a.feature_flags.iter().any(|f| f == NO_ADDITIONAL_GIDS);
+    // MIG devices from procfs, their UUIDs from NVML; without NVML one line says what is missing
+    // (only where there is something to miss: MIG devices or a GPU NVML would call MIG-enabled).
+    let (nvml, not_recorded) = crate::mig::ask_and_record(
+        &inv,
+        &a.roots.nvml_helper(),
+        a.roots.nvml_cache(&inv.roots).as_deref(),
+    );
+    let migs = crate::mig::mig_devices(&inv, nvml.as_ref().ok())?;
+    (plan.mig, plan.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok(), &hook_path);
     // `--disable-hook NAME` (or `all`) leaves those hooks out.
     if !a.disable_hooks.is_empty() {
         let all = a.disable_hooks.iter().any(|d| d == "all");
@@ -147,15 +156,6 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
     } else {
         hook_warning(&hook_path, a.hook_path.is_none())
     };
-    // MIG devices from procfs, their UUIDs from NVML; without NVML one line says what is missing
-    // (only where there is something to miss: MIG devices or a GPU NVML would call MIG-enabled).
-    let (nvml, not_recorded) = crate::mig::ask_and_record(
-        &inv,
-        &a.roots.nvml_helper(),
-        a.roots.nvml_cache(&inv.roots).as_deref(),
-    );
-    let migs = crate::mig::mig_devices(&inv, nvml.as_ref().ok())?;
-    (plan.mig, plan.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok());
     if !gids {
         plan.without_additional_gids();
     }

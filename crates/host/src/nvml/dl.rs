@@ -80,8 +80,71 @@ type FnTwoInt = unsafe extern "C" fn(Device, *mut c_int, *mut c_int) -> c_int;
 type FnTwoUint = unsafe extern "C" fn(Device, *mut c_uint, *mut c_uint) -> c_int;
 type FnMigHandle = unsafe extern "C" fn(Device, c_uint, *mut Device) -> c_int;
 type FnErr = unsafe extern "C" fn(c_int) -> *const c_char;
+type FnGiById = unsafe extern "C" fn(Device, c_uint, *mut *mut c_void) -> c_int;
+type FnGiInfo = unsafe extern "C" fn(*mut c_void, *mut GpuInstanceInfo) -> c_int;
+type FnGiProfile = unsafe extern "C" fn(Device, c_uint, *mut GpuInstanceProfileInfo) -> c_int;
+
+/// nvml.h's `nvmlGpuInstanceInfo_t`.
+#[repr(C)]
+struct GpuInstanceInfo {
+    device: Device,
+    id: c_uint,
+    profile_id: c_uint,
+    placement_start: c_uint,
+    placement_size: c_uint,
+}
+
+/// nvml.h's `nvmlGpuInstanceProfileInfo_t`.
+#[repr(C)]
+#[derive(Default)]
+struct GpuInstanceProfileInfo {
+    id: c_uint,
+    is_p2p_supported: c_uint,
+    slice_count: c_uint,
+    instance_count: c_uint,
+    multiprocessor_count: c_uint,
+    copy_engine_count: c_uint,
+    decoder_count: c_uint,
+    encoder_count: c_uint,
+    jpeg_count: c_uint,
+    ofa_count: c_uint,
+    memory_size_mb: u64,
+}
+
+/// `NVML_GPU_INSTANCE_PROFILE_COUNT` of current nvml.h: the profile indices to ask about.
+const GI_PROFILE_COUNT: c_uint = 0x11;
+/// `NVML_GPU_INSTANCE_PROFILE_{1,2,4}_SLICE_GFX`: go-nvlib gives these the `gfx` attribute.
+const GI_PROFILES_GFX: [c_uint; 3] = [0xA, 0xB, 0xC];
+const NVML_ERROR_INVALID_ARGUMENT: c_int = 2;
+const NVML_ERROR_NOT_SUPPORTED: c_int = 3;
 
 const NVML_SUCCESS: c_int = 0;
+type FnSysStr = unsafe extern "C" fn(*mut c_char, c_uint) -> c_int;
+type FnSysInt = unsafe extern "C" fn(*mut c_int) -> c_int;
+type FnPci = unsafe extern "C" fn(Device, *mut PciInfo) -> c_int;
+
+/// nvml.h's `nvmlPciInfo_t`.
+#[repr(C)]
+struct PciInfo {
+    bus_id_legacy: [c_char; 16],
+    domain: c_uint,
+    bus: c_uint,
+    device: c_uint,
+    pci_device_id: c_uint,
+    pci_sub_system_id: c_uint,
+    bus_id: [c_char; 32],
+}
+
+/// The NUL-terminated string in `buf` (its last byte made NUL first).
+fn c_text(buf: &mut [c_char]) -> String {
+    if let Some(last) = buf.last_mut() {
+        *last = 0;
+    }
+    // SAFETY: NUL-terminated by the line above at the latest.
+    unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
 const NVML_ERROR_NOT_FOUND: c_int = 6;
 
 /// NVML's `nvmlBrandType_t` names, as `nvidia-smi -q` and libnvidia-container print them.
@@ -186,6 +249,20 @@ fn query_devices(
         .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
     let ci_id: Option<FnUint> = opt("nvmlDeviceGetComputeInstanceId")
         .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
+    let gi_calls = match (
+        opt("nvmlDeviceGetGpuInstanceById"),
+        opt("nvmlGpuInstanceGetInfo"),
+        opt("nvmlDeviceGetGpuInstanceProfileInfo"),
+    ) {
+        (Some(a), Some(b), Some(c)) => Some(unsafe {
+            (
+                std::mem::transmute::<*mut c_void, FnGiById>(a),
+                std::mem::transmute::<*mut c_void, FnGiInfo>(b),
+                std::mem::transmute::<*mut c_void, FnGiProfile>(c),
+            )
+        }),
+        _ => None,
+    };
 
     let get_uuid = |d: Device| -> Result<String, NvmlError> {
         let mut buf = [0 as c_char; 96];
@@ -208,6 +285,25 @@ fn query_devices(
         return Err(fail("nvmlDeviceGetCount_v2", rc));
     }
     let mut info = NvmlInfo::default();
+    let sys_str: Option<FnSysStr> = opt("nvmlSystemGetDriverVersion")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnSysStr>(p) });
+    let sys_cuda: Option<FnSysInt> = opt("nvmlSystemGetCudaDriverVersion_v2")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnSysInt>(p) });
+    let name: Option<FnStr> =
+        opt("nvmlDeviceGetName").map(|p| unsafe { std::mem::transmute::<*mut c_void, FnStr>(p) });
+    let pci: Option<FnPci> = opt("nvmlDeviceGetPciInfo_v3")
+        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnPci>(p) });
+    info.driver_version = sys_str.and_then(|f| {
+        let mut buf = [0 as c_char; 96];
+        // SAFETY: `buf` holds `len` bytes.
+        (unsafe { f(buf.as_mut_ptr(), buf.len() as c_uint) } == NVML_SUCCESS)
+            .then(|| c_text(&mut buf))
+    });
+    info.cuda_version = sys_cuda.and_then(|f| {
+        let mut v: c_int = 0;
+        // SAFETY: valid out-pointer.
+        (unsafe { f(&mut v) } == NVML_SUCCESS).then(|| format!("{}.{}", v / 1000, v % 1000 / 10))
+    });
     for i in 0..n.min(MAX_GPUS) {
         let mut d: Device = std::ptr::null_mut();
         // SAFETY: `d` is a valid out-pointer.
@@ -218,9 +314,31 @@ fn query_devices(
         let mut m: c_uint = 0;
         // SAFETY: `d` is NVML's handle, `m` a valid out-pointer.
         let rc = unsafe { minor(d, &mut m) };
-        if rc != NVML_SUCCESS {
+        if rc == NVML_ERROR_NOT_SUPPORTED {
+            // WSL2's GPUs have no /dev/nvidia<minor> (libnvidia-container takes 0 there).
+            m = 0;
+        } else if rc != NVML_SUCCESS {
             return Err(fail("nvmlDeviceGetMinorNumber", rc));
         }
+        let gpu_name = name.and_then(|f| {
+            let mut buf = [0 as c_char; 96];
+            // SAFETY: valid handle, `buf` holds `len` bytes.
+            (unsafe { f(d, buf.as_mut_ptr(), buf.len() as c_uint) } == NVML_SUCCESS)
+                .then(|| c_text(&mut buf))
+        });
+        let bus_id = pci.and_then(|f| {
+            let mut p = PciInfo {
+                bus_id_legacy: [0; 16],
+                domain: 0,
+                bus: 0,
+                device: 0,
+                pci_device_id: 0,
+                pci_sub_system_id: 0,
+                bus_id: [0; 32],
+            };
+            // SAFETY: valid handle, `p` is an nvmlPciInfo_t.
+            (unsafe { f(d, &mut p) } == NVML_SUCCESS).then(|| c_text(&mut p.bus_id))
+        });
         let compute_capability = cc.and_then(|f| {
             let (mut a, mut b) = (0, 0);
             // SAFETY: valid handle and out-pointers.
@@ -252,6 +370,10 @@ fn query_devices(
             if rc != NVML_SUCCESS {
                 return Err(fail("nvmlDeviceGetMaxMigDeviceCount", rc));
             }
+            let gfx_ids = match gi_calls {
+                Some((_, _, profile)) => gfx_profile_ids(d, profile, fail)?,
+                None => Vec::new(),
+            };
             for j in 0..slots.min(MAX_MIG) {
                 let mut md: Device = std::ptr::null_mut();
                 // SAFETY: valid handle and out-pointer.
@@ -273,12 +395,19 @@ fn query_devices(
                 if rc != NVML_SUCCESS {
                     return Err(fail("nvmlDeviceGetComputeInstanceId", rc));
                 }
+                let gfx = match gi_calls {
+                    Some((by_id, info, _)) if !gfx_ids.is_empty() => {
+                        gfx_ids.contains(&gi_profile_id(d, g, by_id, info, fail)?)
+                    }
+                    _ => false,
+                };
                 mig.push(NvmlMig {
                     // Numbered without the empty slots, as libnvidia-container numbers `N:M`.
                     index: mig.len() as u32,
                     gi: g,
                     ci: c,
                     uuid: get_uuid(md)?,
+                    gfx,
                 });
             }
         }
@@ -289,9 +418,64 @@ fn query_devices(
             compute_capability,
             brand,
             architecture,
+            name: gpu_name,
+            bus_id,
             mig_enabled,
             mig,
         });
     }
     Ok(info)
+}
+
+/// The profile ids GPU `d` gives its graphics GPU instance profiles. Like go-nvlib's
+/// `GetProfile`, profiles are known by index: each index's info names the id that GPU uses for it.
+fn gfx_profile_ids(
+    d: Device,
+    profile: FnGiProfile,
+    fail: &dyn Fn(&'static str, c_int) -> NvmlError,
+) -> Result<Vec<c_uint>, NvmlError> {
+    let mut ids = Vec::new();
+    for index in GI_PROFILES_GFX
+        .into_iter()
+        .filter(|i| *i < GI_PROFILE_COUNT)
+    {
+        let mut p = GpuInstanceProfileInfo::default();
+        // SAFETY: valid handle, `p` is an nvmlGpuInstanceProfileInfo_t.
+        match unsafe { profile(d, index, &mut p) } {
+            NVML_SUCCESS => ids.push(p.id),
+            // This GPU (or this NVML) has no such profile.
+            NVML_ERROR_NOT_SUPPORTED | NVML_ERROR_INVALID_ARGUMENT => {}
+            rc => return Err(fail("nvmlDeviceGetGpuInstanceProfileInfo", rc)),
+        }
+    }
+    Ok(ids)
+}
+
+/// The profile id of GPU `d`'s GPU instance `gi`.
+fn gi_profile_id(
+    d: Device,
+    gi: c_uint,
+    by_id: FnGiById,
+    info: FnGiInfo,
+    fail: &dyn Fn(&'static str, c_int) -> NvmlError,
+) -> Result<c_uint, NvmlError> {
+    let mut h: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid handle and out-pointer.
+    let rc = unsafe { by_id(d, gi, &mut h) };
+    if rc != NVML_SUCCESS {
+        return Err(fail("nvmlDeviceGetGpuInstanceById", rc));
+    }
+    let mut i = GpuInstanceInfo {
+        device: std::ptr::null_mut(),
+        id: 0,
+        profile_id: 0,
+        placement_start: 0,
+        placement_size: 0,
+    };
+    // SAFETY: `h` is NVML's GPU instance handle, `i` an nvmlGpuInstanceInfo_t.
+    let rc = unsafe { info(h, &mut i) };
+    if rc != NVML_SUCCESS {
+        return Err(fail("nvmlGpuInstanceGetInfo", rc));
+    }
+    Ok(i.profile_id)
 }

@@ -97,13 +97,17 @@ pub(super) fn config_text(
     Ok(doc.to_string())
 }
 
+/// The CDI spec, the management spec, and NVML's answers to record for the runtime (`None`
+/// without NVML).
+pub(super) type SpecTexts = (String, String, Option<Vec<u8>>);
+
 /// The CDI spec of the host's GPUs and the management spec, with host paths as the host sees
-/// them and the toolkit's hook.
+/// them and the toolkit's hook, and NVML's answers as the runtime's record holds them.
 pub(super) fn spec_texts(
     host: &Host,
     a: &InstallArgs,
     toolkit: &Path,
-) -> anyhow::Result<(String, String)> {
+) -> anyhow::Result<SpecTexts> {
     let driver_root = resolve_in_root(&host.root, &a.driver_root);
     let dev_root = a.dev_root.as_ref().map(|d| resolve_in_root(&host.root, d));
     let roots = Roots::new(driver_root, dev_root, a.proc_root.clone());
@@ -132,19 +136,27 @@ pub(super) fn spec_texts(
         },
     );
     p.hooks_read_proc(&hook);
-    // MIG devices as `cdi generate` gives them. NVML's answers are not recorded from here: the
-    // runtime keys them by the NVML file as the host sees it (`gpuctk info` on the host does).
-    // The static build asks through the NVML helper config.toml names; the installer image
+    // MIG devices as `cdi generate` gives them, and NVML's answers recorded for the runtime
+    // (keyed inside the driver root, they hold for the host's view too), so that `MIG-<uuid>`
+    // requests work as soon as install is done. The static build asks through the NVML helper config.toml names; the installer image
     // (FROM scratch, no libc) has none, so MIG devices get no UUIDs there and one line says so.
     let helper = crate::config::load_from_env()
         .map(|c| c.nvml_helper)
         .unwrap_or_else(|_| crate::config::DEFAULT_NVML_HELPER.into());
     let nvml = crate::mig::ask_nvml(&inv, &helper);
+    let record = match nvml.as_ref().map(|i| crate::mig::record_text(&inv, i)) {
+        Ok(Ok(r)) => Some(r),
+        Ok(Err(e)) => {
+            tracing::warn!("NVML's answers not recorded for the runtime: {e}");
+            None
+        }
+        Err(_) => None,
+    };
     let migs = crate::mig::mig_devices(&inv, nvml.as_ref().ok())?;
     if let (Err(why), false) = (&nvml, migs.is_empty()) {
         tracing::warn!("{why}");
     }
-    (p.mig, p.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok());
+    (p.mig, p.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok(), &hook);
     // As `cdi generate` by default: `additionalGids` would need cdiVersion 0.7.0, which older
     // CDI clients refuse for the whole spec; the runtime's own edits carry the groups.
     p.without_additional_gids();
@@ -163,5 +175,5 @@ pub(super) fn spec_texts(
         }
         Ok(crate::commands::cdi::validated(spec)?.to_format(Format::Yaml))
     };
-    Ok((text(spec)?, text(management)?))
+    Ok((text(spec)?, text(management)?, record))
 }

@@ -116,7 +116,7 @@ fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
         bail!("--dev-root: give it as the host sees it, absolute");
     }
     let config_toml = config_text(&toolkit, &a.driver_root, a.dev_root.as_deref())?;
-    let (spec, management_spec) = spec_texts(&host, a, &toolkit)?;
+    let (spec, management_spec, nvml_record) = spec_texts(&host, a, &toolkit)?;
 
     let mut out = std::io::stdout().lock();
     let mut b = Book {
@@ -154,6 +154,14 @@ fn install_once(a: &InstallArgs) -> anyhow::Result<ExitCode> {
         &mut b,
     )?;
     report(&mut out, o, &management_path)?;
+    if let Some(record) = &nvml_record {
+        let path = Path::new(crate::config::DEFAULT_NVML_CACHE);
+        if let Some(dir) = path.parent() {
+            host.make_dirs(dir, &mut b)?;
+        }
+        let o = put_file(&host, path, record, 0o644, &mut b)?;
+        report(&mut out, o, path)?;
+    }
 
     // The engine: its config's directory and the drop-in's are ours to create if missing.
     if let Some(dir) = config.parent() {
