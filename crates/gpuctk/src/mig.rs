@@ -26,7 +26,7 @@ pub fn ask_nvml(inv: &Inventory, helper: &Path) -> Result<NvmlInfo, String> {
     let unknown =
         |e: String| format!("NVML not used ({e}): MIG UUIDs, brand and architecture are unknown");
     let library = nvml::library(inv).map_err(|e| unknown(e.to_string()))?;
-    ask_library(&library, helper).map_err(unknown)
+    ask_library(library, helper).map_err(unknown)
 }
 
 /// What the NVML at `lib` said (WSL2's, in the driver store), under the same switch.
