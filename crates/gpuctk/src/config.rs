@@ -53,6 +53,9 @@ pub struct Config {
     /// `[gpuctk] nvml-cache`: where `cdi generate` and `info` record what NVML said (MIG
     /// UUIDs), for the runtime, which never initialises NVML.
     pub nvml_cache: PathBuf,
+    /// `[gpuctk] snapshot-dir`: where the discovery snapshot is kept (`crate::snapshot`); `""`
+    /// turns it off; unset, [`Config::snapshot_dir`] picks it.
+    pub snapshot_dir: Option<PathBuf>,
     /// `[nvidia-container-runtime.modes.legacy] cuda-compat-mode`.
     pub cuda_compat_mode: CompatMode,
     /// `[features] disable-cuda-compat-lib-hook`.
@@ -90,6 +93,24 @@ pub enum CompatMode {
 pub const DEFAULT_NVML_CACHE: &str = "/run/gpuctk/nvml-cache.json";
 
 impl Config {
+    /// Where the discovery snapshot is kept: `[gpuctk] snapshot-dir` (`""`: nowhere); unset,
+    /// `/run/gpuctk` for root and `$XDG_RUNTIME_DIR/gpuctk` for a user, but only on the host's
+    /// own procfs (`proc-root = "/proc"`), so a test's or a mock host's roots leave nothing in
+    /// the host's `/run` unless their config asks for it.
+    pub fn snapshot_dir(&self) -> Option<PathBuf> {
+        match &self.snapshot_dir {
+            Some(d) if d.as_os_str().is_empty() => None,
+            Some(d) => Some(d.clone()),
+            None if self.proc_root != std::path::Path::new("/proc") => None,
+            // SAFETY: geteuid cannot fail.
+            None if unsafe { libc::geteuid() } == 0 => Some(PathBuf::from("/run/gpuctk")),
+            None => std::env::var_os("XDG_RUNTIME_DIR")
+                .map(PathBuf::from)
+                .filter(|d| d.is_absolute())
+                .map(|d| d.join("gpuctk")),
+        }
+    }
+
     /// Whether the `enable-cuda-compat` operation is planned.
     pub fn cuda_compat(&self) -> bool {
         self.cuda_compat_mode != CompatMode::Disabled && !self.disable_compat_hook
@@ -115,6 +136,7 @@ impl Default for Config {
             csv_mount_spec_path: PathBuf::from(gpuctk_host::csv::DEFAULT_MOUNT_SPEC_PATH),
             hooks_in_shim: true,
             nvml_cache: PathBuf::from(DEFAULT_NVML_CACHE),
+            snapshot_dir: None,
             cuda_compat_mode: CompatMode::Ldconfig,
             disable_compat_hook: false,
             no_additional_gids: false,
@@ -407,6 +429,7 @@ fn set(c: &mut Config, key: &str, value: Value) -> Result<(), String> {
         }
         ("gpuctk.hooks-in-shim", Bool(v)) => c.hooks_in_shim = v,
         ("gpuctk.nvml-cache", Text(v)) => c.nvml_cache = PathBuf::from(v),
+        ("gpuctk.snapshot-dir", Text(v)) => c.snapshot_dir = Some(PathBuf::from(v)),
         // A row of KEYS marked applied that nothing here sets: the unit test
         // `every_applied_key_is_set` fails on it.
         (key, _) => {
@@ -545,6 +568,7 @@ pub const KEYS: &[(&str, Kind, bool)] = &[
     ),
     ("gpuctk.hooks-in-shim", Kind::Bool, true),
     ("gpuctk.nvml-cache", Kind::Text, true),
+    ("gpuctk.snapshot-dir", Kind::Text, true),
 ];
 
 /// NVIDIA's default value of a key gpuctk does not apply.

@@ -22,6 +22,7 @@ use gpuctk_core::request::Delivery;
 use gpuctk_core::{parse_request, Decision, InRootOp};
 
 use crate::config::{self, Config, Mode};
+use crate::decision::LiveHost;
 use crate::runc::{find_runtime, parse_runc_args, RuncArgs};
 
 /// Largest `config.json` we read. Engines write a few KiB; even a pod with thousands of env
@@ -145,6 +146,23 @@ pub fn main_as(args: &[OsString], forced: Option<Mode>) -> ExitCode {
 /// Edit `<bundle>/config.json` for the container's GPU request; leave it untouched when the
 /// container asks for nothing.
 pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Result<()> {
+    match modify_bundle_once(bundle, cfg, runtime, true) {
+        // Noticed before anything was written: once more, discovering.
+        Err(e) if e.is::<crate::snapshot::Lied>() => {
+            tracing::warn!("{e}");
+            modify_bundle_once(bundle, cfg, runtime, false)
+        }
+        r => r,
+    }
+}
+
+/// [`modify_bundle`], reading the discovery snapshot when `snapshot` says so.
+fn modify_bundle_once(
+    bundle: &Path,
+    cfg: &Config,
+    runtime: &Path,
+    snapshot: bool,
+) -> anyhow::Result<()> {
     let path = bundle.join("config.json");
     let bytes = crate::capped::read_capped(&path, MAX_CONFIG_JSON, "the OCI spec")?;
     let mut spec: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
@@ -163,6 +181,11 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
         tracing::warn!("{w}");
     }
     let rootfs = rootfs_of(&spec, bundle);
+    let mut host = if snapshot {
+        LiveHost::new(cfg, rootfs.as_deref())
+    } else {
+        LiveHost::without_snapshot(cfg, rootfs.as_deref())
+    };
     let csv = if cfg.mode == Mode::Csv {
         Some(crate::decision::csv_injection(
             &request,
@@ -171,7 +194,7 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
         )?)
     } else if matches!(cfg.mode, Mode::Auto | Mode::JitCdi)
         && !matches!(request.devices, gpuctk_core::request::Devices::Unrequested)
-        && crate::decision::on_wsl(cfg)?
+        && host.on_wsl()?
     {
         crate::decision::wsl_injection(&request, cfg, cfg.mode)?
     } else {
@@ -183,7 +206,7 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
             return Ok(());
         }
         Some(Some(i)) => Box::new(i),
-        None => match crate::decision::decide(&request, cfg, Delivery::Shim, rootfs.as_deref())? {
+        None => match crate::decision::decide_with(&request, cfg, Delivery::Shim, &mut host)? {
             Decision::Untouched => {
                 tracing::debug!("{}: no GPU requested; spec left as is", path.display());
                 return Ok(());
@@ -198,12 +221,21 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
             Decision::Inject(injection) => injection,
         },
     };
+    // Edits planned from a snapshot: their mount sources are opened by the hook work below;
+    // where that does not happen, they are checked.
+    let mut unchecked = host.snapshot_used.is_some();
     if cfg.hooks_in_shim {
         let ops = crate::decision::typed_ops(&injection);
-        let done = hooks_in_shim(&spec, bundle, &mut injection.edits, ops)?;
+        let done = hooks_in_shim(&spec, bundle, &mut injection.edits, ops, unchecked)?;
         tracing::debug!("{}: {done} hooks done by the shim", path.display());
+        unchecked &= done == 0;
         let mut ops = crate::decision::decode_hooks(&injection.edits);
         crate::guard::params_in_shim(&spec, &mut injection.edits, &mut ops, bundle, runtime)?;
+    }
+    if unchecked {
+        if let Some(gone) = crate::snapshot::first_gone(&injection.edits) {
+            return Err(crate::snapshot::Lied(gone).into());
+        }
     }
     let edits = &injection.edits;
     gpuctk_cdi::apply::apply_edits(&mut spec, edits)
@@ -265,6 +297,7 @@ fn hooks_in_shim(
     bundle: &Path,
     edits: &mut ContainerEdits,
     ops: Vec<(usize, InRootOp)>,
+    from_snapshot: bool,
 ) -> anyhow::Result<usize> {
     if ops.is_empty()
         || spec
@@ -330,8 +363,12 @@ fn hooks_in_shim(
         .map_err(|e| anyhow!("{}: {e}", bundle.join("config.json").display()))?;
     pending.set_gpu_minors(crate::guard::gpu_minors_in_spec(&made));
     for m in &edits.mounts {
-        let Ok(file) = std::fs::File::open(&m.host_path) else {
-            continue;
+        let file = match std::fs::File::open(&m.host_path) {
+            Ok(f) => f,
+            Err(e) if from_snapshot && e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(crate::snapshot::Lied(m.host_path.clone().into()).into());
+            }
+            Err(_) => continue,
         };
         if file.metadata().is_ok_and(|md| md.is_file()) {
             pending.add(&m.container_path, file);

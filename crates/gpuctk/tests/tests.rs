@@ -61,3 +61,6 @@ mod regression;
 mod rootless;
 /// The runtime shim and the hooks under real runc and crun.
 mod runtime;
+/// The discovery snapshot: read on the second create, rebuilt when the driver changes or it
+/// is not ours, damaged or names a file that is gone.
+mod snapshot;
