@@ -24,6 +24,8 @@ pub struct LiveHost<'a> {
     read_snapshot: bool,
     /// The snapshot the inventory came from, when it did.
     pub snapshot_used: Option<crate::snapshot::Snapshot>,
+    /// The GPUs (minor, bus id) of the inventory, once discovery (or its snapshot) ran.
+    pub gpus: Option<Vec<(u32, String)>>,
 }
 
 impl<'a> LiveHost<'a> {
@@ -36,6 +38,7 @@ impl<'a> LiveHost<'a> {
             version: None,
             read_snapshot: true,
             snapshot_used: None,
+            gpus: None,
         }
     }
 
@@ -82,16 +85,25 @@ impl HostView for LiveHost<'_> {
             ..Default::default()
         };
         let roots = roots(self.cfg);
-        let Some(dir) = self.cfg.snapshot_dir() else {
-            return gpuctk_host::discover(&roots, &opts);
+        let inv = match self.cfg.snapshot_dir() {
+            None => gpuctk_host::discover(&roots, &opts)?,
+            Some(dir) => {
+                let snapshot = crate::snapshot::Snapshot::new(&dir, &roots, &opts);
+                let read = self.read_snapshot;
+                let version = self.version_text().map(str::to_string);
+                let (inv, used) = snapshot.inventory(&roots, &opts, version.as_deref(), read)?;
+                if used {
+                    self.snapshot_used = Some(snapshot);
+                }
+                inv
+            }
         };
-        let snapshot = crate::snapshot::Snapshot::new(&dir, &roots, &opts);
-        let read = self.read_snapshot;
-        let version = self.version_text().map(str::to_string);
-        let (inv, used) = snapshot.inventory(&roots, &opts, version.as_deref(), read)?;
-        if used {
-            self.snapshot_used = Some(snapshot);
-        }
+        self.gpus = Some(
+            inv.gpus
+                .iter()
+                .map(|g| (g.minor, g.bus_id.clone()))
+                .collect(),
+        );
         Ok(inv)
     }
     fn registry(&mut self, vendors: &[&str]) -> Registry {

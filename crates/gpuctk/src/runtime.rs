@@ -240,7 +240,7 @@ fn modify_bundle_once(
     let edits = &injection.edits;
     gpuctk_cdi::apply::apply_edits(&mut spec, edits)
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    crate::guard::mask_other_gpus(&mut spec, &cfg.proc_root)?;
+    crate::guard::mask_other_gpus(&mut spec, &cfg.proc_root, host.gpus.as_deref())?;
     if !edits.hooks.is_empty() {
         pass_hook_errors_on(&mut spec, runtime);
     }
@@ -319,7 +319,8 @@ fn hooks_in_shim(
     };
     // Paths as the runtime will resolve them in the root (an image's symlink can lead a library
     // folder into `/proc`, which is a mount): a path that does not resolve leaves it to hooks.
-    let resolved = |p: &str| root.resolve_lexically(p).ok();
+    let mut resolver = Resolver::new(&root);
+    let mut resolved = |p: &str| resolver.resolve(p);
     let mut mounts: Vec<String> = Vec::new();
     for d in spec
         .get("mounts")
@@ -385,6 +386,65 @@ fn hooks_in_shim(
         keep
     });
     Ok(done.len())
+}
+
+/// [`gpuctk_container::Root::resolve_lexically`] for many paths, each folder walked once: the
+/// first path in a folder resolves and opens the folder; after that only a path's last name
+/// is looked at (one `lstat`), and walked whole only when it is a symlink. Most paths here are
+/// library mounts in one or two folders, which a walk each cost a dozen system calls.
+struct Resolver<'r> {
+    root: &'r gpuctk_container::Root,
+    /// Folder as written → where it resolves and its descriptor (`None`: it does not resolve).
+    dirs: std::collections::HashMap<String, Option<ResolvedDir<'r>>>,
+}
+
+struct ResolvedDir<'r> {
+    resolved: String,
+    /// The folder; `Err(true)` when it does not exist (yet), so neither does anything in it;
+    /// `Err(false)` when it cannot be opened: its paths are walked whole.
+    dir: Result<gpuctk_container::root::Dir<'r>, bool>,
+}
+
+impl<'r> Resolver<'r> {
+    fn new(root: &'r gpuctk_container::Root) -> Resolver<'r> {
+        Resolver {
+            root,
+            dirs: std::collections::HashMap::new(),
+        }
+    }
+
+    fn resolve(&mut self, p: &str) -> Option<String> {
+        let whole = |p: &str| self.root.resolve_lexically(p).ok();
+        let Some((parent, last)) = p.trim_end_matches('/').rsplit_once('/') else {
+            return whole(p);
+        };
+        if matches!(last, "" | "." | "..") {
+            return whole(p);
+        }
+        let parent = if parent.is_empty() { "/" } else { parent };
+        let root = self.root;
+        // A folder that does not resolve: neither does anything in it (its walk is a prefix).
+        let found = self
+            .dirs
+            .entry(parent.to_string())
+            .or_insert_with(|| {
+                let resolved = root.resolve_lexically(parent).ok()?;
+                let dir = root.open_dir(&resolved).map_err(|e| e.is_not_found());
+                Some(ResolvedDir { resolved, dir })
+            })
+            .as_ref()?;
+        let joined = || format!("{}/{last}", found.resolved.trim_end_matches('/'));
+        let dir = match &found.dir {
+            Ok(d) => d,
+            Err(true) => return Some(joined()),
+            Err(false) => return whole(p),
+        };
+        match dir.lstat(last) {
+            Ok(Some(md)) if md.kind == gpuctk_container::FileKind::Symlink => whole(p),
+            Ok(_) => Some(joined()),
+            Err(_) => whole(p),
+        }
+    }
 }
 
 /// `config.json` is written atomically but not fsynced: the engine writes it again for every

@@ -57,6 +57,9 @@ struct Key {
     ldcache: Option<FileId>,
     /// `<dev root>/dev`.
     dev: Option<FileId>,
+    /// The link count of `<proc root>/driver/nvidia/gpus`: 2 and one per GPU folder, which
+    /// procfs keeps current (a GPU unbound from the driver leaves the version file as it was).
+    gpus_nlink: Option<u64>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -113,6 +116,9 @@ impl Snapshot {
             version,
             ldcache: FileId::of(&roots.driver_root.join("etc/ld.so.cache")),
             dev: FileId::of(&roots.dev_root.join("dev")),
+            gpus_nlink: std::fs::metadata(roots.proc_root.join("driver/nvidia/gpus"))
+                .ok()
+                .map(|m| m.nlink()),
         })
     }
 
