@@ -213,6 +213,9 @@ fn main() {
             run(Command::new(&exe)
                 .args(["cdi", "generate", "--output"])
                 .arg(cdi.join("nvidia.yaml"))
+                // A hook that exists: under runc the params guard stays a hook (architecture.md).
+                .arg("--nvidia-cdi-hook-path")
+                .arg(&exe)
                 .arg("--driver-root")
                 .arg(&host.driver_root)
                 .arg("--dev-root")
