@@ -550,6 +550,50 @@ fn pass_hook_errors_on(spec: &mut serde_json::Value, runtime: &Path) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn resolver_agrees_with_a_whole_walk() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        for d in ["usr/lib/x86_64-linux-gnu", "etc", "proc", "real"] {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        std::fs::write(r.join("usr/lib/x86_64-linux-gnu/libc.so.6"), b"x").unwrap();
+        // An image's links: a folder, a last name, one out to /proc, an absolute one, a loop.
+        symlink("usr/lib", r.join("lib")).unwrap();
+        symlink("libc.so.6", r.join("usr/lib/x86_64-linux-gnu/libcuda.so.1")).unwrap();
+        symlink("/proc/self/root/x", r.join("usr/lib64")).unwrap();
+        symlink("/real", r.join("etc/alias")).unwrap();
+        symlink("loop", r.join("etc/loop")).unwrap();
+        std::fs::write(r.join("etc/file"), b"x").unwrap();
+        let root = gpuctk_container::Root::open(r).unwrap();
+        let mut resolver = Resolver::new(&root);
+        for p in [
+            "/",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/x86_64-linux-gnu/libcuda.so.1",
+            "/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+            "/usr/lib64/libcuda.so.1",
+            "/usr/local/cuda/compat",
+            "/usr/local/cuda/compat/libcuda.so.1",
+            "/etc/alias/x",
+            "/etc/alias",
+            "/etc/loop",
+            "/etc/loop/x",
+            "/etc/file/x",
+            "/etc/ld.so.cache",
+            "/dev/pts",
+            "/lib/../etc/x",
+            "/usr/lib/x86_64-linux-gnu/",
+        ] {
+            // Twice: the second comes from the folder already resolved.
+            for _ in 0..2 {
+                assert_eq!(resolver.resolve(p), root.resolve_lexically(p).ok(), "{p}");
+            }
+        }
+    }
+
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
     }
