@@ -56,6 +56,9 @@ pub struct Config {
     /// `[gpuctk] nvml-helper`: the dynamically linked program a build without in-process NVML
     /// (the static one that ships) runs for NVML's answers.
     pub nvml_helper: PathBuf,
+    /// `[gpuctk] snapshot-dir`: where the discovery snapshot is kept (`crate::snapshot`); `""`
+    /// turns it off; unset, [`Config::snapshot_dir`] picks it.
+    pub snapshot_dir: Option<PathBuf>,
     /// `[nvidia-container-runtime.modes.legacy] cuda-compat-mode`.
     pub cuda_compat_mode: CompatMode,
     /// `[features] disable-cuda-compat-lib-hook`.
@@ -96,6 +99,23 @@ pub const DEFAULT_NVML_CACHE: &str = "/run/gpuctk/nvml-cache.json";
 pub const DEFAULT_NVML_HELPER: &str = "/usr/libexec/gpuctk/gpuctk-nvml";
 
 impl Config {
+    /// Where the discovery snapshot is kept: `[gpuctk] snapshot-dir` (`""`: nowhere); unset,
+    /// `/run/gpuctk` for root and `$XDG_RUNTIME_DIR/gpuctk` for a user, but only on the host's
+    /// own procfs (`proc-root = "/proc"`), so a test's or a mock host's roots leave nothing in
+    /// the host's `/run` unless their config asks for it.
+    pub fn snapshot_dir(&self) -> Option<PathBuf> {
+        match &self.snapshot_dir {
+            Some(d) if d.as_os_str().is_empty() => None,
+            Some(d) => Some(d.clone()),
+            None if self.proc_root != std::path::Path::new("/proc") => None,
+            None if rustix::process::geteuid().is_root() => Some(PathBuf::from("/run/gpuctk")),
+            None => std::env::var_os("XDG_RUNTIME_DIR")
+                .map(PathBuf::from)
+                .filter(|d| d.is_absolute())
+                .map(|d| d.join("gpuctk")),
+        }
+    }
+
     /// Whether the `enable-cuda-compat` operation is planned.
     pub fn cuda_compat(&self) -> bool {
         self.cuda_compat_mode != CompatMode::Disabled && !self.disable_compat_hook
@@ -122,6 +142,7 @@ impl Default for Config {
             hooks_in_shim: true,
             nvml_cache: PathBuf::from(DEFAULT_NVML_CACHE),
             nvml_helper: PathBuf::from(DEFAULT_NVML_HELPER),
+            snapshot_dir: None,
             cuda_compat_mode: CompatMode::Ldconfig,
             disable_compat_hook: false,
             no_additional_gids: false,
@@ -415,6 +436,7 @@ fn set(c: &mut Config, key: &str, value: Value) -> Result<(), String> {
         ("gpuctk.hooks-in-shim", Bool(v)) => c.hooks_in_shim = v,
         ("gpuctk.nvml-cache", Text(v)) => c.nvml_cache = PathBuf::from(v),
         ("gpuctk.nvml-helper", Text(v)) => c.nvml_helper = PathBuf::from(v),
+        ("gpuctk.snapshot-dir", Text(v)) => c.snapshot_dir = Some(PathBuf::from(v)),
         // A row of KEYS marked applied that nothing here sets: the unit test
         // `every_applied_key_is_set` fails on it.
         (key, _) => {
@@ -554,6 +576,7 @@ pub const KEYS: &[(&str, Kind, bool)] = &[
     ("gpuctk.hooks-in-shim", Kind::Bool, true),
     ("gpuctk.nvml-cache", Kind::Text, true),
     ("gpuctk.nvml-helper", Kind::Text, true),
+    ("gpuctk.snapshot-dir", Kind::Text, true),
 ];
 
 /// NVIDIA's default value of a key gpuctk does not apply.

@@ -18,13 +18,54 @@ use crate::config::Config;
 pub struct LiveHost<'a> {
     cfg: &'a Config,
     rootfs: Option<&'a Path>,
+    /// The procfs version file's text, read once per create (`None`: not read yet).
+    version: Option<Option<String>>,
+    /// Whether a discovery snapshot may be read (not after one lied).
+    read_snapshot: bool,
+    /// The snapshot the inventory came from, when it did.
+    pub snapshot_used: Option<crate::snapshot::Snapshot>,
+    /// The GPUs (minor, bus id) of the inventory, once discovery (or its snapshot) ran.
+    pub gpus: Option<Vec<(u32, String)>>,
 }
 
 impl<'a> LiveHost<'a> {
     /// The host under `cfg`'s roots and spec dirs; `rootfs` is the container's root on the
     /// host, when the delivery knows it.
     pub fn new(cfg: &'a Config, rootfs: Option<&'a Path>) -> LiveHost<'a> {
-        LiveHost { cfg, rootfs }
+        LiveHost {
+            cfg,
+            rootfs,
+            version: None,
+            read_snapshot: true,
+            snapshot_used: None,
+            gpus: None,
+        }
+    }
+
+    /// [`LiveHost::new`] that discovers again, writing a new snapshot, rather than read one.
+    pub fn without_snapshot(cfg: &'a Config, rootfs: Option<&'a Path>) -> LiveHost<'a> {
+        LiveHost {
+            read_snapshot: false,
+            ..LiveHost::new(cfg, rootfs)
+        }
+    }
+
+    /// The procfs version file's text, read once.
+    fn version_text(&mut self) -> Option<&str> {
+        let proc_root = &self.cfg.proc_root;
+        self.version
+            .get_or_insert_with(|| {
+                std::fs::read_to_string(proc_root.join("driver/nvidia/version")).ok()
+            })
+            .as_deref()
+    }
+
+    /// Whether the host is a WSL2 one (no NVIDIA kernel driver, `/dev/dxg` or `libdxcore.so`).
+    pub fn on_wsl(&mut self) -> anyhow::Result<bool> {
+        if self.running_driver().is_some() {
+            return Ok(false);
+        }
+        on_wsl(self.cfg)
     }
 }
 
@@ -43,13 +84,36 @@ impl HostView for LiveHost<'_> {
             skip_graphics: !graphics,
             ..Default::default()
         };
-        gpuctk_host::discover(&roots(self.cfg), &opts)
+        let roots = roots(self.cfg);
+        let inv = match self.cfg.snapshot_dir() {
+            None => gpuctk_host::discover(&roots, &opts)?,
+            Some(dir) => {
+                let snapshot = crate::snapshot::Snapshot::new(&dir, &roots, &opts);
+                let read = self.read_snapshot;
+                let version = self.version_text().map(str::to_string);
+                let (inv, used) = snapshot.inventory(&roots, &opts, version.as_deref(), read)?;
+                if used {
+                    self.snapshot_used = Some(snapshot);
+                }
+                inv
+            }
+        };
+        self.gpus = Some(
+            inv.gpus
+                .iter()
+                .map(|g| (g.minor, g.bus_id.clone()))
+                .collect(),
+        );
+        Ok(inv)
     }
     fn registry(&mut self, vendors: &[&str]) -> Registry {
         Registry::load_for_vendors(&self.cfg.spec_dirs, vendors)
     }
     fn running_driver(&mut self) -> Option<String> {
-        gpuctk_host::running_driver_version(&self.cfg.proc_root)
+        let text = self.version_text()?;
+        gpuctk_host::procfs::parse_version(text)
+            .ok()
+            .map(|v| v.to_string())
     }
     fn first_missing(&mut self, paths: &[(&str, &str)]) -> Option<String> {
         gpuctk_host::first_missing(paths.iter().copied())
@@ -141,11 +205,35 @@ pub fn hook_path(cfg: &Config) -> String {
 
 /// What to do with `request` under `cfg`, for `delivery`; `rootfs` is the container's root on
 /// the host (its compat libraries count for its requirements), when the delivery knows it.
-pub fn decide(
+/// Every mount source and device node of edits planned from a discovery
+/// snapshot is checked (a delivery that does not open them itself): one that is gone means the
+/// snapshot lied, and the decision is taken again on a fresh discovery.
+pub fn decide_checked(
     request: &Request,
     cfg: &Config,
     delivery: Delivery,
     rootfs: Option<&Path>,
+) -> anyhow::Result<Decision> {
+    let mut host = LiveHost::new(cfg, rootfs);
+    let decision = decide_with(request, cfg, delivery, &mut host)?;
+    if host.snapshot_used.is_some() {
+        if let Decision::Inject(i) = &decision {
+            if let Some(gone) = crate::snapshot::first_gone(&i.edits) {
+                tracing::warn!("{}", crate::snapshot::Lied(gone));
+                let mut host = LiveHost::without_snapshot(cfg, rootfs);
+                return decide_with(request, cfg, delivery, &mut host);
+            }
+        }
+    }
+    Ok(decision)
+}
+
+/// [`decide_checked`], asking `host`, unchecked: the caller opens what the edits name.
+pub fn decide_with(
+    request: &Request,
+    cfg: &Config,
+    delivery: Delivery,
+    host: &mut LiveHost<'_>,
 ) -> anyhow::Result<Decision> {
     let hook_path = hook_path(cfg);
     let settings = Settings {
@@ -155,7 +243,7 @@ pub fn decide(
         delivery,
         cuda_compat: cfg.cuda_compat(),
     };
-    let mut decision = gpuctk_core::decide(request, &settings, &mut LiveHost::new(cfg, rootfs))?;
+    let mut decision = gpuctk_core::decide(request, &settings, host)?;
     // A static spec is applied as written; planned edits follow the feature flag.
     if let Decision::Inject(i) = &mut decision {
         if cfg.no_additional_gids && i.origin != gpuctk_core::Origin::Registry {

@@ -48,23 +48,30 @@ pub fn other_gpu_proc_dirs(proc_root: &Path, minors: &[u32]) -> anyhow::Result<V
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => anyhow::bail!("{}/driver/nvidia/gpus: {e}", proc_root.display()),
     };
-    let mut dirs = Vec::new();
+    let mut gpus = Vec::new();
     for info in infos {
         let info = info?;
-        let bus = info.bus_id;
-        if minors.contains(&info.minor)
-            || bus.is_empty()
-            || bus.contains('/')
-            || bus == "."
-            || bus == ".."
-        {
-            continue;
-        }
-        dirs.push(format!("{DRIVER_GPUS_DIR}/{bus}"));
+        gpus.push((info.minor, info.bus_id));
     }
+    Ok(other_gpu_dirs_of(&gpus, minors))
+}
+
+/// [`other_gpu_proc_dirs`] from the GPUs discovery already read (minor, bus id).
+fn other_gpu_dirs_of(gpus: &[(u32, String)], minors: &[u32]) -> Vec<String> {
+    let mut dirs: Vec<String> = gpus
+        .iter()
+        .filter(|(minor, bus)| {
+            !(minors.contains(minor)
+                || bus.is_empty()
+                || bus.contains('/')
+                || bus == "."
+                || bus == "..")
+        })
+        .map(|(_, bus)| format!("{DRIVER_GPUS_DIR}/{bus}"))
+        .collect();
     dirs.sort();
     dirs.dedup();
-    Ok(dirs)
+    dirs
 }
 
 /// The container's folder of the driver's per-GPU procfs folders.
@@ -72,8 +79,18 @@ pub const DRIVER_GPUS_DIR: &str = "/proc/driver/nvidia/gpus";
 
 /// Masks (OCI `linux.maskedPaths`: the runtime mounts an empty read-only tmpfs there) the
 /// driver's procfs folders of the GPUs `spec` does not give the container. Returns how many.
-pub fn mask_other_gpus(spec: &mut serde_json::Value, proc_root: &Path) -> anyhow::Result<usize> {
-    let dirs = other_gpu_proc_dirs(proc_root, &gpu_minors_in_spec(spec))?;
+/// `known`: the GPUs (minor, bus id) discovery found for this create, when it ran, so their
+/// information files are not read again.
+pub fn mask_other_gpus(
+    spec: &mut serde_json::Value,
+    proc_root: &Path,
+    known: Option<&[(u32, String)]>,
+) -> anyhow::Result<usize> {
+    let minors = gpu_minors_in_spec(spec);
+    let dirs = match known {
+        Some(gpus) => other_gpu_dirs_of(gpus, &minors),
+        None => other_gpu_proc_dirs(proc_root, &minors)?,
+    };
     if dirs.is_empty() {
         return Ok(0);
     }
@@ -281,27 +298,38 @@ mod tests {
             "devices": [{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": h.gpus[1].minor}],
             "maskedPaths": ["/proc/kcore", dir(2)]
         }});
-        assert_eq!(mask_other_gpus(&mut spec, &h.proc_root).unwrap(), 1);
+        let pristine = spec.clone();
+        assert_eq!(mask_other_gpus(&mut spec, &h.proc_root, None).unwrap(), 1);
         assert_eq!(
             spec["linux"]["maskedPaths"],
             serde_json::json!(["/proc/kcore", dir(2), dir(0)])
         );
+        // From the GPUs discovery found (no procfs read): the same.
+        let known: Vec<(u32, String)> =
+            h.gpus.iter().map(|g| (g.minor, g.bus_id.clone())).collect();
+        let mut again = pristine.clone();
+        let nowhere = t.path().join("no-proc");
+        assert_eq!(
+            mask_other_gpus(&mut again, &nowhere, Some(&known)).unwrap(),
+            1
+        );
+        assert_eq!(again, spec);
         // No driver there: nothing masked. A damaged information file: an error naming it.
-        assert_eq!(mask_other_gpus(&mut spec, t.path()).unwrap(), 0);
+        assert_eq!(mask_other_gpus(&mut spec, t.path(), None).unwrap(), 0);
         let info = h
             .proc_root
             .join("driver/nvidia/gpus")
             .join(&h.gpus[0].bus_id)
             .join("information");
         std::fs::write(&info, "garbage").unwrap();
-        let msg = mask_other_gpus(&mut spec, &h.proc_root)
+        let msg = mask_other_gpus(&mut spec, &h.proc_root, None)
             .unwrap_err()
             .to_string();
         assert!(msg.contains("information"), "{msg}");
         let mut bad = serde_json::json!({"linux": {"maskedPaths": {}}});
         std::fs::remove_file(&info).unwrap();
         std::fs::remove_dir(info.parent().unwrap()).unwrap();
-        assert!(mask_other_gpus(&mut bad, &h.proc_root).is_err());
+        assert!(mask_other_gpus(&mut bad, &h.proc_root, None).is_err());
     }
 
     #[test]

@@ -222,7 +222,12 @@ fn realize_in(
         Some(None) => return Ok(()),
         Some(Some(i)) => i,
         None => {
-            match crate::decision::decide(request, cfg, Delivery::PrestartHook, Some(rootfs))? {
+            match crate::decision::decide_checked(
+                request,
+                cfg,
+                Delivery::PrestartHook,
+                Some(rootfs),
+            )? {
                 Decision::Inject(injection) => *injection,
                 Decision::Untouched | Decision::PrestartHook => return Ok(()),
             }

@@ -26,6 +26,7 @@ mod passthrough;
 mod runc;
 mod runtime;
 mod self_exe;
+mod snapshot;
 
 /// `gpuctk` and `nvidia-ctk`: the command line, and the command it names.
 pub use cli::Cli;

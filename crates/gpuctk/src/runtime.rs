@@ -22,6 +22,7 @@ use gpuctk_core::request::Delivery;
 use gpuctk_core::{parse_request, Decision, InRootOp};
 
 use crate::config::{self, Config, Mode};
+use crate::decision::LiveHost;
 use crate::runc::{find_runtime, parse_runc_args, RuncArgs};
 
 /// Largest `config.json` we read. Engines write a few KiB; even a pod with thousands of env
@@ -147,6 +148,23 @@ pub fn main_as(args: &[OsString], forced: Option<Mode>) -> ExitCode {
 /// Edit `<bundle>/config.json` for the container's GPU request; leave it untouched when the
 /// container asks for nothing.
 pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Result<()> {
+    match modify_bundle_once(bundle, cfg, runtime, true) {
+        // Noticed before anything was written: once more, discovering.
+        Err(e) if e.is::<crate::snapshot::Lied>() => {
+            tracing::warn!("{e}");
+            modify_bundle_once(bundle, cfg, runtime, false)
+        }
+        r => r,
+    }
+}
+
+/// [`modify_bundle`], reading the discovery snapshot when `snapshot` says so.
+fn modify_bundle_once(
+    bundle: &Path,
+    cfg: &Config,
+    runtime: &Path,
+    snapshot: bool,
+) -> anyhow::Result<()> {
     let path = bundle.join("config.json");
     let bytes = crate::capped::read_capped(&path, MAX_CONFIG_JSON, "the OCI spec")?;
     let mut spec: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
@@ -165,6 +183,11 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
         tracing::warn!("{w}");
     }
     let rootfs = rootfs_of(&spec, bundle);
+    let mut host = if snapshot {
+        LiveHost::new(cfg, rootfs.as_deref())
+    } else {
+        LiveHost::without_snapshot(cfg, rootfs.as_deref())
+    };
     let csv = if cfg.mode == Mode::Csv {
         Some(crate::decision::csv_injection(
             &request,
@@ -173,7 +196,7 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
         )?)
     } else if matches!(cfg.mode, Mode::Auto | Mode::JitCdi)
         && !matches!(request.devices, gpuctk_core::request::Devices::Unrequested)
-        && crate::decision::on_wsl(cfg)?
+        && host.on_wsl()?
     {
         crate::decision::wsl_injection(&request, cfg, cfg.mode)?
     } else {
@@ -185,7 +208,7 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
             return Ok(());
         }
         Some(Some(i)) => Box::new(i),
-        None => match crate::decision::decide(&request, cfg, Delivery::Shim, rootfs.as_deref())? {
+        None => match crate::decision::decide_with(&request, cfg, Delivery::Shim, &mut host)? {
             Decision::Untouched => {
                 tracing::debug!("{}: no GPU requested; spec left as is", path.display());
                 return Ok(());
@@ -200,17 +223,26 @@ pub fn modify_bundle(bundle: &Path, cfg: &Config, runtime: &Path) -> anyhow::Res
             Decision::Inject(injection) => injection,
         },
     };
+    // Edits planned from a snapshot: their mount sources are opened by the hook work below;
+    // where that does not happen, they are checked.
+    let mut unchecked = host.snapshot_used.is_some();
     if cfg.hooks_in_shim {
         let ops = crate::decision::typed_ops(&injection);
-        let done = hooks_in_shim(&spec, bundle, &mut injection.edits, ops)?;
+        let done = hooks_in_shim(&spec, bundle, &mut injection.edits, ops, unchecked)?;
         tracing::debug!("{}: {done} hooks done by the shim", path.display());
+        unchecked &= done == 0;
         let mut ops = crate::decision::decode_hooks(&injection.edits);
         crate::guard::params_in_shim(&spec, &mut injection.edits, &mut ops, bundle, runtime)?;
+    }
+    if unchecked {
+        if let Some(gone) = crate::snapshot::first_gone(&injection.edits) {
+            return Err(crate::snapshot::Lied(gone).into());
+        }
     }
     let edits = &injection.edits;
     gpuctk_cdi::apply::apply_edits(&mut spec, edits)
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    crate::guard::mask_other_gpus(&mut spec, &cfg.proc_root)?;
+    crate::guard::mask_other_gpus(&mut spec, &cfg.proc_root, host.gpus.as_deref())?;
     if !edits.hooks.is_empty() {
         pass_hook_errors_on(&mut spec, runtime);
     }
@@ -298,7 +330,8 @@ fn shim_choice(
     };
     // Paths as the runtime will resolve them in the root (an image's symlink can lead a library
     // folder into `/proc`, which is a mount): a path that does not resolve leaves it to hooks.
-    let resolved = |p: &str| root.resolve_lexically(p).ok();
+    let mut resolver = Resolver::new(&root);
+    let mut resolved = |p: &str| resolver.resolve(p);
     let mut mounts: Vec<String> = Vec::new();
     for d in spec
         .get("mounts")
@@ -349,6 +382,7 @@ fn hooks_in_shim(
     bundle: &Path,
     edits: &mut ContainerEdits,
     ops: Vec<(usize, InRootOp)>,
+    from_snapshot: bool,
 ) -> anyhow::Result<usize> {
     let (root, ops) = match shim_choice(spec, bundle, edits, ops) {
         ShimChoice::Shim { root, ops } => (root, ops),
@@ -364,8 +398,12 @@ fn hooks_in_shim(
         .map_err(|e| anyhow!("{}: {e}", bundle.join("config.json").display()))?;
     pending.set_gpu_minors(crate::guard::gpu_minors_in_spec(&made));
     for m in &edits.mounts {
-        let Ok(file) = std::fs::File::open(&m.host_path) else {
-            continue;
+        let file = match std::fs::File::open(&m.host_path) {
+            Ok(f) => f,
+            Err(e) if from_snapshot && e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(crate::snapshot::Lied(m.host_path.clone().into()).into());
+            }
+            Err(_) => continue,
         };
         if file.metadata().is_ok_and(|md| md.is_file()) {
             pending.add(&m.container_path, file);
@@ -382,6 +420,65 @@ fn hooks_in_shim(
         keep
     });
     Ok(done.len())
+}
+
+/// [`gpuctk_container::Root::resolve_lexically`] for many paths, each folder walked once: the
+/// first path in a folder resolves and opens the folder; after that only a path's last name
+/// is looked at (one `lstat`), and walked whole only when it is a symlink. Most paths here are
+/// library mounts in one or two folders, which a walk each cost a dozen system calls.
+struct Resolver<'r> {
+    root: &'r gpuctk_container::Root,
+    /// Folder as written → where it resolves and its descriptor (`None`: it does not resolve).
+    dirs: std::collections::HashMap<String, Option<ResolvedDir<'r>>>,
+}
+
+struct ResolvedDir<'r> {
+    resolved: String,
+    /// The folder; `Err(true)` when it does not exist (yet), so neither does anything in it;
+    /// `Err(false)` when it cannot be opened: its paths are walked whole.
+    dir: Result<gpuctk_container::root::Dir<'r>, bool>,
+}
+
+impl<'r> Resolver<'r> {
+    fn new(root: &'r gpuctk_container::Root) -> Resolver<'r> {
+        Resolver {
+            root,
+            dirs: std::collections::HashMap::new(),
+        }
+    }
+
+    fn resolve(&mut self, p: &str) -> Option<String> {
+        let whole = |p: &str| self.root.resolve_lexically(p).ok();
+        let Some((parent, last)) = p.trim_end_matches('/').rsplit_once('/') else {
+            return whole(p);
+        };
+        if matches!(last, "" | "." | "..") {
+            return whole(p);
+        }
+        let parent = if parent.is_empty() { "/" } else { parent };
+        let root = self.root;
+        // A folder that does not resolve: neither does anything in it (its walk is a prefix).
+        let found = self
+            .dirs
+            .entry(parent.to_string())
+            .or_insert_with(|| {
+                let resolved = root.resolve_lexically(parent).ok()?;
+                let dir = root.open_dir(&resolved).map_err(|e| e.is_not_found());
+                Some(ResolvedDir { resolved, dir })
+            })
+            .as_ref()?;
+        let joined = || format!("{}/{last}", found.resolved.trim_end_matches('/'));
+        let dir = match &found.dir {
+            Ok(d) => d,
+            Err(true) => return Some(joined()),
+            Err(false) => return whole(p),
+        };
+        match dir.lstat(last) {
+            Ok(Some(md)) if md.kind == gpuctk_container::FileKind::Symlink => whole(p),
+            Ok(_) => Some(joined()),
+            Err(_) => whole(p),
+        }
+    }
 }
 
 /// `config.json` is written atomically but not fsynced: the engine writes it again for every
@@ -486,6 +583,50 @@ fn pass_hook_errors_on(spec: &mut serde_json::Value, runtime: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resolver_agrees_with_a_whole_walk() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        for d in ["usr/lib/x86_64-linux-gnu", "etc", "proc", "real"] {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        std::fs::write(r.join("usr/lib/x86_64-linux-gnu/libc.so.6"), b"x").unwrap();
+        // An image's links: a folder, a last name, one out to /proc, an absolute one, a loop.
+        symlink("usr/lib", r.join("lib")).unwrap();
+        symlink("libc.so.6", r.join("usr/lib/x86_64-linux-gnu/libcuda.so.1")).unwrap();
+        symlink("/proc/self/root/x", r.join("usr/lib64")).unwrap();
+        symlink("/real", r.join("etc/alias")).unwrap();
+        symlink("loop", r.join("etc/loop")).unwrap();
+        std::fs::write(r.join("etc/file"), b"x").unwrap();
+        let root = gpuctk_container::Root::open(r).unwrap();
+        let mut resolver = Resolver::new(&root);
+        for p in [
+            "/",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/x86_64-linux-gnu/libcuda.so.1",
+            "/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+            "/usr/lib64/libcuda.so.1",
+            "/usr/local/cuda/compat",
+            "/usr/local/cuda/compat/libcuda.so.1",
+            "/etc/alias/x",
+            "/etc/alias",
+            "/etc/loop",
+            "/etc/loop/x",
+            "/etc/file/x",
+            "/etc/ld.so.cache",
+            "/dev/pts",
+            "/lib/../etc/x",
+            "/usr/lib/x86_64-linux-gnu/",
+        ] {
+            // Twice: the second comes from the folder already resolved.
+            for _ in 0..2 {
+                assert_eq!(resolver.resolve(p), root.resolve_lexically(p).ok(), "{p}");
+            }
+        }
+    }
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()

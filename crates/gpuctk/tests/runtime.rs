@@ -106,17 +106,19 @@ impl Bed {
         self.t.join("cdi")
     }
 
-    /// Our config.toml pointing at the mock host, plus `extra` top-level keys.
+    /// Our config.toml pointing at the mock host, plus `extra` top-level keys. The discovery
+    /// snapshot is kept in the test's dir, so every create after the first runs on it.
     pub fn write_config(&self, extra: &str) {
         fs::write(
             &self.config,
             format!(
-                "{extra}\n[nvidia-container-cli]\nroot = \"{}\"\n\n[nvidia-container-runtime]\nruntimes = [\"{}\"]\n\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [\"{}\"]\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nhook-path = \"{GPUCTK}\"\n",
+                "{extra}\n[nvidia-container-cli]\nroot = \"{}\"\n\n[nvidia-container-runtime]\nruntimes = [\"{}\"]\n\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [\"{}\"]\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nhook-path = \"{GPUCTK}\"\nsnapshot-dir = \"{}\"\n",
                 self.host.driver_root(),
                 self.runtime,
                 self.cdi_dir().display(),
                 self.host.dev_root(),
-                self.host.proc_root()
+                self.host.proc_root(),
+                self.t.join("snapshots").display()
             ),
         )
         .unwrap();

@@ -71,3 +71,6 @@ mod runtime;
 /// What ships for other distributions: the static binary in a root without libc, the RPM
 /// installed, upgraded and erased with `rpm --root`, swapped with NVIDIA's packages.
 mod ship;
+/// The discovery snapshot: read on the second create, rebuilt when the driver changes or it
+/// is not ours, damaged or names a file that is gone.
+mod snapshot;

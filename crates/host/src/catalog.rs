@@ -7,7 +7,9 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A driver capability as `NVIDIA_DRIVER_CAPABILITIES` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Capability {
     /// CUDA and OpenCL.

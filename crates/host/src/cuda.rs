@@ -2,7 +2,9 @@
 //! Toolkit and Corresponding Driver Versions"): what `libcuda`'s `cuDriverGetVersion` reports.
 
 /// A CUDA version, e.g. 12.8.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct CudaVersion {
     /// Major, e.g. 12.
     pub major: u32,

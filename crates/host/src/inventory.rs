@@ -8,7 +8,7 @@ use crate::cuda::CudaVersion;
 use crate::procfs::DriverVersion;
 
 /// The three roots discovery reads from. Each is a parameter so tests run on temp trees.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Roots {
     /// Where the driver's user-space files live: `/`, or `/run/nvidia/driver` under the GPU
     /// Operator. Container paths are host paths with this prefix removed.
@@ -43,7 +43,7 @@ impl Default for Roots {
 }
 
 /// A character device node on the host.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceNode {
     /// The path inside the container, e.g. `/dev/nvidia0`.
     pub path: String,
@@ -60,7 +60,7 @@ pub struct DeviceNode {
 }
 
 /// One GPU.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Gpu {
     /// Index in PCI bus order, as NVML and `nvidia-smi` number them.
     pub index: u32,
@@ -84,7 +84,7 @@ pub struct Gpu {
 }
 
 /// A `/dev/dri/by-path` link as udev made it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DrmLink {
     /// The link's path in the container, e.g. `/dev/dri/by-path/pci-0000:01:00.0-card`.
     pub link: String,
@@ -93,7 +93,7 @@ pub struct DrmLink {
 }
 
 /// A driver library found on the host.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Library {
     /// The catalogue name it was looked up by, e.g. `libcuda.so`.
     pub name: String,
@@ -112,7 +112,7 @@ pub struct Library {
 }
 
 /// A non-library file to mount: a binary, firmware, an IPC socket or directory.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HostFile {
     /// Short name, e.g. `nvidia-smi`.
     pub name: String,
@@ -125,7 +125,7 @@ pub struct HostFile {
 }
 
 /// Everything discovery found.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Inventory {
     /// The roots it was read from.
     pub roots: Roots,

@@ -34,6 +34,15 @@ pub enum ProcError {
 #[serde(transparent)]
 pub struct DriverVersion(String);
 
+// Read back (a discovery snapshot) through the same validation as parsed.
+impl<'de> serde::Deserialize<'de> for DriverVersion {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<DriverVersion, D::Error> {
+        let s = String::deserialize(d)?;
+        DriverVersion::parse(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("{s:?} is not a driver version")))
+    }
+}
+
 impl DriverVersion {
     /// Parse `570.124.06` or `535.54`: two or three dot-separated decimal fields.
     pub fn parse(s: &str) -> Option<DriverVersion> {

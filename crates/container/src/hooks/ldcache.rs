@@ -547,7 +547,8 @@ fn scan_dir(
                         .then_with(|| gpuctk_ldcache::libcmp(&a.name, &b.name))
                 })
                 .expect("groups are never empty");
-            match root.try_symlink_metadata(&link_path)? {
+            // The folder is open already: one lstat, no walk.
+            match opened.lstat(&soname)? {
                 None => {}
                 Some(m) if m.kind == FileKind::Symlink => {}
                 Some(m) => {

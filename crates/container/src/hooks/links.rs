@@ -9,9 +9,15 @@ pub use gpuctk_core::ops::Link;
 /// already pointing at their target left alone, files and other links
 /// replaced, directories refused.
 pub fn create_symlinks(root: &Root, links: &[Link]) -> Result<(), HookError> {
+    // Most links share one folder: it is walked and made once (nothing else runs in the root
+    // meanwhile; `symlink_force` still opens it in-root for each link).
+    let mut made = std::collections::HashSet::new();
     for l in links {
         let (parent, _) = crate::root::split_parent(&l.link)?;
-        root.mkdir_all(&parent, 0o755)?;
+        if !made.contains(&parent) {
+            root.mkdir_all(&parent, 0o755)?;
+            made.insert(parent);
+        }
         root.symlink_force(&l.target, &l.link)?;
     }
     Ok(())

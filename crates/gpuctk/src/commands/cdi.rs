@@ -112,6 +112,7 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
         bail!("--csv.*: only for --mode csv (Jetson); --mode auto found no Jetson under the driver root");
     }
     let inv = a.roots.discover_with_configs(&a.config_search_paths)?;
+    a.roots.write_snapshots(&inv, &a.config_search_paths);
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
     // always a wrong driver root.
     if !a.allow_missing_libcuda && !inv.libraries.iter().any(|l| l.name == "libcuda.so") {

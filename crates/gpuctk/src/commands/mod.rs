@@ -107,6 +107,11 @@ impl RootArgs {
     /// (`--config`, else the one the runtime reads), and only when these roots are the runtime's
     /// (it reads records for its own driver only): `None` otherwise, and nothing is written.
     pub fn nvml_cache(&self, roots: &Roots) -> Option<std::path::PathBuf> {
+        self.runtime_config(roots).map(|cfg| cfg.nvml_cache)
+    }
+
+    /// The runtime's config (as [`Self::nvml_cache`] finds it) when these roots are its roots.
+    fn runtime_config(&self, roots: &Roots) -> Option<crate::config::Config> {
         let cfg = match &self.config {
             Some(c) => crate::config::load(c, true).ok()?,
             None => crate::config::load_from_env().ok()?,
@@ -116,7 +121,34 @@ impl RootArgs {
         (same(&runtime.driver_root, &roots.driver_root)
             && same(&runtime.dev_root, &roots.dev_root)
             && same(&runtime.proc_root, &roots.proc_root))
-        .then_some(cfg.nvml_cache)
+        .then_some(cfg)
+    }
+
+    /// Write the runtime's discovery snapshots (`crate::snapshot`) from `inv`, discovered with
+    /// `config_search_paths`, when these are the runtime's roots and the discovery is the one
+    /// the runtime does (no search paths of our own): the one a graphics container reads, and
+    /// the one without graphics, discovered again (half a millisecond).
+    pub fn write_snapshots(&self, inv: &Inventory, config_search_paths: &[String]) {
+        if !config_search_paths.is_empty() || !self.library_search_paths.is_empty() {
+            return;
+        }
+        let Some(cfg) = self.runtime_config(&inv.roots) else {
+            return;
+        };
+        // The runtime's roots spelt as it spells them: the host paths in `inv` are made of them.
+        let roots = crate::decision::roots(&cfg);
+        let Some(dir) = cfg.snapshot_dir().filter(|_| roots == inv.roots) else {
+            return;
+        };
+        let full = DiscoverOptions::default();
+        crate::snapshot::Snapshot::new(&dir, &roots, &full).write(&roots, inv);
+        let compute = DiscoverOptions {
+            skip_graphics: true,
+            ..Default::default()
+        };
+        if let Ok(inv) = gpuctk_host::discover(&roots, &compute) {
+            crate::snapshot::Snapshot::new(&dir, &roots, &compute).write(&roots, &inv);
+        }
     }
 
     /// The NVML helper config.toml names (`[gpuctk] nvml-helper`: `--config`, else the one the
