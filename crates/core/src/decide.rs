@@ -201,17 +201,16 @@ pub fn decide(
     };
     // Only specs that can define the requested kinds are parsed (a hostile file of another
     // vendor in a shared spec dir must not slow this container down).
-    let mut vendors: Vec<&str> = names
-        .iter()
-        .map(|n| n.split_once('/').map_or(n.as_str(), |(v, _)| v))
-        .collect();
+    let mut vendors: Vec<&str> = names.iter().map(|n| n.vendor.as_str()).collect();
     vendors.sort_unstable();
     vendors.dedup();
     let reg = host.registry(&vendors);
     for (p, e) in reg.errors() {
         host.warn(&format!("{}: {e}", p.display()));
     }
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    // The registry resolves names as the CDI library does, as text.
+    let texts: Vec<String> = names.iter().map(ToString::to_string).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let resolved = reg
         .resolve(&refs)
         .map_err(|source| DecideError::Unresolved {

@@ -5,6 +5,8 @@
 //! Pure: the caller gives the running driver version and the host paths a spec names that are
 //! gone; nothing here reads procfs or stats a file.
 
+use gpuctk_cdi::names::{parse_kind, NameError, QualifiedName};
+
 use crate::request::{DeviceId, Devices, Request};
 use crate::select::cdi_name_to_device;
 
@@ -35,7 +37,7 @@ pub enum Route {
     /// only) is what to plan just in time when the static spec no longer fits the host.
     Registry {
         /// Fully-qualified names.
-        names: Vec<String>,
+        names: Vec<QualifiedName>,
         /// The same devices as ids, when a stale spec may be replaced by just-in-time edits.
         fallback: Option<Vec<DeviceId>>,
     },
@@ -51,6 +53,16 @@ pub enum RouteError {
     Mixed {
         /// Where the request came from.
         from: String,
+    },
+    /// A GPU id under `default-kind` that is no CDI name (the kind itself is malformed).
+    #[error("{from}: {name} is no CDI device name: {reason}; fix [nvidia-container-runtime.modes.cdi] default-kind in config.toml")]
+    Name {
+        /// Where the request came from.
+        from: String,
+        /// `default-kind=id`, as it would be looked up.
+        name: String,
+        /// What is wrong with it.
+        reason: NameError,
     },
 }
 
@@ -95,14 +107,29 @@ pub fn route(request: &Request, mode: Mode, default_kind: &str) -> Result<Route,
             names: ids
                 .iter()
                 .map(|d| match d {
-                    DeviceId::Cdi(n) => n.to_string(),
-                    other => format!("{default_kind}={other}"),
+                    DeviceId::Cdi(n) => Ok(n.clone()),
+                    other => {
+                        let id = other.to_string();
+                        parse_kind(default_kind)
+                            .and_then(|(vendor, class)| QualifiedName::new(vendor, class, &id))
+                            .map_err(|reason| RouteError::Name {
+                                from: source.clone(),
+                                name: format!("{default_kind}={id}"),
+                                reason,
+                            })
+                    }
                 })
-                .collect(),
+                .collect::<Result<_, _>>()?,
             fallback: None,
         }),
         Mode::Auto if request.all_cdi() => Ok(Route::Registry {
-            names: ids.iter().map(|d| d.to_string()).collect(),
+            names: ids
+                .iter()
+                .filter_map(|d| match d {
+                    DeviceId::Cdi(n) => Some(n.clone()),
+                    _ => None,
+                })
+                .collect(),
             fallback: as_ids(&ids),
         }),
         Mode::Auto | Mode::JitCdi | Mode::Csv => match as_ids(&ids) {
@@ -159,7 +186,11 @@ mod tests {
     }
 
     fn cdi(n: &str) -> DeviceId {
-        DeviceId::Cdi(n.parse().unwrap())
+        DeviceId::Cdi(qn(n))
+    }
+
+    fn qn(n: &str) -> QualifiedName {
+        n.parse().unwrap()
     }
 
     const KIND: &str = "nvidia.com/gpu";
@@ -201,7 +232,7 @@ mod tests {
                 ids(vec![Index(1), Uuid("GPU-1".into())]),
                 Mode::Cdi,
                 Ok(Route::Registry {
-                    names: vec!["nvidia.com/gpu=1".into(), "nvidia.com/gpu=GPU-1".into()],
+                    names: vec![qn("nvidia.com/gpu=1"), qn("nvidia.com/gpu=GPU-1")],
                     fallback: None,
                 }),
             ),
@@ -209,7 +240,7 @@ mod tests {
                 ids(vec![cdi("nvidia.com/gpu=0"), cdi("nvidia.com/gpu=all")]),
                 Mode::Auto,
                 Ok(Route::Registry {
-                    names: vec!["nvidia.com/gpu=0".into(), "nvidia.com/gpu=all".into()],
+                    names: vec![qn("nvidia.com/gpu=0"), qn("nvidia.com/gpu=all")],
                     fallback: Some(vec![Index(0), All]),
                 }),
             ),
@@ -217,7 +248,7 @@ mod tests {
                 ids(vec![cdi("vendor.com/x=a")]),
                 Mode::Auto,
                 Ok(Route::Registry {
-                    names: vec!["vendor.com/x=a".into()],
+                    names: vec![qn("vendor.com/x=a")],
                     fallback: None,
                 }),
             ),
@@ -253,6 +284,21 @@ mod tests {
         for (r, mode, want) in cases {
             assert_eq!(route(&r, mode, KIND), want, "{:?} in {mode:?}", r.devices);
         }
+    }
+
+    #[test]
+    fn a_malformed_default_kind_names_the_key() {
+        let r = req(Devices::Ids(vec![DeviceId::Index(0)]));
+        let e = route(&r, Mode::Cdi, "nvidia.com").unwrap_err();
+        assert!(
+            matches!(&e, RouteError::Name { name, .. } if name == "nvidia.com=0"),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("default-kind") && !text.contains('\n'),
+            "{text}"
+        );
     }
 
     #[test]
