@@ -11,7 +11,7 @@
 use gpuctk_cdi::registry::{Registry, ResolveError};
 use gpuctk_cdi::spec::ContainerEdits;
 use gpuctk_host::mig::{MigDevice, MigError};
-use gpuctk_host::{CapsError, DeviceNode, DiscoverError, Inventory, MigCapability};
+use gpuctk_host::{CapsError, DeviceNode, DiscoverError, DriverVersion, Inventory, MigCapability};
 
 use crate::ops::InRootOp;
 use crate::request::{Delivery, DeviceId, Devices, Request};
@@ -30,18 +30,22 @@ pub trait HostView {
     /// The CDI specs in the spec dirs that may define devices of these vendors.
     fn registry(&mut self, vendors: &[&str]) -> Registry;
     /// The running driver's version (procfs), to tell a stale static spec.
-    fn running_driver(&mut self) -> Option<String>;
+    fn running_driver(&mut self) -> Option<DriverVersion>;
     /// The first of these host paths (each with what it is) that is gone, as "what path".
     fn first_missing(&mut self, paths: &[(&str, &str)]) -> Option<String>;
     /// A remark worth a line in the log (a spec file that failed to load, a stale spec).
     fn warn(&mut self, msg: &str);
     /// The CUDA version the running driver provides, without discovery (for a static spec):
     /// `None` when it is not known exactly.
-    fn cuda_version(&mut self, driver: &str) -> Option<Version>;
+    fn cuda_version(&mut self, driver: &DriverVersion) -> Option<Version>;
     /// The CUDA version of the image's forward-compat `libcuda`, when `enable-cuda-compat`
     /// would use it on a host with this driver and CUDA version; `None` when the image has
     /// none, it is not usable here, or the delivery cannot see the image.
-    fn image_compat_cuda(&mut self, driver: &str, cuda: Option<&str>) -> Option<Version>;
+    fn image_compat_cuda(
+        &mut self,
+        driver: &DriverVersion,
+        cuda: Option<&Version>,
+    ) -> Option<Version>;
     /// The host's MIG capabilities directory and the node that grants `cap`.
     fn mig_capability(
         &mut self,
@@ -223,16 +227,16 @@ pub fn decide(
         &reg,
         &resolved.spec_paths,
         &resolved.edits,
-        running.as_deref(),
+        running.as_ref().map(DriverVersion::as_str),
         host,
     ) {
         None => {
-            let cuda = running.as_deref().and_then(|d| host.cuda_version(d));
+            let cuda = running.as_ref().and_then(|d| host.cuda_version(d));
             check_requirements(
                 request,
                 settings,
                 host,
-                running.as_deref(),
+                running.as_ref(),
                 cuda,
                 resolved
                     .devices
@@ -373,7 +377,7 @@ fn jit(
         request,
         settings,
         host,
-        Some(&inv.driver_version.to_string()),
+        Some(&inv.driver_version),
         inv.cuda_version.map(Version::from),
         facts,
     )?;
@@ -494,7 +498,7 @@ fn check_requirements(
     request: &Request,
     settings: &Settings<'_>,
     host: &mut dyn HostView,
-    driver: Option<&str>,
+    driver: Option<&DriverVersion>,
     cuda: Option<Version>,
     devices: Vec<DeviceFacts>,
 ) -> Result<(), DecideError> {
@@ -502,14 +506,12 @@ fn check_requirements(
         return Ok(());
     }
     let compat_cuda = match driver {
-        Some(d) if settings.cuda_compat => {
-            host.image_compat_cuda(d, cuda.as_ref().map(Version::as_str))
-        }
+        Some(d) if settings.cuda_compat => host.image_compat_cuda(d, cuda.as_ref()),
         _ => None,
     };
     let facts = Facts {
         cuda,
-        driver: driver.and_then(|d| d.parse().ok()),
+        driver: driver.and_then(|d| d.as_str().parse().ok()),
         compat_cuda,
         devices,
     };
@@ -701,8 +703,8 @@ containerEdits:
                 spec,
             }])
         }
-        fn running_driver(&mut self) -> Option<String> {
-            Some(self.running.into())
+        fn running_driver(&mut self) -> Option<DriverVersion> {
+            DriverVersion::parse(self.running)
         }
         fn first_missing(&mut self, _paths: &[(&str, &str)]) -> Option<String> {
             self.missing.map(|p| format!("device node {p}"))
@@ -710,10 +712,14 @@ containerEdits:
         fn warn(&mut self, msg: &str) {
             self.warnings.push(msg.into());
         }
-        fn cuda_version(&mut self, _driver: &str) -> Option<Version> {
+        fn cuda_version(&mut self, _driver: &DriverVersion) -> Option<Version> {
             Some("12.8".parse().unwrap())
         }
-        fn image_compat_cuda(&mut self, _driver: &str, _cuda: Option<&str>) -> Option<Version> {
+        fn image_compat_cuda(
+            &mut self,
+            _driver: &DriverVersion,
+            _cuda: Option<&Version>,
+        ) -> Option<Version> {
             self.compat.map(|c| c.parse().unwrap())
         }
         fn mig_devices(&mut self, _inv: &Inventory) -> Result<Vec<MigDevice>, MigError> {

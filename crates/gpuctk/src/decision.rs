@@ -9,7 +9,8 @@ use gpuctk_cdi::spec::ContainerEdits;
 use gpuctk_core::request::Delivery;
 use gpuctk_core::{Decision, HostView, InRootOp, Injection, Request, Settings, Version};
 use gpuctk_host::{
-    CapsError, DeviceNode, DiscoverError, DiscoverOptions, Inventory, MigCapability, Roots,
+    CapsError, DeviceNode, DiscoverError, DiscoverOptions, DriverVersion, Inventory, MigCapability,
+    Roots,
 };
 
 use crate::config::Config;
@@ -109,11 +110,9 @@ impl HostView for LiveHost<'_> {
     fn registry(&mut self, vendors: &[&str]) -> Registry {
         Registry::load_for_vendors(&self.cfg.spec_dirs, vendors)
     }
-    fn running_driver(&mut self) -> Option<String> {
+    fn running_driver(&mut self) -> Option<DriverVersion> {
         let text = self.version_text()?;
-        gpuctk_host::procfs::parse_version(text)
-            .ok()
-            .map(|v| v.to_string())
+        gpuctk_host::procfs::parse_version(text).ok()
     }
     fn first_missing(&mut self, paths: &[(&str, &str)]) -> Option<String> {
         gpuctk_host::first_missing(paths.iter().copied())
@@ -121,14 +120,19 @@ impl HostView for LiveHost<'_> {
     fn warn(&mut self, msg: &str) {
         tracing::warn!("{msg}");
     }
-    fn cuda_version(&mut self, driver: &str) -> Option<Version> {
-        let major = driver.split('.').next()?.parse().ok()?;
-        gpuctk_host::cuda_version_known(major).map(Version::from)
+    fn cuda_version(&mut self, driver: &DriverVersion) -> Option<Version> {
+        gpuctk_host::cuda_version_known(driver.major()).map(Version::from)
     }
-    fn image_compat_cuda(&mut self, driver: &str, cuda: Option<&str>) -> Option<Version> {
+    fn image_compat_cuda(
+        &mut self,
+        driver: &DriverVersion,
+        cuda: Option<&Version>,
+    ) -> Option<Version> {
         use gpuctk_container::hooks::{judge_cuda_compat, CompatJudgement, DEFAULT_COMPAT_ROOT};
         let root = gpuctk_container::Root::open_container(self.rootfs?).ok()?;
-        let used = match judge_cuda_compat(&root, Some(driver), cuda, DEFAULT_COMPAT_ROOT) {
+        let cuda = cuda.map(Version::as_str);
+        let used = match judge_cuda_compat(&root, Some(driver.as_str()), cuda, DEFAULT_COMPAT_ROOT)
+        {
             Ok(CompatJudgement::Use(u)) => u,
             Ok(CompatJudgement::Skip(_)) => return None,
             Err(e) => {
