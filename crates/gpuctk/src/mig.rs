@@ -15,26 +15,23 @@ use gpuctk_host::Inventory;
 /// What NVML said, or the one line saying why it was not used. In this process with the `nvml`
 /// feature; without it (the static build) through `helper` (`[gpuctk] nvml-helper`).
 pub fn ask_nvml(inv: &Inventory, helper: &Path) -> Result<NvmlInfo, String> {
-    // NVML initialising as root makes missing device nodes in this host's /dev, whatever our
-    // roots say: an admin (or a test on unpacked driver files) can keep it out.
-    if std::env::var_os("GPUCTK_NVML").is_some_and(|v| v == "off") {
-        return Err(
-            "NVML not used (GPUCTK_NVML=off): MIG UUIDs, brand and architecture are unknown"
-                .to_string(),
-        );
-    }
-    let unknown =
-        |e: String| format!("NVML not used ({e}): MIG UUIDs, brand and architecture are unknown");
-    let library = nvml::library(inv).map_err(|e| unknown(e.to_string()))?;
-    ask_library(library, helper).map_err(unknown)
+    let library = nvml::library(inv).map_err(|e| format!("NVML not used ({e})"));
+    ask(library, helper).map_err(|e| format!("{e}: MIG UUIDs, brand and architecture are unknown"))
 }
 
 /// What the NVML at `lib` said (WSL2's, in the driver store), under the same switch.
 pub fn ask_nvml_at(lib: &Path, helper: &Path) -> Result<NvmlInfo, String> {
+    ask(Ok(lib), helper)
+}
+
+/// NVML's answers from `library` (or why it was not found), unless it is switched off.
+fn ask(library: Result<&Path, String>, helper: &Path) -> Result<NvmlInfo, String> {
+    // NVML initialising as root makes missing device nodes in this host's /dev, whatever our
+    // roots say: an admin (or a test on unpacked driver files) can keep it out.
     if std::env::var_os("GPUCTK_NVML").is_some_and(|v| v == "off") {
         return Err("NVML not used (GPUCTK_NVML=off)".to_string());
     }
-    ask_library(lib, helper).map_err(|e| format!("NVML not used ({e})"))
+    ask_library(library?, helper).map_err(|e| format!("NVML not used ({e})"))
 }
 
 /// NVML's answers from `library`: in this process where the build has NVML's code (`nvml`),
