@@ -4,7 +4,7 @@
 //! commands record NVML's answers ([`record`]) for the runtime, which reads them
 //! ([`recorded`]) and never initialises NVML on a container's create path.
 
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use gpuctk_core::mig::{plan_mig, MigEdits};
@@ -168,27 +168,23 @@ pub fn record(path: &Path, inv: &Inventory, info: &NvmlInfo) -> Result<(), Strin
 /// is for another driver. A record not owned by root, writable by others, or not ours is an
 /// `Err` saying so, and is not used.
 pub fn recorded(path: &Path, inv: &Inventory) -> Result<Option<NvmlInfo>, String> {
-    use std::io::Read;
+    use crate::capped::{read_owned, OwnedFileError};
     let shown = path.display();
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{shown}: {e}")),
+    let text = match read_owned(path, 0, MAX_CACHE) {
+        Ok(t) => t,
+        Err(OwnedFileError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(OwnedFileError::NotOwned(_)) => {
+            return Err(format!(
+                "{shown}: not used: it must be a regular file owned by root and writable by root only (run `gpuctk info` as root to rewrite it)"
+            ))
+        }
+        Err(e @ OwnedFileError::Io(_)) => return Err(format!("{shown}: {e}")),
+        Err(e) => {
+            return Err(format!(
+                "{shown}: not used: {e} (run `gpuctk info` as root to rewrite it)"
+            ))
+        }
     };
-    let md = f.metadata().map_err(|e| format!("{shown}: {e}"))?;
-    if !md.is_file() || md.uid() != 0 || md.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{shown}: not used: it must be a regular file owned by root and writable by root only (run `gpuctk info` as root to rewrite it)"
-        ));
-    }
-    let mut text = Vec::new();
-    f.take(MAX_CACHE)
-        .read_to_end(&mut text)
-        .map_err(|e| format!("{shown}: {e}"))?;
     let file: CacheFile = serde_json::from_slice(&text)
         .map_err(|e| format!("{shown}: not used: {e} (run `gpuctk info` as root to rewrite it)"))?;
     Ok((Some(file.key) == cache_key(inv)).then_some(file.nvml))

@@ -10,8 +10,7 @@
 //! ignored and rebuilt, and a path it names that has gone is noticed where the create path
 //! opens it anyway ([`Lied`]), which rediscovers (`docs/security.md`).
 
-use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use gpuctk_host::{DiscoverOptions, Inventory, Roots};
@@ -156,28 +155,9 @@ impl Snapshot {
 
     /// The snapshot's inventory when it is ours and made under `key`; why not otherwise.
     fn load(&self, key: &Key) -> Result<Inventory, String> {
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(&self.path)
-            .map_err(|e| e.to_string())?;
-        let md = f.metadata().map_err(|e| e.to_string())?;
         let euid = rustix::process::geteuid().as_raw();
-        if !md.is_file() || md.uid() != euid || md.mode() & 0o022 != 0 {
-            return Err(format!(
-                "not a regular file of uid {euid} writable by it only"
-            ));
-        }
-        if md.len() > MAX_SNAPSHOT {
-            return Err(format!("larger than {MAX_SNAPSHOT} bytes"));
-        }
-        // One read of the size stat gave, plus one byte to see that nothing follows.
-        let mut buf = vec![0u8; md.len() as usize + 1];
-        let n = f.read(&mut buf).map_err(|e| e.to_string())?;
-        if n != md.len() as usize {
-            return Err("changed while read".into());
-        }
-        buf.truncate(n);
+        let buf =
+            crate::capped::read_owned(&self.path, euid, MAX_SNAPSHOT).map_err(|e| e.to_string())?;
         let file: File = serde_json::from_slice(&buf).map_err(|e| e.to_string())?;
         if &file.key != key {
             return Err("made for another driver or configuration".into());
