@@ -941,27 +941,17 @@ fn wsl_info(cfg: &Config, csv: bool) -> anyhow::Result<ExitCode> {
 /// NVIDIA's WSL files: the driver store's `nvidia-smi` as the binary, `libdxcore.so` and the
 /// store's libraries and data files as the libraries. No IPC sockets, firmware or MIG.
 fn wsl_list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
-    let mut device = "all".to_string();
-    let (mut libs, mut bins, mut other) = (false, false, false);
-    let mut i = 0;
-    while i < args.len() {
-        if let Some(v) = take_value(args, &mut i, "--device", Some("-d"))? {
-            device = v;
-        } else {
-            match args[i].as_str() {
-                "--libraries" | "-l" => libs = true,
-                "--binaries" | "-b" => bins = true,
-                "--ipcs" | "-i" | "--firmwares" | "-f" | "--compat32" => other = true,
-                "--no-persistenced" | "--no-fabricmanager" => {}
-                s if s.starts_with("--mig-") || s.starts_with("--imex-channel") => {
-                    bail!("list: {s}: a WSL2 host has no MIG or IMEX channels")
-                }
-                s => bail!("list: unrecognized option '{s}'"),
-            }
-        }
-        i += 1;
+    let ListArgs {
+        device,
+        libs,
+        bins,
+        mig,
+        imex,
+        ..
+    } = parse_list(args)?;
+    if !mig.is_empty() || !imex.is_empty() {
+        bail!("list: --mig-config, --mig-monitor, --imex-channel: a WSL2 host has no MIG or IMEX channels");
     }
-    let sections = !(libs || bins || other);
     let host = wsl_host(cfg)?;
     let ids = match parse_devices(&device, "--device")? {
         Devices::Ids(ids) => ids,
@@ -979,12 +969,12 @@ fn wsl_list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
         out.push_str(&format!("{}\n", host.dxg.host_path.display()));
     }
     let is_bin = |f: &&gpuctk_host::wsl::WslFile| f.path.ends_with("/nvidia-smi");
-    if bins || sections {
+    if bins {
         for f in host.files().filter(is_bin) {
             out.push_str(&format!("{}\n", f.host_path.display()));
         }
     }
-    if libs || sections {
+    if libs {
         for f in host.files().filter(|f| !is_bin(f)) {
             out.push_str(&format!("{}\n", f.host_path.display()));
         }
