@@ -392,10 +392,14 @@ fn hooks_in_shim(
         }
     };
     let mut pending = gpuctk_container::hooks::Pending::default();
-    // The `/dev` the runtime will make: the spec's devices once the edits are in.
+    // The `/dev` the runtime will make: the spec's devices once the edits are in. The edits'
+    // nodes are filled from the host here, once, so that applying them for good stats nothing.
+    let in_spec = |e| anyhow!("{}: {e}", bundle.join("config.json").display());
+    for n in &mut edits.device_nodes {
+        gpuctk_cdi::apply::fill_from_host(n).map_err(in_spec)?;
+    }
     let mut made = spec.clone();
-    gpuctk_cdi::apply::apply_edits(&mut made, edits)
-        .map_err(|e| anyhow!("{}: {e}", bundle.join("config.json").display()))?;
+    gpuctk_cdi::apply::apply_edits(&mut made, edits).map_err(in_spec)?;
     pending.set_gpu_minors(crate::guard::gpu_minors_in_spec(&made));
     for m in &edits.mounts {
         let file = match std::fs::File::open(&m.host_path) {
