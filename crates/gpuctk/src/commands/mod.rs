@@ -77,14 +77,9 @@ impl RootArgs {
     /// `/`, as NVIDIA's; the dev root defaults to the driver root. The config.toml is
     /// `--config` (which must exist), else the one the runtime reads.
     pub fn roots(&self) -> anyhow::Result<Roots> {
-        let driver_root = match (&self.driver_root, &self.config) {
-            (Some(r), _) => r.clone(),
-            (None, Some(c)) => {
-                crate::config::load(c, true)
-                    .with_context(|| "--config (NVIDIA_CTK_CONFIG)")?
-                    .driver_root
-            }
-            (None, None) => crate::config::load_from_env()?.driver_root,
+        let driver_root = match &self.driver_root {
+            Some(r) => r.clone(),
+            None => self.config()?.driver_root,
         };
         // Relative roots are taken from the working directory, once, here.
         let abs = |p: &Path, flag: &str| {
@@ -112,10 +107,7 @@ impl RootArgs {
 
     /// The runtime's config (as [`Self::nvml_cache`] finds it) when these roots are its roots.
     fn runtime_config(&self, roots: &Roots) -> Option<crate::config::Config> {
-        let cfg = match &self.config {
-            Some(c) => crate::config::load(c, true).ok()?,
-            None => crate::config::load_from_env().ok()?,
-        };
+        let cfg = self.config().ok()?;
         let runtime = crate::decision::roots(&cfg);
         let same = |a: &Path, b: &Path| std::path::absolute(a).ok() == std::path::absolute(b).ok();
         (same(&runtime.driver_root, &roots.driver_root)
@@ -154,12 +146,18 @@ impl RootArgs {
     /// The NVML helper config.toml names (`[gpuctk] nvml-helper`: `--config`, else the one the
     /// runtime reads); its default when that config cannot be read (discovery says why).
     pub fn nvml_helper(&self) -> std::path::PathBuf {
+        self.config()
+            .map(|c| c.nvml_helper)
+            .unwrap_or_else(|_| crate::config::DEFAULT_NVML_HELPER.into())
+    }
+
+    /// config.toml as these flags name it: `--config` (which must exist), else the one the
+    /// runtime reads.
+    fn config(&self) -> anyhow::Result<crate::config::Config> {
         match &self.config {
-            Some(c) => crate::config::load(c, true).ok(),
-            None => crate::config::load_from_env().ok(),
+            Some(c) => crate::config::load(c, true).with_context(|| "--config (NVIDIA_CTK_CONFIG)"),
+            None => Ok(crate::config::load_from_env()?),
         }
-        .map(|c| c.nvml_helper)
-        .unwrap_or_else(|| crate::config::DEFAULT_NVML_HELPER.into())
     }
 
     /// Discover the host these flags point at, logging discovery's warnings.
