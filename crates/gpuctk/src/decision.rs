@@ -216,16 +216,15 @@ pub fn decide_checked(
     request: &Request,
     cfg: &Config,
     delivery: Delivery,
-    rootfs: Option<&Path>,
+    host: &mut LiveHost<'_>,
 ) -> anyhow::Result<Decision> {
-    let mut host = LiveHost::new(cfg, rootfs);
-    let decision = decide_with(request, cfg, delivery, &mut host)?;
+    let decision = decide_with(request, cfg, delivery, host)?;
     if host.snapshot_used.is_some() {
         if let Decision::Inject(i) = &decision {
             if let Some(gone) = crate::snapshot::first_gone(&i.edits) {
                 tracing::warn!("{}", crate::snapshot::Lied(gone));
-                let mut host = LiveHost::without_snapshot(cfg, rootfs);
-                return decide_with(request, cfg, delivery, &mut host);
+                *host = LiveHost::without_snapshot(host.cfg, host.rootfs);
+                return decide_with(request, cfg, delivery, host);
             }
         }
     }

@@ -74,6 +74,19 @@ fn other_gpu_dirs_of(gpus: &[(u32, String)], minors: &[u32]) -> Vec<String> {
     dirs
 }
 
+/// [`other_gpu_proc_dirs`], from `known` (the GPUs discovery found, minor and bus id) when
+/// given, so their information files are not read again.
+fn other_gpu_dirs(
+    proc_root: &Path,
+    known: Option<&[(u32, String)]>,
+    minors: &[u32],
+) -> anyhow::Result<Vec<String>> {
+    match known {
+        Some(gpus) => Ok(other_gpu_dirs_of(gpus, minors)),
+        None => other_gpu_proc_dirs(proc_root, minors),
+    }
+}
+
 /// The container's folder of the driver's per-GPU procfs folders.
 pub const DRIVER_GPUS_DIR: &str = "/proc/driver/nvidia/gpus";
 
@@ -86,11 +99,7 @@ pub fn mask_other_gpus(
     proc_root: &Path,
     known: Option<&[(u32, String)]>,
 ) -> anyhow::Result<usize> {
-    let minors = gpu_minors_in_spec(spec);
-    let dirs = match known {
-        Some(gpus) => other_gpu_dirs_of(gpus, &minors),
-        None => other_gpu_proc_dirs(proc_root, &minors)?,
-    };
+    let dirs = other_gpu_dirs(proc_root, known, &gpu_minors_in_spec(spec))?;
     if dirs.is_empty() {
         return Ok(0);
     }
@@ -122,14 +131,16 @@ pub const BUNDLE_MASK_DIR: &str = "gpuctk-masked";
 
 /// For deliveries that bind instead of masking (legacy injection): an empty read-only folder,
 /// made in `bundle`, bound over the driver's procfs folder of each GPU `edits` do not give.
+/// `known` as for [`mask_other_gpus`].
 pub fn other_gpus_as_mounts(
     edits: &mut ContainerEdits,
     proc_root: &Path,
+    known: Option<&[(u32, String)]>,
     bundle: &Path,
 ) -> anyhow::Result<usize> {
     let mut made = serde_json::json!({});
     gpuctk_cdi::apply::apply_edits(&mut made, edits)?;
-    let dirs = other_gpu_proc_dirs(proc_root, &gpu_minors_in_spec(&made))?;
+    let dirs = other_gpu_dirs(proc_root, known, &gpu_minors_in_spec(&made))?;
     if dirs.is_empty() {
         return Ok(0);
     }

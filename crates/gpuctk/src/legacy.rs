@@ -208,7 +208,10 @@ fn realize_in(
     bundle: Option<&Path>,
 ) -> anyhow::Result<()> {
     // The hook runs after runc read the spec: a legacy-mode request is served as `auto` would.
-    let wsl = if crate::decision::on_wsl(cfg)? {
+    // One view of the host for the WSL check, the decision and the other GPUs' folders: the
+    // version file and the GPUs' information files are read once.
+    let mut host = crate::decision::LiveHost::new(cfg, Some(rootfs));
+    let wsl = if host.on_wsl()? {
         use gpuctk_core::route::Mode;
         let mode = match cfg.mode {
             Mode::Legacy | Mode::Csv => Mode::Auto,
@@ -222,12 +225,8 @@ fn realize_in(
         Some(None) => return Ok(()),
         Some(Some(i)) => i,
         None => {
-            match crate::decision::decide_checked(
-                request,
-                cfg,
-                Delivery::PrestartHook,
-                Some(rootfs),
-            )? {
+            match crate::decision::decide_checked(request, cfg, Delivery::PrestartHook, &mut host)?
+            {
                 Decision::Inject(injection) => *injection,
                 Decision::Untouched | Decision::PrestartHook => return Ok(()),
             }
@@ -254,7 +253,12 @@ fn realize_in(
     match bundle.filter(|_| shows) {
         Some(b) => {
             crate::guard::params_as_mount(&mut edits, &mut ops, b)?;
-            crate::guard::other_gpus_as_mounts(&mut edits, &cfg.proc_root, b)?;
+            crate::guard::other_gpus_as_mounts(
+                &mut edits,
+                &cfg.proc_root,
+                host.gpus.as_deref(),
+                b,
+            )?;
         }
         None => {
             if crate::guard::take_params_op(&mut edits, &mut ops).is_some() {
