@@ -268,7 +268,7 @@ pub fn typed_ops(injection: &Injection) -> Vec<(usize, InRootOp)> {
 }
 
 /// [`typed_ops`] for edits with text hooks only.
-pub fn decode_hooks(edits: &ContainerEdits) -> Vec<(usize, InRootOp)> {
+fn decode_hooks(edits: &ContainerEdits) -> Vec<(usize, InRootOp)> {
     let ours = |h: &gpuctk_cdi::spec::Hook| {
         h.hook_name == "createContainer"
             && h.args

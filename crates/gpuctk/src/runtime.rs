@@ -228,10 +228,9 @@ fn modify_bundle_once(
     let mut unchecked = host.snapshot_used.is_some();
     if cfg.hooks_in_shim {
         let ops = crate::decision::typed_ops(&injection);
-        let done = hooks_in_shim(&spec, bundle, &mut injection.edits, ops, unchecked)?;
+        let (done, mut ops) = hooks_in_shim(&spec, bundle, &mut injection.edits, ops, unchecked)?;
         tracing::debug!("{}: {done} hooks done by the shim", path.display());
         unchecked &= done == 0;
-        let mut ops = crate::decision::decode_hooks(&injection.edits);
         crate::guard::params_in_shim(&spec, &mut injection.edits, &mut ops, bundle, runtime)?;
     }
     if unchecked {
@@ -375,20 +374,20 @@ fn shim_choice(
 /// result is what the hooks would produce after the runtime's mounts: the library mounts about
 /// to be added are read from their host files ([`gpuctk_container::hooks::Pending`]).
 ///
-/// Leaves the hooks in place (returns 0) where [`shim_choice`] says so. Returns how many hooks
-/// it did.
+/// Leaves the hooks in place (does none) where [`shim_choice`] says so. Returns how many hooks
+/// it did, and `ops` less those, indexed into the hooks left.
 fn hooks_in_shim(
     spec: &serde_json::Value,
     bundle: &Path,
     edits: &mut ContainerEdits,
-    ops: Vec<(usize, InRootOp)>,
+    all: Vec<(usize, InRootOp)>,
     from_snapshot: bool,
-) -> anyhow::Result<usize> {
-    let (root, ops) = match shim_choice(spec, bundle, edits, ops) {
+) -> anyhow::Result<(usize, Vec<(usize, InRootOp)>)> {
+    let (root, ops) = match shim_choice(spec, bundle, edits, all.clone()) {
         ShimChoice::Shim { root, ops } => (root, ops),
         ShimChoice::Hooks(why) => {
             tracing::debug!("hooks left to the runtime: {why}");
-            return Ok(0);
+            return Ok((0, all));
         }
     };
     let mut pending = gpuctk_container::hooks::Pending::default();
@@ -423,7 +422,12 @@ fn hooks_in_shim(
         i += 1;
         keep
     });
-    Ok(done.len())
+    let left = all
+        .into_iter()
+        .filter(|(i, _)| !done.contains(i))
+        .map(|(i, op)| (i - done.iter().filter(|d| **d < i).count(), op))
+        .collect();
+    Ok((done.len(), left))
 }
 
 /// [`gpuctk_container::Root::resolve_lexically`] for many paths, each folder walked once: the
