@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use gpuctk_cdi::registry::Registry;
 use gpuctk_cdi::spec::{write_spec, Format, Spec};
-use gpuctk_core::{build_spec, plan, CapabilitySet, NameStrategy, PlanOptions, SpecOptions};
+use gpuctk_core::{
+    build_spec, plan, CapabilitySet, InRootOp, NameStrategy, PlanOptions, SpecOptions,
+};
 
 use crate::cli::{GenerateArgs, ListArgs, SpecFormat, Strategy, ValidateArgs};
 
@@ -146,17 +148,9 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
     (plan.mig, plan.mig_gpus) = crate::mig::mig_plan(&inv, &migs, nvml.as_ref().ok(), &hook_path);
     // `--disable-hook NAME` (or `all`) leaves those hooks out.
     if !a.disable_hooks.is_empty() {
-        let all = a.disable_hooks.iter().any(|d| d == "all");
-        plan.retain_ops(
-            |o| !all && !a.disable_hooks.iter().any(|d| d == o.name()),
-            &hook_path,
-        );
+        plan.retain_ops(|o| hook_kept(a, o), &hook_path);
     }
-    let mut warning = if plan.ops.is_empty() {
-        None
-    } else {
-        hook_warning(&hook_path, a.hook_path.is_none())
-    };
+    let mut warning = ops_warning(a, &plan.ops, &hook_path);
     if !gids {
         plan.without_additional_gids();
     }
@@ -290,18 +284,7 @@ fn wsl_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
         .map_err(|e| anyhow::anyhow!("--mode wsl: {e}"))?;
     let hook_path = a.hook_path.clone().unwrap_or_else(default_hook_path);
     let mut edits = gpuctk_core::wsl::wsl_edits(&host, &hook_path);
-    if !a.disable_hooks.is_empty() {
-        let all = a.disable_hooks.iter().any(|d| d == "all");
-        edits
-            .ops
-            .retain(|o| !all && !a.disable_hooks.iter().any(|d| d == o.name()));
-        edits.common.hooks = edits.ops.iter().map(|o| o.to_hook(&hook_path)).collect();
-    }
-    let warning = if edits.ops.is_empty() {
-        None
-    } else {
-        hook_warning(&hook_path, a.hook_path.is_none())
-    };
+    let warning = platform_hooks(a, &mut edits.ops, &mut edits.common.hooks, &hook_path);
     let spec = gpuctk_core::wsl::build_wsl_spec(&edits, &a.vendor, &a.class)?;
     validated(spec).map(|s| (s, warning))
 }
@@ -333,18 +316,7 @@ fn csv_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
     )?;
     let hook_path = a.hook_path.clone().unwrap_or_else(default_hook_path);
     let mut edits = gpuctk_core::platform::csv_edits(&host, &hook_path);
-    if !a.disable_hooks.is_empty() {
-        let all = a.disable_hooks.iter().any(|d| d == "all");
-        edits
-            .ops
-            .retain(|o| !all && !a.disable_hooks.iter().any(|d| d == o.name()));
-        edits.common.hooks = edits.ops.iter().map(|o| o.to_hook(&hook_path)).collect();
-    }
-    let warning = if edits.ops.is_empty() {
-        None
-    } else {
-        hook_warning(&hook_path, a.hook_path.is_none())
-    };
+    let warning = platform_hooks(a, &mut edits.ops, &mut edits.common.hooks, &hook_path);
     let all_device = !a.no_all_device && !a.device_ids.iter().any(|d| d == "none");
     for id in &a.device_ids {
         if id != "all" && id != "0" && id != "none" {
@@ -353,6 +325,34 @@ fn csv_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)> {
     }
     let spec = gpuctk_core::platform::build_csv_spec(&edits, &a.vendor, &a.class, all_device)?;
     validated(spec).map(|s| (s, warning))
+}
+
+/// Whether `op` stays: `--disable-hook NAME` (or `all`) leaves those hooks out.
+fn hook_kept(a: &GenerateArgs, op: &InRootOp) -> bool {
+    !a.disable_hooks.iter().any(|d| d == "all" || d == op.name())
+}
+
+/// The hook's warning when `ops` leaves any hook in the spec.
+fn ops_warning(a: &GenerateArgs, ops: &[InRootOp], hook_path: &str) -> Option<String> {
+    if ops.is_empty() {
+        return None;
+    }
+    hook_warning(hook_path, a.hook_path.is_none())
+}
+
+/// A platform's (WSL2, CSV) `ops` and `hooks`, their encoding, less the `--disable-hook`s; the
+/// hook's warning when any is left.
+fn platform_hooks(
+    a: &GenerateArgs,
+    ops: &mut Vec<InRootOp>,
+    hooks: &mut Vec<gpuctk_cdi::spec::Hook>,
+    hook_path: &str,
+) -> Option<String> {
+    if !a.disable_hooks.is_empty() {
+        ops.retain(|o| hook_kept(a, o));
+        *hooks = ops.iter().map(|o| o.to_hook(hook_path)).collect();
+    }
+    ops_warning(a, ops, hook_path)
 }
 
 /// The management spec of the host under `roots` (`--mode management`, and `gpuctk install`'s
