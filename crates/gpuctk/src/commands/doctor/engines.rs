@@ -46,9 +46,38 @@ struct Engine {
     configure: String,
 }
 
-/// The default CDI spec dirs of docker, containerd and CRI-O (all three use the CDI library's).
-fn default_cdi_dirs() -> Vec<PathBuf> {
-    gpuctk_cdi::registry::default_spec_dirs()
+impl Engine {
+    /// `engine` (also its systemd unit) configured at `path`, nothing found yet.
+    fn new(engine: &str, path: &Path) -> Engine {
+        Engine {
+            configured: false,
+            registered: false,
+            file: path.display().to_string(),
+            configure: format!(
+                "nvidia-ctk runtime configure --runtime {engine} --config {} && systemctl restart {engine}",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl CdiReader {
+    /// The dirs `set` names (`<file>: <key>`, the dirs), else `shown`'s default: the CDI
+    /// library's, which docker, containerd and CRI-O all use.
+    fn new(engine: &'static str, shown: &str, set: Option<(String, Vec<String>)>) -> CdiReader {
+        match set {
+            Some((source, dirs)) => CdiReader {
+                engine,
+                source,
+                dirs: dirs.into_iter().map(PathBuf::from).collect(),
+            },
+            None => CdiReader {
+                engine,
+                source: format!("{shown}'s default"),
+                dirs: gpuctk_cdi::registry::default_spec_dirs(),
+            },
+        }
+    }
 }
 
 /// Every engine check, docker, containerd, then CRI-O; a runtime registered in one engine but
@@ -205,27 +234,13 @@ fn check_default_runtime(
     );
 }
 
-/// A string array of TOML or JSON as paths.
-fn dirs_of(values: Option<Vec<String>>) -> Option<Vec<PathBuf>> {
-    values.map(|v| v.into_iter().map(PathBuf::from).collect())
-}
-
 fn check_docker(
     path: &Path,
     path_env: Option<&OsStr>,
     c: &mut Checks,
     facts: &mut EngineFacts,
 ) -> Engine {
-    let configure = format!(
-        "nvidia-ctk runtime configure --runtime docker --config {} && systemctl restart docker",
-        path.display()
-    );
-    let mut out = Engine {
-        configured: false,
-        registered: false,
-        file: path.display().to_string(),
-        configure: configure.clone(),
-    };
+    let mut out = Engine::new("docker", path);
     let Some(text) = read_engine_config(c, "docker", path) else {
         return out;
     };
@@ -277,14 +292,11 @@ fn check_docker(
             .filter_map(|s| s.as_str().map(str::to_string))
             .collect()
     });
-    facts.cdi_readers.push(CdiReader {
-        engine: "docker",
-        source: match &cdi_dirs {
-            Some(_) => format!("{}: cdi-spec-dirs", path.display()),
-            None => "docker's default".into(),
-        },
-        dirs: dirs_of(cdi_dirs).unwrap_or_else(default_cdi_dirs),
-    });
+    facts.cdi_readers.push(CdiReader::new(
+        "docker",
+        "docker",
+        cdi_dirs.map(|d| (format!("{}: cdi-spec-dirs", path.display()), d)),
+    ));
     for (name, bin) in all.into_iter().filter(|(k, _)| k.starts_with("nvidia")) {
         out.registered = true;
         engine_registration(
@@ -294,7 +306,7 @@ fn check_docker(
             &format!("runtimes.{name}.path"),
             bin.as_deref(),
             path_env,
-            &configure,
+            &out.configure,
         );
     }
     out
@@ -334,16 +346,7 @@ fn check_containerd(
     c: &mut Checks,
     facts: &mut EngineFacts,
 ) -> Engine {
-    let configure = format!(
-        "nvidia-ctk runtime configure --runtime containerd --config {} && systemctl restart containerd",
-        path.display()
-    );
-    let mut out = Engine {
-        configured: false,
-        registered: false,
-        file: path.display().to_string(),
-        configure: configure.clone(),
-    };
+    let mut out = Engine::new("containerd", path);
     let Some(text) = read_engine_config(c, "containerd", path) else {
         return out;
     };
@@ -527,18 +530,11 @@ fn check_containerd(
             "containerd's CRI plugin does not load, and no pod starts",
         );
     }
-    facts.cdi_readers.push(match cdi {
-        Some((file, key, d)) => CdiReader {
-            engine: "containerd",
-            source: format!("{}: {key}", file.display()),
-            dirs: dirs_of(Some(d)).unwrap_or_default(),
-        },
-        None => CdiReader {
-            engine: "containerd",
-            source: "containerd's default".into(),
-            dirs: default_cdi_dirs(),
-        },
-    });
+    facts.cdi_readers.push(CdiReader::new(
+        "containerd",
+        "containerd",
+        cdi.map(|(file, key, d)| (format!("{}: {key}", file.display()), d)),
+    ));
     for (_, (file, key, bin)) in found {
         out.registered = true;
         engine_registration(
@@ -548,7 +544,7 @@ fn check_containerd(
             &key,
             bin.as_deref(),
             path_env,
-            &configure,
+            &out.configure,
         );
     }
     out
@@ -561,16 +557,7 @@ fn check_crio(
     facts: &mut EngineFacts,
 ) -> Engine {
     let drop_dir = path.parent().unwrap_or(Path::new("/")).join("crio.conf.d");
-    let configure = format!(
-        "nvidia-ctk runtime configure --runtime crio --config {} && systemctl restart crio",
-        path.display()
-    );
-    let mut out = Engine {
-        configured: false,
-        registered: false,
-        file: path.display().to_string(),
-        configure: configure.clone(),
-    };
+    let mut out = Engine::new("crio", path);
     let mut files = Vec::new();
     if path.exists() {
         files.push(path.to_path_buf());
@@ -657,18 +644,11 @@ fn check_crio(
             "CRI-O does not start",
         );
     }
-    facts.cdi_readers.push(match cdi {
-        Some((file, d)) => CdiReader {
-            engine: "crio",
-            source: format!("{}: crio.runtime.cdi_spec_dirs", file.display()),
-            dirs: dirs_of(Some(d)).unwrap_or_default(),
-        },
-        None => CdiReader {
-            engine: "crio",
-            source: "CRI-O's default".into(),
-            dirs: default_cdi_dirs(),
-        },
-    });
+    facts.cdi_readers.push(CdiReader::new(
+        "crio",
+        "CRI-O",
+        cdi.map(|(file, d)| (format!("{}: crio.runtime.cdi_spec_dirs", file.display()), d)),
+    ));
     out.file = format!("{} and {}", path.display(), drop_dir.display());
     for (name, (file, bin)) in found {
         out.registered = true;
@@ -681,7 +661,7 @@ fn check_crio(
             &format!("crio.runtime.runtimes.{name}.runtime_path"),
             Some(&bin),
             path_env,
-            &configure,
+            &out.configure,
         );
     }
     out
