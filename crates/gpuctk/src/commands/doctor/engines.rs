@@ -173,7 +173,7 @@ fn engine_registration(
 
 /// The bytes of an engine's config, `None` when absent (pushing the skip line).
 fn read_engine_config(c: &mut Checks, engine: &'static str, path: &Path) -> Option<String> {
-    match super::read::read_capped(path, MAX_CONFIG, "engine config") {
+    match crate::capped::read_capped(path, MAX_CONFIG, "engine config") {
         Ok(b) => Some(String::from_utf8_lossy(&b).into_owned()),
         Err(_) if !path.exists() => {
             c.ok(
@@ -421,7 +421,7 @@ fn check_containerd(
             }
         };
         for f in files {
-            match super::read::read_capped(&f, MAX_CONFIG, "containerd drop-in") {
+            match crate::capped::read_capped(&f, MAX_CONFIG, "containerd drop-in") {
                 Ok(b) => {
                     if let Some(d) = parse(&f, &String::from_utf8_lossy(&b), c) {
                         docs.push((f, d));
