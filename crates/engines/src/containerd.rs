@@ -226,11 +226,16 @@ impl Import {
 pub fn imports_of(config_path: &Path, text: &[u8]) -> Result<Vec<Import>, ContainerdError> {
     Ok(match parse_main(config_path, Some(text))? {
         None => Vec::new(),
-        Some(doc) => imports(config_path, &doc)
-            .into_iter()
-            .map(|(dir, pattern)| Import { dir, pattern })
-            .collect(),
+        Some(doc) => imports_in(config_path, &doc),
     })
+}
+
+/// [`imports_of`] of a main config already parsed.
+pub fn imports_in(config_path: &Path, doc: &DocumentMut) -> Vec<Import> {
+    imports(config_path, doc)
+        .into_iter()
+        .map(|(dir, pattern)| Import { dir, pattern })
+        .collect()
 }
 
 /// `path` with `.` and `..` resolved lexically, as Go's `filepath.Join` (containerd's) does.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use gpuctk_engines::containerd::{imports_of, Import};
+use gpuctk_engines::containerd::{imports_in, Import};
 use gpuctk_host::checks;
 use toml_edit::{DocumentMut, Item};
 
@@ -385,19 +385,7 @@ fn check_containerd(
     facts.cri.push("containerd");
 
     // The drop-ins, resolved as `runtime configure` resolves them.
-    let imports = match imports_of(path, text.as_bytes()) {
-        Ok(i) => i,
-        Err(e) => {
-            c.fail(
-                G,
-                "containerd",
-                e.to_string(),
-                "fix the config as the message says",
-            );
-            out.registered = true;
-            return out;
-        }
-    };
+    let imports = imports_in(path, &main);
     let mut docs = vec![(path.to_path_buf(), main)];
     for imp in &imports {
         let files = match import_files(imp) {
