@@ -61,12 +61,19 @@ pub enum ContainerdError {
     },
 }
 
+/// The CRI plugin's table name of config versions 1, 2 and 3.
+pub const CRI_PLUGINS: [&str; 3] = [
+    "cri",
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.cri.v1.runtime",
+];
+
 /// The CRI plugin's table name for a config version.
 pub(crate) fn cri_plugin(version: i64) -> &'static str {
     match version {
-        1 => "cri",
-        2 => "io.containerd.grpc.v1.cri",
-        _ => "io.containerd.cri.v1.runtime",
+        1 => CRI_PLUGINS[0],
+        2 => CRI_PLUGINS[1],
+        _ => CRI_PLUGINS[2],
     }
 }
 

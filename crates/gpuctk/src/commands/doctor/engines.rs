@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use gpuctk_engines::containerd::{imports_in, Import};
+use gpuctk_engines::containerd::{imports_in, Import, CRI_PLUGINS};
 use gpuctk_host::checks;
 use toml_edit::{DocumentMut, Item};
 
@@ -311,13 +311,6 @@ fn check_docker(
     }
     out
 }
-
-/// The CRI plugin tables containerd reads, by config version.
-const CRI_PLUGINS: [&str; 3] = [
-    "cri",
-    "io.containerd.grpc.v1.cri",
-    "io.containerd.cri.v1.runtime",
-];
 
 /// A string array under `item`.
 fn strings(item: Option<&Item>) -> Option<Vec<String>> {
