@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use gpuctk_engines::containerd::{imports_in, Import, CRI_PLUGINS};
 use gpuctk_host::checks;
-use toml_edit::{DocumentMut, Item};
+use toml_edit::{DocumentMut, Item, TableLike};
 
 use super::{read::list_dir, read::MAX_CONFIG, report::Checks};
 
@@ -321,6 +321,38 @@ fn strings(item: Option<&Item>) -> Option<Vec<String>> {
     })
 }
 
+/// The runtimes an engine's files register; a later file overrides an earlier one per name.
+#[derive(Default)]
+struct Runtimes {
+    /// Every name, in the order first seen.
+    known: Vec<String>,
+    /// The nvidia ones: the file, the key of its binary, the binary.
+    nvidia: BTreeMap<String, (PathBuf, String, Option<String>)>,
+}
+
+impl Runtimes {
+    /// The runtimes table `table` of `file`; `key` names a runtime's binary key, `binary`
+    /// reads it from the runtime's table.
+    fn add(
+        &mut self,
+        file: &Path,
+        table: &dyn TableLike,
+        key: impl Fn(&str) -> String,
+        binary: impl Fn(&Item) -> Option<&str>,
+    ) {
+        for (name, rt) in table.iter() {
+            if !self.known.iter().any(|k| k == name) {
+                self.known.push(name.to_string());
+            }
+            if name.starts_with("nvidia") {
+                let bin = binary(rt).map(str::to_string);
+                self.nvidia
+                    .insert(name.to_string(), (file.to_path_buf(), key(name), bin));
+            }
+        }
+    }
+}
+
 /// The files an import loads, in name order (containerd globs the same way).
 fn import_files(imp: &Import) -> std::io::Result<Vec<PathBuf>> {
     if !imp.is_glob() {
@@ -445,8 +477,7 @@ fn check_containerd(
     }
 
     // Later files override earlier ones, per runtime name and per setting.
-    let mut found: BTreeMap<String, (PathBuf, String, Option<String>)> = BTreeMap::new();
-    let mut known: Vec<String> = Vec::new();
+    let mut runtimes = Runtimes::default();
     let mut default: Option<(PathBuf, String, String)> = None;
     let mut cdi: Option<(PathBuf, String, Vec<String>)> = None;
     for (file, doc) in &docs {
@@ -471,30 +502,16 @@ fn check_containerd(
                     d.to_string(),
                 ));
             }
-            let Some(runtimes) = ctrd.get("runtimes").and_then(|r| r.as_table_like()) else {
-                continue;
-            };
-            for (name, rt) in runtimes.iter() {
-                if !known.iter().any(|k| k == name) {
-                    known.push(name.to_string());
-                }
-                if !name.starts_with("nvidia") {
-                    continue;
-                }
-                let bin = rt
-                    .get("options")
-                    .and_then(|o| o.get("BinaryName"))
-                    .and_then(|b| b.as_str())
-                    .map(str::to_string);
-                found.insert(
-                    name.to_string(),
-                    (
-                        file.clone(),
+            if let Some(t) = ctrd.get("runtimes").and_then(|r| r.as_table_like()) {
+                runtimes.add(
+                    file,
+                    t,
+                    |name| {
                         format!(
                             "plugins.\"{plugin}\".containerd.runtimes.{name}.options.BinaryName"
-                        ),
-                        bin,
-                    ),
+                        )
+                    },
+                    |rt| rt.get("options")?.get("BinaryName")?.as_str(),
                 );
             }
         }
@@ -506,7 +523,7 @@ fn check_containerd(
             file,
             key,
             Some(d),
-            &known,
+            &runtimes.known,
             &["runc"],
             "containerd's CRI plugin does not load, and no pod starts",
         );
@@ -516,7 +533,7 @@ fn check_containerd(
         "containerd",
         cdi.map(|(file, key, d)| (format!("{}: {key}", file.display()), d)),
     ));
-    for (_, (file, key, bin)) in found {
+    for (_, (file, key, bin)) in runtimes.nvidia {
         out.registered = true;
         engine_registration(
             c,
@@ -566,8 +583,7 @@ fn check_crio(
     }
     out.configured = true;
     facts.cri.push("crio");
-    let mut found: BTreeMap<String, (PathBuf, Option<String>)> = BTreeMap::new();
-    let mut known: Vec<String> = Vec::new();
+    let mut runtimes = Runtimes::default();
     let mut default: Option<(PathBuf, String)> = None;
     let mut cdi: Option<(PathBuf, Vec<String>)> = None;
     for f in &files {
@@ -596,21 +612,13 @@ fn check_crio(
         if let Some(d) = rt.get("default_runtime").and_then(|d| d.as_str()) {
             default = Some((f.clone(), d.to_string()));
         }
-        let Some(runtimes) = rt.get("runtimes").and_then(|r| r.as_table_like()) else {
-            continue;
-        };
-        for (name, rt) in runtimes.iter() {
-            if !known.iter().any(|k| k == name) {
-                known.push(name.to_string());
-            }
-            if !name.starts_with("nvidia") {
-                continue;
-            }
-            let bin = rt
-                .get("runtime_path")
-                .and_then(|b| b.as_str())
-                .map(str::to_string);
-            found.insert(name.to_string(), (f.clone(), bin));
+        if let Some(t) = rt.get("runtimes").and_then(|r| r.as_table_like()) {
+            runtimes.add(
+                f,
+                t,
+                |name| format!("crio.runtime.runtimes.{name}.runtime_path"),
+                |rt| rt.get("runtime_path")?.as_str(),
+            );
         }
     }
     if let Some((file, d)) = &default {
@@ -620,7 +628,7 @@ fn check_crio(
             file,
             "crio.runtime.default_runtime",
             Some(d),
-            &known,
+            &runtimes.known,
             &["crun", "runc"],
             "CRI-O does not start",
         );
@@ -631,19 +639,11 @@ fn check_crio(
         cdi.map(|(file, d)| (format!("{}: crio.runtime.cdi_spec_dirs", file.display()), d)),
     ));
     out.file = format!("{} and {}", path.display(), drop_dir.display());
-    for (name, (file, bin)) in found {
+    for (name, (file, key, bin)) in runtimes.nvidia {
         out.registered = true;
         // CRI-O looks an empty runtime_path up by the runtime's name in PATH.
-        let bin = bin.filter(|b| !b.is_empty()).unwrap_or(name.clone());
-        engine_registration(
-            c,
-            "crio",
-            &file,
-            &format!("crio.runtime.runtimes.{name}.runtime_path"),
-            Some(&bin),
-            path_env,
-            &out.configure,
-        );
+        let bin = bin.filter(|b| !b.is_empty()).unwrap_or(name);
+        engine_registration(c, "crio", &file, &key, Some(&bin), path_env, &out.configure);
     }
     out
 }
