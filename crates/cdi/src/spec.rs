@@ -337,6 +337,12 @@ pub struct NetDevice {
 }
 
 impl Spec {
+    /// Every edit of the spec: its top-level ones, then each device's.
+    pub fn all_edits(&self) -> impl Iterator<Item = &ContainerEdits> {
+        std::iter::once(&self.container_edits)
+            .chain(self.devices.iter().map(|d| &d.container_edits))
+    }
+
     /// Parse a spec from bytes. `format` `None` sniffs: JSON if the first non-blank byte is `{`.
     pub fn from_bytes(bytes: &[u8], format: Option<Format>) -> Result<Spec, ParseError> {
         // Editors on some systems add a UTF-8 byte order mark; neither parser accepts one.

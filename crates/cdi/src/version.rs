@@ -11,7 +11,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::spec::{ContainerEdits, Spec};
+use crate::spec::Spec;
 
 /// Why a version string was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -141,10 +141,6 @@ pub struct Requirement {
     pub feature: String,
 }
 
-fn all_edits(spec: &Spec) -> impl Iterator<Item = &ContainerEdits> {
-    std::iter::once(&spec.container_edits).chain(spec.devices.iter().map(|d| &d.container_edits))
-}
-
 /// Every feature in `spec` that needs more than [`EARLIEST`], highest version first; ties keep
 /// the order of the rules above.
 pub fn requirements(spec: &Spec) -> Vec<Requirement> {
@@ -157,7 +153,7 @@ pub fn requirements(spec: &Spec) -> Vec<Requirement> {
             });
         }
     };
-    for e in all_edits(spec) {
+    for e in spec.all_edits() {
         if !e.net_devices.is_empty() {
             need(V1_1_0, "netDevices");
         }
@@ -170,7 +166,7 @@ pub fn requirements(spec: &Spec) -> Vec<Requirement> {
             }
         }
     }
-    for e in all_edits(spec) {
+    for e in spec.all_edits() {
         if e.intel_rdt.is_some() {
             need(V0_7_0, "intelRdt");
         }
@@ -197,14 +193,14 @@ pub fn requirements(spec: &Spec) -> Vec<Requirement> {
             &format!("a device name starting with a digit ({:?})", d.name),
         );
     }
-    if all_edits(spec).any(|e| {
+    if spec.all_edits().any(|e| {
         e.device_nodes
             .iter()
             .any(|n| n.host_path.as_deref().is_some_and(|h| !h.is_empty()))
     }) {
         need(V0_5_0, "hostPath");
     }
-    if all_edits(spec).any(|e| {
+    if spec.all_edits().any(|e| {
         e.mounts
             .iter()
             .any(|m| m.r#type.as_deref().is_some_and(|t| !t.is_empty()))
@@ -226,7 +222,7 @@ pub fn minimum_version(spec: &Spec) -> Version {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{Device, DeviceNode, IntelRdt, Mount, NetDevice};
+    use crate::spec::{ContainerEdits, Device, DeviceNode, IntelRdt, Mount, NetDevice};
 
     fn base() -> Spec {
         Spec {

@@ -61,12 +61,19 @@ pub enum ContainerdError {
     },
 }
 
+/// The CRI plugin's table name of config versions 1, 2 and 3.
+pub const CRI_PLUGINS: [&str; 3] = [
+    "cri",
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.cri.v1.runtime",
+];
+
 /// The CRI plugin's table name for a config version.
 pub(crate) fn cri_plugin(version: i64) -> &'static str {
     match version {
-        1 => "cri",
-        2 => "io.containerd.grpc.v1.cri",
-        _ => "io.containerd.cri.v1.runtime",
+        1 => CRI_PLUGINS[0],
+        2 => CRI_PLUGINS[1],
+        _ => CRI_PLUGINS[2],
     }
 }
 
@@ -226,11 +233,16 @@ impl Import {
 pub fn imports_of(config_path: &Path, text: &[u8]) -> Result<Vec<Import>, ContainerdError> {
     Ok(match parse_main(config_path, Some(text))? {
         None => Vec::new(),
-        Some(doc) => imports(config_path, &doc)
-            .into_iter()
-            .map(|(dir, pattern)| Import { dir, pattern })
-            .collect(),
+        Some(doc) => imports_in(config_path, &doc),
     })
+}
+
+/// [`imports_of`] of a main config already parsed.
+pub fn imports_in(config_path: &Path, doc: &DocumentMut) -> Vec<Import> {
+    imports(config_path, doc)
+        .into_iter()
+        .map(|(dir, pattern)| Import { dir, pattern })
+        .collect()
 }
 
 /// `path` with `.` and `..` resolved lexically, as Go's `filepath.Join` (containerd's) does.

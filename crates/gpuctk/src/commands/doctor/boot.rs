@@ -234,7 +234,7 @@ pub(super) fn check_udev(host_root: &Path, c: &mut Checks) {
             }
             // A file of the same name in a higher directory (a /dev/null link masks) wins.
             seen.push(name.clone());
-            let Ok(bytes) = super::read::read_capped(&d.join(&name), MAX_RULES, "udev rules")
+            let Ok(bytes) = crate::capped::read_capped(&d.join(&name), MAX_RULES, "udev rules")
             else {
                 continue;
             };

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use gpuctk_cdi::registry::Registry;
-use gpuctk_cdi::spec::{ContainerEdits, Spec};
 use gpuctk_core::{spec_driver_version, stale_reason};
 use gpuctk_host::checks;
 
@@ -14,13 +13,6 @@ use super::engines::EngineFacts;
 use super::report::Checks;
 
 const G: &str = "toolkit";
-
-/// Every edit of `spec`: the top-level ones and each device's.
-pub(super) fn all_edits(spec: &Spec) -> Vec<&ContainerEdits> {
-    std::iter::once(&spec.container_edits)
-        .chain(spec.devices.iter().map(|d| &d.container_edits))
-        .collect()
-}
 
 /// The specs' checks; whether the dirs hold any spec (valid or not).
 pub(super) fn check_cdi_specs(
@@ -60,9 +52,8 @@ pub(super) fn check_cdi_specs(
         let path = loaded.path.display().to_string();
         let spec = &loaded.spec;
         let regenerate = format!("regenerate it: nvidia-ctk cdi generate --output {path}");
-        let edits = all_edits(spec);
-        let paths: Vec<(&str, &str)> = edits
-            .iter()
+        let paths: Vec<(&str, &str)> = spec
+            .all_edits()
             .flat_map(|e| {
                 e.mounts
                     .iter()
@@ -90,8 +81,8 @@ pub(super) fn check_cdi_specs(
             );
             continue;
         }
-        let bad_hooks: Vec<String> = edits
-            .iter()
+        let bad_hooks: Vec<String> = spec
+            .all_edits()
             .flat_map(|e| e.hooks.iter())
             .map(|h| h.path.clone())
             .filter(|p| !checks::is_executable(Path::new(p)))

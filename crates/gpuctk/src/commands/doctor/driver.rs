@@ -37,8 +37,11 @@ pub(super) fn check_driver(roots: &Roots, c: &mut Checks) -> HostFacts {
         cuda: None,
         inventory: None,
     };
-    let version = match super::read::read_capped(&file, MAX_PROC_FILE, "the driver's version file")
-    {
+    let version = match crate::capped::read_capped(
+        &file,
+        MAX_PROC_FILE,
+        "the driver's version file",
+    ) {
         // Absent: no module. Any other error is said as it is, never taken for "absent".
         Err(e)
             if file
@@ -332,7 +335,7 @@ fn check_library_set(roots: &Roots, inv: &Inventory, version: &DriverVersion, c:
 
 /// The library a loader's vendor file names (`ICD.library_path`).
 fn vendor_library(path: &Path) -> Result<Option<String>, String> {
-    let bytes = super::read::read_capped(path, MAX_VENDOR_FILE, "vendor file")
+    let bytes = crate::capped::read_capped(path, MAX_VENDOR_FILE, "vendor file")
         .map_err(|e| format!("{e:#}"))?;
     let v: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| format!("{}: invalid JSON: {e}", path.display()))?;

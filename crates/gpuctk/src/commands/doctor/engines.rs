@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use gpuctk_engines::containerd::{imports_of, Import};
+use gpuctk_engines::containerd::{imports_in, Import, CRI_PLUGINS};
 use gpuctk_host::checks;
-use toml_edit::{DocumentMut, Item};
+use toml_edit::{DocumentMut, Item, TableLike};
 
 use super::{read::list_dir, read::MAX_CONFIG, report::Checks};
 
@@ -46,9 +46,38 @@ struct Engine {
     configure: String,
 }
 
-/// The default CDI spec dirs of docker, containerd and CRI-O (all three use the CDI library's).
-fn default_cdi_dirs() -> Vec<PathBuf> {
-    gpuctk_cdi::registry::default_spec_dirs()
+impl Engine {
+    /// `engine` (also its systemd unit) configured at `path`, nothing found yet.
+    fn new(engine: &str, path: &Path) -> Engine {
+        Engine {
+            configured: false,
+            registered: false,
+            file: path.display().to_string(),
+            configure: format!(
+                "nvidia-ctk runtime configure --runtime {engine} --config {} && systemctl restart {engine}",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl CdiReader {
+    /// The dirs `set` names (`<file>: <key>`, the dirs), else `shown`'s default: the CDI
+    /// library's, which docker, containerd and CRI-O all use.
+    fn new(engine: &'static str, shown: &str, set: Option<(String, Vec<String>)>) -> CdiReader {
+        match set {
+            Some((source, dirs)) => CdiReader {
+                engine,
+                source,
+                dirs: dirs.into_iter().map(PathBuf::from).collect(),
+            },
+            None => CdiReader {
+                engine,
+                source: format!("{shown}'s default"),
+                dirs: gpuctk_cdi::registry::default_spec_dirs(),
+            },
+        }
+    }
 }
 
 /// Every engine check, docker, containerd, then CRI-O; a runtime registered in one engine but
@@ -144,7 +173,7 @@ fn engine_registration(
 
 /// The bytes of an engine's config, `None` when absent (pushing the skip line).
 fn read_engine_config(c: &mut Checks, engine: &'static str, path: &Path) -> Option<String> {
-    match super::read::read_capped(path, MAX_CONFIG, "engine config") {
+    match crate::capped::read_capped(path, MAX_CONFIG, "engine config") {
         Ok(b) => Some(String::from_utf8_lossy(&b).into_owned()),
         Err(_) if !path.exists() => {
             c.ok(
@@ -205,27 +234,13 @@ fn check_default_runtime(
     );
 }
 
-/// A string array of TOML or JSON as paths.
-fn dirs_of(values: Option<Vec<String>>) -> Option<Vec<PathBuf>> {
-    values.map(|v| v.into_iter().map(PathBuf::from).collect())
-}
-
 fn check_docker(
     path: &Path,
     path_env: Option<&OsStr>,
     c: &mut Checks,
     facts: &mut EngineFacts,
 ) -> Engine {
-    let configure = format!(
-        "nvidia-ctk runtime configure --runtime docker --config {} && systemctl restart docker",
-        path.display()
-    );
-    let mut out = Engine {
-        configured: false,
-        registered: false,
-        file: path.display().to_string(),
-        configure: configure.clone(),
-    };
+    let mut out = Engine::new("docker", path);
     let Some(text) = read_engine_config(c, "docker", path) else {
         return out;
     };
@@ -277,14 +292,11 @@ fn check_docker(
             .filter_map(|s| s.as_str().map(str::to_string))
             .collect()
     });
-    facts.cdi_readers.push(CdiReader {
-        engine: "docker",
-        source: match &cdi_dirs {
-            Some(_) => format!("{}: cdi-spec-dirs", path.display()),
-            None => "docker's default".into(),
-        },
-        dirs: dirs_of(cdi_dirs).unwrap_or_else(default_cdi_dirs),
-    });
+    facts.cdi_readers.push(CdiReader::new(
+        "docker",
+        "docker",
+        cdi_dirs.map(|d| (format!("{}: cdi-spec-dirs", path.display()), d)),
+    ));
     for (name, bin) in all.into_iter().filter(|(k, _)| k.starts_with("nvidia")) {
         out.registered = true;
         engine_registration(
@@ -294,18 +306,11 @@ fn check_docker(
             &format!("runtimes.{name}.path"),
             bin.as_deref(),
             path_env,
-            &configure,
+            &out.configure,
         );
     }
     out
 }
-
-/// The CRI plugin tables containerd reads, by config version.
-const CRI_PLUGINS: [&str; 3] = [
-    "cri",
-    "io.containerd.grpc.v1.cri",
-    "io.containerd.cri.v1.runtime",
-];
 
 /// A string array under `item`.
 fn strings(item: Option<&Item>) -> Option<Vec<String>> {
@@ -314,6 +319,38 @@ fn strings(item: Option<&Item>) -> Option<Vec<String>> {
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect()
     })
+}
+
+/// The runtimes an engine's files register; a later file overrides an earlier one per name.
+#[derive(Default)]
+struct Runtimes {
+    /// Every name, in the order first seen.
+    known: Vec<String>,
+    /// The nvidia ones: the file, the key of its binary, the binary.
+    nvidia: BTreeMap<String, (PathBuf, String, Option<String>)>,
+}
+
+impl Runtimes {
+    /// The runtimes table `table` of `file`; `key` names a runtime's binary key, `binary`
+    /// reads it from the runtime's table.
+    fn add(
+        &mut self,
+        file: &Path,
+        table: &dyn TableLike,
+        key: impl Fn(&str) -> String,
+        binary: impl Fn(&Item) -> Option<&str>,
+    ) {
+        for (name, rt) in table.iter() {
+            if !self.known.iter().any(|k| k == name) {
+                self.known.push(name.to_string());
+            }
+            if name.starts_with("nvidia") {
+                let bin = binary(rt).map(str::to_string);
+                self.nvidia
+                    .insert(name.to_string(), (file.to_path_buf(), key(name), bin));
+            }
+        }
+    }
 }
 
 /// The files an import loads, in name order (containerd globs the same way).
@@ -334,16 +371,7 @@ fn check_containerd(
     c: &mut Checks,
     facts: &mut EngineFacts,
 ) -> Engine {
-    let configure = format!(
-        "nvidia-ctk runtime configure --runtime containerd --config {} && systemctl restart containerd",
-        path.display()
-    );
-    let mut out = Engine {
-        configured: false,
-        registered: false,
-        file: path.display().to_string(),
-        configure: configure.clone(),
-    };
+    let mut out = Engine::new("containerd", path);
     let Some(text) = read_engine_config(c, "containerd", path) else {
         return out;
     };
@@ -382,19 +410,7 @@ fn check_containerd(
     facts.cri.push("containerd");
 
     // The drop-ins, resolved as `runtime configure` resolves them.
-    let imports = match imports_of(path, text.as_bytes()) {
-        Ok(i) => i,
-        Err(e) => {
-            c.fail(
-                G,
-                "containerd",
-                e.to_string(),
-                "fix the config as the message says",
-            );
-            out.registered = true;
-            return out;
-        }
-    };
+    let imports = imports_in(path, &main);
     let mut docs = vec![(path.to_path_buf(), main)];
     for imp in &imports {
         let files = match import_files(imp) {
@@ -418,7 +434,7 @@ fn check_containerd(
             }
         };
         for f in files {
-            match super::read::read_capped(&f, MAX_CONFIG, "containerd drop-in") {
+            match crate::capped::read_capped(&f, MAX_CONFIG, "containerd drop-in") {
                 Ok(b) => {
                     if let Some(d) = parse(&f, &String::from_utf8_lossy(&b), c) {
                         docs.push((f, d));
@@ -461,8 +477,7 @@ fn check_containerd(
     }
 
     // Later files override earlier ones, per runtime name and per setting.
-    let mut found: BTreeMap<String, (PathBuf, String, Option<String>)> = BTreeMap::new();
-    let mut known: Vec<String> = Vec::new();
+    let mut runtimes = Runtimes::default();
     let mut default: Option<(PathBuf, String, String)> = None;
     let mut cdi: Option<(PathBuf, String, Vec<String>)> = None;
     for (file, doc) in &docs {
@@ -487,30 +502,16 @@ fn check_containerd(
                     d.to_string(),
                 ));
             }
-            let Some(runtimes) = ctrd.get("runtimes").and_then(|r| r.as_table_like()) else {
-                continue;
-            };
-            for (name, rt) in runtimes.iter() {
-                if !known.iter().any(|k| k == name) {
-                    known.push(name.to_string());
-                }
-                if !name.starts_with("nvidia") {
-                    continue;
-                }
-                let bin = rt
-                    .get("options")
-                    .and_then(|o| o.get("BinaryName"))
-                    .and_then(|b| b.as_str())
-                    .map(str::to_string);
-                found.insert(
-                    name.to_string(),
-                    (
-                        file.clone(),
+            if let Some(t) = ctrd.get("runtimes").and_then(|r| r.as_table_like()) {
+                runtimes.add(
+                    file,
+                    t,
+                    |name| {
                         format!(
                             "plugins.\"{plugin}\".containerd.runtimes.{name}.options.BinaryName"
-                        ),
-                        bin,
-                    ),
+                        )
+                    },
+                    |rt| rt.get("options")?.get("BinaryName")?.as_str(),
                 );
             }
         }
@@ -522,24 +523,17 @@ fn check_containerd(
             file,
             key,
             Some(d),
-            &known,
+            &runtimes.known,
             &["runc"],
             "containerd's CRI plugin does not load, and no pod starts",
         );
     }
-    facts.cdi_readers.push(match cdi {
-        Some((file, key, d)) => CdiReader {
-            engine: "containerd",
-            source: format!("{}: {key}", file.display()),
-            dirs: dirs_of(Some(d)).unwrap_or_default(),
-        },
-        None => CdiReader {
-            engine: "containerd",
-            source: "containerd's default".into(),
-            dirs: default_cdi_dirs(),
-        },
-    });
-    for (_, (file, key, bin)) in found {
+    facts.cdi_readers.push(CdiReader::new(
+        "containerd",
+        "containerd",
+        cdi.map(|(file, key, d)| (format!("{}: {key}", file.display()), d)),
+    ));
+    for (_, (file, key, bin)) in runtimes.nvidia {
         out.registered = true;
         engine_registration(
             c,
@@ -548,7 +542,7 @@ fn check_containerd(
             &key,
             bin.as_deref(),
             path_env,
-            &configure,
+            &out.configure,
         );
     }
     out
@@ -561,16 +555,7 @@ fn check_crio(
     facts: &mut EngineFacts,
 ) -> Engine {
     let drop_dir = path.parent().unwrap_or(Path::new("/")).join("crio.conf.d");
-    let configure = format!(
-        "nvidia-ctk runtime configure --runtime crio --config {} && systemctl restart crio",
-        path.display()
-    );
-    let mut out = Engine {
-        configured: false,
-        registered: false,
-        file: path.display().to_string(),
-        configure: configure.clone(),
-    };
+    let mut out = Engine::new("crio", path);
     let mut files = Vec::new();
     if path.exists() {
         files.push(path.to_path_buf());
@@ -598,8 +583,7 @@ fn check_crio(
     }
     out.configured = true;
     facts.cri.push("crio");
-    let mut found: BTreeMap<String, (PathBuf, Option<String>)> = BTreeMap::new();
-    let mut known: Vec<String> = Vec::new();
+    let mut runtimes = Runtimes::default();
     let mut default: Option<(PathBuf, String)> = None;
     let mut cdi: Option<(PathBuf, Vec<String>)> = None;
     for f in &files {
@@ -628,21 +612,13 @@ fn check_crio(
         if let Some(d) = rt.get("default_runtime").and_then(|d| d.as_str()) {
             default = Some((f.clone(), d.to_string()));
         }
-        let Some(runtimes) = rt.get("runtimes").and_then(|r| r.as_table_like()) else {
-            continue;
-        };
-        for (name, rt) in runtimes.iter() {
-            if !known.iter().any(|k| k == name) {
-                known.push(name.to_string());
-            }
-            if !name.starts_with("nvidia") {
-                continue;
-            }
-            let bin = rt
-                .get("runtime_path")
-                .and_then(|b| b.as_str())
-                .map(str::to_string);
-            found.insert(name.to_string(), (f.clone(), bin));
+        if let Some(t) = rt.get("runtimes").and_then(|r| r.as_table_like()) {
+            runtimes.add(
+                f,
+                t,
+                |name| format!("crio.runtime.runtimes.{name}.runtime_path"),
+                |rt| rt.get("runtime_path")?.as_str(),
+            );
         }
     }
     if let Some((file, d)) = &default {
@@ -652,37 +628,22 @@ fn check_crio(
             file,
             "crio.runtime.default_runtime",
             Some(d),
-            &known,
+            &runtimes.known,
             &["crun", "runc"],
             "CRI-O does not start",
         );
     }
-    facts.cdi_readers.push(match cdi {
-        Some((file, d)) => CdiReader {
-            engine: "crio",
-            source: format!("{}: crio.runtime.cdi_spec_dirs", file.display()),
-            dirs: dirs_of(Some(d)).unwrap_or_default(),
-        },
-        None => CdiReader {
-            engine: "crio",
-            source: "CRI-O's default".into(),
-            dirs: default_cdi_dirs(),
-        },
-    });
+    facts.cdi_readers.push(CdiReader::new(
+        "crio",
+        "CRI-O",
+        cdi.map(|(file, d)| (format!("{}: crio.runtime.cdi_spec_dirs", file.display()), d)),
+    ));
     out.file = format!("{} and {}", path.display(), drop_dir.display());
-    for (name, (file, bin)) in found {
+    for (name, (file, key, bin)) in runtimes.nvidia {
         out.registered = true;
         // CRI-O looks an empty runtime_path up by the runtime's name in PATH.
-        let bin = bin.filter(|b| !b.is_empty()).unwrap_or(name.clone());
-        engine_registration(
-            c,
-            "crio",
-            &file,
-            &format!("crio.runtime.runtimes.{name}.runtime_path"),
-            Some(&bin),
-            path_env,
-            &configure,
-        );
+        let bin = bin.filter(|b| !b.is_empty()).unwrap_or(name);
+        engine_registration(c, "crio", &file, &key, Some(&bin), path_env, &out.configure);
     }
     out
 }

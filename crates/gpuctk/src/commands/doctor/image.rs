@@ -25,7 +25,7 @@ pub(super) struct Image {
 pub(super) fn load_image(a: &DoctorArgs) -> Result<Image, String> {
     if let Some(bundle) = &a.bundle {
         let file = bundle.join("config.json");
-        let bytes = super::read::read_capped(&file, 64 << 20, "OCI config")
+        let bytes = crate::capped::read_capped(&file, 64 << 20, "OCI config")
             .map_err(|e| format!("{e:#}"))?;
         let v: serde_json::Value = serde_json::from_slice(&bytes)
             .map_err(|e| format!("{}: invalid JSON: {e}", file.display()))?;
@@ -47,8 +47,8 @@ pub(super) fn load_image(a: &DoctorArgs) -> Result<Image, String> {
     let env = match &a.image_env {
         None => Vec::new(),
         Some(f) => {
-            let bytes =
-                super::read::read_capped(f, 16 << 20, "image env").map_err(|e| format!("{e:#}"))?;
+            let bytes = crate::capped::read_capped(f, 16 << 20, "image env")
+                .map_err(|e| format!("{e:#}"))?;
             String::from_utf8_lossy(&bytes)
                 .lines()
                 .map(str::trim)

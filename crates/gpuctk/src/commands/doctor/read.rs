@@ -1,5 +1,5 @@
-//! How doctor reads what it looks at: every file capped in size and never a FIFO, every
-//! directory through the project's safe reader.
+//! How doctor reads what it looks at: every file through `crate::capped::read_capped` (capped
+//! in size, never a FIFO), every directory through the project's safe reader.
 
 use std::path::Path;
 
@@ -23,10 +23,4 @@ pub(super) fn list_dir_at_most(dir: &Path, max: usize) -> std::io::Result<Vec<(S
         .collect();
     v.sort();
     Ok(v)
-}
-
-/// Every file doctor reads goes through here: at most `cap` bytes, a regular file, never a
-/// FIFO or a device that would block.
-pub(super) fn read_capped(path: &Path, cap: u64, what: &str) -> anyhow::Result<Vec<u8>> {
-    crate::capped::read_capped(path, cap, what)
 }

@@ -75,35 +75,25 @@ pub struct Report {
 pub(super) struct Checks(pub(super) Vec<Check>);
 
 impl Checks {
-    pub(super) fn push(&mut self, group: &'static str, name: &str, status: Status, found: String) {
-        self.0.push(Check {
-            id: format!("{group}/{name}"),
-            group,
-            name: name.to_string(),
-            status,
-            found,
-            fix: None,
-        });
-    }
-    pub(super) fn ok(&mut self, group: &'static str, name: &str, found: impl Into<String>) {
-        self.push(group, name, Status::Ok, found.into());
-    }
-    pub(super) fn bad(
+    fn add(
         &mut self,
         group: &'static str,
         name: &str,
         status: Status,
-        found: impl Into<String>,
-        fix: impl Into<String>,
+        found: String,
+        fix: Option<String>,
     ) {
         self.0.push(Check {
             id: format!("{group}/{name}"),
             group,
             name: name.to_string(),
             status,
-            found: found.into(),
-            fix: Some(fix.into()),
+            found,
+            fix,
         });
+    }
+    pub(super) fn ok(&mut self, group: &'static str, name: &str, found: impl Into<String>) {
+        self.add(group, name, Status::Ok, found.into(), None);
     }
     pub(super) fn fail(
         &mut self,
@@ -112,7 +102,7 @@ impl Checks {
         found: impl Into<String>,
         fix: impl Into<String>,
     ) {
-        self.bad(g, n, Status::Fail, found, fix);
+        self.add(g, n, Status::Fail, found.into(), Some(fix.into()));
     }
     pub(super) fn warn(
         &mut self,
@@ -121,6 +111,6 @@ impl Checks {
         found: impl Into<String>,
         fix: impl Into<String>,
     ) {
-        self.bad(g, n, Status::Warn, found, fix);
+        self.add(g, n, Status::Warn, found.into(), Some(fix.into()));
     }
 }
