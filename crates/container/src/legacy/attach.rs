@@ -172,9 +172,9 @@ fn has_submounts(fd: BorrowedFd<'_>) -> io::Result<bool> {
         .and_then(|v| v.trim().parse::<u64>().ok())
         .ok_or_else(|| io::Error::other("no mnt_id in /proc/thread-self/fdinfo"))?;
     let table = read_proc("/proc/thread-self/mountinfo", MOUNTINFO_CAP)?;
-    Ok(table
-        .lines()
-        .any(|l| l.split(' ').nth(1).and_then(|p| p.parse::<u64>().ok()) == Some(id)))
+    Ok(super::cgroup::parse_mountinfo(&table)
+        .iter()
+        .any(|m| m.parent == id))
 }
 
 /// The flags and propagation of the classic bind just made as `name` in `dfd` (see [`attach`]).
