@@ -31,12 +31,6 @@ pub(super) enum Detached {
     },
 }
 
-/// Whether the kernel has `mount_setattr` (Linux 5.12): asked with a descriptor that cannot be
-/// valid, so only `ENOSYS` says no.
-pub(super) fn has_mount_setattr() -> bool {
-    sys::has_mount_setattr()
-}
-
 /// [`Detached::Path`] for `src`, opened on the host from `path`.
 pub(super) fn by_path(src: &OwnedFd, path: &CStr, recursive: bool) -> io::Result<Detached> {
     let st = fstat(src.as_fd())?;
@@ -63,11 +57,7 @@ fn thread_fd_path(fd: BorrowedFd<'_>) -> CString {
 
 /// The one-line refusal where the classic bind cannot do what the mount API would.
 fn needs(call: &'static str, why: &str) -> io::Error {
-    let version = if call == "mount_setattr" {
-        "5.12"
-    } else {
-        "5.2"
-    };
+    let version = linux_with(call);
     io::Error::new(
         io::ErrorKind::Unsupported,
         format!("{why}; this needs {call}(2), which this kernel lacks (Linux {version} has it)"),
