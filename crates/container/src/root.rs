@@ -555,7 +555,7 @@ impl Root {
             }
             // Open the one new name without following anything: if something raced a
             // symlink into place, this fails instead of escaping.
-            dir = walk::open_child_dir(dir.as_fd(), &c, path)
+            dir = walk::open_child_dir(dir.as_fd(), &c)
                 .map_err(|e| self.io_err(path, "open directory", e))?;
         }
         Ok(())

@@ -28,7 +28,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::{components, fstat, readlinkat, FileKind, Metadata, MAX_SYMLINKS};
+use super::{components, cstring, fstat, readlinkat, FileKind, Metadata, MAX_SYMLINKS};
 
 const UNKNOWN: u8 = 0;
 const NATIVE: u8 = 1;
@@ -178,7 +178,7 @@ pub(super) fn openat2(
             };
             continue;
         }
-        let name = CString::new(c.as_bytes()).map_err(|_| err(libc::EINVAL))?;
+        let name = cstring(&c)?;
         let next = open_at(at, &name, libc::O_PATH | libc::O_NOFOLLOW)?;
         let md = fstat(next.as_fd())?;
         if md.kind == FileKind::Symlink && !(todo.is_empty() && nofollow_last) {
