@@ -29,6 +29,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::{components, cstring, fstat, readlinkat, FileKind, Metadata, MAX_SYMLINKS};
+use crate::sys::on_procfs;
 
 const UNKNOWN: u8 = 0;
 const NATIVE: u8 = 1;
@@ -86,11 +87,6 @@ fn parent_is(fd: BorrowedFd<'_>, want: (u64, u64)) -> io::Result<OwnedFd> {
         return Err(err(libc::EAGAIN));
     }
     Ok(up)
-}
-
-/// True when `fd` lies on procfs, whose symlinks are (or lead to) magic links.
-fn on_procfs(fd: BorrowedFd<'_>) -> io::Result<bool> {
-    crate::sys::on_procfs(fd)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
