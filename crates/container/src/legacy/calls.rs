@@ -12,6 +12,23 @@ pub(super) fn cstring(s: &OsStr, what: &str) -> Result<CString, LegacyError> {
 
 pub(super) use crate::sys::{fstat, fstatat_nofollow, has_mount_setattr};
 
+/// A kernel file, at most `cap` bytes.
+pub(super) fn read_proc(path: impl AsRef<Path>, cap: u64) -> io::Result<String> {
+    use std::io::Read;
+    let path = path.as_ref();
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(cap + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > cap {
+        return Err(io::Error::other(format!(
+            "{}: more than {cap} bytes",
+            path.display()
+        )));
+    }
+    Ok(text)
+}
+
 pub(super) fn open_path_dir(path: &CStr) -> io::Result<OwnedFd> {
     sys::open(path, libc::O_PATH | libc::O_DIRECTORY)
 }
