@@ -31,7 +31,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -498,18 +498,11 @@ impl Drop for Temp {
     }
 }
 
-fn cstring(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
-}
-
 /// `linkat` an `O_TMPFILE` descriptor to `dest`: through `/proc/self/fd` (no capability
 /// needed), else with `AT_EMPTY_PATH` (needs CAP_DAC_READ_SEARCH) where /proc is not mounted.
 fn link_fd(file: &File, dest: &Path) -> io::Result<()> {
-    let dest = cstring(dest)?;
-    let fd = file.as_raw_fd();
-    let proc = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
-    let first = match rustix::fs::linkat(CWD, &proc, CWD, &dest, AtFlags::SYMLINK_FOLLOW) {
+    let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let first = match rustix::fs::linkat(CWD, proc.as_str(), CWD, dest, AtFlags::SYMLINK_FOLLOW) {
         Ok(()) => return Ok(()),
         Err(e) => io::Error::from(e),
     };
@@ -517,7 +510,7 @@ fn link_fd(file: &File, dest: &Path) -> io::Result<()> {
         return Err(first);
     }
     // No /proc: AT_EMPTY_PATH, which needs CAP_DAC_READ_SEARCH.
-    rustix::fs::linkat(file, c"", CWD, &dest, AtFlags::EMPTY_PATH).map_err(|_| first)
+    rustix::fs::linkat(file, c"", CWD, dest, AtFlags::EMPTY_PATH).map_err(|_| first)
 }
 
 /// `flock` exclusively; `try_only` returns `WouldBlock` instead of waiting.

@@ -555,7 +555,7 @@ impl Root {
             }
             // Open the one new name without following anything: if something raced a
             // symlink into place, this fails instead of escaping.
-            dir = walk::open_child_dir(dir.as_fd(), &c, path)
+            dir = walk::open_child_dir(dir.as_fd(), &c)
                 .map_err(|e| self.io_err(path, "open directory", e))?;
         }
         Ok(())
@@ -632,31 +632,35 @@ impl Root {
     /// refused. `target` is stored verbatim: it is resolved later, by the
     /// container, inside its own root.
     pub fn symlink_force(&self, target: &str, link: &str) -> Result<LinkOutcome, RootError> {
-        if target.is_empty() || target.contains('\0') {
-            return Err(RootError::InvalidPath {
-                path: target.to_string(),
-                reason: "a symlink target must be non-empty and contain no NUL",
-            });
-        }
+        let ctarget = symlink_target(target)?;
         let (dir, name) = self.parent_dir(link)?;
-        let dfd = dir.as_fd();
-        let ctarget = CString::new(target).expect("checked for NUL");
-        let existing = match fstatat_nofollow(dfd, &name) {
+        self.symlink_force_at(dir.as_fd(), &name, &ctarget, link)
+    }
+
+    /// [`Root::symlink_force`] of `name` in the open folder `dfd`; `link` names it in messages.
+    fn symlink_force_at(
+        &self,
+        dfd: BorrowedFd<'_>,
+        name: &OsStr,
+        ctarget: &CStr,
+        link: &str,
+    ) -> Result<LinkOutcome, RootError> {
+        let existing = match fstatat_nofollow(dfd, name) {
             Ok(m) => Some(m),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
             Err(e) => return Err(self.io_err(link, "lstat", e)),
         };
         match existing {
             None => {
-                let cname = name_cstring(&name, link)?;
-                let Err(e) = sys::symlinkat(&ctarget, dfd, &cname) else {
+                let cname = name_cstring(name, link)?;
+                let Err(e) = sys::symlinkat(ctarget, dfd, &cname) else {
                     return Ok(LinkOutcome::Created);
                 };
                 if e.raw_os_error() != Some(libc::EEXIST) {
                     return Err(self.io_err(link, "symlink", e));
                 }
                 // Something appeared meanwhile: fall through and replace it.
-                self.refuse_directory(dfd, &name, link)?;
+                self.refuse_directory(dfd, name, link)?;
             }
             Some(m) if m.kind == FileKind::Dir => {
                 return Err(RootError::IsDirectory {
@@ -666,17 +670,17 @@ impl Root {
             }
             Some(m) if m.kind == FileKind::Symlink => {
                 let current =
-                    readlinkat(dfd, &name).map_err(|e| self.io_err(link, "readlink", e))?;
-                if current.as_bytes() == target.as_bytes() {
+                    readlinkat(dfd, name).map_err(|e| self.io_err(link, "readlink", e))?;
+                if current.as_bytes() == ctarget.to_bytes() {
                     return Ok(LinkOutcome::Unchanged);
                 }
             }
             Some(_) => {}
         }
-        let tmp = temp_name(&name);
+        let tmp = temp_name(name);
         let ctmp = name_cstring(&tmp, link)?;
-        sys::symlinkat(&ctarget, dfd, &ctmp).map_err(|e| self.io_err(link, "symlink", e))?;
-        if let Err(e) = rename_at(dfd, &tmp, &name) {
+        sys::symlinkat(ctarget, dfd, &ctmp).map_err(|e| self.io_err(link, "symlink", e))?;
+        if let Err(e) = rename_at(dfd, &tmp, name) {
             // Failure to remove it is harmless: a temporary name, swept later.
             let _ = sys::unlinkat(dfd, &ctmp, false);
             return Err(self.io_err(link, "rename", e));
@@ -784,6 +788,17 @@ fn check_path(path: &str) -> Result<(), RootError> {
         });
     }
     Ok(())
+}
+
+/// A symlink target as [`Root::symlink_force`] takes it: not empty, no NUL.
+fn symlink_target(target: &str) -> Result<CString, RootError> {
+    CString::new(target)
+        .ok()
+        .filter(|_| !target.is_empty())
+        .ok_or_else(|| RootError::InvalidPath {
+            path: target.to_string(),
+            reason: "a symlink target must be non-empty and contain no NUL",
+        })
 }
 
 /// The path relative to the root for openat2 (`.` for the root itself).
@@ -1038,6 +1053,22 @@ impl Dir<'_> {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
             Err(e) => Err(self.root.io_err(&self.child(name), "lstat", e)),
         }
+    }
+
+    /// [`Root::symlink_force`] of entry `name`: the folder is open already, nothing is walked.
+    pub fn symlink_force(&self, target: &str, name: &str) -> Result<LinkOutcome, RootError> {
+        let ctarget = symlink_target(target)?;
+        let link = self.child(name);
+        // One name in this folder: `symlinkat` must not resolve anything.
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(RootError::InvalidPath {
+                path: link,
+                reason:
+                    "a link in a folder must be a file name (not empty, `.`, `..` or with a `/`)",
+            });
+        }
+        self.root
+            .symlink_force_at(self.fd.as_fd(), OsStr::new(name), &ctarget, &link)
     }
 
     /// Opens entry `name` for reading if it is a regular file (not through

@@ -52,6 +52,29 @@ fn create_symlinks_basic() {
     create_symlinks(&r, &links(&["libcuda.so.1::/usr/lib64/libcuda.so"])).unwrap();
 }
 
+/// A link that replaces a symlinked folder earlier links were made in: the links after it go
+/// where the new link leads, which is made as for any other link (the folder-once shortcut
+/// made them fail there, in a folder that did not exist).
+#[test]
+fn create_symlinks_after_a_link_replacing_their_folder() {
+    let (_tmp, root, _host) = fixture();
+    std::fs::create_dir_all(root.join("opt/old")).unwrap();
+    symlink("old", root.join("opt/lib")).unwrap();
+    create_symlinks(
+        &Root::open(&root).unwrap(),
+        &links(&[
+            "a.so.1::/opt/lib/a.so",
+            "new::/opt/lib",
+            "b.so.1::/opt/lib/b.so",
+        ]),
+    )
+    .unwrap();
+    let rl = |p: &str| std::fs::read_link(root.join(p)).unwrap();
+    assert_eq!(rl("opt/old/a.so"), PathBuf::from("a.so.1"));
+    assert_eq!(rl("opt/lib"), PathBuf::from("new"));
+    assert_eq!(rl("opt/new/b.so"), PathBuf::from("b.so.1"));
+}
+
 #[test]
 fn create_symlinks_refuses_to_replace_a_directory() {
     let (_tmp, root, _host) = fixture();

@@ -559,7 +559,7 @@ fn scan_dir(
                     continue;
                 }
             }
-            if root.symlink_force(&best.name, &link_path)? != LinkOutcome::Unchanged {
+            if opened.symlink_force(&best.name, &soname)? != LinkOutcome::Unchanged {
                 report.links.push((link_path.clone(), best.name.clone()));
             }
         }

@@ -1,7 +1,7 @@
 //! `create-symlinks`: `ln -sf` inside the root.
 
 use super::HookError;
-use crate::root::Root;
+use crate::root::{LinkOutcome, Root};
 
 pub use gpuctk_core::ops::Link;
 
@@ -10,7 +10,8 @@ pub use gpuctk_core::ops::Link;
 /// replaced, directories refused.
 pub fn create_symlinks(root: &Root, links: &[Link]) -> Result<(), HookError> {
     // Most links share one folder: it is walked and made once (nothing else runs in the root
-    // meanwhile; `symlink_force` still opens it in-root for each link).
+    // meanwhile; `symlink_force` still opens it in-root for each link). A link that replaced
+    // something may have been a folder's path (a symlink to it): the folders are made again.
     let mut made = std::collections::HashSet::new();
     for l in links {
         let (parent, _) = crate::root::split_parent(&l.link)?;
@@ -18,7 +19,9 @@ pub fn create_symlinks(root: &Root, links: &[Link]) -> Result<(), HookError> {
             root.mkdir_all(&parent, 0o755)?;
             made.insert(parent);
         }
-        root.symlink_force(&l.target, &l.link)?;
+        if root.symlink_force(&l.target, &l.link)? == LinkOutcome::Replaced {
+            made.clear();
+        }
     }
     Ok(())
 }

@@ -31,12 +31,6 @@ pub(super) enum Detached {
     },
 }
 
-/// Whether the kernel has `mount_setattr` (Linux 5.12): asked with a descriptor that cannot be
-/// valid, so only `ENOSYS` says no.
-pub(super) fn has_mount_setattr() -> bool {
-    sys::has_mount_setattr()
-}
-
 /// [`Detached::Path`] for `src`, opened on the host from `path`.
 pub(super) fn by_path(src: &OwnedFd, path: &CStr, recursive: bool) -> io::Result<Detached> {
     let st = fstat(src.as_fd())?;
@@ -63,11 +57,7 @@ fn thread_fd_path(fd: BorrowedFd<'_>) -> CString {
 
 /// The one-line refusal where the classic bind cannot do what the mount API would.
 fn needs(call: &'static str, why: &str) -> io::Error {
-    let version = if call == "mount_setattr" {
-        "5.12"
-    } else {
-        "5.2"
-    };
+    let version = linux_with(call);
     io::Error::new(
         io::ErrorKind::Unsupported,
         format!("{why}; this needs {call}(2), which this kernel lacks (Linux {version} has it)"),
@@ -139,26 +129,6 @@ pub(super) fn attach(
     set
 }
 
-/// Most bytes of a `mountinfo` read: far more than any mount table has.
-pub(super) const MOUNTINFO_CAP: u64 = 16 << 20;
-
-/// A kernel file, at most `cap` bytes.
-pub(super) fn read_proc(path: impl AsRef<Path>, cap: u64) -> io::Result<String> {
-    use std::io::Read;
-    let path = path.as_ref();
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(cap + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > cap {
-        return Err(io::Error::other(format!(
-            "{}: more than {cap} bytes",
-            path.display()
-        )));
-    }
-    Ok(text)
-}
-
 /// Whether the mount whose root `fd` is has mounts on top of anything below it, in this
 /// thread's mount namespace (`mnt_id` from fdinfo, then a line of mountinfo naming it parent).
 fn has_submounts(fd: BorrowedFd<'_>) -> io::Result<bool> {
@@ -171,10 +141,8 @@ fn has_submounts(fd: BorrowedFd<'_>) -> io::Result<bool> {
         .find_map(|l| l.strip_prefix("mnt_id:"))
         .and_then(|v| v.trim().parse::<u64>().ok())
         .ok_or_else(|| io::Error::other("no mnt_id in /proc/thread-self/fdinfo"))?;
-    let table = read_proc("/proc/thread-self/mountinfo", MOUNTINFO_CAP)?;
-    Ok(table
-        .lines()
-        .any(|l| l.split(' ').nth(1).and_then(|p| p.parse::<u64>().ok()) == Some(id)))
+    let table = super::cgroup::read_mountinfo(Path::new("/proc/thread-self/mountinfo"))?;
+    Ok(table.iter().any(|m| m.parent == id))
 }
 
 /// The flags and propagation of the classic bind just made as `name` in `dfd` (see [`attach`]).

@@ -188,6 +188,14 @@ pub(crate) fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
         .collect()
 }
 
+/// Most bytes of a `mountinfo` read: far more than any mount table has.
+const MOUNTINFO_CAP: u64 = 16 << 20;
+
+/// The mount table in `path` (a `mountinfo` file), read capped and parsed.
+pub(crate) fn read_mountinfo(path: &Path) -> io::Result<Vec<MountEntry>> {
+    super::read_proc(path, MOUNTINFO_CAP).map(|t| parse_mountinfo(&t))
+}
+
 /// One line of `/proc/<pid>/cgroup`: `(controllers, path)`.
 pub(crate) fn parse_proc_cgroup(text: &str) -> Vec<(Vec<String>, String)> {
     text.lines()
@@ -289,13 +297,11 @@ pub fn find_device_cgroup(
         })?;
     let lines = parse_proc_cgroup(&text);
     let mi_file = proc_root.join("self").join("mountinfo");
-    let mounts = super::read_proc(&mi_file, super::MOUNTINFO_CAP)
-        .map(|t| parse_mountinfo(&t))
-        .map_err(|source| LegacyError::CgroupIo {
-            path: mi_file.clone(),
-            op: "read",
-            source,
-        })?;
+    let mounts = read_mountinfo(&mi_file).map_err(|source| LegacyError::CgroupIo {
+        path: mi_file.clone(),
+        op: "read",
+        source,
+    })?;
     let v1: Vec<&MountEntry> = mounts
         .iter()
         .filter(|m| m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == "devices"))

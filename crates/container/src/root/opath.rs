@@ -28,7 +28,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::{components, fstat, readlinkat, FileKind, Metadata, MAX_SYMLINKS};
+use super::{components, cstring, fstat, readlinkat, FileKind, Metadata, MAX_SYMLINKS};
+use crate::sys::on_procfs;
 
 const UNKNOWN: u8 = 0;
 const NATIVE: u8 = 1;
@@ -86,11 +87,6 @@ fn parent_is(fd: BorrowedFd<'_>, want: (u64, u64)) -> io::Result<OwnedFd> {
         return Err(err(libc::EAGAIN));
     }
     Ok(up)
-}
-
-/// True when `fd` lies on procfs, whose symlinks are (or lead to) magic links.
-fn on_procfs(fd: BorrowedFd<'_>) -> io::Result<bool> {
-    crate::sys::on_procfs(fd)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -178,7 +174,7 @@ pub(super) fn openat2(
             };
             continue;
         }
-        let name = CString::new(c.as_bytes()).map_err(|_| err(libc::EINVAL))?;
+        let name = cstring(&c)?;
         let next = open_at(at, &name, libc::O_PATH | libc::O_NOFOLLOW)?;
         let md = fstat(next.as_fd())?;
         if md.kind == FileKind::Symlink && !(todo.is_empty() && nofollow_last) {

@@ -252,6 +252,30 @@ fn write_refuses_to_replace_a_directory_and_keeps_old_file_on_error() {
     ));
 }
 
+/// A folder's own `symlink_force` makes a link of one name in it, never through a path.
+#[test]
+fn dir_symlink_force_takes_one_name() {
+    let f = fixture();
+    let before = snapshot(&f.host);
+    let r = Root::open(&f.root).unwrap();
+    let etc = r.open_dir("/etc").unwrap();
+    assert_eq!(etc.symlink_force("a", "l").unwrap(), LinkOutcome::Created);
+    assert_eq!(etc.symlink_force("a", "l").unwrap(), LinkOutcome::Unchanged);
+    assert_eq!(
+        std::fs::read_link(f.root.join("etc/l")).unwrap(),
+        PathBuf::from("a")
+    );
+    for bad in ["", ".", "..", "../l", "../../host/x"] {
+        let e = etc.symlink_force("a", bad).unwrap_err();
+        assert!(matches!(e, RootError::InvalidPath { .. }), "{bad:?}: {e}");
+    }
+    assert!(matches!(
+        etc.symlink_force("", "m"),
+        Err(RootError::InvalidPath { .. })
+    ));
+    assert_eq!(snapshot(&f.host), before);
+}
+
 #[test]
 fn symlink_force_has_ln_sf_semantics() {
     let f = fixture();

@@ -22,8 +22,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 use super::{
-    components, fstat, fstatat_nofollow, name_cstring, openat2, readlinkat, FileKind, Root,
-    RootError, MAX_SYMLINKS,
+    components, cstring, fstat, fstatat_nofollow, openat2, readlinkat, FileKind, Root, RootError,
+    MAX_SYMLINKS,
 };
 
 /// Most path components one walk takes in, the path's own and those of every symlink target it
@@ -86,7 +86,7 @@ impl Walker<'_> {
     /// Makes the directory `name` of the current one the current one: one name, no symlink
     /// followed (one swapped in since the lookup fails with `ELOOP`).
     fn descend(&mut self, name: OsString) -> Result<(), RootError> {
-        let fd = open_child_dir(self.dirfd(), &name, self.path)
+        let fd = open_child_dir(self.dirfd(), &name)
             .map_err(|e| self.root.io_err(self.path, "open directory", e))?;
         let md = fstat(fd.as_fd()).map_err(|e| self.root.io_err(self.path, "stat", e))?;
         self.cur = Some(fd);
@@ -127,15 +127,10 @@ impl Walker<'_> {
 }
 
 /// A single-name `openat2` of directory `name` in `dirfd`, following nothing.
-pub(super) fn open_child_dir(
-    dirfd: BorrowedFd<'_>,
-    name: &OsStr,
-    path: &str,
-) -> io::Result<OwnedFd> {
-    let c = name_cstring(name, path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+pub(super) fn open_child_dir(dirfd: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
     openat2(
         dirfd,
-        &c,
+        &cstring(name)?,
         libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
     )

@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-use crate::legacy::bpf::Insn;
+use crate::legacy::bpf::{Insn, BPF_F_REPLACE};
 
 // bpf(2) commands.
 const BPF_PROG_LOAD: i32 = 5;
@@ -274,14 +274,12 @@ pub(crate) fn prog_attach(
     flags: u32,
     replace: Option<BorrowedFd<'_>>,
 ) -> io::Result<()> {
-    /// `BPF_F_REPLACE`.
-    const REPLACE: u32 = 4;
     let mut attr = Attr::zeroed();
     attr.attach = AttachAttr {
         target_fd: cgroup.as_raw_fd() as u32,
         attach_bpf_fd: prog.as_raw_fd() as u32,
         attach_type,
-        attach_flags: flags | if replace.is_some() { REPLACE } else { 0 },
+        attach_flags: flags | if replace.is_some() { BPF_F_REPLACE } else { 0 },
         replace_bpf_fd: replace.map_or(0, |r| r.as_raw_fd()) as u32,
     };
     // SAFETY: no address in this command.
