@@ -310,7 +310,7 @@ pub fn csv_injection(
     let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
     if let Some(bad) = ids
         .iter()
-        .find(|d| !gpuctk_core::platform::csv_serves(d, &kinds))
+        .find(|d| !gpuctk_core::platform::serves_one_device(d, &kinds))
     {
         anyhow::bail!(
             "{}: device {bad}: mode \"csv\" (Jetson) has one device; ask for 0 or all",
@@ -362,7 +362,7 @@ pub fn wsl_injection(
     let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
     if let Some(bad) = ids
         .iter()
-        .find(|d| !gpuctk_core::wsl::wsl_serves(d, &kinds))
+        .find(|d| !gpuctk_core::platform::serves_one_device(d, &kinds))
     {
         anyhow::bail!(
             "{}: device {bad}: a WSL2 host has one device; ask for all",
