@@ -19,7 +19,7 @@ use crate::catalog::{self, Capability};
 use crate::cuda::{cuda_version_known, CudaVersion};
 use crate::inventory::{DeviceNode, DrmLink, Gpu, HostFile, Inventory, Library, Roots};
 use crate::procfs::{self, DriverVersion, ProcError};
-use crate::resolve::{host_path, resolve_in_root};
+use crate::resolve::{host_path, is_absent, resolve_in_root};
 
 /// Why discovery failed. Each message names the file and says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -728,15 +728,6 @@ fn discover_configs(
         }
     }
     out
-}
-
-/// An absent folder (or a path through a file) means "no firmware here"; anything else is an
-/// error the caller must see.
-fn is_absent(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-    )
 }
 
 fn discover_firmware(root: &Path, version: &DriverVersion) -> Result<Vec<HostFile>, DiscoverError> {
