@@ -109,7 +109,7 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> DiscoverError + '_ {
 }
 
 fn read_text(path: &Path) -> Result<String, DiscoverError> {
-    let bytes = fs::read(path).map_err(io_err(path))?;
+    let bytes = read_capped(path, MAX_PROC_FILE).map_err(io_err(path))?;
     String::from_utf8(bytes).map_err(|_| DiscoverError::BadProcFile {
         file: path.to_path_buf(),
         source: ProcError::NotText,
@@ -776,6 +776,29 @@ fn discover_firmware(root: &Path, version: &DriverVersion) -> Result<Vec<HostFil
         }
     }
     Ok(out)
+}
+
+/// The most bytes read of a procfs file the driver writes (`version`, `devices`, a GPU's
+/// `information`): each is a few KiB at most.
+pub(crate) const MAX_PROC_FILE: u64 = 64 * 1024;
+
+/// The bytes of file `path`, at most `max`: a larger file is an error (`InvalidData`), never
+/// read whole nor cut short. The reader of the procfs files, which `--proc-root` may point at
+/// any folder.
+pub(crate) fn read_capped(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    // Room for a real procfs file: one read, and one that says the end.
+    let mut bytes = Vec::with_capacity(4096);
+    fs::File::open(path)?
+        .take(max + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes; not a file the NVIDIA driver writes"),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// One entry of a directory listing.
