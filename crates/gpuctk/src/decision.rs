@@ -120,9 +120,6 @@ impl HostView for LiveHost<'_> {
     fn warn(&mut self, msg: &str) {
         tracing::warn!("{msg}");
     }
-    fn cuda_version(&mut self, driver: &DriverVersion) -> Option<Version> {
-        gpuctk_host::cuda_version_known(driver.major()).map(Version::from)
-    }
     fn image_compat_cuda(
         &mut self,
         driver: &DriverVersion,
