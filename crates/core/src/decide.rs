@@ -35,9 +35,6 @@ pub trait HostView {
     fn first_missing(&mut self, paths: &[(&str, &str)]) -> Option<String>;
     /// A remark worth a line in the log (a spec file that failed to load, a stale spec).
     fn warn(&mut self, msg: &str);
-    /// The CUDA version the running driver provides, without discovery (for a static spec):
-    /// `None` when it is not known exactly.
-    fn cuda_version(&mut self, driver: &DriverVersion) -> Option<Version>;
     /// The CUDA version of the image's forward-compat `libcuda`, when `enable-cuda-compat`
     /// would use it on a host with this driver and CUDA version; `None` when the image has
     /// none, it is not usable here, or the delivery cannot see the image.
@@ -231,7 +228,12 @@ pub fn decide(
         host,
     ) {
         None => {
-            let cuda = running.as_ref().and_then(|d| host.cuda_version(d));
+            // The CUDA version the running driver provides, without discovery: `None` when it
+            // is not known exactly.
+            let cuda = running
+                .as_ref()
+                .and_then(|d| gpuctk_host::cuda_version_known(d.major()))
+                .map(Version::from);
             check_requirements(
                 request,
                 settings,
@@ -711,9 +713,6 @@ containerEdits:
         }
         fn warn(&mut self, msg: &str) {
             self.warnings.push(msg.into());
-        }
-        fn cuda_version(&mut self, _driver: &DriverVersion) -> Option<Version> {
-            Some("12.8".parse().unwrap())
         }
         fn image_compat_cuda(
             &mut self,

@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use gpuctk_cdi::spec::{ContainerEdits, Device, Mount, Spec};
+use gpuctk_cdi::spec::{ContainerEdits, Device, Spec};
 use gpuctk_host::{DeviceNode, GatedMode};
 
-use crate::plan::{push_node, FILE_MOUNT_OPTIONS};
-use crate::spec::SpecError;
+use crate::plan::{mount, push_node, FILE_MOUNT_OPTIONS};
+use crate::spec::{finish_spec, spec_kind, SpecError};
 
 /// The edits of a gated mode: its nodes, and the files it mounts (GDS's `/run/udev` and
 /// `/etc/cufile.json`, as (host path, container path)) when it has a node at all, as NVIDIA's
@@ -21,34 +21,12 @@ pub fn gated_edits(nodes: &[DeviceNode], mounts: &[(PathBuf, String)]) -> Contai
     }
     if !nodes.is_empty() {
         for (host, container) in mounts {
-            edits.mounts.push(Mount {
-                host_path: host.to_string_lossy().into_owned(),
-                container_path: container.clone(),
-                r#type: None,
-                options: FILE_MOUNT_OPTIONS.iter().map(|s| s.to_string()).collect(),
-            });
+            edits
+                .mounts
+                .push(mount(host, container, FILE_MOUNT_OPTIONS));
         }
     }
     edits
-}
-
-fn kind_of(vendor: &str, class: &str) -> Result<String, SpecError> {
-    let kind = format!("{vendor}/{class}");
-    gpuctk_cdi::names::parse_qualified_name(&format!("{kind}=all"))
-        .map_err(|e| SpecError::BadKind(format!("--vendor/--class {kind:?}: {e}")))?;
-    Ok(kind)
-}
-
-fn finish(kind: String, devices: Vec<Device>) -> Spec {
-    let mut spec = Spec {
-        cdi_version: String::new(),
-        kind,
-        annotations: BTreeMap::new(),
-        devices,
-        container_edits: ContainerEdits::default(),
-    };
-    spec.cdi_version = gpuctk_cdi::version::minimum_version(&spec).to_string();
-    spec
 }
 
 /// The spec of gated `mode` (`cdi generate --mode gds` and so on): one device, `all`, with
@@ -60,7 +38,7 @@ pub fn build_gated_spec(
     class: &str,
     dev_root: &std::path::Path,
 ) -> Result<Spec, SpecError> {
-    let kind = kind_of(vendor, class)?;
+    let kind = spec_kind(vendor, class)?;
     if edits.device_nodes.is_empty() {
         return Err(SpecError::Empty(format!(
             "--mode {mode}: no {} under {}",
@@ -68,13 +46,15 @@ pub fn build_gated_spec(
             dev_root.join("dev").display()
         )));
     }
-    Ok(finish(
+    Ok(finish_spec(
         kind,
+        BTreeMap::new(),
         vec![Device {
             name: "all".to_string(),
             annotations: BTreeMap::new(),
             container_edits: edits,
         }],
+        ContainerEdits::default(),
     ))
 }
 
@@ -87,7 +67,7 @@ pub fn build_imex_spec(
     class: &str,
     dev_root: &std::path::Path,
 ) -> Result<Spec, SpecError> {
-    let kind = kind_of(vendor, class)?;
+    let kind = spec_kind(vendor, class)?;
     if channels.is_empty() {
         return Err(SpecError::Empty(format!(
             "--mode imex: no IMEX channel under {} (create them with nvidia-modprobe -i ID, or set the driver's NVreg_CreateImexChannel0=1)",
@@ -117,5 +97,10 @@ pub fn build_imex_spec(
         annotations: BTreeMap::new(),
         container_edits: all,
     });
-    Ok(finish(kind, devices))
+    Ok(finish_spec(
+        kind,
+        BTreeMap::new(),
+        devices,
+        ContainerEdits::default(),
+    ))
 }

@@ -145,7 +145,8 @@ pub fn cdi_node(n: &DeviceNode) -> CdiNode {
     }
 }
 
-fn mount(host: &std::path::Path, container: &str, options: &[&str]) -> Mount {
+/// A bind mount of `host` at `container` with `options`.
+pub(crate) fn mount(host: &std::path::Path, container: &str, options: &[&str]) -> Mount {
     Mount {
         host_path: host.to_string_lossy().into_owned(),
         container_path: container.to_string(),

@@ -6,21 +6,26 @@
 //! nodes; the common edits mount the `dir` entries, the `lib` files and the files `sym` chains
 //! end at, then `create-symlinks` recreates each chain's links (and `libcuda.so`, which CUDA
 //! tools dlopen), and `update-ldcache` adds the libraries' folders.
+//!
+//! Also what the one-device platform modes (CSV, WSL2) share: their edits' layout, the ids
+//! they serve and their spec.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
-use gpuctk_cdi::spec::{ContainerEdits, Device, Mount, Spec};
+use gpuctk_cdi::spec::{ContainerEdits, Device, Spec};
 use gpuctk_host::csv::CsvHost;
+use gpuctk_host::DeviceNode;
 
 use crate::ops::{InRootOp, Link};
-use crate::plan::{cdi_node, FILE_MOUNT_OPTIONS};
+use crate::plan::{cdi_node, mount, FILE_MOUNT_OPTIONS};
 use crate::request::DeviceId;
-use crate::spec::SpecError;
+use crate::spec::{finish_spec, spec_kind, SpecError};
 
-/// The edits of CSV mode: the device's (its nodes) and the common ones, with the common hooks'
-/// typed operations in order.
+/// The edits of a platform mode (CSV here, WSL2 in [`crate::wsl`]): its one device's (its
+/// nodes) and the common ones, with the common hooks' typed operations in order.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CsvEdits {
+pub struct PlatformEdits {
     /// The device nodes.
     pub device: ContainerEdits,
     /// Mounts and hooks every container of the device gets.
@@ -29,38 +34,75 @@ pub struct CsvEdits {
     pub ops: Vec<InRootOp>,
 }
 
+/// A platform mode's edits, laid out as NVIDIA's platform modes lay them out: `nodes` for the
+/// device; the common edits mount each of `mounts` (host path, container path) in order, then
+/// `create-symlinks` makes `links` and `update-ldcache` adds `folders`, each hook only when it
+/// has something to do; `hook_path` is the hook binary written into hooks.
+pub(crate) fn platform_edits<'a>(
+    nodes: impl IntoIterator<Item = &'a DeviceNode>,
+    mounts: impl IntoIterator<Item = (&'a Path, &'a str)>,
+    links: Vec<Link>,
+    folders: Vec<String>,
+    hook_path: &str,
+) -> PlatformEdits {
+    let device = ContainerEdits {
+        device_nodes: nodes.into_iter().map(cdi_node).collect(),
+        ..Default::default()
+    };
+    let mut common = ContainerEdits {
+        mounts: mounts
+            .into_iter()
+            .map(|(host, path)| mount(host, path, FILE_MOUNT_OPTIONS))
+            .collect(),
+        ..Default::default()
+    };
+    let mut ops = Vec::new();
+    if !links.is_empty() {
+        ops.push(InRootOp::CreateSymlinks { links });
+    }
+    if !folders.is_empty() {
+        ops.push(InRootOp::UpdateLdcache { folders });
+    }
+    common.hooks = ops.iter().map(|o| o.to_hook(hook_path)).collect();
+    PlatformEdits {
+        device,
+        common,
+        ops,
+    }
+}
+
+/// The folders of the files among `paths` (container paths) that `is_library` takes for
+/// libraries, in order, each once: what `update-ldcache` adds.
+pub(crate) fn library_folders<'a>(
+    paths: impl IntoIterator<Item = &'a str>,
+    is_library: fn(&str) -> bool,
+) -> Vec<String> {
+    let mut folders: Vec<String> = Vec::new();
+    for path in paths {
+        let name = path.rsplit('/').next().unwrap_or("");
+        let dir = dir_of(path);
+        if is_library(name) && !folders.iter().any(|f| f == dir) {
+            folders.push(dir.to_string());
+        }
+    }
+    folders
+}
+
 /// Whether a file name is a library's, as NVIDIA's ldcache hook tells (`lib*.so*`).
 fn is_library(name: &str) -> bool {
     name.starts_with("lib") && name.contains(".so")
 }
 
-fn dir_of(path: &str) -> &str {
+/// The folder of a container path (`/` for a file at the top).
+pub(crate) fn dir_of(path: &str) -> &str {
     match path.rsplit_once('/') {
-        Some(("", _)) => "/",
+        Some(("", _)) | None => "/",
         Some((d, _)) => d,
-        None => "/",
     }
 }
 
 /// Plan CSV mode's edits for `host`; `hook_path` is the hook binary written into hooks.
-pub fn csv_edits(host: &CsvHost, hook_path: &str) -> CsvEdits {
-    let device = ContainerEdits {
-        device_nodes: host.devices.iter().map(cdi_node).collect(),
-        ..Default::default()
-    };
-    let mount = |host: &std::path::Path, path: &str| Mount {
-        host_path: host.to_string_lossy().into_owned(),
-        container_path: path.to_string(),
-        r#type: None,
-        options: FILE_MOUNT_OPTIONS.iter().map(|s| s.to_string()).collect(),
-    };
-    let mut common = ContainerEdits::default();
-    for d in &host.dirs {
-        common.mounts.push(mount(&d.host_path, &d.path));
-    }
-    for f in &host.files {
-        common.mounts.push(mount(&f.host_path, &f.path));
-    }
+pub fn csv_edits(host: &CsvHost, hook_path: &str) -> PlatformEdits {
     let mut links: Vec<Link> = host
         .links
         .iter()
@@ -82,32 +124,18 @@ pub fn csv_edits(host: &CsvHost, hook_path: &str) -> CsvEdits {
             }
         }
     }
-    let mut ops = Vec::new();
-    if !links.is_empty() {
-        ops.push(InRootOp::CreateSymlinks { links });
-    }
-    let mut folders: Vec<String> = Vec::new();
-    for f in &host.files {
-        let name = f.path.rsplit('/').next().unwrap_or("");
-        let dir = dir_of(&f.path).to_string();
-        if is_library(name) && !folders.contains(&dir) {
-            folders.push(dir);
-        }
-    }
-    if !folders.is_empty() {
-        ops.push(InRootOp::UpdateLdcache { folders });
-    }
-    common.hooks = ops.iter().map(|o| o.to_hook(hook_path)).collect();
-    CsvEdits {
-        device,
-        common,
-        ops,
-    }
+    let folders = library_folders(host.files.iter().map(|f| f.path.as_str()), is_library);
+    let mounts = host
+        .dirs
+        .iter()
+        .chain(&host.files)
+        .map(|m| (m.host_path.as_path(), m.path.as_str()));
+    platform_edits(&host.devices, mounts, links, folders, hook_path)
 }
 
-/// Whether CSV mode serves `id`: its one device, as `0`, `all`, or a CDI name of `kinds` for
-/// either.
-pub fn csv_serves(id: &DeviceId, kinds: &[&str]) -> bool {
+/// Whether a platform mode (CSV, WSL2) serves `id`: its one device, as `0`, `all`, or a CDI
+/// name of `kinds` for either.
+pub fn serves_one_device(id: &DeviceId, kinds: &[&str]) -> bool {
     match id {
         DeviceId::All | DeviceId::Index(0) => true,
         DeviceId::Cdi(q) => {
@@ -117,43 +145,36 @@ pub fn csv_serves(id: &DeviceId, kinds: &[&str]) -> bool {
     }
 }
 
+/// A platform mode's spec of kind `kind`: a device of each of `names`, holding the device's
+/// edits; the common edits at the top.
+pub(crate) fn platform_spec(kind: String, edits: &PlatformEdits, names: &[&str]) -> Spec {
+    let devices = names
+        .iter()
+        .map(|name| Device {
+            name: name.to_string(),
+            annotations: BTreeMap::new(),
+            container_edits: edits.device.clone(),
+        })
+        .collect();
+    finish_spec(kind, BTreeMap::new(), devices, edits.common.clone())
+}
+
 /// CSV mode's spec: device `0` and, with `all_device`, `all`, each holding the `dev` nodes;
 /// the rest as common edits.
 pub fn build_csv_spec(
-    edits: &CsvEdits,
+    edits: &PlatformEdits,
     vendor: &str,
     class: &str,
     all_device: bool,
 ) -> Result<Spec, SpecError> {
-    let kind = format!("{vendor}/{class}");
-    gpuctk_cdi::names::parse_qualified_name(&format!("{kind}=all"))
-        .map_err(|e| SpecError::BadKind(format!("--vendor/--class {kind:?}: {e}")))?;
+    let kind = spec_kind(vendor, class)?;
     if edits.device.device_nodes.is_empty() {
         return Err(SpecError::Empty(
             "none of the CSV files' `dev` entries exists under the dev root (check --dev-root and --csv.file)".to_string(),
         ));
     }
-    let mut devices = vec![Device {
-        name: "0".to_string(),
-        annotations: BTreeMap::new(),
-        container_edits: edits.device.clone(),
-    }];
-    if all_device {
-        devices.push(Device {
-            name: "all".to_string(),
-            annotations: BTreeMap::new(),
-            container_edits: edits.device.clone(),
-        });
-    }
-    let mut spec = Spec {
-        cdi_version: String::new(),
-        kind,
-        annotations: BTreeMap::new(),
-        devices,
-        container_edits: edits.common.clone(),
-    };
-    spec.cdi_version = gpuctk_cdi::version::minimum_version(&spec).to_string();
-    Ok(spec)
+    let names: &[&str] = if all_device { &["0", "all"] } else { &["0"] };
+    Ok(platform_spec(kind, edits, names))
 }
 
 #[cfg(test)]
@@ -244,17 +265,17 @@ mod tests {
     #[test]
     fn serves_its_one_device() {
         let k = ["nvidia.com/gpu"];
-        assert!(csv_serves(&DeviceId::All, &k));
-        assert!(csv_serves(&DeviceId::Index(0), &k));
-        assert!(!csv_serves(&DeviceId::Index(1), &k));
-        assert!(csv_serves(
+        assert!(serves_one_device(&DeviceId::All, &k));
+        assert!(serves_one_device(&DeviceId::Index(0), &k));
+        assert!(!serves_one_device(&DeviceId::Index(1), &k));
+        assert!(serves_one_device(
             &DeviceId::Cdi("nvidia.com/gpu=all".parse().unwrap()),
             &k
         ));
-        assert!(!csv_serves(
+        assert!(!serves_one_device(
             &DeviceId::Cdi("other.com/gpu=all".parse().unwrap()),
             &k
         ));
-        assert!(!csv_serves(&DeviceId::Uuid("GPU-1".into()), &k));
+        assert!(!serves_one_device(&DeviceId::Uuid("GPU-1".into()), &k));
     }
 }

@@ -117,9 +117,7 @@ pub fn available_gpus(inv: &Inventory) -> String {
 
 /// Build the CDI spec for `plan`.
 pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Spec, SpecError> {
-    let kind = format!("{}/{}", opts.vendor, opts.class);
-    gpuctk_cdi::names::parse_qualified_name(&format!("{kind}=all"))
-        .map_err(|e| SpecError::BadKind(format!("--vendor/--class {kind:?}: {e}")))?;
+    let kind = spec_kind(&opts.vendor, &opts.class)?;
 
     let mut selected: Vec<usize> = Vec::new();
     let mut selected_mig: Vec<usize> = Vec::new();
@@ -281,15 +279,7 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
             inv.driver_version.to_string(),
         );
     }
-    let mut spec = Spec {
-        cdi_version: String::new(),
-        kind,
-        annotations,
-        devices,
-        container_edits: plan.common.clone(),
-    };
-    spec.cdi_version = gpuctk_cdi::version::minimum_version(&spec).to_string();
-    Ok(spec)
+    Ok(finish_spec(kind, annotations, devices, plan.common.clone()))
 }
 
 /// The spec for management containers (monitoring agents, device plugins: NVIDIA's
@@ -313,9 +303,7 @@ pub fn build_management_spec(
     hook_path: &str,
     dev_root: &std::path::Path,
 ) -> Result<Spec, SpecError> {
-    let kind = format!("{vendor}/{class}");
-    gpuctk_cdi::names::parse_qualified_name(&format!("{kind}=all"))
-        .map_err(|e| SpecError::BadKind(format!("--vendor/--class {kind:?}: {e}")))?;
+    let kind = spec_kind(vendor, class)?;
     if nodes.is_empty() {
         return Err(SpecError::Empty(format!(
             "no NVIDIA device node under {}/dev (load the driver, create the nodes with nvidia-ctk system create-device-nodes, or check --dev-root)",
@@ -358,19 +346,42 @@ pub fn build_management_spec(
         })
         .map(|o| o.to_hook(hook_path))
         .collect();
-    let mut spec = Spec {
-        cdi_version: String::new(),
+    Ok(finish_spec(
         kind,
-        annotations: BTreeMap::new(),
-        devices: vec![Device {
+        BTreeMap::new(),
+        vec![Device {
             name: "all".to_string(),
             annotations: BTreeMap::new(),
             container_edits: all,
         }],
-        container_edits: common,
+        common,
+    ))
+}
+
+/// `vendor/class` as a spec's kind, checked to be a valid CDI kind.
+pub(crate) fn spec_kind(vendor: &str, class: &str) -> Result<String, SpecError> {
+    let kind = format!("{vendor}/{class}");
+    gpuctk_cdi::names::parse_qualified_name(&format!("{kind}=all"))
+        .map_err(|e| SpecError::BadKind(format!("--vendor/--class {kind:?}: {e}")))?;
+    Ok(kind)
+}
+
+/// The spec of these parts, with the lowest `cdiVersion` that can hold them.
+pub(crate) fn finish_spec(
+    kind: String,
+    annotations: BTreeMap<String, String>,
+    devices: Vec<Device>,
+    container_edits: ContainerEdits,
+) -> Spec {
+    let mut spec = Spec {
+        cdi_version: String::new(),
+        kind,
+        annotations,
+        devices,
+        container_edits,
     };
     spec.cdi_version = gpuctk_cdi::version::minimum_version(&spec).to_string();
-    Ok(spec)
+    spec
 }
 
 /// The driver version a spec was generated for: the annotation when present, else the

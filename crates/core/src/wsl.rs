@@ -8,30 +8,15 @@
 //! `nvidia-smi` (`create-symlinks`), and add the store folder and `/usr/lib/wsl/lib` to the
 //! container's ld.so.cache (`update-ldcache`).
 
-use std::collections::BTreeMap;
-
-use gpuctk_cdi::spec::{ContainerEdits, Device, Mount, Spec};
+use gpuctk_cdi::spec::Spec;
 use gpuctk_host::wsl::WslHost;
 
-use crate::ops::{InRootOp, Link};
-use crate::plan::{cdi_node, FILE_MOUNT_OPTIONS};
-use crate::request::DeviceId;
-use crate::spec::SpecError;
+use crate::ops::Link;
+use crate::platform::{library_folders, platform_edits, platform_spec, PlatformEdits};
+use crate::spec::{spec_kind, SpecError};
 
 /// Where the nvidia-smi link goes in the container.
 pub const NVIDIA_SMI_LINK: &str = "/usr/bin/nvidia-smi";
-
-/// The edits of WSL mode: the device's (`/dev/dxg`) and the common ones, with the common
-/// hooks' typed operations in order.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WslEdits {
-    /// `/dev/dxg`.
-    pub device: ContainerEdits,
-    /// Mounts and hooks every container of the device gets.
-    pub common: ContainerEdits,
-    /// `common.hooks`, typed.
-    pub ops: Vec<InRootOp>,
-}
 
 /// Whether a file name is a library's, as NVIDIA's ldcache hook tells (`lib?*.so*`, the part
 /// after the last `.so` empty or a version).
@@ -48,96 +33,43 @@ fn is_library(name: &str) -> bool {
     }
 }
 
-fn dir_of(path: &str) -> &str {
-    match path.rsplit_once('/') {
-        Some(("", _)) | None => "/",
-        Some((d, _)) => d,
-    }
-}
-
-/// Plan WSL mode's edits for `host`; `hook_path` is the hook binary written into hooks.
-pub fn wsl_edits(host: &WslHost, hook_path: &str) -> WslEdits {
-    let device = ContainerEdits {
-        device_nodes: vec![cdi_node(&host.dxg)],
-        ..Default::default()
-    };
-    let mut common = ContainerEdits::default();
-    for f in host.files() {
-        common.mounts.push(Mount {
-            host_path: f.host_path.to_string_lossy().into_owned(),
-            container_path: f.path.clone(),
-            r#type: None,
-            options: FILE_MOUNT_OPTIONS.iter().map(|s| s.to_string()).collect(),
-        });
-    }
-    let mut ops = Vec::new();
+/// Plan WSL mode's edits for `host` (its device holds `/dev/dxg`); `hook_path` is the hook
+/// binary written into hooks.
+pub fn wsl_edits(host: &WslHost, hook_path: &str) -> PlatformEdits {
     // The store is used unchanged, so nvidia-smi is not on PATH without the link.
-    if let Some(smi) = host
+    let links = host
         .required
         .iter()
         .find(|f| f.path.rsplit('/').next() == Some("nvidia-smi"))
-    {
-        ops.push(InRootOp::CreateSymlinks {
-            links: vec![Link {
-                target: smi.path.clone(),
-                link: NVIDIA_SMI_LINK.to_string(),
-            }],
-        });
-    }
-    let mut folders: Vec<String> = Vec::new();
-    for f in host.required.iter().chain(host.dxcore.iter()) {
-        let name = f.path.rsplit('/').next().unwrap_or("");
-        let dir = dir_of(&f.path).to_string();
-        if is_library(name) && !folders.contains(&dir) {
-            folders.push(dir);
-        }
-    }
-    if !folders.is_empty() {
-        ops.push(InRootOp::UpdateLdcache { folders });
-    }
-    common.hooks = ops.iter().map(|o| o.to_hook(hook_path)).collect();
-    WslEdits {
-        device,
-        common,
-        ops,
-    }
-}
-
-/// Whether WSL mode serves `id`: its one device, `all` (NVIDIA's only id there), also as the
-/// index `0` a runtime request may name, or a CDI name of `kinds` for either.
-pub fn wsl_serves(id: &DeviceId, kinds: &[&str]) -> bool {
-    match id {
-        DeviceId::All | DeviceId::Index(0) => true,
-        DeviceId::Cdi(q) => {
-            kinds.contains(&q.kind().as_str()) && (q.name == "0" || q.name == "all")
-        }
-        _ => false,
-    }
+        .map(|smi| Link {
+            target: smi.path.clone(),
+            link: NVIDIA_SMI_LINK.to_string(),
+        })
+        .into_iter()
+        .collect();
+    let folders = library_folders(
+        host.required
+            .iter()
+            .chain(host.dxcore.iter())
+            .map(|f| f.path.as_str()),
+        is_library,
+    );
+    let mounts = host
+        .files()
+        .map(|f| (f.host_path.as_path(), f.path.as_str()));
+    platform_edits([&host.dxg], mounts, links, folders, hook_path)
 }
 
 /// WSL mode's spec: the one device `all` holding `/dev/dxg`; the rest as common edits.
-pub fn build_wsl_spec(edits: &WslEdits, vendor: &str, class: &str) -> Result<Spec, SpecError> {
-    let kind = format!("{vendor}/{class}");
-    gpuctk_cdi::names::parse_qualified_name(&format!("{kind}=all"))
-        .map_err(|e| SpecError::BadKind(format!("--vendor/--class {kind:?}: {e}")))?;
-    let mut spec = Spec {
-        cdi_version: String::new(),
-        kind,
-        annotations: BTreeMap::new(),
-        devices: vec![Device {
-            name: "all".to_string(),
-            annotations: BTreeMap::new(),
-            container_edits: edits.device.clone(),
-        }],
-        container_edits: edits.common.clone(),
-    };
-    spec.cdi_version = gpuctk_cdi::version::minimum_version(&spec).to_string();
-    Ok(spec)
+pub fn build_wsl_spec(edits: &PlatformEdits, vendor: &str, class: &str) -> Result<Spec, SpecError> {
+    Ok(platform_spec(spec_kind(vendor, class)?, edits, &["all"]))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::InRootOp;
+    use crate::request::DeviceId;
     use gpuctk_host::wsl::WslFile;
     use gpuctk_host::DeviceNode;
 
@@ -223,13 +155,16 @@ mod tests {
     #[test]
     fn serves_its_one_device() {
         let k = ["nvidia.com/gpu"];
-        assert!(wsl_serves(&DeviceId::All, &k));
-        assert!(wsl_serves(&DeviceId::Index(0), &k));
-        assert!(!wsl_serves(&DeviceId::Index(1), &k));
-        assert!(wsl_serves(
+        assert!(crate::platform::serves_one_device(&DeviceId::All, &k));
+        assert!(crate::platform::serves_one_device(&DeviceId::Index(0), &k));
+        assert!(!crate::platform::serves_one_device(&DeviceId::Index(1), &k));
+        assert!(crate::platform::serves_one_device(
             &DeviceId::Cdi("nvidia.com/gpu=all".parse().unwrap()),
             &k
         ));
-        assert!(!wsl_serves(&DeviceId::Uuid("GPU-1".into()), &k));
+        assert!(!crate::platform::serves_one_device(
+            &DeviceId::Uuid("GPU-1".into()),
+            &k
+        ));
     }
 }

@@ -120,9 +120,6 @@ impl HostView for LiveHost<'_> {
     fn warn(&mut self, msg: &str) {
         tracing::warn!("{msg}");
     }
-    fn cuda_version(&mut self, driver: &DriverVersion) -> Option<Version> {
-        gpuctk_host::cuda_version_known(driver.major()).map(Version::from)
-    }
     fn image_compat_cuda(
         &mut self,
         driver: &DriverVersion,
@@ -309,7 +306,7 @@ pub fn csv_injection(
     let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
     if let Some(bad) = ids
         .iter()
-        .find(|d| !gpuctk_core::platform::csv_serves(d, &kinds))
+        .find(|d| !gpuctk_core::platform::serves_one_device(d, &kinds))
     {
         anyhow::bail!(
             "{}: device {bad}: mode \"csv\" (Jetson) has one device; ask for 0 or all",
@@ -361,7 +358,7 @@ pub fn wsl_injection(
     let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
     if let Some(bad) = ids
         .iter()
-        .find(|d| !gpuctk_core::wsl::wsl_serves(d, &kinds))
+        .find(|d| !gpuctk_core::platform::serves_one_device(d, &kinds))
     {
         anyhow::bail!(
             "{}: device {bad}: a WSL2 host has one device; ask for all",

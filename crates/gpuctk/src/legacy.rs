@@ -964,7 +964,7 @@ fn wsl_list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
     if let Some(bad) = ids
         .iter()
-        .find(|d| !gpuctk_core::wsl::wsl_serves(d, &kinds))
+        .find(|d| !gpuctk_core::platform::serves_one_device(d, &kinds))
     {
         bail!("--device: {bad}: a WSL2 host has one device; ask for all");
     }

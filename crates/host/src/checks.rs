@@ -105,7 +105,7 @@ pub fn dev_char_link(dev_root: &Path, major: u32, minor: u32) -> (PathBuf, CharL
 
 /// The character-device majors by name from `<proc_root>/devices` (empty when it is absent).
 pub fn char_majors(proc_root: &Path) -> io::Result<Vec<(u32, String)>> {
-    match fs::read(proc_root.join("devices")) {
+    match crate::discover::read_capped(&proc_root.join("devices"), crate::discover::MAX_PROC_FILE) {
         Ok(b) => Ok(procfs::parse_char_devices(&String::from_utf8_lossy(&b))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(e),
@@ -150,10 +150,11 @@ pub fn gpu_informations(
         .into_iter()
         .map(|n| {
             let file = dir.join(&n).join("information");
-            let bytes = fs::read(&file).map_err(|source| InformationError::Read {
-                path: file.clone(),
-                source,
-            })?;
+            let bytes = crate::discover::read_capped(&file, crate::discover::MAX_PROC_FILE)
+                .map_err(|source| InformationError::Read {
+                    path: file.clone(),
+                    source,
+                })?;
             let Ok(text) = String::from_utf8(bytes) else {
                 return Err(InformationError::Parse {
                     path: file,
@@ -287,6 +288,25 @@ pub fn which(name: &str, path_env: Option<&std::ffi::OsStr>) -> Option<PathBuf> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `devices` is read capped: a real one is parsed, one no driver writes (here past the cap,
+    /// as any file may be under a wrong `--proc-root`) is an error, not read whole.
+    #[test]
+    fn proc_devices_is_read_capped() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(char_majors(d.path()).unwrap().is_empty());
+        let real = "Character devices:\n195 nvidia\n508 nvidia-uvm\n\nBlock devices:\n8 sd\n";
+        fs::write(d.path().join("devices"), real).unwrap();
+        assert_eq!(
+            char_majors(d.path()).unwrap(),
+            [(195, "nvidia".to_string()), (508, "nvidia-uvm".to_string())]
+        );
+        let huge = real.repeat(crate::discover::MAX_PROC_FILE as usize / real.len() + 1);
+        fs::write(d.path().join("devices"), huge).unwrap();
+        let e = char_majors(d.path()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert!(e.to_string().contains("larger than"), "{e}");
+    }
 
     #[test]
     fn others_cannot_run_a_hook_behind_a_private_dir() {

@@ -18,7 +18,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 
-use crate::resolve::{host_path, resolve_in_root};
+use crate::resolve::{host_path, is_absent, regular_file_in_root};
 use crate::DeviceNode;
 
 /// NVIDIA's CSV folder.
@@ -197,8 +197,9 @@ pub fn files_in(dir: &Path, all: bool) -> Result<Vec<PathBuf>, CsvError> {
     if !all {
         return Ok(BASE_FILES.iter().map(|f| dir.join(f)).collect());
     }
-    let read = match std::fs::read_dir(dir) {
-        Ok(r) => r,
+    // The project's reader: std's `ReadDir` panics when `closedir` fails.
+    let entries = match crate::discover::read_dir_entries(dir) {
+        Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => {
             return Err(CsvError::Read {
@@ -208,23 +209,11 @@ pub fn files_in(dir: &Path, all: bool) -> Result<Vec<PathBuf>, CsvError> {
         }
     };
     let mut out = Vec::new();
-    for entry in read {
-        let entry = entry.map_err(|source| CsvError::Read {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
+    for entry in entries {
+        let name = entry.name.to_string_lossy();
         let is_csv = name.len() > 4 && name.to_ascii_lowercase().ends_with(".csv");
-        let is_file = entry
-            .file_type()
-            .map_err(|source| CsvError::Read {
-                path: entry.path(),
-                source,
-            })?
-            .is_file();
-        if is_csv && is_file {
-            out.push(entry.path());
+        if is_csv && entry.is_file {
+            out.push(dir.join(&entry.name));
         }
         if out.len() > MAX_ENTRIES {
             return Err(CsvError::TooMany {
@@ -377,10 +366,6 @@ fn normalize(path: &str) -> String {
     format!("/{}", parts.join("/"))
 }
 
-fn absent(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::NotFound) || e.raw_os_error() == Some(libc::ENOTDIR)
-}
-
 /// Look `specs` up: devices under `dev_root`, files, links and directories under `driver_root`.
 /// `ignore` drops `sym` entries whose path matches one of its patterns.
 pub fn lookup(
@@ -417,7 +402,7 @@ pub fn lookup(
                 let host = host_path(dev_root, Path::new(&inner));
                 let md = match std::fs::metadata(&host) {
                     Ok(md) => md,
-                    Err(e) if absent(&e) => {
+                    Err(e) if is_absent(&e) => {
                         tracing::debug!(
                             "{}: absent; CSV entry dev {} skipped",
                             host.display(),
@@ -464,7 +449,7 @@ pub fn lookup(
                         host.display(),
                         s.path
                     ),
-                    Err(e) if absent(&e) => {}
+                    Err(e) if is_absent(&e) => {}
                     Err(e) => return Err(lookup_err(&host, &s.path, e)),
                 }
             }
@@ -493,7 +478,7 @@ pub fn lookup(
                     let host = host_path(driver_root, Path::new(&cur));
                     let md = match std::fs::symlink_metadata(&host) {
                         Ok(md) => md,
-                        Err(e) if absent(&e) => break,
+                        Err(e) if is_absent(&e) => break,
                         Err(e) => return Err(lookup_err(&host, &s.path, e)),
                     };
                     if !md.file_type().is_symlink() {
@@ -542,18 +527,7 @@ pub fn lookup(
 /// `inner` followed through its links inside `root` to a regular file: its path inside the
 /// root, or `None` when absent or not a regular file.
 fn resolve_file(root: &Path, inner: &str) -> io::Result<Option<String>> {
-    let resolved = match resolve_in_root(root, Path::new(inner)) {
-        Ok(r) => r,
-        Err(e) if absent(&e) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let host = host_path(root, &resolved);
-    match std::fs::metadata(&host) {
-        Ok(md) if md.is_file() => Ok(Some(resolved.to_string_lossy().into_owned())),
-        Ok(_) => Ok(None),
-        Err(e) if absent(&e) => Ok(None),
-        Err(e) => Err(e),
-    }
+    Ok(regular_file_in_root(root, Path::new(inner))?.map(|r| r.to_string_lossy().into_owned()))
 }
 
 /// Whether the host under these roots is a Tegra (Jetson) system, as NVIDIA's `auto` tells:

@@ -19,7 +19,7 @@ use crate::catalog::{self, Capability};
 use crate::cuda::{cuda_version_known, CudaVersion};
 use crate::inventory::{DeviceNode, DrmLink, Gpu, HostFile, Inventory, Library, Roots};
 use crate::procfs::{self, DriverVersion, ProcError};
-use crate::resolve::{host_path, resolve_in_root};
+use crate::resolve::{host_path, is_absent, resolve_in_root};
 
 /// Why discovery failed. Each message names the file and says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -109,7 +109,7 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> DiscoverError + '_ {
 }
 
 fn read_text(path: &Path) -> Result<String, DiscoverError> {
-    let bytes = fs::read(path).map_err(io_err(path))?;
+    let bytes = read_capped(path, MAX_PROC_FILE).map_err(io_err(path))?;
     String::from_utf8(bytes).map_err(|_| DiscoverError::BadProcFile {
         file: path.to_path_buf(),
         source: ProcError::NotText,
@@ -730,15 +730,6 @@ fn discover_configs(
     out
 }
 
-/// An absent folder (or a path through a file) means "no firmware here"; anything else is an
-/// error the caller must see.
-fn is_absent(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-    )
-}
-
 fn discover_firmware(root: &Path, version: &DriverVersion) -> Result<Vec<HostFile>, DiscoverError> {
     let mut out = Vec::new();
     for base in ["/lib/firmware/nvidia", "/usr/lib/firmware/nvidia"] {
@@ -785,6 +776,29 @@ fn discover_firmware(root: &Path, version: &DriverVersion) -> Result<Vec<HostFil
         }
     }
     Ok(out)
+}
+
+/// The most bytes read of a procfs file the driver writes (`version`, `devices`, a GPU's
+/// `information`): each is a few KiB at most.
+pub(crate) const MAX_PROC_FILE: u64 = 64 * 1024;
+
+/// The bytes of file `path`, at most `max`: a larger file is an error (`InvalidData`), never
+/// read whole nor cut short. The reader of the procfs files, which `--proc-root` may point at
+/// any folder.
+pub(crate) fn read_capped(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    // Room for a real procfs file: one read, and one that says the end.
+    let mut bytes = Vec::with_capacity(4096);
+    fs::File::open(path)?
+        .take(max + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes; not a file the NVIDIA driver writes"),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// One entry of a directory listing.

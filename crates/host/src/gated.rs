@@ -3,14 +3,16 @@
 //! `/dev/gdrdrv` and the NVSwitch nodes `/dev/nvidia-nvswitch*`, found by listing the dev root,
 //! with what GDS needs besides (`/run/udev`, `/etc/cufile.json`). Reading only.
 
+use std::ffi::OsStr;
 use std::fmt;
 use std::fs;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::inventory::DeviceNode;
+use crate::nodes::char_devices_in;
 use crate::resolve::host_path;
 
 /// A gated mode, by NVIDIA's `cdi generate --mode` name and `NVIDIA_<NAME>=enabled` variable.
@@ -94,8 +96,17 @@ impl FromStr for GatedMode {
     }
 }
 
-/// The most entries of a `/dev` folder looked at.
-const MAX_DEV_ENTRIES: usize = 16384;
+/// A [`DeviceNode`] of the character device `md` at `path` (`host` on the host).
+fn node(path: String, host: PathBuf, md: &fs::Metadata) -> DeviceNode {
+    DeviceNode {
+        path,
+        host_path: host,
+        major: libc::major(md.rdev()),
+        minor: libc::minor(md.rdev()),
+        mode: md.mode() & 0o7777,
+        gid: md.gid(),
+    }
+}
 
 /// The character device nodes of `mode` under `<dev_root>/dev`, sorted by path, with their
 /// modes and groups. A folder that is not there is no node; one that cannot be listed is an
@@ -109,45 +120,35 @@ pub fn gated_nodes(dev_root: &Path, mode: GatedMode) -> io::Result<Vec<DeviceNod
             format!("/dev/{dir}")
         };
         let host_dir = host_path(dev_root, Path::new(&container_dir));
-        let entries = match crate::discover::read_dir_entries_at_most(&host_dir, MAX_DEV_ENTRIES) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(named(&host_dir, e)),
+        let matches = |name: &OsStr| {
+            name.to_str().is_some_and(|name| {
+                if *whole {
+                    name == *prefix
+                } else {
+                    name.starts_with(prefix)
+                }
+            })
         };
-        for e in entries {
-            let Some(name) = e.name.to_str() else {
-                continue;
-            };
-            let matches = if *whole {
-                name == *prefix
-            } else {
-                name.starts_with(prefix)
-            };
-            if !matches {
-                continue;
-            }
-            let host = host_dir.join(name);
-            // The node itself; one removed since the listing is not there.
-            let md = match fs::symlink_metadata(&host) {
-                Ok(md) => md,
-                Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-                Err(err) => return Err(named(&host, err)),
-            };
-            if !md.file_type().is_char_device() {
-                continue;
-            }
-            out.push(DeviceNode {
-                path: format!("{container_dir}/{name}"),
-                host_path: host,
-                major: libc::major(md.rdev()),
-                minor: libc::minor(md.rdev()),
-                mode: md.mode() & 0o7777,
-                gid: md.gid(),
-            });
+        let found = char_devices_in(&host_dir, matches).map_err(|(p, e)| named(&p, e))?;
+        for (name, md) in found {
+            let name = name.to_string_lossy();
+            out.push(node(
+                format!("{container_dir}/{name}"),
+                host_dir.join(&*name),
+                &md,
+            ));
         }
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
+}
+
+/// The id of an IMEX channel node's name, `channel<id>`.
+fn channel_id(name: &OsStr) -> Option<u32> {
+    name.to_str()
+        .and_then(|n| n.strip_prefix("channel"))
+        .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|d| d.parse::<u32>().ok())
 }
 
 /// The IMEX channel nodes under `<dev_root>/dev/nvidia-caps-imex-channels` (`channel<id>`,
@@ -155,42 +156,15 @@ pub fn gated_nodes(dev_root: &Path, mode: GatedMode) -> io::Result<Vec<DeviceNod
 pub fn imex_channel_nodes(dev_root: &Path) -> io::Result<Vec<(u32, DeviceNode)>> {
     let container_dir = "/dev/nvidia-caps-imex-channels";
     let host_dir = host_path(dev_root, Path::new(container_dir));
-    let entries = match crate::discover::read_dir_entries_at_most(&host_dir, MAX_DEV_ENTRIES) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(named(&host_dir, e)),
-    };
+    let found =
+        char_devices_in(&host_dir, |n| channel_id(n).is_some()).map_err(|(p, e)| named(&p, e))?;
     let mut out = Vec::new();
-    for e in entries {
-        let Some(id) = e
-            .name
-            .to_str()
-            .and_then(|n| n.strip_prefix("channel"))
-            .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|d| d.parse::<u32>().ok())
-        else {
+    for (name, md) in found {
+        let Some(id) = channel_id(&name) else {
             continue;
         };
-        let host = host_dir.join(&e.name);
-        let md = match fs::symlink_metadata(&host) {
-            Ok(md) => md,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-            Err(err) => return Err(named(&host, err)),
-        };
-        if !md.file_type().is_char_device() {
-            continue;
-        }
-        out.push((
-            id,
-            DeviceNode {
-                path: format!("{container_dir}/channel{id}"),
-                host_path: host,
-                major: libc::major(md.rdev()),
-                minor: libc::minor(md.rdev()),
-                mode: md.mode() & 0o7777,
-                gid: md.gid(),
-            },
-        ));
+        let path = format!("{container_dir}/channel{id}");
+        out.push((id, node(path, host_dir.join(&name), &md)));
     }
     out.sort_by_key(|(id, _)| *id);
     Ok(out)

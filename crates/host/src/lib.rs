@@ -34,8 +34,11 @@ pub use procfs::DriverVersion;
 /// module is not loaded or the file does not parse (for staleness checks, where "unknown" must
 /// not fail a container).
 pub fn running_driver_version(proc_root: &std::path::Path) -> Option<String> {
-    let text = std::fs::read_to_string(proc_root.join("driver/nvidia/version")).ok()?;
-    procfs::parse_version(&text).ok().map(|v| v.to_string())
+    let file = proc_root.join("driver/nvidia/version");
+    let bytes = discover::read_capped(&file, discover::MAX_PROC_FILE).ok()?;
+    procfs::parse_version(std::str::from_utf8(&bytes).ok()?)
+        .ok()
+        .map(|v| v.to_string())
 }
 
 /// The first of `paths` (each with what it is, e.g. `"mount source"`) that does not exist on

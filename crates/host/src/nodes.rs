@@ -2,6 +2,7 @@
 //! behind `nvidia-ctk system create-device-nodes` and `create-dev-char-symlinks`. Reading only;
 //! the commands make the nodes and links.
 
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -26,31 +27,48 @@ const SKIPPED_PREFIXES: [&str; 3] = ["nvidia-fs", "nvidia-nvswitch", "nvidia-nvl
 /// The most entries of `/dev` (or `/dev/nvidia-caps`) looked at.
 const MAX_DEV_ENTRIES: usize = 16384;
 
-fn char_nodes_in(dir: &Path, prefix: &str, under: &str, out: &mut Vec<Node>) -> io::Result<()> {
+/// The character devices among the first [`MAX_DEV_ENTRIES`] entries of `dir` whose names
+/// `keep` takes, each with its metadata (the node itself, not a link to one). No folder is no
+/// node; one removed since the listing is not there. An error comes with the path it is about.
+pub(crate) fn char_devices_in(
+    dir: &Path,
+    keep: impl Fn(&OsStr) -> bool,
+) -> Result<Vec<(OsString, fs::Metadata)>, (PathBuf, io::Error)> {
     // The project's reader: std's `ReadDir` panics when `closedir` fails.
     let entries = match crate::discover::read_dir_entries_at_most(dir, MAX_DEV_ENTRIES) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err((dir.to_path_buf(), e)),
     };
+    let mut out = Vec::new();
     for e in entries {
-        let name = e.name.to_string_lossy().into_owned();
-        if !name.starts_with(prefix) || SKIPPED_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        if !keep(&e.name) {
             continue;
         }
-        // The node itself, not a link to one; one removed since the listing is not there.
-        let md = match fs::symlink_metadata(dir.join(&e.name)) {
+        let path = dir.join(&e.name);
+        let md = match fs::symlink_metadata(&path) {
             Ok(md) => md,
             Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-            Err(err) => return Err(err),
+            Err(err) => return Err((path, err)),
         };
         if md.file_type().is_char_device() {
-            out.push(Node {
-                name: format!("{under}{name}"),
-                major: libc::major(md.rdev()),
-                minor: libc::minor(md.rdev()),
-            });
+            out.push((e.name, md));
         }
+    }
+    Ok(out)
+}
+
+fn char_nodes_in(dir: &Path, prefix: &str, under: &str, out: &mut Vec<Node>) -> io::Result<()> {
+    let keep = |name: &OsStr| {
+        let name = name.to_string_lossy();
+        name.starts_with(prefix) && !SKIPPED_PREFIXES.iter().any(|p| name.starts_with(p))
+    };
+    for (name, md) in char_devices_in(dir, keep).map_err(|(_, e)| e)? {
+        out.push(Node {
+            name: format!("{under}{}", name.to_string_lossy()),
+            major: libc::major(md.rdev()),
+            minor: libc::minor(md.rdev()),
+        });
     }
     Ok(())
 }

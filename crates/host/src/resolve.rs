@@ -77,6 +77,31 @@ pub fn host_path(root: &Path, inner: &Path) -> PathBuf {
     p
 }
 
+/// Whether a lookup error says the path is not there: absent, or a path through a file
+/// (ENOTDIR). Anything else is an error the caller must see.
+pub(crate) fn is_absent(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
+}
+
+/// `inner` (absolute inside `root`) followed through its links inside the root to a regular
+/// file: its path inside the root, or `None` when absent or not a regular file.
+pub(crate) fn regular_file_in_root(root: &Path, inner: &Path) -> io::Result<Option<PathBuf>> {
+    let resolved = match resolve_in_root(root, inner) {
+        Ok(r) => r,
+        Err(e) if is_absent(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    match std::fs::metadata(host_path(root, &resolved)) {
+        Ok(md) if md.is_file() => Ok(Some(resolved)),
+        Ok(_) => Ok(None),
+        Err(e) if is_absent(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use crate::resolve::{host_path, resolve_in_root};
+use crate::resolve::{host_path, is_absent, regular_file_in_root};
 use crate::DeviceNode;
 
 /// The DirectX node the GPU is reached through.
@@ -103,32 +103,18 @@ impl WslHost {
     }
 }
 
-fn absent(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::NotFound) || e.raw_os_error() == Some(libc::ENOTDIR)
-}
-
 /// `inner` (a file's path inside `root`) as a mount when it is a regular file, its links
 /// followed inside the root; `None` when absent or not a file.
 fn regular_file(root: &Path, inner: &str) -> Result<Option<WslFile>, WslError> {
-    let listed = host_path(root, Path::new(inner));
-    let read = |source| WslError::Read {
-        path: listed.clone(),
-        source,
-    };
-    let resolved = match resolve_in_root(root, Path::new(inner)) {
-        Ok(r) => r,
-        Err(e) if absent(&e) => return Ok(None),
-        Err(e) => return Err(read(e)),
-    };
-    let host = host_path(root, &resolved);
-    match std::fs::metadata(&host) {
-        Ok(md) if md.is_file() => Ok(Some(WslFile {
-            host_path: host,
+    match regular_file_in_root(root, Path::new(inner)) {
+        Ok(r) => Ok(r.map(|r| WslFile {
+            host_path: host_path(root, &r),
             path: inner.to_string(),
         })),
-        Ok(_) => Ok(None),
-        Err(e) if absent(&e) => Ok(None),
-        Err(e) => Err(read(e)),
+        Err(source) => Err(WslError::Read {
+            path: host_path(root, Path::new(inner)),
+            source,
+        }),
     }
 }
 
@@ -136,7 +122,7 @@ fn regular_file(root: &Path, inner: &str) -> Result<Option<WslFile>, WslError> {
 fn names_in(dir: &Path, max: usize) -> Result<Vec<String>, WslError> {
     let entries = match crate::discover::read_dir_entries_at_most(dir, max) {
         Ok(e) => e,
-        Err(e) if absent(&e) => return Ok(Vec::new()),
+        Err(e) if is_absent(&e) => return Ok(Vec::new()),
         Err(source) => {
             return Err(WslError::Read {
                 path: dir.to_path_buf(),
@@ -165,7 +151,7 @@ pub fn dxg_node(dev_root: &Path) -> Result<Option<DeviceNode>, WslError> {
             gid: md.gid(),
         })),
         Ok(_) => Ok(None),
-        Err(e) if absent(&e) => Ok(None),
+        Err(e) if is_absent(&e) => Ok(None),
         Err(source) => Err(WslError::Read { path: host, source }),
     }
 }
@@ -179,7 +165,7 @@ pub fn driver_store(driver_root: &Path) -> Result<Option<String>, WslError> {
         let inner = format!("{WSL_DRIVERS_DIR}/{name}");
         let md = match std::fs::symlink_metadata(drivers.join(&name)) {
             Ok(md) => md,
-            Err(e) if absent(&e) => continue,
+            Err(e) if is_absent(&e) => continue,
             Err(source) => {
                 return Err(WslError::Read {
                     path: drivers.join(&name),

@@ -51,8 +51,25 @@ impl Lib {
         (!p.is_null()).then_some(p)
     }
 
-    fn need(&self, name: &'static str) -> Result<*mut c_void, NvmlError> {
-        self.sym(name).ok_or_else(|| NvmlError::Symbol {
+    /// The function `name` as `F`, `None` when the library has no such symbol.
+    ///
+    /// # Safety
+    /// `F` is the function-pointer type whose C signature nvml.h gives `name`.
+    unsafe fn func<F: Copy>(&self, name: &'static str) -> Option<F> {
+        const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+        // SAFETY: a function pointer of the size of the symbol's address (checked above), and
+        // the caller vouches for its type.
+        self.sym(name)
+            .map(|p| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+    }
+
+    /// [`Lib::func`] of a function every NVML has: its absence is an error.
+    ///
+    /// # Safety
+    /// As [`Lib::func`].
+    unsafe fn need<F: Copy>(&self, name: &'static str) -> Result<F, NvmlError> {
+        // SAFETY: passed on from the caller.
+        unsafe { self.func(name) }.ok_or_else(|| NvmlError::Symbol {
             path: self.path.clone(),
             name,
         })
@@ -111,14 +128,15 @@ struct GpuInstanceProfileInfo {
     memory_size_mb: u64,
 }
 
-/// `NVML_GPU_INSTANCE_PROFILE_COUNT` of current nvml.h: the profile indices to ask about.
-const GI_PROFILE_COUNT: c_uint = 0x11;
 /// `NVML_GPU_INSTANCE_PROFILE_{1,2,4}_SLICE_GFX`: go-nvlib gives these the `gfx` attribute.
 const GI_PROFILES_GFX: [c_uint; 3] = [0xA, 0xB, 0xC];
+const NVML_SUCCESS: c_int = 0;
 const NVML_ERROR_INVALID_ARGUMENT: c_int = 2;
 const NVML_ERROR_NOT_SUPPORTED: c_int = 3;
-
-const NVML_SUCCESS: c_int = 0;
+const NVML_ERROR_NOT_FOUND: c_int = 6;
+/// The buffer NVML's strings are asked into: the largest it writes (a v2 UUID or name, with
+/// its NUL).
+const TEXT_BUFFER: usize = super::MAX_UUID;
 type FnSysStr = unsafe extern "C" fn(*mut c_char, c_uint) -> c_int;
 type FnSysInt = unsafe extern "C" fn(*mut c_int) -> c_int;
 type FnPci = unsafe extern "C" fn(Device, *mut PciInfo) -> c_int;
@@ -145,7 +163,16 @@ fn c_text(buf: &mut [c_char]) -> String {
         .to_string_lossy()
         .into_owned()
 }
-const NVML_ERROR_NOT_FOUND: c_int = 6;
+
+/// The string an NVML call writes into a buffer (`call` gets the buffer and its length, and
+/// answers NVML's return code); the code when it is not success.
+fn text(call: impl FnOnce(*mut c_char, c_uint) -> c_int) -> Result<String, c_int> {
+    let mut buf = [0 as c_char; TEXT_BUFFER];
+    match call(buf.as_mut_ptr(), buf.len() as c_uint) {
+        NVML_SUCCESS => Ok(c_text(&mut buf)),
+        rc => Err(rc),
+    }
+}
 
 /// NVML's `nvmlBrandType_t` names, as `nvidia-smi -q` and libnvidia-container print them.
 fn brand_name(v: c_int) -> &'static str {
@@ -189,13 +216,11 @@ fn arch_name(v: c_uint) -> &'static str {
 /// Ask the NVML at `path` about every GPU and MIG device. Initialises and shuts NVML down once.
 pub fn query(path: &Path) -> Result<NvmlInfo, NvmlError> {
     let lib = Lib::open(path)?;
-    // SAFETY (all transmutes below): each symbol is NVML's exported function of that name,
-    // whose C signature the function-pointer type spells out (nvml.h).
-    let init: FnVoid = unsafe { std::mem::transmute(lib.need("nvmlInit_v2")?) };
-    let shutdown: FnVoid = unsafe { std::mem::transmute(lib.need("nvmlShutdown")?) };
-    let err_str: Option<FnErr> = lib
-        .sym("nvmlErrorString")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnErr>(p) });
+    // SAFETY (all `func` and `need` below): each symbol is NVML's exported function of that
+    // name, whose C signature the function-pointer type spells out (nvml.h).
+    let init: FnVoid = unsafe { lib.need("nvmlInit_v2")? };
+    let shutdown: FnVoid = unsafe { lib.need("nvmlShutdown")? };
+    let err_str: Option<FnErr> = unsafe { lib.func("nvmlErrorString") };
     let fail = |call: &'static str, code: c_int| NvmlError::Call {
         call,
         code,
@@ -226,56 +251,38 @@ fn query_devices(
     lib: &Lib,
     fail: &dyn Fn(&'static str, c_int) -> NvmlError,
 ) -> Result<NvmlInfo, NvmlError> {
-    // SAFETY: see `query`: each pointer is the named NVML function with this signature.
-    let count: FnCount = unsafe { std::mem::transmute(lib.need("nvmlDeviceGetCount_v2")?) };
-    let handle: FnHandle =
-        unsafe { std::mem::transmute(lib.need("nvmlDeviceGetHandleByIndex_v2")?) };
-    let uuid: FnStr = unsafe { std::mem::transmute(lib.need("nvmlDeviceGetUUID")?) };
-    let minor: FnUint = unsafe { std::mem::transmute(lib.need("nvmlDeviceGetMinorNumber")?) };
-    let opt = |name| lib.sym(name);
-    let cc: Option<FnTwoInt> = opt("nvmlDeviceGetCudaComputeCapability")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnTwoInt>(p) });
-    let brand: Option<FnInt> =
-        opt("nvmlDeviceGetBrand").map(|p| unsafe { std::mem::transmute::<*mut c_void, FnInt>(p) });
-    let arch: Option<FnUint> = opt("nvmlDeviceGetArchitecture")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
-    let mig_mode: Option<FnTwoUint> = opt("nvmlDeviceGetMigMode")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnTwoUint>(p) });
-    let max_mig: Option<FnUint> = opt("nvmlDeviceGetMaxMigDeviceCount")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
-    let mig_handle: Option<FnMigHandle> = opt("nvmlDeviceGetMigDeviceHandleByIndex")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnMigHandle>(p) });
-    let gi_id: Option<FnUint> = opt("nvmlDeviceGetGpuInstanceId")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
-    let ci_id: Option<FnUint> = opt("nvmlDeviceGetComputeInstanceId")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnUint>(p) });
-    let gi_calls = match (
-        opt("nvmlDeviceGetGpuInstanceById"),
-        opt("nvmlGpuInstanceGetInfo"),
-        opt("nvmlDeviceGetGpuInstanceProfileInfo"),
-    ) {
-        (Some(a), Some(b), Some(c)) => Some(unsafe {
-            (
-                std::mem::transmute::<*mut c_void, FnGiById>(a),
-                std::mem::transmute::<*mut c_void, FnGiInfo>(b),
-                std::mem::transmute::<*mut c_void, FnGiProfile>(c),
-            )
-        }),
-        _ => None,
+    // SAFETY (all `func` and `need` below): see `query`.
+    let count: FnCount = unsafe { lib.need("nvmlDeviceGetCount_v2")? };
+    let handle: FnHandle = unsafe { lib.need("nvmlDeviceGetHandleByIndex_v2")? };
+    let uuid: FnStr = unsafe { lib.need("nvmlDeviceGetUUID")? };
+    let minor: FnUint = unsafe { lib.need("nvmlDeviceGetMinorNumber")? };
+    let cc: Option<FnTwoInt> = unsafe { lib.func("nvmlDeviceGetCudaComputeCapability") };
+    let brand: Option<FnInt> = unsafe { lib.func("nvmlDeviceGetBrand") };
+    let arch: Option<FnUint> = unsafe { lib.func("nvmlDeviceGetArchitecture") };
+    let mig_mode: Option<FnTwoUint> = unsafe { lib.func("nvmlDeviceGetMigMode") };
+    let max_mig: Option<FnUint> = unsafe { lib.func("nvmlDeviceGetMaxMigDeviceCount") };
+    let mig_handle: Option<FnMigHandle> =
+        unsafe { lib.func("nvmlDeviceGetMigDeviceHandleByIndex") };
+    let gi_id: Option<FnUint> = unsafe { lib.func("nvmlDeviceGetGpuInstanceId") };
+    let ci_id: Option<FnUint> = unsafe { lib.func("nvmlDeviceGetComputeInstanceId") };
+    let gi_calls: Option<(FnGiById, FnGiInfo, FnGiProfile)> = unsafe {
+        match (
+            lib.func("nvmlDeviceGetGpuInstanceById"),
+            lib.func("nvmlGpuInstanceGetInfo"),
+            lib.func("nvmlDeviceGetGpuInstanceProfileInfo"),
+        ) {
+            (Some(a), Some(b), Some(c)) => Some((a, b, c)),
+            _ => None,
+        }
     };
+    let sys_str: Option<FnSysStr> = unsafe { lib.func("nvmlSystemGetDriverVersion") };
+    let sys_cuda: Option<FnSysInt> = unsafe { lib.func("nvmlSystemGetCudaDriverVersion_v2") };
+    let name: Option<FnStr> = unsafe { lib.func("nvmlDeviceGetName") };
+    let pci: Option<FnPci> = unsafe { lib.func("nvmlDeviceGetPciInfo_v3") };
 
     let get_uuid = |d: Device| -> Result<String, NvmlError> {
-        let mut buf = [0 as c_char; 96];
-        // SAFETY: `buf` holds `len` bytes; NVML NUL-terminates within them on success.
-        let rc = unsafe { uuid(d, buf.as_mut_ptr(), buf.len() as c_uint) };
-        if rc != NVML_SUCCESS {
-            return Err(fail("nvmlDeviceGetUUID", rc));
-        }
-        buf[buf.len() - 1] = 0;
-        // SAFETY: NUL-terminated by the line above at the latest.
-        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
-            .to_string_lossy()
-            .into_owned())
+        // SAFETY: `d` is NVML's handle; `text` hands a buffer of the length it passes.
+        text(|buf, len| unsafe { uuid(d, buf, len) }).map_err(|rc| fail("nvmlDeviceGetUUID", rc))
     };
 
     let mut n: c_uint = 0;
@@ -284,26 +291,17 @@ fn query_devices(
     if rc != NVML_SUCCESS {
         return Err(fail("nvmlDeviceGetCount_v2", rc));
     }
-    let mut info = NvmlInfo::default();
-    let sys_str: Option<FnSysStr> = opt("nvmlSystemGetDriverVersion")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnSysStr>(p) });
-    let sys_cuda: Option<FnSysInt> = opt("nvmlSystemGetCudaDriverVersion_v2")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnSysInt>(p) });
-    let name: Option<FnStr> =
-        opt("nvmlDeviceGetName").map(|p| unsafe { std::mem::transmute::<*mut c_void, FnStr>(p) });
-    let pci: Option<FnPci> = opt("nvmlDeviceGetPciInfo_v3")
-        .map(|p| unsafe { std::mem::transmute::<*mut c_void, FnPci>(p) });
-    info.driver_version = sys_str.and_then(|f| {
-        let mut buf = [0 as c_char; 96];
-        // SAFETY: `buf` holds `len` bytes.
-        (unsafe { f(buf.as_mut_ptr(), buf.len() as c_uint) } == NVML_SUCCESS)
-            .then(|| c_text(&mut buf))
-    });
-    info.cuda_version = sys_cuda.and_then(|f| {
-        let mut v: c_int = 0;
-        // SAFETY: valid out-pointer.
-        (unsafe { f(&mut v) } == NVML_SUCCESS).then(|| format!("{}.{}", v / 1000, v % 1000 / 10))
-    });
+    let mut info = NvmlInfo {
+        gpus: Vec::new(),
+        // SAFETY: `text` hands a buffer of the length it passes.
+        driver_version: sys_str.and_then(|f| text(|buf, len| unsafe { f(buf, len) }).ok()),
+        cuda_version: sys_cuda.and_then(|f| {
+            let mut v: c_int = 0;
+            // SAFETY: valid out-pointer.
+            (unsafe { f(&mut v) } == NVML_SUCCESS)
+                .then(|| format!("{}.{}", v / 1000, v % 1000 / 10))
+        }),
+    };
     for i in 0..n.min(MAX_GPUS) {
         let mut d: Device = std::ptr::null_mut();
         // SAFETY: `d` is a valid out-pointer.
@@ -320,12 +318,8 @@ fn query_devices(
         } else if rc != NVML_SUCCESS {
             return Err(fail("nvmlDeviceGetMinorNumber", rc));
         }
-        let gpu_name = name.and_then(|f| {
-            let mut buf = [0 as c_char; 96];
-            // SAFETY: valid handle, `buf` holds `len` bytes.
-            (unsafe { f(d, buf.as_mut_ptr(), buf.len() as c_uint) } == NVML_SUCCESS)
-                .then(|| c_text(&mut buf))
-        });
+        // SAFETY: valid handle; `text` hands a buffer of the length it passes.
+        let gpu_name = name.and_then(|f| text(|buf, len| unsafe { f(d, buf, len) }).ok());
         let bus_id = pci.and_then(|f| {
             let mut p = PciInfo {
                 bus_id_legacy: [0; 16],
@@ -435,10 +429,7 @@ fn gfx_profile_ids(
     fail: &dyn Fn(&'static str, c_int) -> NvmlError,
 ) -> Result<Vec<c_uint>, NvmlError> {
     let mut ids = Vec::new();
-    for index in GI_PROFILES_GFX
-        .into_iter()
-        .filter(|i| *i < GI_PROFILE_COUNT)
-    {
+    for index in GI_PROFILES_GFX {
         let mut p = GpuInstanceProfileInfo::default();
         // SAFETY: valid handle, `p` is an nvmlGpuInstanceProfileInfo_t.
         match unsafe { profile(d, index, &mut p) } {
