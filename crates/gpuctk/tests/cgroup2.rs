@@ -234,17 +234,7 @@ fn crun_shim_just_in_time() {
 fn shim_from_a_cdi_spec(runtime: &str) {
     let bed = bed(runtime);
     let spec = bed.cdi_dir().join("nvidia.yaml");
-    ok(&with(
-        &[
-            "cdi",
-            "generate",
-            "--output",
-            spec.to_str().unwrap(),
-            "--nvidia-cdi-hook-path",
-            GPUCTK,
-        ],
-        &bed.host.roots(),
-    ));
+    bed.host.write_spec(&spec);
     let r = shim_run(
         &bed,
         "cdi",
