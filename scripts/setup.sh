@@ -20,9 +20,10 @@ export DEBIAN_FRONTEND=noninteractive
 # own newer Rust (rustc-web, with libstd-rust-web-dev for arm64), the cross gcc and qemu-user,
 # which runs the arm64 binaries and unit tests.
 PKGS="gcc libc6-dev binutils busybox-static runc crun docker.io containerd podman uidmap ca-certificates curl strace dpkg-dev man-db groff-base systemd dbus zsh fish rpm file qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross rustc-web cargo-web libstd-rust-web-dev:arm64"
+# A newly added architecture leaves its :arm64 packages missing, so the update below fetches
+# its lists.
 if [ "$(dpkg --print-architecture)" != arm64 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
     dpkg --add-architecture arm64
-    apt-get update -qq
 fi
 missing=""
 for p in $PKGS; do

@@ -277,17 +277,7 @@ fn fifty_containers_created_at_once_through_the_shim() {
     let bed = Bed::new("runc", "debian", 4);
     // The static spec the CDI-name requests resolve from.
     let spec = bed.cdi_dir().join("nvidia.yaml");
-    ok(&with(
-        &[
-            "cdi",
-            "generate",
-            "--output",
-            spec.to_str().unwrap(),
-            "--nvidia-cdi-hook-path",
-            GPUCTK,
-        ],
-        &bed.host.roots(),
-    ));
+    bed.host.write_spec(&spec);
     let mounts = mounts_under(bed.t.path());
     let bundles: Vec<_> = (0..50)
         .map(|i| bundle(&bed, i, &request(i, 4).0, |_| {}))
@@ -433,17 +423,7 @@ fn readers_see_the_old_or_the_new_spec_while_it_is_rewritten() {
     let dir = bed.cdi_dir();
     let spec = dir.join("nvidia.yaml");
     let generate = |host: &Host| {
-        ok(&with(
-            &[
-                "cdi",
-                "generate",
-                "--output",
-                spec.to_str().unwrap(),
-                "--nvidia-cdi-hook-path",
-                GPUCTK,
-            ],
-            &host.roots(),
-        ));
+        host.write_spec(&spec);
     };
     // The shim resolving a CDI name in a bundle of its own, runc replaced by `true`.
     let cfg = fs::read_to_string(&bed.config)

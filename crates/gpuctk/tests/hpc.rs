@@ -102,27 +102,13 @@ impl Site {
             let mut argv = vec!["mock-host", "create", dir.to_str().unwrap()];
             argv.extend_from_slice(args);
             ok(&argv);
-            Host {
-                manifest: serde_json::from_slice(
-                    &std::fs::read(dir.join("mock-host.json")).unwrap(),
-                )
-                .unwrap(),
-            }
+            Host::at(&dir)
         };
         let cli = t.join("bin/nvidia-container-cli");
         std::fs::create_dir_all(cli.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
         let config = t.join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\n",
-                host.driver_root(),
-                host.dev_root(),
-                host.proc_root()
-            ),
-        )
-        .unwrap();
+        host.write_cli_config(&config, "");
         Site {
             t,
             host,

@@ -21,9 +21,7 @@ pub fn mig_host(t: &TestDir) -> Host {
         "--mig",
         "0=1g.10gb,1g.10gb,2g.20gb",
     ]);
-    let manifest =
-        serde_json::from_slice(&std::fs::read(dir.join("mock-host.json")).unwrap()).unwrap();
-    Host { manifest }
+    Host::at(&dir)
 }
 
 /// GPU 0's MIG devices from the manifest: (uuid, gi, gi minor, ci minor), in index order.
@@ -535,16 +533,7 @@ fn nvidia_container_cli_info_has_brand_and_architecture() {
     let cli = t.join("nvidia-container-cli");
     std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
     let config = t.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\n",
-            h.driver_root(),
-            h.dev_root(),
-            h.proc_root()
-        ),
-    )
-    .unwrap();
+    h.write_cli_config(&config, "");
     let run = |args: &[&str]| {
         let out = std::process::Command::new(&cli)
             .args(args)
@@ -722,16 +711,7 @@ fn nvidia_container_cli_list_names_mig_devices() {
     let cli = t.join("nvidia-container-cli");
     std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
     let config = t.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\n",
-            h.driver_root(),
-            h.dev_root(),
-            h.proc_root()
-        ),
-    )
-    .unwrap();
+    h.write_cli_config(&config, "");
     let list = |dev: &str| {
         let out = std::process::Command::new(&cli)
             .args(["list", "--device", dev, "--ipcs"])
@@ -780,17 +760,7 @@ fn doctor_checks_nvml_mig_devices_and_the_record() {
     let h = mig_host(&t);
     let cache = t.join("nvml-cache.json");
     let config = t.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nnvml-cache = \"{}\"\n",
-            h.driver_root(),
-            h.dev_root(),
-            h.proc_root(),
-            cache.display()
-        ),
-    )
-    .unwrap();
+    h.write_cli_config(&config, &format!("nvml-cache = \"{}\"\n", cache.display()));
     let doctor = || {
         let p = |s: &str| t.join(s).display().to_string();
         let c = config.display().to_string();
@@ -936,9 +906,7 @@ fn split_host(t: &TestDir) -> Host {
         "{}",
         r.stdout
     );
-    let manifest =
-        serde_json::from_slice(&std::fs::read(dir.join("mock-host.json")).unwrap()).unwrap();
-    Host { manifest }
+    Host::at(&dir)
 }
 
 /// Two compute instances of one GPU instance are two MIG devices, each with the GPU instance's
@@ -1040,16 +1008,7 @@ fn compute_instances_and_graphics_profiles() {
     let cli = t.join("nvidia-container-cli");
     std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
     let config = t.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\n",
-            h.driver_root(),
-            h.dev_root(),
-            h.proc_root()
-        ),
-    )
-    .unwrap();
+    h.write_cli_config(&config, "");
     for (dev, ci) in [("0:0", 0), ("0:1", 1)] {
         let out = std::process::Command::new(&cli)
             .args(["list", "--device", dev])
@@ -1194,17 +1153,7 @@ fn install_records_nvml_for_mig_uuids() {
     let cli = t.join("nvidia-container-cli");
     std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
     let config = t.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nnvml-cache = \"{}\"\n",
-            h.driver_root(),
-            h.dev_root(),
-            h.proc_root(),
-            record.display()
-        ),
-    )
-    .unwrap();
+    h.write_cli_config(&config, &format!("nvml-cache = \"{}\"\n", record.display()));
     let out = std::process::Command::new(&cli)
         .args(["list", "--device", &m[2].0])
         .env("GPUCTK_CONFIG", &config)

@@ -652,18 +652,14 @@ fn crun_wsl_just_in_time() {
 
 // ------------------------------------------------------------------ podman
 
-/// `script` in a podman container given `device` from `spec_args`' generated spec (written to
-/// /var/run/cdi, one of the two folders Podman reads, under a vendor of this test's own so
-/// that specs of other tests cannot clash with it).
+/// `script` in a podman container given `<vendor>/gpu=all` from `spec_args`' generated spec,
+/// in a spec folder of the test's own that the call sees as Podman's /var/run/cdi.
 fn podman_with_spec(spec_args: &[String], vendor: &str, script: &str) -> crate::engines::Out {
-    use crate::engines::{out, podman, Bed, SpecFile};
+    use crate::engines::{podman_import, podman_with_spec_dir, Bed};
     let bed = Bed::new(1);
-    fs::create_dir_all("/var/run/cdi").unwrap();
-    let spec = std::path::PathBuf::from(format!(
-        "/var/run/cdi/gpuctk-test-{}-{vendor}.yaml",
-        std::process::id()
-    ));
-    let _guard = SpecFile(spec.clone());
+    let cdi = bed.t.join("cdi");
+    fs::create_dir_all(&cdi).unwrap();
+    let spec = cdi.join("nvidia.yaml");
     let mut args: Vec<String> = vec![
         "cdi".into(),
         "generate".into(),
@@ -676,32 +672,8 @@ fn podman_with_spec(spec_args: &[String], vendor: &str, script: &str) -> crate::
     ];
     args.extend(spec_args.iter().cloned());
     ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    let image = format!("gpuctk-{vendor}:latest");
-    let r = out(&mut podman(
-        &bed,
-        &["import", bed.rootfs_tar().to_str().unwrap(), &image],
-    ));
-    assert_eq!(r.code, 0, "podman import: {}", r.stderr);
-    let device = format!("{vendor}/gpu=all");
-    out(&mut podman(
-        &bed,
-        &[
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "--ulimit",
-            "nofile=20000:20000",
-            "--ulimit",
-            "nproc=32768:32768",
-            "--device",
-            &device,
-            &image,
-            "/bin/sh",
-            "-c",
-            script,
-        ],
-    ))
+    podman_import(&bed);
+    podman_with_spec_dir(&bed, &cdi, &[&format!("{vendor}/gpu=all")], script)
 }
 
 #[test]

@@ -198,18 +198,10 @@ impl Bed {
             "{}-{id}",
             self.t.path().file_name().unwrap().to_string_lossy()
         );
-        let out = wrap(self.shim_cmd(&["run", "--bundle", self.bundle.to_str().unwrap(), &id]))
+        wrap(self.shim_cmd(&["run", "--bundle", self.bundle.to_str().unwrap(), &id]))
             .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (probe, smi) = stdout.split_once("---smi---\n").unwrap_or((&stdout, ""));
-        Ran {
-            code: out.status.code().unwrap_or(-1),
-            probe: ProbeReport::parse(probe),
-            smi: smi.to_string(),
-            stdout: stdout.clone(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+            .unwrap()
+            .into()
     }
 
     /// Containers the low-level runtime still knows.
@@ -221,6 +213,21 @@ impl Bed {
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// A container's run: the probe's report, then `---smi---` and what nvidia-smi printed.
+impl From<std::process::Output> for Ran {
+    fn from(out: std::process::Output) -> Ran {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (probe, smi) = stdout.split_once("---smi---\n").unwrap_or((&stdout, ""));
+        Ran {
+            code: out.status.code().unwrap_or(-1),
+            probe: ProbeReport::parse(probe),
+            smi: smi.to_string(),
+            stdout: stdout.clone(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
     }
 }
 
@@ -343,17 +350,7 @@ fn crun_rhel_selections() {
 fn cdi_name_from_static_spec(runtime: &str) {
     let bed = Bed::new(runtime, "rhel", 8);
     let spec = bed.cdi_dir().join("nvidia.yaml");
-    ok(&with(
-        &[
-            "cdi",
-            "generate",
-            "--output",
-            spec.to_str().unwrap(),
-            "--nvidia-cdi-hook-path",
-            GPUCTK,
-        ],
-        &bed.host.roots(),
-    ));
+    bed.host.write_spec(&spec);
     bed.set_env(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"]);
     check_selected(&bed, &bed.run("cdi1"), &[1]);
     // The same through the Kubernetes annotation, with the env saying nothing.

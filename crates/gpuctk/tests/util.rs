@@ -101,6 +101,12 @@ pub struct Host {
 }
 
 impl Host {
+    /// The mock host `mock-host create` made in `dir`, from its manifest.
+    pub fn at(dir: &Path) -> Host {
+        let manifest =
+            serde_json::from_slice(&std::fs::read(dir.join("mock-host.json")).unwrap()).unwrap();
+        Host { manifest }
+    }
     pub fn driver_root(&self) -> String {
         self.manifest["driver_root"].as_str().unwrap().to_string()
     }
@@ -120,6 +126,34 @@ impl Host {
             "--proc-root".into(),
             self.proc_root(),
         ]
+    }
+    /// A config.toml at `path` pointing `nvidia-container-cli` at this host's roots, with
+    /// `gpuctk_extra` (whole lines) added under `[gpuctk]`.
+    pub fn write_cli_config(&self, path: &Path, gpuctk_extra: &str) {
+        std::fs::write(
+            path,
+            format!(
+                "[nvidia-container-cli]\nroot = \"{}\"\n\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\n{gpuctk_extra}",
+                self.driver_root(),
+                self.dev_root(),
+                self.proc_root()
+            ),
+        )
+        .unwrap();
+    }
+    /// `cdi generate` of this host's spec into `out`, its hooks our binary.
+    pub fn write_spec(&self, out: &Path) {
+        ok(&with(
+            &[
+                "cdi",
+                "generate",
+                "--output",
+                out.to_str().unwrap(),
+                "--nvidia-cdi-hook-path",
+                GPUCTK,
+            ],
+            &self.roots(),
+        ));
     }
     pub fn uuids(&self) -> Vec<String> {
         self.manifest["gpus"]
@@ -160,9 +194,7 @@ pub fn mock_host_with(
     ];
     args.extend_from_slice(extra);
     ok(&args);
-    let manifest =
-        serde_json::from_slice(&std::fs::read(dir.join("mock-host.json")).unwrap()).unwrap();
-    Host { manifest }
+    Host::at(&dir)
 }
 
 /// `args` followed by `extra`, as &str.

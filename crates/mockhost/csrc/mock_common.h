@@ -81,54 +81,53 @@ static inline uint64_t gm_fnv1a64(const char *s)
     return h;
 }
 
-/* Same derivation as gpu_uuid() in src/ids.rs; out must hold 41 bytes. */
-static inline void gm_gpu_uuid(const char *seed, unsigned minor, char *out)
+/*
+ * Same derivation as uuid_of() in src/ids.rs: PREFIX, "-" and the 16 bytes of
+ * fnv1a64("{key}/a") ++ fnv1a64("{key}/b") (both big-endian) in 8-4-4-4-12 form;
+ * out must hold 41 bytes.
+ */
+static inline void gm_uuid_of(const char *prefix, const char *key, char *out)
 {
-    char buf[GM_CONFIG_SIZE + 32];
+    char buf[GM_CONFIG_SIZE + 96];
     unsigned char u[16];
     uint64_t a, b;
     int i;
 
-    snprintf(buf, sizeof buf, "%s/%u/a", seed, minor);
+    snprintf(buf, sizeof buf, "%s/a", key);
     a = gm_fnv1a64(buf);
-    snprintf(buf, sizeof buf, "%s/%u/b", seed, minor);
+    snprintf(buf, sizeof buf, "%s/b", key);
     b = gm_fnv1a64(buf);
     for (i = 0; i < 8; i++) {
         u[i] = (unsigned char)(a >> (56 - 8 * i));
         u[8 + i] = (unsigned char)(b >> (56 - 8 * i));
     }
     snprintf(out, 41,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+             "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
              "%02x%02x%02x%02x%02x%02x",
-             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
+             prefix, u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
              u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
+/* Same derivation as gpu_uuid() in src/ids.rs: key "{seed}/{minor}"; out must hold 41 bytes. */
+static inline void gm_gpu_uuid(const char *seed, unsigned minor, char *out)
+{
+    char key[GM_CONFIG_SIZE + 64];
+
+    snprintf(key, sizeof key, "%s/%u", seed, minor);
+    gm_uuid_of("GPU", key, out);
+}
+
 /*
- * Same derivation as mig_uuid() in src/ids.rs: "MIG-" and the 16 bytes of
- * fnv1a64("{seed}/{minor}/gi{gi}/ci{ci}/a") ++ ".../b"; out must hold 41 bytes.
+ * Same derivation as mig_uuid() in src/ids.rs: key "{seed}/{minor}/gi{gi}/ci{ci}";
+ * out must hold 41 bytes.
  */
 static inline void gm_mig_uuid(const char *seed, unsigned minor, unsigned gi, unsigned ci,
                                char *out)
 {
-    char buf[GM_CONFIG_SIZE + 64];
-    unsigned char u[16];
-    uint64_t a, b;
-    int i;
+    char key[GM_CONFIG_SIZE + 64];
 
-    snprintf(buf, sizeof buf, "%s/%u/gi%u/ci%u/a", seed, minor, gi, ci);
-    a = gm_fnv1a64(buf);
-    snprintf(buf, sizeof buf, "%s/%u/gi%u/ci%u/b", seed, minor, gi, ci);
-    b = gm_fnv1a64(buf);
-    for (i = 0; i < 8; i++) {
-        u[i] = (unsigned char)(a >> (56 - 8 * i));
-        u[8 + i] = (unsigned char)(b >> (56 - 8 * i));
-    }
-    snprintf(out, 41,
-             "MIG-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
-             "%02x%02x%02x%02x%02x%02x",
-             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
-             u[10], u[11], u[12], u[13], u[14], u[15]);
+    snprintf(key, sizeof key, "%s/%u/gi%u/ci%u", seed, minor, gi, ci);
+    gm_uuid_of("MIG", key, out);
 }
 
 /* On the host GPU minor m is GPU index m, so the bus id follows the minor. */
