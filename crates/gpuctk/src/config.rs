@@ -588,9 +588,10 @@ enum NvidiaDefault {
     NoItems,
 }
 
-/// NVIDIA's v1.20 defaults (`api/config/v1`) of the keys gpuctk does not apply. Its
-/// `nvidia-ctk config default` writes `environment`, `ldconfig`, `load-kmods`, the CSV
-/// `mount-spec-path`, both runtime-hook keys and `[nvidia-ctk] path` uncommented; a key that
+/// NVIDIA's v1.20 defaults (`api/config/v1`) of the keys gpuctk does not apply. Of these, its
+/// `nvidia-ctk config default` writes `environment`, `ldconfig`, `load-kmods`, both
+/// runtime-hook keys and `[nvidia-ctk] path` uncommented (the CSV `mount-spec-path` it also
+/// writes is applied, so it is not listed here); a key that
 /// holds its default changes nothing NVIDIA's toolkit would do either, so it is not worth a
 /// warning on every container. Every `[features]` flag defaults to false.
 const NVIDIA_DEFAULTS: &[(&str, NvidiaDefault)] = &[
