@@ -3,8 +3,8 @@
 //! writing, and applying container edits to an OCI `config.json`.
 //!
 //! Everything that parses is pure (bytes in, value or error out) and never panics on any input;
-//! IO is confined to [`spec::Spec::load`], [`spec::write_spec`], [`registry::Registry::load`] and
-//! the host `stat` in [`apply::fill_from_host`].
+//! IO is confined to [`spec::Spec::load`], [`spec::write_spec`], [`registry::Registry::load`] (and
+//! its listing, [`registry::list_spec_dir`]) and the host `stat` in [`apply::fill_from_host`].
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -28,7 +28,7 @@ pub fn default_spec_dirs() -> Vec<PathBuf> {
 }
 
 /// One spec file the registry holds.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LoadedSpec {
     /// Where it was read from.
     pub path: PathBuf,
@@ -53,6 +53,8 @@ pub struct Registry {
     /// Names defined by more than one spec of the same directory: ignored, with the files.
     conflicts: BTreeMap<String, Vec<PathBuf>>,
     errors: Vec<(PathBuf, String)>,
+    /// How many of `errors` came from reading the files (the rest are conflicts).
+    load_errors: usize,
 }
 
 /// Edits for a set of requested devices, ready to apply.
@@ -108,7 +110,74 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     })
 }
 
-fn spec_files(dir: &Path) -> Result<Vec<PathBuf>, std::io::Error> {
+/// What `stat` (following a symlink, as the registry reads through one) said of a spec file:
+/// enough to tell a file changed, rewritten or replaced since (ctime moves on every write and
+/// rename and, unlike mtime, cannot be set back by `utimes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileIdentity {
+    /// Device of the file system.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, seconds.
+    pub mtime: i64,
+    /// Modification time, nanoseconds.
+    pub mtime_nsec: i64,
+    /// Status change time, seconds.
+    pub ctime: i64,
+    /// Status change time, nanoseconds.
+    pub ctime_nsec: i64,
+}
+
+impl FileIdentity {
+    fn of(md: &std::fs::Metadata) -> FileIdentity {
+        use std::os::unix::fs::MetadataExt;
+        FileIdentity {
+            dev: md.dev(),
+            ino: md.ino(),
+            size: md.size(),
+            mtime: md.mtime(),
+            mtime_nsec: md.mtime_nsec(),
+            ctime: md.ctime(),
+            ctime_nsec: md.ctime_nsec(),
+        }
+    }
+}
+
+/// One spec file of a directory, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SpecFile {
+    /// The file (the directory joined with its name).
+    pub path: PathBuf,
+    /// What it was when listed.
+    pub id: FileIdentity,
+}
+
+/// What one spec directory held for the registry: the files [`Registry::load_listed`] reads,
+/// from one `readdir` of the directory and one `stat` per spec file. A caller can key a cache of
+/// the registry on it (the same listing, not a second one).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum DirListing {
+    /// The directory does not exist: nothing to read, and no error.
+    Absent,
+    /// Listing it failed (the error's text); the registry records it as an error.
+    Unreadable(String),
+    /// Its `*.json`, `*.yaml` and `*.yml` regular files (after following links), in name order.
+    Files(Vec<SpecFile>),
+}
+
+/// Lists the spec files of `dir` as the registry reads them.
+pub fn list_spec_dir(dir: &Path) -> DirListing {
+    match spec_files(dir) {
+        Ok(files) => DirListing::Files(files),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => DirListing::Absent,
+        Err(e) => DirListing::Unreadable(e.to_string()),
+    }
+}
+
+fn spec_files(dir: &Path) -> Result<Vec<SpecFile>, std::io::Error> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -118,12 +187,33 @@ fn spec_files(dir: &Path) -> Result<Vec<PathBuf>, std::io::Error> {
         }
         // Follow symlinks (spec files are often links into /usr/share), but skip directories.
         match std::fs::metadata(&path) {
-            Ok(md) if md.is_file() => files.push(path),
+            Ok(md) if md.is_file() => files.push(SpecFile {
+                id: FileIdentity::of(&md),
+                path,
+            }),
             _ => {}
         }
     }
-    files.sort();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(files)
+}
+
+/// Why [`Registry::from_loaded`] refused its parts.
+#[derive(Debug, thiserror::Error)]
+pub enum FromLoadedError {
+    /// A spec breaks CDI rules.
+    #[error("{0}")]
+    Invalid(crate::validate::ValidationError),
+    /// A spec's priority names no directory.
+    #[error("{}: priority {priority} but {dirs} spec directories", path.display())]
+    Priority {
+        /// The spec file.
+        path: PathBuf,
+        /// Its priority.
+        priority: usize,
+        /// How many directories there are.
+        dirs: usize,
+    },
 }
 
 impl Registry {
@@ -143,45 +233,100 @@ impl Registry {
     }
 
     fn load_filtered(dirs: &[PathBuf], vendors: Option<&[&str]>) -> Registry {
+        let listed: Vec<DirListing> = dirs.iter().map(|d| list_spec_dir(d)).collect();
+        Registry::load_listed(dirs, &listed, vendors)
+    }
+
+    /// [`Registry::load`] (`vendors` `None`) or [`Registry::load_for_vendors`] of `dirs`, whose
+    /// listings ([`list_spec_dir`], one per directory, in the same order) were taken already.
+    pub fn load_listed(
+        dirs: &[PathBuf],
+        listed: &[DirListing],
+        vendors: Option<&[&str]>,
+    ) -> Registry {
         let mut reg = Registry {
             dirs: dirs.to_vec(),
             ..Default::default()
         };
-        for (priority, dir) in dirs.iter().enumerate() {
-            let files = match spec_files(dir) {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => {
+        for (priority, (dir, listing)) in dirs.iter().zip(listed).enumerate() {
+            let files = match listing {
+                DirListing::Files(f) => f,
+                DirListing::Absent => continue,
+                DirListing::Unreadable(e) => {
                     reg.errors
                         .push((dir.clone(), format!("cannot read CDI spec directory: {e}")));
                     continue;
                 }
             };
-            for path in files {
-                let loaded = crate::limits::read_spec_file(&path).and_then(|bytes| {
+            for SpecFile { path, .. } in files {
+                let loaded = crate::limits::read_spec_file(path).and_then(|bytes| {
                     if let Some(vendors) = vendors {
                         if !vendors.iter().any(|v| contains(&bytes, v.as_bytes())) {
                             return Ok(None);
                         }
                     }
-                    Spec::from_bytes_valid(&path, &bytes).map(Some)
+                    Spec::from_bytes_valid(path, &bytes).map(Some)
                 });
                 match loaded.transpose() {
                     None => {}
                     Some(Ok(spec)) => reg.specs.push(LoadedSpec {
-                        path,
+                        path: path.clone(),
                         priority,
                         spec,
                     }),
                     Some(Err(e)) => {
                         let msg = e.to_string();
-                        reg.errors.push((path, msg));
+                        reg.errors.push((path.clone(), msg));
                     }
                 }
             }
         }
+        reg.load_errors = reg.errors.len();
         reg.index_devices();
         reg
+    }
+
+    /// A registry of `dirs` from what loading them gave ([`Registry::loaded`]): the specs
+    /// (validated again) and the errors recorded while reading them, in their order. The
+    /// devices are indexed again, so conflicts and priorities resolve as from the files, and
+    /// [`Registry::errors`] is what loading the files gave. For a cache of the registry.
+    pub fn from_loaded(
+        dirs: &[PathBuf],
+        specs: Vec<LoadedSpec>,
+        errors: Vec<(PathBuf, String)>,
+    ) -> Result<Registry, FromLoadedError> {
+        for s in &specs {
+            if s.priority >= dirs.len() {
+                return Err(FromLoadedError::Priority {
+                    path: s.path.clone(),
+                    priority: s.priority,
+                    dirs: dirs.len(),
+                });
+            }
+            let issues = crate::validate::validate(&s.spec);
+            if !issues.is_empty() {
+                return Err(FromLoadedError::Invalid(crate::validate::ValidationError {
+                    file: s.path.clone(),
+                    issues,
+                }));
+            }
+        }
+        let mut reg = Registry {
+            dirs: dirs.to_vec(),
+            specs,
+            load_errors: errors.len(),
+            errors,
+            ..Default::default()
+        };
+        reg.index_devices();
+        Ok(reg)
+    }
+
+    /// What loading the spec files gave, for [`Registry::from_loaded`]: the valid specs, and
+    /// the errors of reading, parsing and validating (not the conflicts, which indexing finds).
+    pub fn loaded(&self) -> (&[LoadedSpec], &[(PathBuf, String)]) {
+        let errors = self.errors.get(..self.load_errors).unwrap_or(&self.errors);
+        (&self.specs, errors)
     }
 
     /// Build a registry from specs already in memory (`path`, priority, spec), validated like
@@ -201,6 +346,7 @@ impl Registry {
                 reg.errors.push((s.path, e.to_string()));
             }
         }
+        reg.load_errors = reg.errors.len();
         reg.index_devices();
         reg
     }
@@ -428,5 +574,118 @@ mod tests {
         assert!(m.contains("unresolvable CDI device bogus: "), "{m}");
         assert!(m.contains("defines kind y.com/b"), "{m}");
         assert_eq!(e.unresolved.len(), 3);
+    }
+
+    /// Everything a caller sees of a registry: its errors, names, and what some requests resolve
+    /// to (or why not).
+    fn seen(r: &Registry) -> (Vec<(PathBuf, String)>, Vec<String>, Vec<String>) {
+        let resolved = [
+            &["x.com/a=0"][..],
+            &["x.com/a=1"],
+            &["x.com/a=2"],
+            &["x.com/a=9"],
+        ]
+        .iter()
+        .map(|names| format!("{:?}", r.resolve(names)))
+        .collect();
+        (r.errors().to_vec(), r.device_names(), resolved)
+    }
+
+    #[test]
+    fn from_loaded_resolves_as_from_files() {
+        let d = tempfile::tempdir().unwrap();
+        let (low, high) = (d.path().join("low"), d.path().join("high"));
+        std::fs::create_dir(&low).unwrap();
+        std::fs::create_dir(&high).unwrap();
+        // `0` is defined twice in the low dir (a conflict), `1` in both dirs (the high one
+        // wins), `2` only in the low dir; one file there does not validate.
+        std::fs::write(
+            low.join("a.json"),
+            spec("x.com/a", &["0", "1", "2"], "low-a"),
+        )
+        .unwrap();
+        std::fs::write(low.join("b.json"), spec("x.com/a", &["0"], "low-b")).unwrap();
+        std::fs::write(low.join("c.json"), spec("x.com/a", &["bad name!"], "c")).unwrap();
+        std::fs::write(high.join("d.json"), spec("x.com/a", &["1"], "high")).unwrap();
+        let dirs = [low.clone(), high.clone()];
+        let files = Registry::load(&dirs);
+        assert_eq!(files.errors().len(), 3, "{:?}", files.errors());
+        assert_eq!(files.device_names(), ["x.com/a=1", "x.com/a=2"]);
+        assert_eq!(
+            files.resolve(&["x.com/a=1"]).unwrap().edits.env,
+            ["COMMON=high", "DEV_1=high"]
+        );
+        // Through JSON, as a cache keeps them.
+        let (specs, errors) = files.loaded();
+        assert_eq!(errors.len(), 1);
+        let specs: Vec<LoadedSpec> =
+            serde_json::from_slice(&serde_json::to_vec(specs).unwrap()).unwrap();
+        let rebuilt = Registry::from_loaded(&dirs, specs, errors.to_vec()).unwrap();
+        assert_eq!(seen(&rebuilt), seen(&files));
+        assert_eq!(rebuilt.loaded().1, files.loaded().1);
+        // The priorities matter: the same specs with the dirs' order swapped resolve otherwise.
+        let swapped: Vec<LoadedSpec> = files
+            .specs()
+            .iter()
+            .cloned()
+            .map(|mut s| {
+                s.priority = 1 - s.priority;
+                s
+            })
+            .collect();
+        let other = Registry::from_loaded(&dirs, swapped, errors.to_vec()).unwrap();
+        assert_eq!(
+            other.resolve(&["x.com/a=1"]).unwrap().edits.env,
+            ["COMMON=low-a", "DEV_1=low-a"]
+        );
+    }
+
+    #[test]
+    fn from_loaded_refuses_what_loading_would_not_give() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a.json"), spec("x.com/a", &["0"], "a")).unwrap();
+        let dirs = [d.path().to_path_buf()];
+        let good = Registry::load(&dirs).specs().to_vec();
+        let mut bad = good.clone();
+        bad[0].spec.devices[0].name = "../0".into();
+        let e = Registry::from_loaded(&dirs, bad, Vec::new()).unwrap_err();
+        assert!(matches!(e, FromLoadedError::Invalid(_)), "{e}");
+        let mut far = good;
+        far[0].priority = 1;
+        let e = Registry::from_loaded(&dirs, far, Vec::new()).unwrap_err();
+        assert!(
+            e.to_string().ends_with("priority 1 but 1 spec directories"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn listing_names_each_spec_file_with_its_identity() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(list_spec_dir(&d.path().join("none")), DirListing::Absent);
+        let file = d.path().join("not-a-dir");
+        std::fs::write(&file, "x").unwrap();
+        assert!(matches!(list_spec_dir(&file), DirListing::Unreadable(_)));
+        let dir = d.path().join("cdi");
+        std::fs::create_dir(&dir).unwrap();
+        for f in ["b.yaml", "a.json", "c.txt"] {
+            std::fs::write(dir.join(f), spec("x.com/a", &["0"], f)).unwrap();
+        }
+        std::fs::create_dir(dir.join("d.json")).unwrap();
+        std::os::unix::fs::symlink(dir.join("b.yaml"), dir.join("e.yml")).unwrap();
+        std::os::unix::fs::symlink(dir.join("gone"), dir.join("f.json")).unwrap();
+        let DirListing::Files(files) = list_spec_dir(&dir) else {
+            panic!("not listed")
+        };
+        let names: Vec<_> = files.iter().map(|f| f.path.file_name().unwrap()).collect();
+        assert_eq!(names, ["a.json", "b.yaml", "e.yml"]);
+        // The link's identity is its target's.
+        let md = std::fs::metadata(dir.join("b.yaml")).unwrap();
+        assert_eq!(files[2].id, files[1].id);
+        assert_eq!(
+            (files[1].id.ino, files[1].id.ctime, files[1].id.ctime_nsec),
+            (md.ino(), md.ctime(), md.ctime_nsec())
+        );
     }
 }
