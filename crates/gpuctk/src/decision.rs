@@ -108,7 +108,13 @@ impl HostView for LiveHost<'_> {
         Ok(inv)
     }
     fn registry(&mut self, vendors: &[&str]) -> Registry {
-        Registry::load_for_vendors(&self.cfg.spec_dirs, vendors)
+        // The spec cache lives and is read where the discovery snapshot is.
+        match self.cfg.snapshot_dir() {
+            None => Registry::load_for_vendors(&self.cfg.spec_dirs, vendors),
+            Some(dir) => {
+                crate::spec_cache::registry(&dir, &self.cfg.spec_dirs, vendors, self.read_snapshot)
+            }
+        }
     }
     fn running_driver(&mut self) -> Option<DriverVersion> {
         let text = self.version_text()?;

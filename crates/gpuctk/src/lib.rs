@@ -27,6 +27,7 @@ mod runc;
 mod runtime;
 mod self_exe;
 mod snapshot;
+mod spec_cache;
 
 /// `gpuctk` and `nvidia-ctk`: the command line, and the command it names.
 pub use cli::Cli;

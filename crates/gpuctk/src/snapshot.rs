@@ -80,7 +80,7 @@ pub struct Snapshot {
 }
 
 /// 64-bit FNV-1a: a stable name for a shape (std's hasher may change between releases).
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -176,32 +176,12 @@ impl Snapshot {
     }
 
     fn try_store(&self, key: Key, inv: &Inventory) -> Result<(), String> {
-        let dir = self.path.parent().ok_or("no directory")?;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
-        // A folder others may write to is not where a cache of ours lives.
-        let md = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        if md.uid() != rustix::process::geteuid().as_raw() || md.mode() & 0o022 != 0 {
-            return Err(format!(
-                "{}: not a folder of ours writable by us only",
-                dir.display()
-            ));
-        }
         let bytes = serde_json::to_vec(&File {
             key,
             inventory: inv.clone(),
         })
         .map_err(|e| e.to_string())?;
-        // tmpfs, and rebuilt whenever missing: no fsync.
-        let opts = gpuctk_atomicfile::Options {
-            mode: Some(0o600),
-            no_sync: true,
-            ..Default::default()
-        };
-        gpuctk_atomicfile::replace(&self.path, &bytes, &opts).map_err(|e| e.to_string())
+        write_cache(&self.path, &bytes)
     }
 
     /// Write the snapshot of an inventory discovered just now (`cdi generate`).
@@ -210,6 +190,33 @@ impl Snapshot {
             self.store(key, inv);
         }
     }
+}
+
+/// Writes a cache file of ours (this snapshot, the CDI spec cache): atomically, mode 0600, in
+/// its folder, made 0700 when missing and refused unless we own it and nobody else may write
+/// to it. Why not, otherwise.
+pub(crate) fn write_cache(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let dir = path.parent().ok_or("no directory")?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    // A folder others may write to is not where a cache of ours lives.
+    let md = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if md.uid() != rustix::process::geteuid().as_raw() || md.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{}: not a folder of ours writable by us only",
+            dir.display()
+        ));
+    }
+    // tmpfs, and rebuilt whenever missing: no fsync.
+    let opts = gpuctk_atomicfile::Options {
+        mode: Some(0o600),
+        no_sync: true,
+        ..Default::default()
+    };
+    gpuctk_atomicfile::replace(path, bytes, &opts).map_err(|e| e.to_string())
 }
 
 /// The first mount source or device node of `edits` that is gone from the host: where edits

@@ -1,10 +1,12 @@
 //! The discovery snapshot (`[gpuctk] snapshot-dir`): the shim's second create reads it instead
 //! of discovering; a driver change rebuilds it; a snapshot that is not ours, is damaged or
-//! names a file that is gone is ignored and rebuilt; `cdi generate` writes it.
+//! names a file that is gone is ignored and rebuilt; `cdi generate` writes it. The CDI spec
+//! cache next to it: a static-spec create reads it instead of parsing the specs, and any change
+//! to a spec file (rewritten, replaced, removed, added) is seen.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::runtime::Bed;
 use crate::util::*;
@@ -67,14 +69,107 @@ impl Snap {
 
     /// The one snapshot file of the shim's discovery shape.
     fn file(&self) -> PathBuf {
+        self.one_file("snapshot-")
+    }
+
+    /// The one spec cache file.
+    fn spec_cache(&self) -> PathBuf {
+        self.one_file("cdi-specs-")
+    }
+
+    fn one_file(&self, prefix: &str) -> PathBuf {
         let files: Vec<PathBuf> = fs::read_dir(&self.dir)
             .unwrap()
             .map(|e| e.unwrap().path())
             .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(prefix))
             .collect();
         assert_eq!(files.len(), 1, "{files:?}");
         files[0].clone()
     }
+
+    /// Writes a spec file and waits until the spec cache would be written under its identity
+    /// (a file changed less than 50 ms before a create is not keyed on: file times move by
+    /// clock ticks on some kernels).
+    fn put(&self, path: &Path, text: &str) {
+        fs::write(path, text).unwrap();
+        settle();
+    }
+
+    /// One create of a container asking for the CDI devices `names` by env: the log lines it
+    /// wrote about the spec cache and its warnings, and the `EXAMPLE_GPU` values it got; or
+    /// why it failed.
+    fn create_cdi(&self, names: &str) -> Result<(Vec<String>, Vec<String>), String> {
+        self.bed
+            .set_env(&[&format!("NVIDIA_VISIBLE_DEVICES={names}")]);
+        let _ = fs::remove_file(&self.log);
+        let out = self
+            .bed
+            .shim_cmd(&[
+                "create",
+                "--bundle",
+                self.bed.bundle.to_str().unwrap(),
+                "snap",
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            return Err(stderr);
+        }
+        let log = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines = log
+            .lines()
+            .filter(|l| l.contains("spec cache") || l.contains("WARN"))
+            .map(str::to_string)
+            .collect();
+        let got = self.bed.spec()["process"]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e.as_str()?.strip_prefix("EXAMPLE_GPU="))
+            .map(str::to_string)
+            .collect();
+        Ok((lines, got))
+    }
+}
+
+/// Past the time a spec file written just now counts as settled.
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(60));
+}
+
+/// A spec of kind `example.com/gpu` (no fallback to just in time: a name it lacks is
+/// unresolvable) whose devices set `EXAMPLE_GPU=<name>-<tag>`.
+fn example_spec(tag: &str, names: &[&str]) -> String {
+    let devices: Vec<String> = names
+        .iter()
+        .map(|n| {
+            format!(r#"{{"name":"{n}","containerEdits":{{"env":["EXAMPLE_GPU={n}-{tag}"]}}}}"#)
+        })
+        .collect();
+    format!(
+        r#"{{"cdiVersion":"0.5.0","kind":"example.com/gpu","devices":[{}]}}"#,
+        devices.join(",")
+    )
+}
+
+fn cache_used(lines: &[String]) -> bool {
+    lines.iter().any(|l| l.contains("CDI spec cache used"))
+}
+
+fn cache_rebuilt(lines: &[String], why: &str) -> bool {
+    lines
+        .iter()
+        .any(|l| l.contains("CDI spec cache not used") && l.contains(why))
+}
+
+fn unresolvable(r: Result<(Vec<String>, Vec<String>), String>, name: &str) {
+    let e = r.expect_err(name);
+    assert!(
+        e.contains(&format!("unresolvable CDI device {name}")),
+        "{e}"
+    );
 }
 
 fn used(lines: &[String]) -> bool {
@@ -243,5 +338,214 @@ fn no_snapshot_dir_no_snapshot() {
     fs::write(&s.bed.config, cfg).unwrap();
     let lines = s.create();
     assert!(!lines.iter().any(|l| l.contains("snapshot")), "{lines:?}");
+    // Nor a spec cache.
+    s.put(&s.bed.cdi_dir().join("a.json"), &example_spec("a", &["1"]));
+    for _ in 0..2 {
+        let (lines, got) = s.create_cdi("example.com/gpu=1").unwrap();
+        assert_eq!(got, ["1-a"]);
+        assert!(!lines.iter().any(|l| l.contains("spec cache")), "{lines:?}");
+    }
     assert!(!s.dir.exists());
+}
+
+#[test]
+fn static_spec_second_create_reads_the_spec_cache() {
+    let s = Snap::new();
+    s.put(
+        &s.bed.cdi_dir().join("a.json"),
+        &example_spec("a", &["1", "2"]),
+    );
+    let (first, got) = s.create_cdi("example.com/gpu=2").unwrap();
+    assert!(cache_rebuilt(&first, "No such file"), "{first:?}");
+    assert_eq!(got, ["2-a"]);
+    let md = fs::metadata(s.spec_cache()).unwrap();
+    assert_eq!((md.uid(), md.mode() & 0o777), (0, 0o600));
+    let spec_first = s.bed.spec();
+    let (second, got) = s.create_cdi("example.com/gpu=2").unwrap();
+    assert!(cache_used(&second), "{second:?}");
+    assert_eq!(got, ["2-a"]);
+    assert_eq!(s.bed.spec(), spec_first);
+    // Another device of the same vendor: the same cache.
+    let (lines, got) = s.create_cdi("example.com/gpu=1").unwrap();
+    assert!(cache_used(&lines), "{lines:?}");
+    assert_eq!(got, ["1-a"]);
+    // The discovery snapshot is another file, and a just-in-time create still reads it.
+    s.create();
+    assert!(used(&s.create()));
+    s.file();
+}
+
+#[test]
+fn a_spec_rewritten_or_replaced_is_read_again() {
+    let s = Snap::new();
+    let spec = s.bed.cdi_dir().join("a.json");
+    s.put(&spec, &example_spec("a", &["1", "2"]));
+    s.create_cdi("example.com/gpu=1").unwrap();
+    assert!(cache_used(&s.create_cdi("example.com/gpu=1").unwrap().0));
+    let md = fs::metadata(&spec).unwrap();
+    let mtime = md.modified().unwrap();
+    // Rewritten in place, the same size, device 1 renamed 7, the mtime set back: only the
+    // ctime tells.
+    fs::write(&spec, example_spec("a", &["7", "2"])).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&spec)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    settle();
+    let now = fs::metadata(&spec).unwrap();
+    assert_eq!(
+        (now.ino(), now.len(), now.modified().unwrap()),
+        (md.ino(), md.len(), mtime)
+    );
+    unresolvable(s.create_cdi("example.com/gpu=1"), "example.com/gpu=1");
+    assert_eq!(s.create_cdi("example.com/gpu=7").unwrap().1, ["7-a"]);
+    // Replaced by a rename, the same size and mtime.
+    let new = s.bed.t.join("new.json");
+    fs::write(&new, example_spec("b", &["1", "2"])).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&new)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    fs::rename(&new, &spec).unwrap();
+    settle();
+    let (lines, got) = s.create_cdi("example.com/gpu=1").unwrap();
+    assert!(
+        cache_rebuilt(&lines, "made for other spec files"),
+        "{lines:?}"
+    );
+    assert_eq!(got, ["1-b"]);
+    unresolvable(s.create_cdi("example.com/gpu=7"), "example.com/gpu=7");
+}
+
+#[test]
+fn a_spec_removed_or_added_is_seen() {
+    let s = Snap::new();
+    // A second, higher-priority spec dir, absent for now.
+    let high = s.bed.t.join("cdi-high");
+    let cfg = fs::read_to_string(&s.bed.config).unwrap().replace(
+        &format!("spec-dirs = [\"{}\"]", s.bed.cdi_dir().display()),
+        &format!(
+            "spec-dirs = [\"{}\", \"{}\"]",
+            s.bed.cdi_dir().display(),
+            high.display()
+        ),
+    );
+    fs::write(&s.bed.config, cfg).unwrap();
+    let low = s.bed.cdi_dir().join("a.json");
+    s.put(&low, &example_spec("low", &["1"]));
+    assert_eq!(s.create_cdi("example.com/gpu=1").unwrap().1, ["1-low"]);
+    assert!(cache_used(&s.create_cdi("example.com/gpu=1").unwrap().0));
+    // Added, in the dir that now exists: it overrides.
+    fs::create_dir(&high).unwrap();
+    s.put(&high.join("b.yaml"), &example_spec("high", &["1", "2"]));
+    assert_eq!(s.create_cdi("example.com/gpu=1").unwrap().1, ["1-high"]);
+    assert_eq!(s.create_cdi("example.com/gpu=2").unwrap().1, ["2-high"]);
+    // Removed: the lower one again, then nothing.
+    fs::remove_file(high.join("b.yaml")).unwrap();
+    assert_eq!(s.create_cdi("example.com/gpu=1").unwrap().1, ["1-low"]);
+    unresolvable(s.create_cdi("example.com/gpu=2"), "example.com/gpu=2");
+    fs::remove_file(&low).unwrap();
+    unresolvable(s.create_cdi("example.com/gpu=1"), "example.com/gpu=1");
+}
+
+#[test]
+fn a_spec_cache_not_ours_or_damaged_is_ignored_and_rebuilt() {
+    let s = Snap::new();
+    let spec = s.bed.cdi_dir().join("a.json");
+    s.put(&spec, &example_spec("a", &["1", "2"]));
+    s.create_cdi("example.com/gpu=2").unwrap();
+    let file = s.spec_cache();
+    let good = fs::read(&file).unwrap();
+    let again = |damage: &dyn Fn(), why: &str| {
+        damage();
+        let (lines, got) = s.create_cdi("example.com/gpu=2").unwrap();
+        assert!(cache_rebuilt(&lines, why), "{why}: {lines:?}");
+        assert_eq!(got, ["2-a"]);
+        // Rebuilt: ours, whole, used by the next create.
+        let md = fs::metadata(&file).unwrap();
+        assert_eq!((md.uid(), md.mode() & 0o777), (0, 0o600));
+        assert!(
+            cache_used(&s.create_cdi("example.com/gpu=2").unwrap().0),
+            "{why}"
+        );
+    };
+    let not_ours = "not a regular file of uid 0";
+    again(
+        &|| std::os::unix::fs::chown(&file, Some(65534), None).unwrap(),
+        not_ours,
+    );
+    for mode in [0o666, 0o620] {
+        again(
+            &|| fs::set_permissions(&file, fs::Permissions::from_mode(mode)).unwrap(),
+            not_ours,
+        );
+    }
+    again(
+        &|| fs::write(&file, &good[..good.len() / 2]).unwrap(),
+        "EOF while parsing",
+    );
+    again(
+        &|| fs::write(&file, b"\x00\x01 not json").unwrap(),
+        "expected value",
+    );
+    again(
+        &|| {
+            let other = s.bed.t.join("elsewhere.json");
+            fs::write(&other, &good).unwrap();
+            fs::remove_file(&file).unwrap();
+            std::os::unix::fs::symlink(&other, &file).unwrap();
+        },
+        "symbolic links",
+    );
+    // A spec that does not validate, under the right key.
+    again(
+        &|| {
+            let text = String::from_utf8(good.clone()).unwrap();
+            assert!(text.contains(r#""name":"1""#), "{text}");
+            fs::write(&file, text.replace(r#""name":"1""#, r#""name":"1/""#)).unwrap()
+        },
+        "device name",
+    );
+    // Made for the spec file as it was: device 2 renamed 3 since.
+    s.put(&spec, &example_spec("a", &["1", "3"]));
+    fs::write(&file, &good).unwrap();
+    let (lines, got) = s.create_cdi("example.com/gpu=3").unwrap();
+    assert!(
+        cache_rebuilt(&lines, "made for other spec files"),
+        "{lines:?}"
+    );
+    assert_eq!(got, ["3-a"]);
+    assert!(cache_used(&s.create_cdi("example.com/gpu=3").unwrap().0));
+}
+
+#[test]
+fn a_bad_specs_warning_prints_on_the_cached_create_too() {
+    let s = Snap::new();
+    s.put(&s.bed.cdi_dir().join("a.json"), &example_spec("a", &["1"]));
+    // It names the vendor, so it is parsed; its device has no edits.
+    s.put(
+        &s.bed.cdi_dir().join("bad.json"),
+        r#"{"cdiVersion":"0.5.0","kind":"example.com/gpu","devices":[{"name":"x"}]}"#,
+    );
+    let warnings = |lines: &[String]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l.contains("WARN"))
+            .map(|l| l[l.find("WARN").unwrap()..].to_string())
+            .collect()
+    };
+    let (first, got) = s.create_cdi("example.com/gpu=1").unwrap();
+    assert_eq!(got, ["1-a"]);
+    let w = warnings(&first);
+    assert!(
+        w.len() == 1 && w[0].contains("bad.json") && w[0].contains("container edits"),
+        "{first:?}"
+    );
+    let (second, _) = s.create_cdi("example.com/gpu=1").unwrap();
+    assert!(cache_used(&second), "{second:?}");
+    assert_eq!(warnings(&second), w);
 }
