@@ -56,8 +56,9 @@ pub struct Config {
     /// `[gpuctk] nvml-helper`: the dynamically linked program a build without in-process NVML
     /// (the static one that ships) runs for NVML's answers.
     pub nvml_helper: PathBuf,
-    /// `[gpuctk] snapshot-dir`: where the discovery snapshot is kept (`crate::snapshot`); `""`
-    /// turns it off; unset, [`Config::snapshot_dir`] picks it.
+    /// `[gpuctk] snapshot-dir`: where the discovery snapshot (`crate::snapshot`) and the CDI
+    /// spec cache (`crate::spec_cache`) are kept; `""` turns both off; unset,
+    /// [`Config::snapshot_dir`] picks it.
     pub snapshot_dir: Option<PathBuf>,
     /// `[nvidia-container-runtime.modes.legacy] cuda-compat-mode`.
     pub cuda_compat_mode: CompatMode,
@@ -99,10 +100,10 @@ pub const DEFAULT_NVML_CACHE: &str = "/run/gpuctk/nvml-cache.json";
 pub const DEFAULT_NVML_HELPER: &str = "/usr/libexec/gpuctk/gpuctk-nvml";
 
 impl Config {
-    /// Where the discovery snapshot is kept: `[gpuctk] snapshot-dir` (`""`: nowhere); unset,
-    /// `/run/gpuctk` for root and `$XDG_RUNTIME_DIR/gpuctk` for a user, but only on the host's
-    /// own procfs (`proc-root = "/proc"`), so a test's or a mock host's roots leave nothing in
-    /// the host's `/run` unless their config asks for it.
+    /// Where the discovery snapshot and the spec cache are kept: `[gpuctk] snapshot-dir` (`""`:
+    /// nowhere); unset, `/run/gpuctk` for root and `$XDG_RUNTIME_DIR/gpuctk` for a user, but
+    /// only on the host's own procfs (`proc-root = "/proc"`), so a test's or a mock host's roots
+    /// leave nothing in the host's `/run` unless their config asks for it.
     pub fn snapshot_dir(&self) -> Option<PathBuf> {
         match &self.snapshot_dir {
             Some(d) if d.as_os_str().is_empty() => None,
