@@ -11,6 +11,11 @@
 //! directory defines it too; here the higher-priority definition wins (the conflict is still
 //! reported), since overriding a broken lower directory is what the priority order is for.
 //! Files are read in name order so results never depend on directory order.
+//!
+//! The listing ([`list_spec_dir`]: one `readdir` per directory, one `stat` per spec file) is
+//! public, with each file's identity, so that a cache of a registry can be keyed on the very
+//! listing a load then reads ([`Registry::load_listed`]) and rebuilt from what a load gave
+//! ([`Registry::loaded`], [`Registry::from_loaded`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
