@@ -1204,7 +1204,7 @@ pub fn check_container_root(path: &Path) -> Result<(), RootError> {
 
 mod opath;
 mod walk;
-pub use walk::MAX_WALK_COMPONENTS;
+pub use walk::{LexicalResolver, MAX_WALK_COMPONENTS};
 
 #[cfg(test)]
 mod tests;
