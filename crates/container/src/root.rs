@@ -556,28 +556,53 @@ impl Root {
     /// root), creates each missing component with `mkdirat` relative to
     /// its symlink-free parent. `mode` is subject to the umask, as mkdir's.
     pub fn mkdir_all(&self, path: &str, mode: u32) -> Result<(), RootError> {
-        self.mkdir_all_open(path, mode).map(drop)
+        if self.open_symlink_free_dir(path).is_some() {
+            return Ok(());
+        }
+        self.mkdir_all_walk(path, mode)
     }
 
-    /// [`Root::mkdir_all`], and the folder it made (or found) opened (`O_PATH`: for the `*at`
-    /// calls of [`Dir`], not for listing it), so that the files put into it cost no resolution
-    /// each. A folder that exists already costs one in-root open, no walk.
+    /// [`Root::mkdir_all`], and the folder then opened as the kernel resolves `path` in the
+    /// root (`O_PATH`: for the `*at` calls of [`Dir`], not for listing it), as
+    /// [`Root::write_file_atomic`] and [`Root::symlink_force`] open a parent: so the files put
+    /// into it cost no resolution each. A folder that exists, with no symlink on its path, costs
+    /// one in-root open, no walk.
     pub fn mkdir_all_open(&self, path: &str, mode: u32) -> Result<Dir<'_>, RootError> {
-        let dir = |fd| Dir {
+        let fd = match self.open_symlink_free_dir(path) {
+            Some(fd) => fd,
+            None => {
+                self.mkdir_all_walk(path, mode)?;
+                self.open_in_root(
+                    path,
+                    libc::O_PATH | libc::O_DIRECTORY,
+                    IN_ROOT,
+                    "open directory",
+                )?
+            }
+        };
+        Ok(Dir {
             root: self,
             fd,
             path: path.to_string(),
-        };
-        // Whatever stops the kernel's own resolution (a missing component, a loop) is walked,
-        // so that those give what they always gave.
-        if let Ok(fd) = self.open_in_root(
+        })
+    }
+
+    /// Folder `path` when it exists with no symlink on its way: where the walk would find it,
+    /// and where the kernel's in-root resolution does. `None` for anything else (a missing
+    /// component, a symlink, which the walk follows under its own budget and rules), so that
+    /// it is walked and gives what it always gave.
+    fn open_symlink_free_dir(&self, path: &str) -> Option<OwnedFd> {
+        self.open_in_root(
             path,
             libc::O_PATH | libc::O_DIRECTORY,
-            IN_ROOT,
+            IN_ROOT_NO_SYMLINKS,
             "open directory",
-        ) {
-            return Ok(dir(fd));
-        }
+        )
+        .ok()
+    }
+
+    /// The walk of [`Root::mkdir_all`].
+    fn mkdir_all_walk(&self, path: &str, mode: u32) -> Result<(), RootError> {
         let found = self.walk(path, true)?;
         let mut fd = self.open_canonical_dir(&found.existing, path)?;
         for c in found.missing {
@@ -592,7 +617,7 @@ impl Root {
             fd = walk::open_child_dir(fd.as_fd(), &c)
                 .map_err(|e| self.io_err(path, "open directory", e))?;
         }
-        Ok(dir(fd))
+        Ok(())
     }
 
     /// Opens the parent directory of `path` (in-root) for `*at` calls and
