@@ -1033,7 +1033,10 @@ enum Stop {
     Cap,
 }
 
-/// A directory inside a [`Root`], opened once ([`Root::open_dir`]).
+/// A directory inside a [`Root`], opened once ([`Root::open_dir`], [`Dir::open_dir`]; or by
+/// [`Root::mkdir_all_open`] with `O_PATH`, for lookups and files in it but not for listing), so
+/// that each file in it is reached by a single name, with no resolution from the root. The
+/// descriptor stays on a folder inside the root whatever the image's symlinks do meanwhile.
 #[derive(Debug)]
 pub struct Dir<'r> {
     root: &'r Root,
