@@ -199,8 +199,11 @@ pub fn write_app_profile(root: &Root, minors: &[u32]) -> Result<(), RootError> {
     let Some(profile) = app_profile(minors) else {
         return Ok(());
     };
-    root.mkdir_all(APP_PROFILE_DIR, 0o555)?;
-    root.write_file_atomic(APP_PROFILE_FILE, profile.as_bytes(), 0o444)
+    let dir = root.mkdir_all_open(APP_PROFILE_DIR, 0o555)?;
+    let name = APP_PROFILE_FILE.rsplit('/').next().unwrap_or_default();
+    // A container started again on its root finds the same profile: left as it is.
+    dir.write_file_if_changed(name, profile.as_bytes(), 0o444, None)
+        .map(drop)
 }
 
 #[cfg(test)]
@@ -324,6 +327,15 @@ mod tests {
                 & 0o777,
             0o555
         );
+        // Again on the same root (issue 21): the same profile is left as it is (no rename over
+        // it); other GPUs' is written.
+        use std::os::unix::fs::MetadataExt;
+        let first = std::fs::metadata(&f).unwrap().ino();
+        assert_eq!(update_application_profile(&root).unwrap(), [1, 3]);
+        assert_eq!(std::fs::metadata(&f).unwrap().ino(), first);
+        write_app_profile(&root, &[2]).unwrap();
+        assert_ne!(std::fs::metadata(&f).unwrap().ino(), first);
+        assert!(std::fs::read_to_string(&f).unwrap().contains("0x4]"));
         // No GPU node, no /dev: nothing written.
         let e = tempfile::tempdir().unwrap();
         let root = Root::open(e.path()).unwrap();

@@ -359,6 +359,11 @@ impl Root {
     /// hook rewriting `/etc/ld.so.cache` in a shared rootfs) is checked again, up to
     /// [`REPLACED_RETRIES`] times: only a path that keeps changing is [`RootError::Raced`].
     pub fn open_read(&self, path: &str) -> Result<File, RootError> {
+        self.open_read_seen(path).map(|(file, _)| file)
+    }
+
+    /// [`Root::open_read`] with what `fstat` said of the file opened.
+    fn open_read_seen(&self, path: &str) -> Result<(File, Metadata), RootError> {
         for _ in 0..REPLACED_RETRIES {
             let probe = self.open_in_root(path, libc::O_PATH, IN_ROOT, "open")?;
             let before = fstat(probe.as_fd()).map_err(|e| self.io_err(path, "stat", e))?;
@@ -377,7 +382,7 @@ impl Root {
             )?;
             let after = fstat(fd.as_fd()).map_err(|e| self.io_err(path, "stat", e))?;
             if after.same_inode(&before) {
-                return Ok(File::from(fd));
+                return Ok((File::from(fd), after));
             }
         }
         Err(RootError::Raced {
@@ -389,11 +394,18 @@ impl Root {
 
     /// Reads a whole regular file, refusing files larger than `cap` bytes.
     pub fn read_to_vec(&self, path: &str, cap: u64) -> Result<Vec<u8>, RootError> {
-        let file = self.open_read(path)?;
-        let size = file
-            .metadata()
-            .map_err(|e| self.io_err(path, "stat", e))?
-            .len();
+        let (file, seen) = self.open_read_seen(path)?;
+        self.read_capped(file, seen.size, path, cap)
+    }
+
+    /// The bytes of `file` (`size` as `fstat` gave it), refusing more than `cap`.
+    fn read_capped(
+        &self,
+        file: impl Read,
+        size: u64,
+        path: &str,
+        cap: u64,
+    ) -> Result<Vec<u8>, RootError> {
         let too_large = |size| RootError::TooLarge {
             root: self.path.clone(),
             path: path.to_string(),
@@ -544,18 +556,65 @@ impl Root {
     /// root), creates each missing component with `mkdirat` relative to
     /// its symlink-free parent. `mode` is subject to the umask, as mkdir's.
     pub fn mkdir_all(&self, path: &str, mode: u32) -> Result<(), RootError> {
+        if self.open_symlink_free_dir(path).is_some() {
+            return Ok(());
+        }
+        self.mkdir_all_walk(path, mode)
+    }
+
+    /// [`Root::mkdir_all`], and the folder then opened as the kernel resolves `path` in the
+    /// root (`O_PATH`: for the `*at` calls of [`Dir`], not for listing it), as
+    /// [`Root::write_file_atomic`] and [`Root::symlink_force`] open a parent: so the files put
+    /// into it cost no resolution each. A folder that exists, with no symlink on its path, costs
+    /// one in-root open, no walk.
+    pub fn mkdir_all_open(&self, path: &str, mode: u32) -> Result<Dir<'_>, RootError> {
+        let fd = match self.open_symlink_free_dir(path) {
+            Some(fd) => fd,
+            None => {
+                self.mkdir_all_walk(path, mode)?;
+                self.open_in_root(
+                    path,
+                    libc::O_PATH | libc::O_DIRECTORY,
+                    IN_ROOT,
+                    "open directory",
+                )?
+            }
+        };
+        Ok(Dir {
+            root: self,
+            fd,
+            path: path.to_string(),
+        })
+    }
+
+    /// Folder `path` when it exists with no symlink on its way: where the walk would find it,
+    /// and where the kernel's in-root resolution does. `None` for anything else (a missing
+    /// component, a symlink, which the walk follows under its own budget and rules), so that
+    /// it is walked and gives what it always gave.
+    fn open_symlink_free_dir(&self, path: &str) -> Option<OwnedFd> {
+        self.open_in_root(
+            path,
+            libc::O_PATH | libc::O_DIRECTORY,
+            IN_ROOT_NO_SYMLINKS,
+            "open directory",
+        )
+        .ok()
+    }
+
+    /// The walk of [`Root::mkdir_all`].
+    fn mkdir_all_walk(&self, path: &str, mode: u32) -> Result<(), RootError> {
         let found = self.walk(path, true)?;
-        let mut dir = self.open_canonical_dir(&found.existing, path)?;
+        let mut fd = self.open_canonical_dir(&found.existing, path)?;
         for c in found.missing {
             let cname = name_cstring(&c, path)?;
-            if let Err(e) = sys::mkdirat(dir.as_fd(), &cname, mode) {
+            if let Err(e) = sys::mkdirat(fd.as_fd(), &cname, mode) {
                 if e.raw_os_error() != Some(libc::EEXIST) {
                     return Err(self.io_err(path, "mkdir", e));
                 }
             }
             // Open the one new name without following anything: if something raced a
             // symlink into place, this fails instead of escaping.
-            dir = walk::open_child_dir(dir.as_fd(), &c)
+            fd = walk::open_child_dir(fd.as_fd(), &c)
                 .map_err(|e| self.io_err(path, "open directory", e))?;
         }
         Ok(())
@@ -587,7 +646,20 @@ impl Root {
         let (dir, name) = self.parent_dir(path)?;
         let dfd = dir.as_fd();
         self.refuse_directory(dfd, &name, path)?;
-        let tmp = temp_name(&name);
+        self.replace_at(dfd, &name, path, bytes, mode)
+    }
+
+    /// The atomic replace of [`Root::write_file_atomic`] in the open folder `dfd`, once a
+    /// directory at `name` has been refused; `path` names it in messages.
+    fn replace_at(
+        &self,
+        dfd: BorrowedFd<'_>,
+        name: &OsStr,
+        path: &str,
+        bytes: &[u8],
+        mode: u32,
+    ) -> Result<(), RootError> {
+        let tmp = temp_name(name);
         let ctmp = name_cstring(&tmp, path)?;
         let fd = sys::openat(
             dfd,
@@ -600,7 +672,7 @@ impl Root {
         let written = (|| -> Result<(), (&'static str, io::Error)> {
             file.write_all(bytes).map_err(|e| ("write", e))?;
             sys::fchmod(file.as_fd(), mode).map_err(|e| ("chmod", e))?;
-            rename_at(dfd, &tmp, &name).map_err(|e| ("rename", e))
+            rename_at(dfd, &tmp, name).map_err(|e| ("rename", e))
         })();
         if let Err((op, e)) = written {
             // Failure to remove it is harmless: a temporary name, swept later.
@@ -908,6 +980,27 @@ const QUICK_RETRIES: u32 = 32;
 /// The most [`openat2`] sleeps between retries before it reports `EAGAIN`.
 const RETRY_SLEEP_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Whether `file` holds exactly `bytes`, read from its start (`pread`: the offset is left alone).
+fn same_bytes(file: &File, bytes: &[u8]) -> io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; bytes.len() + 1];
+    let mut have = 0;
+    loop {
+        match file.read_at(&mut buf[have..], have as u64) {
+            Ok(0) => break,
+            Ok(n) => {
+                have += n;
+                if have > bytes.len() {
+                    return Ok(false);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(&buf[..have] == bytes)
+}
+
 fn fstat(fd: BorrowedFd<'_>) -> io::Result<Metadata> {
     Ok(Metadata::from_stat(&sys::fstat(fd)?))
 }
@@ -940,7 +1033,10 @@ enum Stop {
     Cap,
 }
 
-/// A directory inside a [`Root`], opened once ([`Root::open_dir`]).
+/// A directory inside a [`Root`], opened once ([`Root::open_dir`], [`Dir::open_dir`]; or by
+/// [`Root::mkdir_all_open`] with `O_PATH`, for lookups and files in it but not for listing), so
+/// that each file in it is reached by a single name, with no resolution from the root. The
+/// descriptor stays on a folder inside the root whatever the image's symlinks do meanwhile.
 #[derive(Debug)]
 pub struct Dir<'r> {
     root: &'r Root,
@@ -948,7 +1044,7 @@ pub struct Dir<'r> {
     path: String,
 }
 
-impl Dir<'_> {
+impl<'r> Dir<'r> {
     fn child(&self, name: &str) -> String {
         if self.path.ends_with('/') {
             format!("{}{name}", self.path)
@@ -1069,6 +1165,121 @@ impl Dir<'_> {
         }
         self.root
             .symlink_force_at(self.fd.as_fd(), OsStr::new(name), &ctarget, &link)
+    }
+
+    /// A single name of this folder, checked to be one: `*at` calls on it must resolve nothing.
+    fn single_name(&self, name: &str) -> Result<CString, RootError> {
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(RootError::InvalidPath {
+                path: self.child(name),
+                reason:
+                    "a name in a folder must be a file name (not empty, `.`, `..` or with a `/`)",
+            });
+        }
+        name_cstring(OsStr::new(name), &self.child(name))
+    }
+
+    /// [`Root::write_file_atomic`] of entry `name`: the folder is open already, nothing is
+    /// walked.
+    pub fn write_file_atomic(&self, name: &str, bytes: &[u8], mode: u32) -> Result<(), RootError> {
+        self.single_name(name)?;
+        let path = self.child(name);
+        let dfd = self.fd.as_fd();
+        self.root.refuse_directory(dfd, OsStr::new(name), &path)?;
+        self.root
+            .replace_at(dfd, OsStr::new(name), &path, bytes, mode)
+    }
+
+    /// [`Dir::write_file_atomic`], unless entry `name` is a regular file holding `bytes` with
+    /// permission bits `mode` already: a container started again on the same root writes the
+    /// same files again, and a rename over a file costs the file system far more than reading
+    /// it (a writeback and the old inode's eviction). Returns whether it wrote.
+    ///
+    /// `current` is the file as the caller read it earlier, with what `fstat` said then: when
+    /// the name is still that inode its bytes are read again from that descriptor, not opened
+    /// anew.
+    pub fn write_file_if_changed(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        mode: u32,
+        current: Option<(&File, &Metadata)>,
+    ) -> Result<bool, RootError> {
+        self.single_name(name)?;
+        let path = self.child(name);
+        let there = match self.lstat(name)? {
+            Some(m) if m.kind == FileKind::Dir => {
+                return Err(RootError::IsDirectory {
+                    root: self.root.path.clone(),
+                    path,
+                })
+            }
+            there => there,
+        };
+        if let Some(m) = there
+            .filter(|m| m.kind == FileKind::File && m.mode == mode && m.size == bytes.len() as u64)
+        {
+            let opened;
+            let file = match current {
+                Some((f, seen)) if seen.same_inode(&m) => Some(f),
+                _ => {
+                    opened = self.open_file(name, &m)?;
+                    opened.as_ref()
+                }
+            };
+            if let Some(f) = file {
+                if same_bytes(f, bytes).map_err(|e| self.root.io_err(&path, "read", e))? {
+                    return Ok(false);
+                }
+            }
+        }
+        self.root
+            .replace_at(self.fd.as_fd(), OsStr::new(name), &path, bytes, mode)?;
+        Ok(true)
+    }
+
+    /// Opens sub-folder `name` (the kernel resolving it in the root when it is a symlink) for
+    /// listing and lookups: one name from this folder, not a resolution from the root.
+    pub fn open_dir(&self, name: &str) -> Result<Dir<'r>, RootError> {
+        let c = self.single_name(name)?;
+        let path = self.child(name);
+        match openat2(
+            self.fd.as_fd(),
+            &c,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+        ) {
+            Ok(fd) => Ok(Dir {
+                root: self.root,
+                fd,
+                path,
+            }),
+            // A symlink: resolved as any container path is.
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => self.root.open_dir(&path),
+            Err(e) => Err(self.root.io_err(&path, "open directory", e)),
+        }
+    }
+
+    /// Reads entry `name`, at most `cap` bytes ([`RootError::TooLarge`] past them), when it is a
+    /// regular file right here, and returns it with its descriptor and `fstat`. `None` for
+    /// anything else (missing, a symlink, a FIFO, changed meanwhile): the caller then reads the
+    /// full path with [`Root::read_to_vec`], which says what it is.
+    #[allow(clippy::type_complexity)]
+    pub fn read_file(
+        &self,
+        name: &str,
+        cap: u64,
+    ) -> Result<Option<(Vec<u8>, File, Metadata)>, RootError> {
+        let Some(seen) = self.lstat(name)? else {
+            return Ok(None);
+        };
+        let Some(file) = self.open_file(name, &seen)? else {
+            return Ok(None);
+        };
+        let path = self.child(name);
+        let mut reader = &file;
+        let bytes = self.root.read_capped(&mut reader, seen.size, &path, cap)?;
+        Ok(Some((bytes, file, seen)))
     }
 
     /// Opens entry `name` for reading if it is a regular file (not through
@@ -1204,7 +1415,7 @@ pub fn check_container_root(path: &Path) -> Result<(), RootError> {
 
 mod opath;
 mod walk;
-pub use walk::MAX_WALK_COMPONENTS;
+pub use walk::{LexicalResolver, MAX_WALK_COMPONENTS};
 
 #[cfg(test)]
 mod tests;

@@ -512,3 +512,35 @@ fn far_library_links_are_capped_near_ones_are_not() {
         report.notes
     );
 }
+
+/// A container started again on its root (issue 21): the cache it would write is the one there,
+/// so the file is left as it is (same inode: no rename over it, which costs the file system a
+/// writeback and an eviction); a cache that differs, in its bytes or its mode, is replaced.
+#[test]
+fn an_unchanged_cache_is_not_written_again() {
+    let (_tmp, root, _host) = small_root();
+    build_lib(&root.join("usr/lib64/libfoo.so.1.2"), "libfoo.so.1", "foo");
+    let r = Root::open(&root).unwrap();
+    let cache = root.join("etc/ld.so.cache");
+    update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
+    let first = std::fs::metadata(&cache).unwrap();
+    update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
+    let again = std::fs::metadata(&cache).unwrap();
+    assert_eq!((again.ino(), again.mode()), (first.ino(), first.mode()));
+    // Another library: new bytes, a new file.
+    build_lib(&root.join("usr/lib64/libbar.so.2.0"), "libbar.so.2", "bar");
+    update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
+    let grown = std::fs::metadata(&cache).unwrap();
+    assert_ne!(grown.ino(), first.ino());
+    assert!(ldconfig_p(&cache)
+        .iter()
+        .any(|(n, _, _)| n == "libbar.so.2"));
+    // The same bytes with another mode: written again, with its mode.
+    let bytes = std::fs::read(&cache).unwrap();
+    std::fs::set_permissions(&cache, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
+    let fixed = std::fs::metadata(&cache).unwrap();
+    assert_ne!(fixed.ino(), grown.ino());
+    assert_eq!(fixed.mode() & 0o7777, 0o644);
+    assert_eq!(std::fs::read(&cache).unwrap(), bytes);
+}

@@ -430,62 +430,20 @@ fn hooks_in_shim(
     Ok((done.len(), left))
 }
 
-/// [`gpuctk_container::Root::resolve_lexically`] for many paths, each folder walked once: the
-/// first path in a folder resolves and opens the folder; after that only a path's last name
-/// is looked at (one `lstat`), and walked whole only when it is a symlink. Most paths here are
-/// library mounts in one or two folders, which a walk each cost a dozen system calls.
-struct Resolver<'r> {
-    root: &'r gpuctk_container::Root,
-    /// Folder as written → where it resolves and its descriptor (`None`: it does not resolve).
-    dirs: std::collections::HashMap<String, Option<ResolvedDir<'r>>>,
-}
-
-struct ResolvedDir<'r> {
-    resolved: String,
-    /// The folder; `Err(true)` when it does not exist (yet), so neither does anything in it;
-    /// `Err(false)` when it cannot be opened: its paths are walked whole.
-    dir: Result<gpuctk_container::root::Dir<'r>, bool>,
-}
+/// [`gpuctk_container::Root::resolve_lexically`] for many paths, each name of each folder looked
+/// up once ([`gpuctk_container::root::LexicalResolver`]): most paths here are library mounts in
+/// one or two folders, and the folders of all of them share their first components (`/usr`,
+/// `/etc`), which a walk each looked up again from the root.
+struct Resolver<'r>(gpuctk_container::root::LexicalResolver<'r>);
 
 impl<'r> Resolver<'r> {
     fn new(root: &'r gpuctk_container::Root) -> Resolver<'r> {
-        Resolver {
-            root,
-            dirs: std::collections::HashMap::new(),
-        }
+        Resolver(gpuctk_container::root::LexicalResolver::new(root))
     }
 
+    /// Where `p` leads in the root; `None` where it does not resolve.
     fn resolve(&mut self, p: &str) -> Option<String> {
-        let whole = |p: &str| self.root.resolve_lexically(p).ok();
-        let Some((parent, last)) = p.trim_end_matches('/').rsplit_once('/') else {
-            return whole(p);
-        };
-        if matches!(last, "" | "." | "..") {
-            return whole(p);
-        }
-        let parent = if parent.is_empty() { "/" } else { parent };
-        let root = self.root;
-        // A folder that does not resolve: neither does anything in it (its walk is a prefix).
-        let found = self
-            .dirs
-            .entry(parent.to_string())
-            .or_insert_with(|| {
-                let resolved = root.resolve_lexically(parent).ok()?;
-                let dir = root.open_dir(&resolved).map_err(|e| e.is_not_found());
-                Some(ResolvedDir { resolved, dir })
-            })
-            .as_ref()?;
-        let joined = || format!("{}/{last}", found.resolved.trim_end_matches('/'));
-        let dir = match &found.dir {
-            Ok(d) => d,
-            Err(true) => return Some(joined()),
-            Err(false) => return whole(p),
-        };
-        match dir.lstat(last) {
-            Ok(Some(md)) if md.kind == gpuctk_container::FileKind::Symlink => whole(p),
-            Ok(_) => Some(joined()),
-            Err(_) => whole(p),
-        }
+        self.0.resolve(p).ok()
     }
 }
 
@@ -608,6 +566,18 @@ mod tests {
         symlink("/real", r.join("etc/alias")).unwrap();
         symlink("loop", r.join("etc/loop")).unwrap();
         std::fs::write(r.join("etc/file"), b"x").unwrap();
+        // Up and out again through `..`, from a folder the resolver has open.
+        symlink("../../../etc", r.join("usr/lib/x86_64-linux-gnu/up")).unwrap();
+        // 39 links to reach a folder, and names in it that take 1 and 2 more: the kernel's
+        // limit of 40 counts them together, whatever the resolver remembers of the folder.
+        std::fs::create_dir_all(r.join("c/d")).unwrap();
+        for i in 0..38 {
+            symlink(format!("a{}", i + 1), r.join(format!("c/a{i}"))).unwrap();
+        }
+        symlink("d", r.join("c/a38")).unwrap();
+        symlink("y", r.join("c/d/x")).unwrap();
+        symlink("z1", r.join("c/d/z")).unwrap();
+        symlink("y", r.join("c/d/z1")).unwrap();
         let root = gpuctk_container::Root::open(r).unwrap();
         let mut resolver = Resolver::new(&root);
         for p in [
@@ -628,12 +598,32 @@ mod tests {
             "/dev/pts",
             "/lib/../etc/x",
             "/usr/lib/x86_64-linux-gnu/",
+            "/usr/lib/x86_64-linux-gnu/up/file",
+            "/lib/x86_64-linux-gnu/up/alias/y",
+            "/usr/lib/x86_64-linux-gnu/../../../../../etc/ld.so.cache",
+            "/etc/alias/../usr/lib",
+            "/usr/lib64/../lib",
+            "/c/a0/x",
+            "/c/a0/z",
+            "/c/a0/z/w",
+            "/c/a1/z",
+            "/c/d/z",
         ] {
-            // Twice: the second comes from the folder already resolved.
+            // Twice: the second comes from the folders already looked up.
             for _ in 0..2 {
                 assert_eq!(resolver.resolve(p), root.resolve_lexically(p).ok(), "{p}");
             }
         }
+        // What the limit cases are, so that the agreement above means something.
+        assert_eq!(resolver.resolve("/c/a0/x").as_deref(), Some("/c/d/y"));
+        assert_eq!(resolver.resolve("/c/a0/z"), None, "41 links");
+        assert_eq!(resolver.resolve("/c/a1/z").as_deref(), Some("/c/d/y"));
+        assert_eq!(
+            resolver
+                .resolve("/usr/lib/x86_64-linux-gnu/up/file")
+                .as_deref(),
+            Some("/etc/file")
+        );
     }
 
     fn os(v: &[&str]) -> Vec<OsString> {

@@ -1,7 +1,7 @@
 //! `update-ldcache`: the container's `/etc/ld.so.cache` rebuilt for the given folders, as
 //! `ldconfig` would, without running the image's `ldconfig`.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use gpuctk_ldcache::{Cache, Entry};
 
@@ -12,7 +12,7 @@ use super::{
     TRUSTED_DIRS,
 };
 use crate::elf::{self, ElfError};
-use crate::root::{FileKind, LinkOutcome, Root, RootError};
+use crate::root::{Dir, FileKind, LinkOutcome, Metadata, Root, RootError};
 
 /// What [`update_ldcache`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -106,7 +106,25 @@ pub fn update_ldcache_pending(
         .map(|f| normalize_dir(f, "--folder"))
         .collect::<Result<_, _>>()?;
 
-    let mut cache = match root.read_to_vec(LD_SO_CACHE, MAX_CACHE) {
+    // `/etc`, opened once: the cache is read and written, `ld.so.conf` looked at and
+    // `ld.so.conf.d` opened through it. Where it does not open (missing, led through a magic
+    // link), and for anything in it but a plain file, the full paths are resolved in the root
+    // as ever, which says what is wrong.
+    let etc = root.open_dir("/etc").ok();
+    // The cache as read, kept open: written back only if it changed.
+    let mut current = None;
+    let read = match etc
+        .as_ref()
+        .map(|d| d.read_file(base(LD_SO_CACHE), MAX_CACHE))
+    {
+        Some(Ok(Some((bytes, file, seen)))) => {
+            current = Some((file, seen));
+            Ok(bytes)
+        }
+        Some(Err(e)) => Err(e),
+        Some(Ok(None)) | None => root.read_to_vec(LD_SO_CACHE, MAX_CACHE),
+    };
+    let mut cache = match read {
         // What a power cut can leave of a cache renamed into place unsynced; the loader ignores
         // it too. Start afresh rather than refuse the container forever.
         Ok(bytes) if bytes.is_empty() => {
@@ -137,7 +155,7 @@ pub fn update_ldcache_pending(
         Err(e) => return Err(e.into()),
     };
 
-    let conf_d = read_conf_d(root, &mut report.notes)?;
+    let conf_d = read_conf_d(root, etc.as_ref(), &mut report.notes)?;
     let mut compat_seen = HashSet::new();
     'conf: for (name, dirs) in &conf_d {
         if name.starts_with(COMPAT_CONF_PREFIX) {
@@ -232,20 +250,30 @@ pub fn update_ldcache_pending(
     report.total_entries = cache.entries.len();
     // An `/etc` the image leads through a magic link cannot be written in-root: noted, and
     // the container keeps the loader's default search path.
-    let written = root
-        .mkdir_all("/etc", 0o755)
-        .and_then(|()| root.write_file_atomic(LD_SO_CACHE, &cache.to_bytes(), 0o644));
-    match written {
-        Ok(()) => {}
+    let etc = match etc {
+        Some(d) => Ok(d),
+        None => root.mkdir_all_open("/etc", 0o755),
+    };
+    let written = etc.and_then(|etc| {
+        let current = current.as_ref().map(|(f, seen)| (f, seen));
+        etc.write_file_if_changed(base(LD_SO_CACHE), &cache.to_bytes(), 0o644, current)?;
+        Ok(etc)
+    });
+    let etc = match written {
+        Ok(etc) => etc,
         Err(e) if unusable(&e) => {
             report.notes.push(format!("{e}; no cache written"));
             return Ok(report);
         }
         Err(e) => return Err(e.into()),
-    }
-    match root.try_symlink_metadata(LD_SO_CONF) {
+    };
+    match etc.lstat(base(LD_SO_CONF)) {
         Ok(None) => {
-            root.write_file_atomic(LD_SO_CONF, b"include /etc/ld.so.conf.d/*.conf\n", 0o644)?;
+            etc.write_file_atomic(
+                base(LD_SO_CONF),
+                b"include /etc/ld.so.conf.d/*.conf\n",
+                0o644,
+            )?;
             report.created_ld_so_conf = true;
         }
         Ok(Some(_)) => {}
@@ -270,10 +298,10 @@ pub fn update_ldcache_pending(
             text.push('\n');
         }
         let written = root
-            .mkdir_all(LD_SO_CONF_D, 0o755)
-            .and_then(|()| root.write_file_atomic(GPUCTK_CONF, text.as_bytes(), 0o644));
+            .mkdir_all_open(LD_SO_CONF_D, 0o755)
+            .and_then(|d| d.write_file_if_changed(base(GPUCTK_CONF), text.as_bytes(), 0o644, None));
         match written {
-            Ok(()) => report.conf_file = Some(GPUCTK_CONF.to_string()),
+            Ok(_) => report.conf_file = Some(GPUCTK_CONF.to_string()),
             Err(e) if unusable(&e) => report.notes.push(format!("{e}; drop-in not written")),
             Err(e) => return Err(e.into()),
         }
@@ -285,9 +313,17 @@ pub fn update_ldcache_pending(
 /// directories they list (comments, blank and `include` lines dropped).
 fn read_conf_d(
     root: &Root,
+    etc: Option<&Dir<'_>>,
     notes: &mut Vec<String>,
 ) -> Result<Vec<(String, Vec<String>)>, HookError> {
-    let names = match root.read_dir_names_limited(LD_SO_CONF_D, MAX_DIR_ENTRIES) {
+    let opened = match etc {
+        Some(etc) => etc.open_dir(base(LD_SO_CONF_D)),
+        None => root.open_dir(LD_SO_CONF_D),
+    };
+    let (dir, names) = match opened.and_then(|d| {
+        let names = d.names(MAX_DIR_ENTRIES)?;
+        Ok((d, names))
+    }) {
         Ok(n) => n,
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => return Ok(Vec::new()),
         Err(e) if unusable(&e) => {
@@ -306,7 +342,13 @@ fn read_conf_d(
     }
     for name in confs.into_iter().take(MAX_CONF_FILES) {
         let path = join(LD_SO_CONF_D, &name);
-        let bytes = match root.read_to_vec(&path, MAX_CONF) {
+        // A plain file from the open folder; anything else resolved in the root.
+        let read = match dir.read_file(&name, MAX_CONF) {
+            Ok(Some((bytes, _, _))) => Ok(bytes),
+            Ok(None) => root.read_to_vec(&path, MAX_CONF),
+            Err(e) => Err(e),
+        };
+        let bytes = match read {
             Ok(b) => b,
             // Dangling links, directories named *.conf: ldconfig skips them too.
             Err(RootError::NotRegular { .. }) => continue,
@@ -331,6 +373,11 @@ fn read_conf_d(
         out.push((name, dirs));
     }
     Ok(out)
+}
+
+/// The last name of a container path constant (`/etc/ld.so.cache` → `ld.so.cache`).
+fn base(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// `ldconfig`'s own test for a file worth looking at (glibc's `_dl_is_dso`, plus its skip of
@@ -422,6 +469,13 @@ fn scan_dir(
         Err(e) => return Err(e.into()),
     };
     let shadowed: HashSet<&str> = pending.iter().map(|(n, _)| n.as_str()).collect();
+    // The whole listing: a name it does not hold is not there, and costs no lookup.
+    let mut looks = Looks {
+        dir: &opened,
+        listed: whole.then(|| names.iter().cloned().collect()),
+        stat: HashMap::new(),
+        link: HashMap::new(),
+    };
     let mut names: Vec<String> = names
         .into_iter()
         .filter(|n| is_dso_name(n) && !shadowed.contains(n.as_str()))
@@ -442,18 +496,16 @@ fn scan_dir(
         names = mounted;
     }
     let mut candidates = Vec::new();
-    let mut files: Vec<(String, bool, std::fs::File)> = Vec::with_capacity(names.len());
+    // The pending files are read where they are (`pread`), not copied.
+    let mut files: Vec<(String, bool, Held<'_>)> = Vec::with_capacity(names.len());
     for (name, file) in pending.iter().filter(|(n, _)| is_dso_name(n)) {
-        let file = file
-            .try_clone()
-            .map_err(|e| root.io_err(&join(dir, name), "dup", e))?;
-        files.push((name.clone(), false, file));
+        files.push((name.clone(), false, Held::Borrowed(file)));
     }
     let mut far = 0usize;
     for name in names {
         let path = join(dir, &name);
         // One component from the open directory: the cost per file an image can multiply.
-        let Some(lmeta) = opened.lstat(&name)? else {
+        let Some(lmeta) = looks.lstat(&name)? else {
             continue;
         };
         let (is_link, file) = match lmeta.kind {
@@ -461,7 +513,7 @@ fn scan_dir(
                 Some(f) => (false, f),
                 None => continue, // changed under us: not a library we can trust
             },
-            FileKind::Symlink => match near_link(&opened, &name)? {
+            FileKind::Symlink => match near_link(&mut looks, &name)? {
                 Near::File(f) => (true, f),
                 Near::None => continue,
                 Near::Far => {
@@ -486,7 +538,7 @@ fn scan_dir(
             },
             _ => continue,
         };
-        files.push((name, is_link, file));
+        files.push((name, is_link, Held::Owned(file)));
     }
     if far > MAX_FAR_LINKS {
         report.notes.push(format!(
@@ -495,7 +547,7 @@ fn scan_dir(
     }
     for (name, is_link, file) in files {
         let path = join(dir, &name);
-        let info = match elf::library_info(&file) {
+        let info = match elf::library_info(file.get()) {
             Ok(i) => i,
             Err(ElfError::NotElf) => continue, // linker scripts such as libc.so
             Err(e) => {
@@ -547,8 +599,9 @@ fn scan_dir(
                         .then_with(|| gpuctk_ldcache::libcmp(&a.name, &b.name))
                 })
                 .expect("groups are never empty");
-            // The folder is open already: one lstat, no walk.
-            match opened.lstat(&soname)? {
+            // The folder is open already, and most sonames were looked at above: at most one
+            // lstat and one readlink, no walk.
+            match looks.lstat(&soname)? {
                 None => {}
                 Some(m) if m.kind == FileKind::Symlink => {}
                 Some(m) => {
@@ -559,13 +612,90 @@ fn scan_dir(
                     continue;
                 }
             }
-            if opened.symlink_force(&best.name, &soname)? != LinkOutcome::Unchanged {
-                report.links.push((link_path.clone(), best.name.clone()));
+            let there = looks.read_link(&soname)?;
+            if there.as_deref() != Some(std::ffi::OsStr::new(&best.name)) {
+                // What it is now is known only to the next lookup.
+                looks.forget(&soname);
+                if opened.symlink_force(&best.name, &soname)? != LinkOutcome::Unchanged {
+                    report.links.push((link_path.clone(), best.name.clone()));
+                }
             }
         }
         entries.push(Entry::new(soname, link_path, flags));
     }
     Ok(Some((entries, whole)))
+}
+
+/// A file to read: one of the folder's, or a pending mount's, read in place.
+enum Held<'p> {
+    Owned(std::fs::File),
+    Borrowed(&'p std::fs::File),
+}
+
+impl Held<'_> {
+    fn get(&self) -> &std::fs::File {
+        match self {
+            Held::Owned(f) => f,
+            Held::Borrowed(f) => f,
+        }
+    }
+}
+
+/// The names of one scanned folder, each looked at once (`lstat`, `readlink`) however many
+/// links lead to it; names a whole listing does not hold are absent without a call. Nothing is
+/// created in the folder while it is scanned, but the soname links at its end.
+struct Looks<'a, 'r> {
+    dir: &'a Dir<'r>,
+    /// Every name of the folder, when it was read whole.
+    listed: Option<HashSet<String>>,
+    stat: HashMap<String, Option<Metadata>>,
+    link: HashMap<String, Option<std::ffi::OsString>>,
+}
+
+impl Looks<'_, '_> {
+    fn absent(&self, name: &str) -> bool {
+        self.listed.as_ref().is_some_and(|l| !l.contains(name))
+    }
+
+    /// [`Dir::lstat`], once per name.
+    fn lstat(&mut self, name: &str) -> Result<Option<Metadata>, RootError> {
+        if self.absent(name) {
+            return Ok(None);
+        }
+        if let Some(m) = self.stat.get(name) {
+            return Ok(*m);
+        }
+        let m = self.dir.lstat(name)?;
+        self.stat.insert(name.to_string(), m);
+        Ok(m)
+    }
+
+    /// Looks at `name` again next time (it was just made or replaced: a listing taken before
+    /// does not hold it either).
+    fn forget(&mut self, name: &str) {
+        self.stat.remove(name);
+        self.link.remove(name);
+        if let Some(l) = &mut self.listed {
+            l.insert(name.to_string());
+        }
+    }
+
+    /// [`Dir::read_link`], once per name.
+    fn read_link(&mut self, name: &str) -> Result<Option<std::ffi::OsString>, RootError> {
+        if self.absent(name)
+            || self
+                .lstat(name)?
+                .is_none_or(|m| m.kind != FileKind::Symlink)
+        {
+            return Ok(None);
+        }
+        if let Some(t) = self.link.get(name) {
+            return Ok(t.clone());
+        }
+        let t = self.dir.read_link(name)?;
+        self.link.insert(name.to_string(), t.clone());
+        Ok(t)
+    }
 }
 
 /// Where a library symlink in an open folder leads, followed through names in that folder only.
@@ -579,21 +709,21 @@ enum Near {
 }
 
 /// Follows symlink `name` of `dir` while its target is a plain name in `dir`, one lookup each.
-fn near_link(dir: &crate::root::Dir<'_>, name: &str) -> Result<Near, HookError> {
+fn near_link(looks: &mut Looks<'_, '_>, name: &str) -> Result<Near, HookError> {
     let mut cur = name.to_string();
     for _ in 0..crate::root::MAX_SYMLINKS {
-        let Some(target) = dir.read_link(&cur)? else {
+        let Some(target) = looks.read_link(&cur)? else {
             return Ok(Near::None);
         };
         let Some(target) = target.to_str().filter(|t| is_plain_name(t)) else {
             return Ok(Near::Far);
         };
-        let Some(m) = dir.lstat(target)? else {
+        let Some(m) = looks.lstat(target)? else {
             return Ok(Near::None);
         };
         match m.kind {
             FileKind::File => {
-                return Ok(match dir.open_file(target, &m)? {
+                return Ok(match looks.dir.open_file(target, &m)? {
                     Some(f) => Near::File(f),
                     None => Near::None,
                 })

@@ -1,7 +1,9 @@
 //! `create-symlinks`: `ln -sf` inside the root.
 
 use super::HookError;
-use crate::root::{LinkOutcome, Root};
+use std::collections::hash_map::Entry;
+
+use crate::root::{Dir, LinkOutcome, Root};
 
 pub use gpuctk_core::ops::Link;
 
@@ -9,18 +11,22 @@ pub use gpuctk_core::ops::Link;
 /// already pointing at their target left alone, files and other links
 /// replaced, directories refused.
 pub fn create_symlinks(root: &Root, links: &[Link]) -> Result<(), HookError> {
-    // Most links share one folder: it is walked and made once (nothing else runs in the root
-    // meanwhile; `symlink_force` still opens it in-root for each link). A link that replaced
-    // something may have been a folder's path (a symlink to it): the folders are made again.
-    let mut made = std::collections::HashSet::new();
+    // Most links share one folder: it is made and opened once, and every link of it is made
+    // through that descriptor (one name each, nothing walked; the descriptor stays inside the
+    // root whatever the image's links do meanwhile). A link that replaced something may have
+    // been a folder's path (a symlink to it): the folders are resolved again.
+    let mut open: std::collections::HashMap<String, Dir<'_>> = std::collections::HashMap::new();
     for l in links {
-        let (parent, _) = crate::root::split_parent(&l.link)?;
-        if !made.contains(&parent) {
-            root.mkdir_all(&parent, 0o755)?;
-            made.insert(parent);
-        }
-        if root.symlink_force(&l.target, &l.link)? == LinkOutcome::Replaced {
-            made.clear();
+        let (parent, name) = crate::root::split_parent(&l.link)?;
+        let dir = match open.entry(parent) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                let dir = root.mkdir_all_open(v.key(), 0o755)?;
+                v.insert(dir)
+            }
+        };
+        if dir.symlink_force(&l.target, &name.to_string_lossy())? == LinkOutcome::Replaced {
+            open.clear();
         }
     }
     Ok(())

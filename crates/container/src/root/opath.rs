@@ -362,6 +362,9 @@ mod tests {
             libc::O_RDONLY,
             libc::O_RDONLY | libc::O_NOFOLLOW,
             libc::O_RDONLY | libc::O_DIRECTORY,
+            // A folder opened by one name following nothing (the resolver's probe, `Dir::open_dir`).
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
         ];
         let resolves = [
             libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,

@@ -602,3 +602,86 @@ fn walk_stops_past_its_component_budget() {
     }
     assert!(!a.join("end/x").exists());
 }
+
+/// The shim's resolver of many paths (issue 21): the answers of [`Root::resolve_lexically`],
+/// with the kernel's `openat2` and with its userspace emulation, and each folder opened once:
+/// a second path in a folder already walked, or through a symlink already read, opens nothing.
+#[test]
+fn lexical_resolver_agrees_and_opens_each_folder_once() {
+    let f = fixture();
+    let r = &f.root;
+    for d in [
+        "usr/lib/x86_64-linux-gnu",
+        "etc/nvidia",
+        "proc",
+        "deep/a/b/c",
+    ] {
+        std::fs::create_dir_all(r.join(d)).unwrap();
+    }
+    symlink("usr/lib", r.join("lib")).unwrap();
+    symlink("/usr/lib", r.join("usr/lib64")).unwrap();
+    symlink("../../../etc", r.join("usr/lib/x86_64-linux-gnu/up")).unwrap();
+    symlink("/proc/self/root/etc", r.join("etc/magic")).unwrap();
+    symlink(&f.host, r.join("etc/host")).unwrap();
+    symlink("loop", r.join("etc/loop")).unwrap();
+    std::fs::write(r.join("etc/file"), b"x").unwrap();
+    let host_before = snapshot(&f.host);
+    let paths = [
+        "/",
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+        "/usr/lib64/x86_64-linux-gnu/x",
+        "/usr/lib/x86_64-linux-gnu/up/nvidia/x",
+        "/lib/x86_64-linux-gnu/../../../../etc/ld.so.cache",
+        "/etc/magic/x",
+        "/etc/host/secret",
+        "/etc/loop",
+        "/etc/file/x",
+        "/etc/file",
+        "/deep/a/b/c/../../b/c/d",
+        "/missing/../x",
+        "/missing/x/y",
+    ];
+    for force in [false, true] {
+        opath::FORCE.with(|c| c.set(force));
+        let root = Root::open(r).unwrap();
+        let mut resolver = LexicalResolver::new(&root);
+        for p in paths {
+            for _ in 0..2 {
+                let (a, b) = (resolver.resolve(p), root.resolve_lexically(p));
+                assert_eq!(
+                    a.as_ref().map_err(ToString::to_string),
+                    b.as_ref().map_err(ToString::to_string),
+                    "{p} (emulated: {force})"
+                );
+            }
+        }
+        // Every folder of these is open already: what goes to openat2 is their new last names,
+        // each looked up once, no folder again.
+        OPENAT2_PATH_BYTES.with(|c| c.set(0));
+        let more = [
+            "/usr/lib/x86_64-linux-gnu/libcudadebugger.so.1",
+            "/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.1",
+            "/usr/lib/x86_64-linux-gnu/up/nvidia/y",
+            "/deep/a/b/c/e",
+        ];
+        for p in more.iter().chain(&more) {
+            resolver.resolve(p).unwrap();
+        }
+        let names: usize = more
+            .iter()
+            .map(|p| p.rsplit('/').next().unwrap().len())
+            .sum();
+        assert_eq!(
+            OPENAT2_PATH_BYTES.with(|c| c.get()),
+            names as u64,
+            "emulated: {force}"
+        );
+        opath::FORCE.with(|c| c.set(false));
+    }
+    assert_eq!(
+        snapshot(&f.host),
+        host_before,
+        "the host directory is left alone"
+    );
+}

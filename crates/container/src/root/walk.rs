@@ -15,11 +15,12 @@
 //! from the root by those names with `RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS`, so a walk misled
 //! by a concurrent change cannot reach outside the root.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::rc::Rc;
 
 use super::{
     components, cstring, fstat, fstatat_nofollow, openat2, readlinkat, FileKind, Root, RootError,
@@ -41,13 +42,28 @@ pub(super) struct Walk {
     pub(super) missing: Vec<OsString>,
 }
 
+/// What one name of a folder was found to be by a walk: what [`LexicalResolver`] remembers.
+#[derive(Clone)]
+enum Seen {
+    Missing,
+    /// A symlink, and its target.
+    Link(OsString),
+    /// A directory, opened (one name, nothing followed), with its device and inode.
+    Dir(Rc<OwnedFd>, (u64, u64)),
+    /// Anything else.
+    Other,
+}
+
 /// One walk in progress.
 struct Walker<'a> {
     root: &'a Root,
     /// The path as given, for messages.
     path: &'a str,
+    /// The names already looked at, by the symlink-free path of each (`a/b` for `b` in `/a`):
+    /// a [`LexicalResolver`]'s, shared by its walks.
+    memo: Option<&'a mut HashMap<OsString, Seen>>,
     /// The directory `existing` names; `None` for the root itself.
-    cur: Option<OwnedFd>,
+    cur: Option<Rc<OwnedFd>>,
     existing: Vec<OsString>,
     /// Device and inode of each directory in `existing`, to check a step up.
     ids: Vec<(u64, u64)>,
@@ -58,7 +74,71 @@ struct Walker<'a> {
 
 impl Walker<'_> {
     fn dirfd(&self) -> BorrowedFd<'_> {
-        self.cur.as_ref().map_or(self.root.fd.as_fd(), AsFd::as_fd)
+        self.cur
+            .as_ref()
+            .map_or(self.root.fd.as_fd(), |fd| fd.as_fd())
+    }
+
+    /// The memo's key of `name` in the current directory.
+    fn key(&self, name: &OsStr) -> OsString {
+        let mut k = OsString::new();
+        for c in &self.existing {
+            k.push(c);
+            k.push("/");
+        }
+        k.push(name);
+        k
+    }
+
+    /// What `name` of the current directory is: looked up (`lstat`, then `readlink` for a
+    /// symlink or a single-name open for a directory), or taken from the memo, which holds each
+    /// name once it has been looked up.
+    fn see(&mut self, name: &OsStr) -> Result<Seen, RootError> {
+        let key = self.memo.is_some().then(|| self.key(name));
+        if let (Some(memo), Some(k)) = (self.memo.as_deref(), key.as_ref()) {
+            if let Some(seen) = memo.get(k) {
+                return Ok(seen.clone());
+            }
+        }
+        if key.is_some() {
+            // For a resolver, a folder (most names) costs one call: opened first, following
+            // nothing; only what does not open as one is looked at. Its device and inode are not
+            // needed: a `..` goes back to the folder the memo holds, by name, no call.
+            match open_child_dir(self.dirfd(), name) {
+                Ok(fd) => return Ok(self.remember(key, Seen::Dir(Rc::new(fd), (0, 0)))),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    return Ok(self.remember(key, Seen::Missing))
+                }
+                // Not a folder (a file, a symlink), or an error the lookup below reports.
+                Err(_) => {}
+            }
+        }
+        let seen = match self.lookup(name)? {
+            None => Seen::Missing,
+            Some(m) => match m.kind {
+                FileKind::Symlink => Seen::Link(
+                    readlinkat(self.dirfd(), name)
+                        .map_err(|e| self.root.io_err(self.path, "readlink", e))?,
+                ),
+                FileKind::Dir => {
+                    let fd = open_child_dir(self.dirfd(), name)
+                        .map_err(|e| self.root.io_err(self.path, "open directory", e))?;
+                    let md =
+                        fstat(fd.as_fd()).map_err(|e| self.root.io_err(self.path, "stat", e))?;
+                    Seen::Dir(Rc::new(fd), (md.dev, md.ino))
+                }
+                _ => Seen::Other,
+            },
+        };
+        Ok(self.remember(key, seen))
+    }
+
+    /// Puts what `key` is into the memo (when there is one).
+    fn remember(&mut self, key: Option<OsString>, seen: Seen) -> Seen {
+        if let (Some(memo), Some(k)) = (self.memo.as_deref_mut(), key) {
+            memo.insert(k, seen.clone());
+        }
+        seen
     }
 
     /// Counts `n` more components against [`MAX_WALK_COMPONENTS`].
@@ -83,16 +163,11 @@ impl Walker<'_> {
         }
     }
 
-    /// Makes the directory `name` of the current one the current one: one name, no symlink
-    /// followed (one swapped in since the lookup fails with `ELOOP`).
-    fn descend(&mut self, name: OsString) -> Result<(), RootError> {
-        let fd = open_child_dir(self.dirfd(), &name)
-            .map_err(|e| self.root.io_err(self.path, "open directory", e))?;
-        let md = fstat(fd.as_fd()).map_err(|e| self.root.io_err(self.path, "stat", e))?;
+    /// Makes the directory `name` of the current one, opened by [`Walker::see`], the current one.
+    fn descend(&mut self, name: OsString, fd: Rc<OwnedFd>, id: (u64, u64)) {
         self.cur = Some(fd);
         self.existing.push(name);
-        self.ids.push((md.dev, md.ino));
-        Ok(())
+        self.ids.push(id);
     }
 
     /// `..`: the parent of the current directory, which must be the one the walk came down
@@ -106,6 +181,24 @@ impl Walker<'_> {
             self.cur = None;
             return Ok(());
         };
+        // Walked down through it with the memo: it is in there, opened (a memo's walk records
+        // no device and inode to check a `..` against).
+        if let Some(memo) = self.memo.as_deref() {
+            let name = self.existing.pop().expect("as many names as ids");
+            let key = self.key(&name);
+            self.existing.push(name);
+            return match memo.get(&key) {
+                Some(Seen::Dir(fd, _)) => {
+                    self.cur = Some(fd.clone());
+                    Ok(())
+                }
+                _ => Err(RootError::Raced {
+                    root: self.root.path.clone(),
+                    path: self.path.to_string(),
+                    resolved: format!("/{}", super::join_components(&self.existing)),
+                }),
+            };
+        }
         let fd = openat2(
             self.dirfd(),
             c"..",
@@ -121,7 +214,7 @@ impl Walker<'_> {
                 resolved: format!("/{}", super::join_components(&self.existing)),
             });
         }
-        self.cur = Some(fd);
+        self.cur = Some(Rc::new(fd));
         Ok(())
     }
 }
@@ -141,10 +234,21 @@ impl Root {
     /// header). Returns the existing, symlink-free components and (when `allow_missing`) the
     /// components that do not exist yet.
     pub(super) fn walk(&self, path: &str, allow_missing: bool) -> Result<Walk, RootError> {
+        self.walk_memo(path, allow_missing, None)
+    }
+
+    /// [`Root::walk`], taking what it looks up from `memo` and adding to it.
+    fn walk_memo(
+        &self,
+        path: &str,
+        allow_missing: bool,
+        memo: Option<&mut HashMap<OsString, Seen>>,
+    ) -> Result<Walk, RootError> {
         super::check_path(path)?;
         let mut w = Walker {
             root: self,
             path,
+            memo,
             cur: None,
             existing: Vec::new(),
             ids: Vec::new(),
@@ -172,22 +276,16 @@ impl Root {
                 w.ascend()?;
                 continue;
             }
-            let meta = match w.lookup(&c)? {
-                Some(m) => m,
-                None if allow_missing => {
-                    missing.push(c);
-                    continue;
-                }
-                None => {
+            match w.see(&c)? {
+                Seen::Missing if allow_missing => missing.push(c),
+                Seen::Missing => {
                     return Err(self.io_err(
                         path,
                         "lstat",
                         io::Error::from_raw_os_error(libc::ENOENT),
                     ))
                 }
-            };
-            match meta.kind {
-                FileKind::Symlink => {
+                Seen::Link(target) => {
                     w.links += 1;
                     if w.links > MAX_SYMLINKS {
                         return Err(RootError::Loop {
@@ -195,8 +293,6 @@ impl Root {
                             path: path.to_string(),
                         });
                     }
-                    let target =
-                        readlinkat(w.dirfd(), &c).map_err(|e| self.io_err(path, "readlink", e))?;
                     let bytes = target.as_bytes();
                     let parts: Vec<OsString> = components(bytes).collect();
                     w.take(parts.len())?;
@@ -209,9 +305,9 @@ impl Root {
                         todo.push_front(t);
                     }
                 }
-                FileKind::Dir => w.descend(c)?,
-                _ if todo.is_empty() => w.existing.push(c),
-                _ => {
+                Seen::Dir(fd, id) => w.descend(c, fd, id),
+                Seen::Other if todo.is_empty() => w.existing.push(c),
+                Seen::Other => {
                     return Err(self.io_err(
                         path,
                         "resolve",
@@ -224,5 +320,46 @@ impl Root {
             existing: w.existing,
             missing,
         })
+    }
+}
+
+/// [`Root::resolve_lexically`] for many paths of one root, each name of each folder looked up
+/// once: the walks share what they looked up (a folder's descriptor, a symlink's target, that a
+/// name is missing), so paths in the same folders, through the same symlinks, cost a lookup for
+/// their new names only. Same answers as [`Root::resolve_lexically`], on a root nothing changes
+/// meanwhile (what it remembers is not looked at again): for one decision over a root, such as
+/// the shim's check that no mount covers the paths its hooks' work touches.
+///
+/// Like every walk it only computes names; the descriptors it holds are of folders inside the
+/// root, each opened by one name from the one before, following nothing.
+pub struct LexicalResolver<'r> {
+    root: &'r Root,
+    memo: HashMap<OsString, Seen>,
+}
+
+impl std::fmt::Debug for LexicalResolver<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LexicalResolver")
+            .field("root", &self.root.path)
+            .field("names", &self.memo.len())
+            .finish()
+    }
+}
+
+impl<'r> LexicalResolver<'r> {
+    /// A resolver of `root` that has looked up nothing yet.
+    pub fn new(root: &'r Root) -> LexicalResolver<'r> {
+        LexicalResolver {
+            root,
+            memo: HashMap::new(),
+        }
+    }
+
+    /// [`Root::resolve_lexically`] of `path`.
+    pub fn resolve(&mut self, path: &str) -> Result<String, RootError> {
+        let walk = self.root.walk_memo(path, true, Some(&mut self.memo))?;
+        let mut all = walk.existing;
+        all.extend(walk.missing);
+        Ok(format!("/{}", super::join_components(&all)))
     }
 }
