@@ -118,6 +118,57 @@ fn read_text(path: &Path) -> Result<String, DiscoverError> {
 
 /// Discover the host.
 pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, DiscoverError> {
+    Discovery::run(roots, opts).map(|d| d.inventory)
+}
+
+/// One discovery's inventory, with what tells its graphics-only parts apart: the inventory a
+/// discovery with [`DiscoverOptions::skip_graphics`] gives is had from it without reading the
+/// host again ([`Discovery::without_graphics`]), as `cdi generate` writes both snapshots.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    /// What discovery found.
+    pub inventory: Inventory,
+    /// The indices in `inventory.warnings` of the warnings only a discovery with graphics
+    /// gives (a GPU's DRM node or by-path link left out), ascending. The text alone cannot
+    /// tell them apart.
+    graphics_warnings: Vec<usize>,
+}
+
+/// A capability only a discovery with graphics looks for files of.
+fn graphics_only(c: Capability) -> bool {
+    matches!(c, Capability::Graphics | Capability::Display)
+}
+
+impl Discovery {
+    /// Discover the host, as [`discover`].
+    pub fn run(roots: &Roots, opts: &DiscoverOptions) -> Result<Discovery, DiscoverError> {
+        discover_marked(roots, opts)
+    }
+
+    /// The inventory [`discover`] gives with `skip_graphics` set (and the same other options),
+    /// equal to it: no GPU's DRM nodes nor links, no graphics or display vendor file nor Xorg
+    /// module, none of the warnings about those. The rest of discovery does not look at
+    /// `skip_graphics`, and what it found does not depend on what the graphics parts found.
+    pub fn without_graphics(&self) -> Inventory {
+        let mut inv = self.inventory.clone();
+        for g in &mut inv.gpus {
+            g.drm = Vec::new();
+            g.drm_links = Vec::new();
+        }
+        inv.configs
+            .retain(|c| !c.capability.is_some_and(graphics_only));
+        let mut skip = self.graphics_warnings.iter().copied().peekable();
+        inv.warnings = std::mem::take(&mut inv.warnings)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| skip.next_if_eq(i).is_none())
+            .map(|(_, w)| w)
+            .collect();
+        inv
+    }
+}
+
+fn discover_marked(roots: &Roots, opts: &DiscoverOptions) -> Result<Discovery, DiscoverError> {
     if !roots.driver_root.is_dir() {
         return Err(DiscoverError::DriverRootMissing(roots.driver_root.clone()));
     }
@@ -138,7 +189,14 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
     let nvidia_major = procfs::nvidia_major(&majors);
     let uvm_major = procfs::uvm_major(&majors);
 
-    let gpus = discover_gpus(roots, nvidia_major, !opts.skip_graphics, &mut warnings)?;
+    let mut graphics_warnings = Vec::new();
+    let gpus = discover_gpus(
+        roots,
+        nvidia_major,
+        !opts.skip_graphics,
+        &mut warnings,
+        &mut graphics_warnings,
+    )?;
     let control_nodes = discover_control_nodes(roots, nvidia_major, uvm_major, &mut warnings);
     let (libraries, library_source) = discover_libraries(roots, &version, opts, &mut warnings)?;
     let binaries = discover_binaries(&roots.driver_root);
@@ -147,7 +205,7 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
     let configs = discover_configs(&roots.driver_root, &version, &libraries, opts);
 
     let cuda_version = cuda_version_of(&libraries, version.major(), &mut warnings);
-    Ok(Inventory {
+    let inventory = Inventory {
         roots: roots.clone(),
         cuda_version,
         driver_version: version,
@@ -160,6 +218,10 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
         configs,
         library_source,
         warnings,
+    };
+    Ok(Discovery {
+        inventory,
+        graphics_warnings,
     })
 }
 
@@ -341,6 +403,7 @@ fn discover_gpus(
     nvidia_major: u32,
     drm: bool,
     warnings: &mut Vec<String>,
+    graphics_warnings: &mut Vec<usize>,
 ) -> Result<Vec<Gpu>, DiscoverError> {
     let dir = roots.proc_root.join("driver/nvidia/gpus");
     let listed = match crate::checks::gpu_informations(&roots.proc_root) {
@@ -391,12 +454,14 @@ fn discover_gpus(
                 None
             }
         };
+        let first = warnings.len();
         let drm = if drm {
             discover_drm(&roots.dev_root, &info.bus_id, warnings)?
         } else {
             Vec::new()
         };
         let drm_links = discover_drm_links(&roots.dev_root, &info.bus_id, &drm, warnings)?;
+        graphics_warnings.extend(first..warnings.len());
         gpus.push(Gpu {
             index: index as u32,
             minor: info.minor,
@@ -661,9 +726,7 @@ fn discover_configs(
             .entry(parent.to_path_buf())
             .or_insert_with(|| fs::symlink_metadata(host_path(root, parent)).is_ok())
     };
-    let graphics_only = |c: Capability| {
-        opts.skip_graphics && matches!(c, Capability::Graphics | Capability::Display)
-    };
+    let graphics_only = |c: Capability| opts.skip_graphics && graphics_only(c);
     for spec in catalog::CONFIGS
         .iter()
         .filter(|s| !graphics_only(s.capability))

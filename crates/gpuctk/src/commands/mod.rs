@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use gpuctk_host::{DiscoverOptions, Inventory, Roots};
+use gpuctk_host::{DiscoverOptions, Discovery, Inventory, Roots};
 
 #[cfg(feature = "mock")]
 use crate::cli::MockHostCommand;
@@ -116,14 +116,15 @@ impl RootArgs {
         .then_some(cfg)
     }
 
-    /// Write the runtime's discovery snapshots (`crate::snapshot`) from `inv`, discovered with
+    /// Write the runtime's discovery snapshots (`crate::snapshot`) from `found`, discovered with
     /// `config_search_paths`, when these are the runtime's roots and the discovery is the one
     /// the runtime does (no search paths of our own): the one a graphics container reads, and
-    /// the one without graphics, discovered again (half a millisecond).
-    pub fn write_snapshots(&self, inv: &Inventory, config_search_paths: &[String]) {
+    /// the one without graphics, taken from the same discovery (which used to be done again).
+    pub fn write_snapshots(&self, found: &Discovery, config_search_paths: &[String]) {
         if !config_search_paths.is_empty() || !self.library_search_paths.is_empty() {
             return;
         }
+        let inv = &found.inventory;
         let Some(cfg) = self.runtime_config(&inv.roots) else {
             return;
         };
@@ -138,9 +139,8 @@ impl RootArgs {
             skip_graphics: true,
             ..Default::default()
         };
-        if let Ok(inv) = gpuctk_host::discover(&roots, &compute) {
-            crate::snapshot::Snapshot::new(&dir, &roots, &compute).write(&roots, &inv);
-        }
+        crate::snapshot::Snapshot::new(&dir, &roots, &compute)
+            .write(&roots, &found.without_graphics());
     }
 
     /// The NVML helper config.toml names (`[gpuctk] nvml-helper`: `--config`, else the one the
@@ -171,12 +171,22 @@ impl RootArgs {
         &self,
         config_search_paths: &[String],
     ) -> anyhow::Result<Inventory> {
+        self.discovery_with_configs(config_search_paths)
+            .map(|d| d.inventory)
+    }
+
+    /// [`Self::discover_with_configs`], keeping what tells the graphics-only parts apart (for
+    /// [`Self::write_snapshots`]).
+    pub fn discovery_with_configs(
+        &self,
+        config_search_paths: &[String],
+    ) -> anyhow::Result<Discovery> {
         for d in config_search_paths {
             if !d.starts_with('/') {
                 anyhow::bail!("--config-search-path {d:?}: not an absolute path; give the directory as it is inside the driver root, e.g. /usr/share");
             }
         }
-        crate::discover::discover(
+        crate::discover::discovery(
             &self.roots()?,
             &DiscoverOptions {
                 library_search_paths: self.library_search_paths.clone(),
