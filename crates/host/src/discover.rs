@@ -19,7 +19,7 @@ use crate::catalog::{self, Capability};
 use crate::cuda::{cuda_version_known, CudaVersion};
 use crate::inventory::{DeviceNode, DrmLink, Gpu, HostFile, Inventory, Library, Roots};
 use crate::procfs::{self, DriverVersion, ProcError};
-use crate::resolve::{host_path, is_absent, resolve_in_root};
+use crate::resolve::{host_path, is_absent, Resolver};
 
 /// Why discovery failed. Each message names the file and says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -173,14 +173,16 @@ fn discover_marked(roots: &Roots, opts: &DiscoverOptions) -> Result<Discovery, D
         return Err(DiscoverError::DriverRootMissing(roots.driver_root.clone()));
     }
     let version_file = roots.proc_root.join("driver/nvidia/version");
-    if !version_file.exists() {
-        return Err(DiscoverError::NoDriver(version_file));
-    }
-    let version = procfs::parse_version(&read_text(&version_file)?).map_err(|source| {
-        DiscoverError::BadProcFile {
-            file: version_file.clone(),
-            source,
+    // Read, not stat'ed first: a file that is not there is the open's ENOENT.
+    let text = match read_text(&version_file) {
+        Err(DiscoverError::Io { source, .. }) if is_absent(&source) => {
+            return Err(DiscoverError::NoDriver(version_file))
         }
+        r => r?,
+    };
+    let version = procfs::parse_version(&text).map_err(|source| DiscoverError::BadProcFile {
+        file: version_file.clone(),
+        source,
     })?;
     let mut warnings = Vec::new();
 
@@ -198,11 +200,15 @@ fn discover_marked(roots: &Roots, opts: &DiscoverOptions) -> Result<Discovery, D
         &mut graphics_warnings,
     )?;
     let control_nodes = discover_control_nodes(roots, nvidia_major, uvm_major, &mut warnings);
-    let (libraries, library_source) = discover_libraries(roots, &version, opts, &mut warnings)?;
-    let binaries = discover_binaries(&roots.driver_root);
-    let firmware = discover_firmware(&roots.driver_root, &version)?;
+    // Every lookup under the driver root goes through one resolver: the library, binary,
+    // firmware and vendor-file lookups share their parent folders.
+    let mut res = Resolver::new(&roots.driver_root);
+    let (libraries, library_source) =
+        discover_libraries(roots, &mut res, &version, opts, &mut warnings)?;
+    let binaries = discover_binaries(&mut res);
+    let firmware = discover_firmware(&mut res, &version)?;
     let ipc = discover_ipc(&roots.driver_root);
-    let configs = discover_configs(&roots.driver_root, &version, &libraries, opts);
+    let configs = discover_configs(&mut res, &version, &libraries, opts);
 
     let cuda_version = cuda_version_of(&libraries, version.major(), &mut warnings);
     let inventory = Inventory {
@@ -527,6 +533,7 @@ fn is_driver_file(file_name: &str, spec: &catalog::LibrarySpec, version: &Driver
 
 fn discover_libraries(
     roots: &Roots,
+    res: &mut Resolver,
     version: &DriverVersion,
     opts: &DiscoverOptions,
     warnings: &mut Vec<String>,
@@ -575,7 +582,7 @@ fn discover_libraries(
                     {
                         continue;
                     }
-                    if let Ok(p) = resolve_in_root(root, Path::new(&e.value)) {
+                    if let Ok((p, _)) = res.resolve(Path::new(&e.value)) {
                         if p.file_name()
                             .and_then(|f| f.to_str())
                             .is_some_and(|f| is_driver_file(f, spec, version))
@@ -604,13 +611,9 @@ fn discover_libraries(
                 }
                 for d in dirs {
                     let candidate = Path::new(&d).join(format!("{}.{version}", spec.name));
-                    if fs::symlink_metadata(host_path(root, &candidate)).is_ok() {
-                        if let Ok(p) = resolve_in_root(root, &candidate) {
-                            if host_path(root, &p).is_file() {
-                                found = Some(p);
-                                break;
-                            }
-                        }
+                    if let Some(p) = res.regular_file(&candidate) {
+                        found = Some(p);
+                        break;
                     }
                 }
             }
@@ -669,12 +672,12 @@ fn discover_libraries(
     Ok((out, source))
 }
 
-fn discover_binaries(root: &Path) -> Vec<HostFile> {
+fn discover_binaries(res: &mut Resolver) -> Vec<HostFile> {
     let mut out = Vec::new();
     for spec in catalog::BINARIES {
         for dir in catalog::BINARY_DIRS {
             let p = Path::new(dir).join(spec.name);
-            if let Some(hp) = regular_file_in_root(root, &p) {
+            if let Some(hp) = regular_file_in_root(res, &p) {
                 out.push(HostFile {
                     name: spec.name.to_string(),
                     capability: Some(spec.capability),
@@ -688,19 +691,18 @@ fn discover_binaries(root: &Path) -> Vec<HostFile> {
     out
 }
 
-/// The file `p` names under `root`, symlinks followed inside it, if it is a regular file.
-fn regular_file_in_root(root: &Path, p: &Path) -> Option<PathBuf> {
-    fs::symlink_metadata(host_path(root, p)).ok()?;
-    let resolved = resolve_in_root(root, p).ok()?;
-    let hp = host_path(root, &resolved);
-    hp.is_file().then_some(hp)
+/// The file `p` names under the resolver's root, symlinks followed inside it, if it is a
+/// regular file: its host path.
+fn regular_file_in_root(res: &mut Resolver, p: &Path) -> Option<PathBuf> {
+    let resolved = res.regular_file(p)?;
+    Some(host_path(res.root(), &resolved))
 }
 
 /// The loaders' vendor files ([`catalog::CONFIGS`]) and the Xorg modules
 /// ([`catalog::XORG_MODULES`]): each looked up in order, the first regular file kept. None of
 /// them is required: a compute-only install has none.
 fn discover_configs(
-    root: &Path,
+    res: &mut Resolver,
     version: &DriverVersion,
     libraries: &[Library],
     opts: &DiscoverOptions,
@@ -715,17 +717,8 @@ fn discover_configs(
             .collect()
     };
     // Most of the ~80 candidates sit in folders a host does not have (`/usr/local/share/egl`,
-    // `/usr/X11R6/...`): one stat per folder, remembered, spares a stat per file on the
-    // runtime's just-in-time path.
-    let mut folders: std::collections::HashMap<PathBuf, bool> = std::collections::HashMap::new();
-    let mut folder_exists = |p: &Path| -> bool {
-        let Some(parent) = p.parent() else {
-            return true;
-        };
-        *folders
-            .entry(parent.to_path_buf())
-            .or_insert_with(|| fs::symlink_metadata(host_path(root, parent)).is_ok())
-    };
+    // `/usr/X11R6/...`): the resolver remembers an absent folder, so its candidates cost one
+    // `lstat` in all on the runtime's just-in-time path.
     let graphics_only = |c: Capability| opts.skip_graphics && graphics_only(c);
     for spec in catalog::CONFIGS
         .iter()
@@ -734,7 +727,7 @@ fn discover_configs(
         let extra = spec.at_driver_root.then_some("/");
         let found = search.iter().copied().chain(extra).find_map(|dir| {
             let p = Path::new(dir).join(spec.rel);
-            folder_exists(&p).then(|| regular_file_in_root(root, &p))?
+            regular_file_in_root(res, &p)
         });
         if let Some(hp) = found {
             let base = match spec.target {
@@ -776,10 +769,7 @@ fn discover_configs(
         };
         let found = dirs.iter().find_map(|d| {
             let p = Path::new(d).join(&file);
-            if !folder_exists(&p) {
-                return None;
-            }
-            regular_file_in_root(root, &p).map(|hp| (p, hp))
+            regular_file_in_root(res, &p).map(|hp| (p, hp))
         });
         if let Some((p, hp)) = found {
             out.push(HostFile {
@@ -793,7 +783,11 @@ fn discover_configs(
     out
 }
 
-fn discover_firmware(root: &Path, version: &DriverVersion) -> Result<Vec<HostFile>, DiscoverError> {
+fn discover_firmware(
+    res: &mut Resolver,
+    version: &DriverVersion,
+) -> Result<Vec<HostFile>, DiscoverError> {
+    let root = res.root();
     let mut out = Vec::new();
     for base in ["/lib/firmware/nvidia", "/usr/lib/firmware/nvidia"] {
         let dir = Path::new(base).join(version.as_str());
@@ -801,8 +795,8 @@ fn discover_firmware(root: &Path, version: &DriverVersion) -> Result<Vec<HostFil
             dir: host_path(root, &dir),
             source,
         };
-        let resolved_dir = match resolve_in_root(root, &dir) {
-            Ok(d) => d,
+        let resolved_dir = match res.resolve(&dir) {
+            Ok((d, _)) => d,
             Err(e) if is_absent(&e) => continue,
             Err(e) => return Err(firmware_err(e)),
         };
@@ -1078,7 +1072,7 @@ mod tests {
         fs::write(dir.join("gsp_tu10x.bin"), b"x").unwrap();
         fs::write(dir.join("readme.txt"), b"x").unwrap();
         std::os::unix::fs::symlink("gsp_ga10x.bin", dir.join("gsp_link.bin")).unwrap();
-        let names: Vec<String> = discover_firmware(d.path(), &version)
+        let names: Vec<String> = discover_firmware(&mut Resolver::new(d.path()), &version)
             .unwrap()
             .into_iter()
             .map(|f| f.path)
@@ -1092,9 +1086,11 @@ mod tests {
         );
         // No folder at all is no firmware, not an error.
         let empty = tempfile::tempdir().unwrap();
-        assert!(discover_firmware(empty.path(), &version)
-            .unwrap()
-            .is_empty());
+        assert!(
+            discover_firmware(&mut Resolver::new(empty.path()), &version)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -1102,7 +1098,7 @@ mod tests {
         let (d, dir, version) = firmware_root();
         fs::remove_dir(&dir).unwrap();
         fs::write(&dir, b"not a folder").unwrap();
-        let e = discover_firmware(d.path(), &version)
+        let e = discover_firmware(&mut Resolver::new(d.path()), &version)
             .unwrap_err()
             .to_string();
         assert!(
@@ -1136,7 +1132,7 @@ mod tests {
                 set_thread_res_gid(gid, gid, gid).unwrap();
                 set_thread_res_uid(uid, uid, uid).unwrap();
             }
-            discover_firmware(&root, &version).map(|f| f.len())
+            discover_firmware(&mut Resolver::new(&root), &version).map(|f| f.len())
         })
         .join()
         .unwrap();
@@ -1216,13 +1212,18 @@ mod tests {
             has_dev_link: false,
         };
         let found = |opts: &DiscoverOptions| -> Vec<(String, String, Option<Capability>)> {
-            discover_configs(r, &version, std::slice::from_ref(&lib), opts)
-                .into_iter()
-                .map(|f| {
-                    let host = f.host_path.strip_prefix(r).unwrap().display().to_string();
-                    (f.path, host, f.capability)
-                })
-                .collect()
+            discover_configs(
+                &mut Resolver::new(r),
+                &version,
+                std::slice::from_ref(&lib),
+                opts,
+            )
+            .into_iter()
+            .map(|f| {
+                let host = f.host_path.strip_prefix(r).unwrap().display().to_string();
+                (f.path, host, f.capability)
+            })
+            .collect()
         };
         assert_eq!(
             found(&DiscoverOptions::default()),
