@@ -79,7 +79,7 @@ impl RootArgs {
     pub fn roots(&self) -> anyhow::Result<Roots> {
         let driver_root = match &self.driver_root {
             Some(r) => r.clone(),
-            None => self.config()?.driver_root,
+            None => self.config()?.driver_root.clone(),
         };
         // Relative roots are taken from the working directory, once, here.
         let abs = |p: &Path, flag: &str| {
@@ -102,11 +102,11 @@ impl RootArgs {
     /// (`--config`, else the one the runtime reads), and only when these roots are the runtime's
     /// (it reads records for its own driver only): `None` otherwise, and nothing is written.
     pub fn nvml_cache(&self, roots: &Roots) -> Option<std::path::PathBuf> {
-        self.runtime_config(roots).map(|cfg| cfg.nvml_cache)
+        self.runtime_config(roots).map(|cfg| cfg.nvml_cache.clone())
     }
 
     /// The runtime's config (as [`Self::nvml_cache`] finds it) when these roots are its roots.
-    fn runtime_config(&self, roots: &Roots) -> Option<crate::config::Config> {
+    fn runtime_config(&self, roots: &Roots) -> Option<&crate::config::Config> {
         let cfg = self.config().ok()?;
         let runtime = crate::decision::roots(&cfg);
         let same = |a: &Path, b: &Path| std::path::absolute(a).ok() == std::path::absolute(b).ok();
@@ -129,7 +129,7 @@ impl RootArgs {
             return;
         };
         // The runtime's roots spelt as it spells them: the host paths in `inv` are made of them.
-        let roots = crate::decision::roots(&cfg);
+        let roots = crate::decision::roots(cfg);
         let Some(dir) = cfg.snapshot_dir().filter(|_| roots == inv.roots) else {
             return;
         };
@@ -147,17 +147,23 @@ impl RootArgs {
     /// runtime reads); its default when that config cannot be read (discovery says why).
     pub fn nvml_helper(&self) -> std::path::PathBuf {
         self.config()
-            .map(|c| c.nvml_helper)
+            .map(|c| c.nvml_helper.clone())
             .unwrap_or_else(|_| crate::config::DEFAULT_NVML_HELPER.into())
     }
 
     /// config.toml as these flags name it: `--config` (which must exist), else the one the
-    /// runtime reads.
-    fn config(&self) -> anyhow::Result<crate::config::Config> {
-        match &self.config {
-            Some(c) => crate::config::load(c, true).with_context(|| "--config (NVIDIA_CTK_CONFIG)"),
-            None => Ok(crate::config::load_from_env()?),
+    /// runtime reads. Read once; an error is not kept, and says so again when asked again.
+    fn config(&self) -> anyhow::Result<&crate::config::Config> {
+        if let Some(c) = self.loaded_config.get() {
+            return Ok(c);
         }
+        let c = match &self.config {
+            Some(c) => {
+                crate::config::load(c, true).with_context(|| "--config (NVIDIA_CTK_CONFIG)")?
+            }
+            None => crate::config::load_from_env()?,
+        };
+        Ok(self.loaded_config.get_or_init(|| c))
     }
 
     /// Discover the host these flags point at, logging discovery's warnings.
