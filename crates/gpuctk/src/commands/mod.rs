@@ -108,7 +108,7 @@ impl RootArgs {
     /// The runtime's config (as [`Self::nvml_cache`] finds it) when these roots are its roots.
     fn runtime_config(&self, roots: &Roots) -> Option<&crate::config::Config> {
         let cfg = self.config().ok()?;
-        let runtime = crate::decision::roots(&cfg);
+        let runtime = crate::decision::roots(cfg);
         let same = |a: &Path, b: &Path| std::path::absolute(a).ok() == std::path::absolute(b).ok();
         (same(&runtime.driver_root, &roots.driver_root)
             && same(&runtime.dev_root, &roots.dev_root)
