@@ -485,6 +485,10 @@ pub struct RootArgs {
     /// The toolkit's config.toml the driver root defaults from (the same as `nvidia-ctk --config FILE`) [default: the one the runtime reads]
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// That config.toml once read: a command asks for it up to six times (roots, NVML
+    /// helper and cache, snapshots).
+    #[arg(skip)]
+    pub loaded_config: std::sync::OnceLock<crate::config::Config>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -323,8 +323,32 @@ fn cdi_generate_writes_the_runtimes_snapshots() {
         c.args(r);
     }
     ok_command(c, &[]);
-    // Both shapes: with graphics and without (the default container's).
-    assert_eq!(fs::read_dir(&s.dir).unwrap().count(), 2);
+    // Both shapes: with graphics and without (the default container's), the one without
+    // taken from the full discovery and equal to what a discovery without graphics gives.
+    let mut got: Vec<serde_json::Value> = fs::read_dir(&s.dir)
+        .unwrap()
+        .map(|e| {
+            let file: serde_json::Value =
+                serde_json::from_slice(&fs::read(e.unwrap().path()).unwrap()).unwrap();
+            file["inventory"].clone()
+        })
+        .collect();
+    let roots = roots_of(&s.bed.host);
+    let mut want: Vec<serde_json::Value> = [false, true]
+        .into_iter()
+        .map(|skip_graphics| {
+            let opts = gpuctk_host::DiscoverOptions {
+                skip_graphics,
+                ..Default::default()
+            };
+            serde_json::to_value(gpuctk_host::discover(&roots, &opts).unwrap()).unwrap()
+        })
+        .collect();
+    let key = |v: &serde_json::Value| v.to_string();
+    got.sort_by_key(key);
+    want.sort_by_key(key);
+    assert_ne!(want[0], want[1]);
+    assert_eq!(got, want);
     assert!(used(&s.create()));
 }
 
@@ -548,4 +572,194 @@ fn a_bad_specs_warning_prints_on_the_cached_create_too() {
     let (second, _) = s.create_cdi("example.com/gpu=1").unwrap();
     assert!(cache_used(&second), "{second:?}");
     assert_eq!(warnings(&second), w);
+}
+
+/// A minimal 32-bit x86 shared object as a driver's i386 library is: ELF header, a `PT_LOAD`
+/// and a `PT_DYNAMIC` holding `DT_SONAME` (what ldconfig and discovery read).
+fn elf32_library(soname: &str) -> Vec<u8> {
+    let strtab = format!("\0{soname}\0");
+    let (phoff, dyn_off) = (52u32, 52 + 2 * 32);
+    let str_off = dyn_off + 4 * 8;
+    let total = str_off + strtab.len() as u32;
+    let mut b = Vec::new();
+    b.extend_from_slice(b"\x7fELF\x01\x01\x01\0\0\0\0\0\0\0\0\0");
+    for v in [3u16, 3] {
+        b.extend_from_slice(&v.to_le_bytes()); // ET_DYN, EM_386
+    }
+    for v in [1u32, 0, phoff, 0, 0] {
+        b.extend_from_slice(&v.to_le_bytes()); // version, entry, phoff, shoff, flags
+    }
+    for v in [52u16, 32, 2, 40, 0, 0] {
+        b.extend_from_slice(&v.to_le_bytes()); // ehsize, phentsize, phnum, shentsize, shnum, shstrndx
+    }
+    for ph in [
+        [1u32, 0, 0, 0, total, total, 6, 0x1000],
+        [2, dyn_off, dyn_off, dyn_off, 32, 32, 6, 4],
+    ] {
+        for v in ph {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    for (tag, val) in [(5u32, str_off), (10, strtab.len() as u32), (14, 1), (0, 0)] {
+        b.extend_from_slice(&tag.to_le_bytes());
+        b.extend_from_slice(&val.to_le_bytes());
+    }
+    b.extend_from_slice(strtab.as_bytes());
+    b
+}
+
+fn roots_of(h: &Host) -> gpuctk_host::Roots {
+    gpuctk_host::Roots {
+        driver_root: h.driver_root().into(),
+        dev_root: h.dev_root().into(),
+        proc_root: h.proc_root().into(),
+    }
+}
+
+/// The compute-only inventory taken from a full discovery equals the one a discovery with
+/// `skip_graphics` gives (which `cdi generate` used to run a second time for the runtime's
+/// compute-only snapshot), with every option it is asked with; the full one, for the record.
+fn assert_without_graphics_is_skip_graphics(h: &Host) -> gpuctk_host::Inventory {
+    let roots = roots_of(h);
+    let mut full = None;
+    for search in [vec![], vec!["/usr/share".to_string()]] {
+        let opts = gpuctk_host::DiscoverOptions {
+            config_search_paths: search,
+            ..Default::default()
+        };
+        let skip = gpuctk_host::DiscoverOptions {
+            skip_graphics: true,
+            ..opts.clone()
+        };
+        let found = gpuctk_host::Discovery::run(&roots, &opts).unwrap();
+        let compute = gpuctk_host::discover(&roots, &skip).unwrap();
+        assert_eq!(found.without_graphics(), compute);
+        // Already without graphics: nothing more to take away.
+        let again = gpuctk_host::Discovery::run(&roots, &skip).unwrap();
+        assert_eq!(again.without_graphics(), compute);
+        assert_eq!(again.inventory, compute);
+        full.get_or_insert(found.inventory);
+    }
+    full.unwrap()
+}
+
+/// On a host with everything graphics discovery looks at (DRM nodes and links, vendor files,
+/// Xorg modules and configs, `nvoptix.bin`), MIG, 32-bit libraries, a DRM node missing and a
+/// by-path link that is not a link (warnings only graphics discovery gives), between them a
+/// GPU without its node (a warning both give); and on a host with no graphics at all.
+#[test]
+fn the_compute_inventory_is_the_full_one_without_graphics() {
+    let t = TestDir::new();
+    let h = mock_host_with(
+        &t,
+        "gfx",
+        3,
+        "570.124.06",
+        "debian",
+        &["--mig", "0=1g.10gb,1g.10gb"],
+    );
+    let (root, dev) = (PathBuf::from(h.driver_root()), PathBuf::from(h.dev_root()));
+    let put = |rel: &str, bytes: &[u8]| {
+        let p = root.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, bytes).unwrap();
+    };
+    let lib = root.join("usr/lib/x86_64-linux-gnu");
+    let module = fs::read(lib.join("libnvidia-glcore.so.570.124.06")).unwrap();
+    put("usr/lib/xorg/modules/drivers/nvidia_drv.so", &module);
+    put(
+        "usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.570.124.06",
+        &module,
+    );
+    put(
+        "usr/share/X11/xorg.conf.d/10-nvidia.conf",
+        b"Section \"OutputClass\"\n    Identifier \"nvidia\"\n    MatchDriver \"nvidia-drm\"\n    Driver \"nvidia\"\nEndSection\n",
+    );
+    put("usr/share/nvidia/nvoptix.bin", b"\x00\x01\x02\x03");
+    // The i386 libraries, in ld.so.cache as ldconfig lists them.
+    for name in ["libcuda.so", "libGLX_nvidia.so"] {
+        let soname = if name == "libcuda.so" {
+            "libcuda.so.1"
+        } else {
+            "libGLX_nvidia.so.0"
+        };
+        put(
+            &format!("usr/lib/i386-linux-gnu/{name}.570.124.06"),
+            &elf32_library(soname),
+        );
+    }
+    put(
+        "etc/ld.so.conf.d/i386-linux-gnu.conf",
+        b"/usr/lib/i386-linux-gnu\n",
+    );
+    let ldconfig = std::process::Command::new("ldconfig")
+        .arg("-r")
+        .arg(&root)
+        .output()
+        .expect("run ldconfig");
+    assert!(ldconfig.status.success(), "{ldconfig:?}");
+    fs::remove_file(dev.join("dev/dri/renderD129")).unwrap();
+    fs::remove_file(dev.join("dev/nvidia2")).unwrap();
+    let bus2 = h.manifest["gpus"][2]["bus_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let link = dev.join(format!("dev/dri/by-path/pci-{bus2}-card"));
+    fs::remove_file(&link).unwrap();
+    fs::write(&link, b"").unwrap();
+
+    let full = assert_without_graphics_is_skip_graphics(&h);
+    // What the comparison covers is there in the full inventory.
+    assert!(full.gpus.iter().all(|g| !g.drm.is_empty()), "{full:?}");
+    assert!(
+        full.gpus.iter().any(|g| !g.drm_links.is_empty()),
+        "{full:?}"
+    );
+    for name in [
+        "nvidia_drv.so",
+        "libglxserver_nvidia.so.570.124.06",
+        "10-nvidia.conf",
+        "nvoptix.bin",
+        "nvidia_icd.json",
+        "nvidia.icd",
+    ] {
+        assert!(
+            full.configs.iter().any(|c| c.name == name),
+            "{name}: {full:?}"
+        );
+    }
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(
+            full.libraries.iter().filter(|l| l.is_32bit).count(),
+            2,
+            "{:?}",
+            full.libraries
+        );
+    }
+    let w = &full.warnings;
+    let at = |needle: &str| {
+        w.iter()
+            .position(|x| x.contains(needle))
+            .unwrap_or_else(|| panic!("{needle}: {w:?}"))
+    };
+    // GPU 2's node warning sits between graphics-only ones (GPU 1's DRM node, GPU 2's by-path link).
+    assert!(at("renderD129") < at("has no device node"), "{w:?}");
+    assert!(at("has no device node") < at("is not a link"), "{w:?}");
+
+    // No graphics at all: no DRM nodes, links or sysfs folders, no vendor files but OpenCL's.
+    let h = mock_host(&t, "compute", 2, "570.124.06", "debian");
+    let (root, dev) = (PathBuf::from(h.driver_root()), PathBuf::from(h.dev_root()));
+    fs::remove_dir_all(dev.join("dev/dri")).unwrap();
+    for e in fs::read_dir(dev.join("sys/bus/pci/devices")).unwrap() {
+        fs::remove_dir_all(e.unwrap().path().join("drm")).unwrap();
+    }
+    for rel in [
+        "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+        "etc/vulkan/icd.d/nvidia_icd.json",
+    ] {
+        fs::remove_file(root.join(rel)).unwrap();
+    }
+    let full = assert_without_graphics_is_skip_graphics(&h);
+    assert!(full.gpus.iter().all(|g| g.drm.is_empty()), "{full:?}");
+    assert_eq!(full.configs.len(), 1, "{:?}", full.configs);
 }

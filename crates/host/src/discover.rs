@@ -19,7 +19,7 @@ use crate::catalog::{self, Capability};
 use crate::cuda::{cuda_version_known, CudaVersion};
 use crate::inventory::{DeviceNode, DrmLink, Gpu, HostFile, Inventory, Library, Roots};
 use crate::procfs::{self, DriverVersion, ProcError};
-use crate::resolve::{host_path, is_absent, resolve_in_root};
+use crate::resolve::{host_path, is_absent, Resolver};
 
 /// Why discovery failed. Each message names the file and says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -118,18 +118,71 @@ fn read_text(path: &Path) -> Result<String, DiscoverError> {
 
 /// Discover the host.
 pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, DiscoverError> {
+    Discovery::run(roots, opts).map(|d| d.inventory)
+}
+
+/// One discovery's inventory, with what tells its graphics-only parts apart: the inventory a
+/// discovery with [`DiscoverOptions::skip_graphics`] gives is had from it without reading the
+/// host again ([`Discovery::without_graphics`]), as `cdi generate` writes both snapshots.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    /// What discovery found.
+    pub inventory: Inventory,
+    /// The indices in `inventory.warnings` of the warnings only a discovery with graphics
+    /// gives (a GPU's DRM node or by-path link left out), ascending. The text alone cannot
+    /// tell them apart.
+    graphics_warnings: Vec<usize>,
+}
+
+/// A capability only a discovery with graphics looks for files of.
+fn graphics_only(c: Capability) -> bool {
+    matches!(c, Capability::Graphics | Capability::Display)
+}
+
+impl Discovery {
+    /// Discover the host, as [`discover`].
+    pub fn run(roots: &Roots, opts: &DiscoverOptions) -> Result<Discovery, DiscoverError> {
+        discover_marked(roots, opts)
+    }
+
+    /// The inventory [`discover`] gives with `skip_graphics` set (and the same other options),
+    /// equal to it: no GPU's DRM nodes nor links, no graphics or display vendor file nor Xorg
+    /// module, none of the warnings about those. The rest of discovery does not look at
+    /// `skip_graphics`, and what it found does not depend on what the graphics parts found.
+    pub fn without_graphics(&self) -> Inventory {
+        let mut inv = self.inventory.clone();
+        for g in &mut inv.gpus {
+            g.drm = Vec::new();
+            g.drm_links = Vec::new();
+        }
+        inv.configs
+            .retain(|c| !c.capability.is_some_and(graphics_only));
+        let mut skip = self.graphics_warnings.iter().copied().peekable();
+        inv.warnings = std::mem::take(&mut inv.warnings)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| skip.next_if_eq(i).is_none())
+            .map(|(_, w)| w)
+            .collect();
+        inv
+    }
+}
+
+fn discover_marked(roots: &Roots, opts: &DiscoverOptions) -> Result<Discovery, DiscoverError> {
     if !roots.driver_root.is_dir() {
         return Err(DiscoverError::DriverRootMissing(roots.driver_root.clone()));
     }
     let version_file = roots.proc_root.join("driver/nvidia/version");
-    if !version_file.exists() {
-        return Err(DiscoverError::NoDriver(version_file));
-    }
-    let version = procfs::parse_version(&read_text(&version_file)?).map_err(|source| {
-        DiscoverError::BadProcFile {
-            file: version_file.clone(),
-            source,
+    // Read, not stat'ed first: a file that is not there is the open's ENOENT.
+    let text = match read_text(&version_file) {
+        Err(DiscoverError::Io { source, .. }) if is_absent(&source) => {
+            return Err(DiscoverError::NoDriver(version_file))
         }
+        r => r?,
+    };
+    let version = procfs::parse_version(&text).map_err(|source| DiscoverError::BadProcFile {
+        file: version_file.clone(),
+        source,
     })?;
     let mut warnings = Vec::new();
 
@@ -138,16 +191,27 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
     let nvidia_major = procfs::nvidia_major(&majors);
     let uvm_major = procfs::uvm_major(&majors);
 
-    let gpus = discover_gpus(roots, nvidia_major, !opts.skip_graphics, &mut warnings)?;
+    let mut graphics_warnings = Vec::new();
+    let gpus = discover_gpus(
+        roots,
+        nvidia_major,
+        !opts.skip_graphics,
+        &mut warnings,
+        &mut graphics_warnings,
+    )?;
     let control_nodes = discover_control_nodes(roots, nvidia_major, uvm_major, &mut warnings);
-    let (libraries, library_source) = discover_libraries(roots, &version, opts, &mut warnings)?;
-    let binaries = discover_binaries(&roots.driver_root);
-    let firmware = discover_firmware(&roots.driver_root, &version)?;
+    // Every lookup under the driver root goes through one resolver: the library, binary,
+    // firmware and vendor-file lookups share their parent folders.
+    let mut res = Resolver::new(&roots.driver_root);
+    let (libraries, library_source) =
+        discover_libraries(roots, &mut res, &version, opts, &mut warnings)?;
+    let binaries = discover_binaries(&mut res);
+    let firmware = discover_firmware(&mut res, &version)?;
     let ipc = discover_ipc(&roots.driver_root);
-    let configs = discover_configs(&roots.driver_root, &version, &libraries, opts);
+    let configs = discover_configs(&mut res, &version, &libraries, opts);
 
     let cuda_version = cuda_version_of(&libraries, version.major(), &mut warnings);
-    Ok(Inventory {
+    let inventory = Inventory {
         roots: roots.clone(),
         cuda_version,
         driver_version: version,
@@ -160,6 +224,10 @@ pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, Disc
         configs,
         library_source,
         warnings,
+    };
+    Ok(Discovery {
+        inventory,
+        graphics_warnings,
     })
 }
 
@@ -341,6 +409,7 @@ fn discover_gpus(
     nvidia_major: u32,
     drm: bool,
     warnings: &mut Vec<String>,
+    graphics_warnings: &mut Vec<usize>,
 ) -> Result<Vec<Gpu>, DiscoverError> {
     let dir = roots.proc_root.join("driver/nvidia/gpus");
     let listed = match crate::checks::gpu_informations(&roots.proc_root) {
@@ -391,12 +460,14 @@ fn discover_gpus(
                 None
             }
         };
+        let first = warnings.len();
         let drm = if drm {
             discover_drm(&roots.dev_root, &info.bus_id, warnings)?
         } else {
             Vec::new()
         };
         let drm_links = discover_drm_links(&roots.dev_root, &info.bus_id, &drm, warnings)?;
+        graphics_warnings.extend(first..warnings.len());
         gpus.push(Gpu {
             index: index as u32,
             minor: info.minor,
@@ -462,6 +533,7 @@ fn is_driver_file(file_name: &str, spec: &catalog::LibrarySpec, version: &Driver
 
 fn discover_libraries(
     roots: &Roots,
+    res: &mut Resolver,
     version: &DriverVersion,
     opts: &DiscoverOptions,
     warnings: &mut Vec<String>,
@@ -510,7 +582,7 @@ fn discover_libraries(
                     {
                         continue;
                     }
-                    if let Ok(p) = resolve_in_root(root, Path::new(&e.value)) {
+                    if let Ok((p, _)) = res.resolve(Path::new(&e.value)) {
                         if p.file_name()
                             .and_then(|f| f.to_str())
                             .is_some_and(|f| is_driver_file(f, spec, version))
@@ -539,13 +611,9 @@ fn discover_libraries(
                 }
                 for d in dirs {
                     let candidate = Path::new(&d).join(format!("{}.{version}", spec.name));
-                    if fs::symlink_metadata(host_path(root, &candidate)).is_ok() {
-                        if let Ok(p) = resolve_in_root(root, &candidate) {
-                            if host_path(root, &p).is_file() {
-                                found = Some(p);
-                                break;
-                            }
-                        }
+                    if let Some(p) = res.regular_file(&candidate) {
+                        found = Some(p);
+                        break;
                     }
                 }
             }
@@ -604,12 +672,12 @@ fn discover_libraries(
     Ok((out, source))
 }
 
-fn discover_binaries(root: &Path) -> Vec<HostFile> {
+fn discover_binaries(res: &mut Resolver) -> Vec<HostFile> {
     let mut out = Vec::new();
     for spec in catalog::BINARIES {
         for dir in catalog::BINARY_DIRS {
             let p = Path::new(dir).join(spec.name);
-            if let Some(hp) = regular_file_in_root(root, &p) {
+            if let Some(hp) = regular_file_in_root(res, &p) {
                 out.push(HostFile {
                     name: spec.name.to_string(),
                     capability: Some(spec.capability),
@@ -623,19 +691,18 @@ fn discover_binaries(root: &Path) -> Vec<HostFile> {
     out
 }
 
-/// The file `p` names under `root`, symlinks followed inside it, if it is a regular file.
-fn regular_file_in_root(root: &Path, p: &Path) -> Option<PathBuf> {
-    fs::symlink_metadata(host_path(root, p)).ok()?;
-    let resolved = resolve_in_root(root, p).ok()?;
-    let hp = host_path(root, &resolved);
-    hp.is_file().then_some(hp)
+/// The file `p` names under the resolver's root, symlinks followed inside it, if it is a
+/// regular file: its host path.
+fn regular_file_in_root(res: &mut Resolver, p: &Path) -> Option<PathBuf> {
+    let resolved = res.regular_file(p)?;
+    Some(host_path(res.root(), &resolved))
 }
 
 /// The loaders' vendor files ([`catalog::CONFIGS`]) and the Xorg modules
 /// ([`catalog::XORG_MODULES`]): each looked up in order, the first regular file kept. None of
 /// them is required: a compute-only install has none.
 fn discover_configs(
-    root: &Path,
+    res: &mut Resolver,
     version: &DriverVersion,
     libraries: &[Library],
     opts: &DiscoverOptions,
@@ -650,20 +717,9 @@ fn discover_configs(
             .collect()
     };
     // Most of the ~80 candidates sit in folders a host does not have (`/usr/local/share/egl`,
-    // `/usr/X11R6/...`): one stat per folder, remembered, spares a stat per file on the
-    // runtime's just-in-time path.
-    let mut folders: std::collections::HashMap<PathBuf, bool> = std::collections::HashMap::new();
-    let mut folder_exists = |p: &Path| -> bool {
-        let Some(parent) = p.parent() else {
-            return true;
-        };
-        *folders
-            .entry(parent.to_path_buf())
-            .or_insert_with(|| fs::symlink_metadata(host_path(root, parent)).is_ok())
-    };
-    let graphics_only = |c: Capability| {
-        opts.skip_graphics && matches!(c, Capability::Graphics | Capability::Display)
-    };
+    // `/usr/X11R6/...`): the resolver remembers an absent folder, so its candidates cost one
+    // `lstat` in all on the runtime's just-in-time path.
+    let graphics_only = |c: Capability| opts.skip_graphics && graphics_only(c);
     for spec in catalog::CONFIGS
         .iter()
         .filter(|s| !graphics_only(s.capability))
@@ -671,7 +727,7 @@ fn discover_configs(
         let extra = spec.at_driver_root.then_some("/");
         let found = search.iter().copied().chain(extra).find_map(|dir| {
             let p = Path::new(dir).join(spec.rel);
-            folder_exists(&p).then(|| regular_file_in_root(root, &p))?
+            regular_file_in_root(res, &p)
         });
         if let Some(hp) = found {
             let base = match spec.target {
@@ -713,10 +769,7 @@ fn discover_configs(
         };
         let found = dirs.iter().find_map(|d| {
             let p = Path::new(d).join(&file);
-            if !folder_exists(&p) {
-                return None;
-            }
-            regular_file_in_root(root, &p).map(|hp| (p, hp))
+            regular_file_in_root(res, &p).map(|hp| (p, hp))
         });
         if let Some((p, hp)) = found {
             out.push(HostFile {
@@ -730,7 +783,11 @@ fn discover_configs(
     out
 }
 
-fn discover_firmware(root: &Path, version: &DriverVersion) -> Result<Vec<HostFile>, DiscoverError> {
+fn discover_firmware(
+    res: &mut Resolver,
+    version: &DriverVersion,
+) -> Result<Vec<HostFile>, DiscoverError> {
+    let root = res.root();
     let mut out = Vec::new();
     for base in ["/lib/firmware/nvidia", "/usr/lib/firmware/nvidia"] {
         let dir = Path::new(base).join(version.as_str());
@@ -738,8 +795,8 @@ fn discover_firmware(root: &Path, version: &DriverVersion) -> Result<Vec<HostFil
             dir: host_path(root, &dir),
             source,
         };
-        let resolved_dir = match resolve_in_root(root, &dir) {
-            Ok(d) => d,
+        let resolved_dir = match res.resolve(&dir) {
+            Ok((d, _)) => d,
             Err(e) if is_absent(&e) => continue,
             Err(e) => return Err(firmware_err(e)),
         };
@@ -1015,7 +1072,7 @@ mod tests {
         fs::write(dir.join("gsp_tu10x.bin"), b"x").unwrap();
         fs::write(dir.join("readme.txt"), b"x").unwrap();
         std::os::unix::fs::symlink("gsp_ga10x.bin", dir.join("gsp_link.bin")).unwrap();
-        let names: Vec<String> = discover_firmware(d.path(), &version)
+        let names: Vec<String> = discover_firmware(&mut Resolver::new(d.path()), &version)
             .unwrap()
             .into_iter()
             .map(|f| f.path)
@@ -1029,9 +1086,11 @@ mod tests {
         );
         // No folder at all is no firmware, not an error.
         let empty = tempfile::tempdir().unwrap();
-        assert!(discover_firmware(empty.path(), &version)
-            .unwrap()
-            .is_empty());
+        assert!(
+            discover_firmware(&mut Resolver::new(empty.path()), &version)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -1039,7 +1098,7 @@ mod tests {
         let (d, dir, version) = firmware_root();
         fs::remove_dir(&dir).unwrap();
         fs::write(&dir, b"not a folder").unwrap();
-        let e = discover_firmware(d.path(), &version)
+        let e = discover_firmware(&mut Resolver::new(d.path()), &version)
             .unwrap_err()
             .to_string();
         assert!(
@@ -1073,7 +1132,7 @@ mod tests {
                 set_thread_res_gid(gid, gid, gid).unwrap();
                 set_thread_res_uid(uid, uid, uid).unwrap();
             }
-            discover_firmware(&root, &version).map(|f| f.len())
+            discover_firmware(&mut Resolver::new(&root), &version).map(|f| f.len())
         })
         .join()
         .unwrap();
@@ -1153,13 +1212,18 @@ mod tests {
             has_dev_link: false,
         };
         let found = |opts: &DiscoverOptions| -> Vec<(String, String, Option<Capability>)> {
-            discover_configs(r, &version, std::slice::from_ref(&lib), opts)
-                .into_iter()
-                .map(|f| {
-                    let host = f.host_path.strip_prefix(r).unwrap().display().to_string();
-                    (f.path, host, f.capability)
-                })
-                .collect()
+            discover_configs(
+                &mut Resolver::new(r),
+                &version,
+                std::slice::from_ref(&lib),
+                opts,
+            )
+            .into_iter()
+            .map(|f| {
+                let host = f.host_path.strip_prefix(r).unwrap().display().to_string();
+                (f.path, host, f.capability)
+            })
+            .collect()
         };
         assert_eq!(
             found(&DiscoverOptions::default()),

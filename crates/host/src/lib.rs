@@ -25,7 +25,7 @@ pub mod wsl;
 pub use caps::{CapsError, MigCapability};
 pub use catalog::Capability;
 pub use cuda::{cuda_version_for_branch, cuda_version_known, CudaVersion};
-pub use discover::{discover, DiscoverError, DiscoverOptions};
+pub use discover::{discover, DiscoverError, DiscoverOptions, Discovery};
 pub use gated::GatedMode;
 pub use inventory::{DeviceNode, DrmLink, Gpu, HostFile, Inventory, Library, Roots};
 pub use procfs::DriverVersion;

@@ -5,8 +5,9 @@
 //! discovery outside it. This is for the trusted host driver root only; paths inside a container
 //! root are opened with `openat2(RESOLVE_IN_ROOT)` instead.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::ffi::OsString;
+use std::fs::Metadata;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
@@ -15,38 +16,105 @@ const MAX_LINKS: usize = 40;
 /// Resolve `path` (absolute, as seen from inside `root`) to the path inside `root` of the file it
 /// finally names, following every symlink. Returns the root-relative absolute path.
 pub fn resolve_in_root(root: &Path, path: &Path) -> io::Result<PathBuf> {
-    let mut todo: VecDeque<OsString> = components(path);
-    let mut done: Vec<OsString> = Vec::new();
-    let mut links = 0;
-    while let Some(c) = todo.pop_front() {
-        if c == ".." {
-            done.pop();
-            continue;
-        }
-        done.push(c);
-        let host = join(root, &done);
-        let md = std::fs::symlink_metadata(&host)?;
-        if md.file_type().is_symlink() {
-            links += 1;
-            if links > MAX_LINKS {
-                return Err(io::Error::other(format!(
-                    "too many levels of symbolic links at {}",
-                    host.display()
-                )));
-            }
-            let target = std::fs::read_link(&host)?;
-            done.pop();
-            if target.is_absolute() {
-                done.clear();
-            }
-            for (i, t) in components(&target).into_iter().enumerate() {
-                todo.insert(i, t);
-            }
+    Resolver::new(root).resolve(path).map(|(p, _)| p)
+}
+
+/// [`resolve_in_root`] for many paths of one tree: it remembers the folders it found to be
+/// folders (not links) and the paths it found absent, so the lookups of one discovery under
+/// the same library directory `lstat` each of its parents once, not once per file, and the
+/// candidates under a folder the host does not have cost one `lstat` in all. For one pass over
+/// a tree (a discovery): a change meanwhile is seen by the next pass.
+pub(crate) struct Resolver<'a> {
+    root: &'a Path,
+    /// Host paths whose `lstat` said "directory".
+    dirs: HashSet<PathBuf>,
+    /// Host paths whose `lstat` said ENOENT.
+    absent: HashSet<PathBuf>,
+}
+
+impl<'a> Resolver<'a> {
+    /// A resolver for `root` that knows no folder yet.
+    pub(crate) fn new(root: &'a Path) -> Resolver<'a> {
+        Resolver {
+            root,
+            dirs: HashSet::new(),
+            absent: HashSet::new(),
         }
     }
-    let mut out = PathBuf::from("/");
-    out.extend(done);
-    Ok(out)
+
+    /// The root it resolves in.
+    pub(crate) fn root(&self) -> &'a Path {
+        self.root
+    }
+
+    /// [`resolve_in_root`], with the `lstat` of what the path finally names (not a link), or
+    /// `None` when that is the root or a folder already known.
+    pub(crate) fn resolve(&mut self, path: &Path) -> io::Result<(PathBuf, Option<Metadata>)> {
+        let mut todo: VecDeque<OsString> = components(path);
+        let mut done: Vec<OsString> = Vec::new();
+        let mut links = 0;
+        let mut last = None;
+        while let Some(c) = todo.pop_front() {
+            if c == ".." {
+                done.pop();
+                last = None;
+                continue;
+            }
+            done.push(c);
+            let host = join(self.root, &done);
+            if self.dirs.contains(&host) {
+                last = None;
+                continue;
+            }
+            if self.absent.contains(&host) {
+                return Err(io::Error::from_raw_os_error(libc::ENOENT));
+            }
+            let md = match std::fs::symlink_metadata(&host) {
+                Ok(md) => md,
+                Err(e) => {
+                    if e.raw_os_error() == Some(libc::ENOENT) {
+                        self.absent.insert(host);
+                    }
+                    return Err(e);
+                }
+            };
+            if md.file_type().is_symlink() {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(io::Error::other(format!(
+                        "too many levels of symbolic links at {}",
+                        host.display()
+                    )));
+                }
+                let target = std::fs::read_link(&host)?;
+                done.pop();
+                last = None;
+                if target.is_absolute() {
+                    done.clear();
+                }
+                for (i, t) in components(&target).into_iter().enumerate() {
+                    todo.insert(i, t);
+                }
+            } else {
+                if md.is_dir() {
+                    self.dirs.insert(host);
+                }
+                last = Some(md);
+            }
+        }
+        let mut out = PathBuf::from("/");
+        out.extend(done);
+        Ok((out, last))
+    }
+
+    /// The regular file `path` names, links followed inside the root: its path inside the
+    /// root, or `None` when it is absent, not a regular file or cannot be looked up.
+    pub(crate) fn regular_file(&mut self, path: &Path) -> Option<PathBuf> {
+        match self.resolve(path) {
+            Ok((p, Some(md))) if md.is_file() => Some(p),
+            _ => None,
+        }
+    }
 }
 
 fn components(p: &Path) -> VecDeque<OsString> {
@@ -141,6 +209,49 @@ mod tests {
             resolve_in_root(r, Path::new("/usr/lib/evil")).unwrap(),
             Path::new("/etc/passwd")
         );
+    }
+
+    /// One resolver for many paths answers as a fresh resolution does each time, for files,
+    /// folders, links, `..` and absent paths (remembered folders and absences included).
+    #[test]
+    fn a_resolver_remembers_without_changing_answers() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        std::fs::create_dir_all(r.join("usr/lib/x86_64-linux-gnu")).unwrap();
+        std::fs::write(r.join("usr/lib/x86_64-linux-gnu/libcuda.so.570"), b"x").unwrap();
+        symlink(
+            "libcuda.so.570",
+            r.join("usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+        )
+        .unwrap();
+        symlink("/usr/lib", r.join("lib")).unwrap();
+        symlink("nowhere", r.join("usr/lib/dangling")).unwrap();
+        let paths = [
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+            "/lib/x86_64-linux-gnu/libcuda.so.1",
+            "/usr/lib/x86_64-linux-gnu/../x86_64-linux-gnu/libcuda.so.570",
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib/x86_64-linux-gnu/..",
+            "/usr/local/lib/libcuda.so.1",
+            "/usr/local/lib/libcuda.so.1",
+            "/usr/lib/dangling",
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.570/x",
+        ];
+        let mut res = Resolver::new(r);
+        for _ in 0..2 {
+            for p in paths {
+                let fresh = resolve_in_root(r, Path::new(p));
+                let got = res.resolve(Path::new(p));
+                match (&fresh, &got) {
+                    (Ok(a), Ok((b, _))) => assert_eq!(a, b, "{p}"),
+                    (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{p}"),
+                    _ => panic!("{p}: {fresh:?} vs {got:?}"),
+                }
+                let file = res.regular_file(Path::new(p));
+                let want = fresh.ok().filter(|f| host_path(r, f).is_file());
+                assert_eq!(file, want, "{p}");
+            }
+        }
     }
 
     #[test]

@@ -113,8 +113,9 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
     if !a.csv_files.is_empty() || !a.csv_ignore_patterns.is_empty() {
         bail!("--csv.*: only for --mode csv (Jetson); --mode auto found no Jetson under the driver root");
     }
-    let inv = a.roots.discover_with_configs(&a.config_search_paths)?;
-    a.roots.write_snapshots(&inv, &a.config_search_paths);
+    let found = a.roots.discovery_with_configs(&a.config_search_paths)?;
+    a.roots.write_snapshots(&found, &a.config_search_paths);
+    let inv = found.inventory;
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
     // always a wrong driver root.
     if !a.allow_missing_libcuda && !inv.libraries.iter().any(|l| l.name == "libcuda.so") {

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use gpuctk_host::{DiscoverOptions, Inventory, Roots};
+use gpuctk_host::{DiscoverOptions, Discovery, Inventory, Roots};
 
 #[cfg(feature = "mock")]
 use crate::cli::MockHostCommand;
@@ -79,7 +79,7 @@ impl RootArgs {
     pub fn roots(&self) -> anyhow::Result<Roots> {
         let driver_root = match &self.driver_root {
             Some(r) => r.clone(),
-            None => self.config()?.driver_root,
+            None => self.config()?.driver_root.clone(),
         };
         // Relative roots are taken from the working directory, once, here.
         let abs = |p: &Path, flag: &str| {
@@ -102,13 +102,13 @@ impl RootArgs {
     /// (`--config`, else the one the runtime reads), and only when these roots are the runtime's
     /// (it reads records for its own driver only): `None` otherwise, and nothing is written.
     pub fn nvml_cache(&self, roots: &Roots) -> Option<std::path::PathBuf> {
-        self.runtime_config(roots).map(|cfg| cfg.nvml_cache)
+        self.runtime_config(roots).map(|cfg| cfg.nvml_cache.clone())
     }
 
     /// The runtime's config (as [`Self::nvml_cache`] finds it) when these roots are its roots.
-    fn runtime_config(&self, roots: &Roots) -> Option<crate::config::Config> {
+    fn runtime_config(&self, roots: &Roots) -> Option<&crate::config::Config> {
         let cfg = self.config().ok()?;
-        let runtime = crate::decision::roots(&cfg);
+        let runtime = crate::decision::roots(cfg);
         let same = |a: &Path, b: &Path| std::path::absolute(a).ok() == std::path::absolute(b).ok();
         (same(&runtime.driver_root, &roots.driver_root)
             && same(&runtime.dev_root, &roots.dev_root)
@@ -116,19 +116,20 @@ impl RootArgs {
         .then_some(cfg)
     }
 
-    /// Write the runtime's discovery snapshots (`crate::snapshot`) from `inv`, discovered with
+    /// Write the runtime's discovery snapshots (`crate::snapshot`) from `found`, discovered with
     /// `config_search_paths`, when these are the runtime's roots and the discovery is the one
     /// the runtime does (no search paths of our own): the one a graphics container reads, and
-    /// the one without graphics, discovered again (half a millisecond).
-    pub fn write_snapshots(&self, inv: &Inventory, config_search_paths: &[String]) {
+    /// the one without graphics, taken from the same discovery (which used to be done again).
+    pub fn write_snapshots(&self, found: &Discovery, config_search_paths: &[String]) {
         if !config_search_paths.is_empty() || !self.library_search_paths.is_empty() {
             return;
         }
+        let inv = &found.inventory;
         let Some(cfg) = self.runtime_config(&inv.roots) else {
             return;
         };
         // The runtime's roots spelt as it spells them: the host paths in `inv` are made of them.
-        let roots = crate::decision::roots(&cfg);
+        let roots = crate::decision::roots(cfg);
         let Some(dir) = cfg.snapshot_dir().filter(|_| roots == inv.roots) else {
             return;
         };
@@ -138,26 +139,31 @@ impl RootArgs {
             skip_graphics: true,
             ..Default::default()
         };
-        if let Ok(inv) = gpuctk_host::discover(&roots, &compute) {
-            crate::snapshot::Snapshot::new(&dir, &roots, &compute).write(&roots, &inv);
-        }
+        crate::snapshot::Snapshot::new(&dir, &roots, &compute)
+            .write(&roots, &found.without_graphics());
     }
 
     /// The NVML helper config.toml names (`[gpuctk] nvml-helper`: `--config`, else the one the
     /// runtime reads); its default when that config cannot be read (discovery says why).
     pub fn nvml_helper(&self) -> std::path::PathBuf {
         self.config()
-            .map(|c| c.nvml_helper)
+            .map(|c| c.nvml_helper.clone())
             .unwrap_or_else(|_| crate::config::DEFAULT_NVML_HELPER.into())
     }
 
     /// config.toml as these flags name it: `--config` (which must exist), else the one the
-    /// runtime reads.
-    fn config(&self) -> anyhow::Result<crate::config::Config> {
-        match &self.config {
-            Some(c) => crate::config::load(c, true).with_context(|| "--config (NVIDIA_CTK_CONFIG)"),
-            None => Ok(crate::config::load_from_env()?),
+    /// runtime reads. Read once; an error is not kept, and says so again when asked again.
+    fn config(&self) -> anyhow::Result<&crate::config::Config> {
+        if let Some(c) = self.loaded_config.get() {
+            return Ok(c);
         }
+        let c = match &self.config {
+            Some(c) => {
+                crate::config::load(c, true).with_context(|| "--config (NVIDIA_CTK_CONFIG)")?
+            }
+            None => crate::config::load_from_env()?,
+        };
+        Ok(self.loaded_config.get_or_init(|| c))
     }
 
     /// Discover the host these flags point at, logging discovery's warnings.
@@ -171,12 +177,22 @@ impl RootArgs {
         &self,
         config_search_paths: &[String],
     ) -> anyhow::Result<Inventory> {
+        self.discovery_with_configs(config_search_paths)
+            .map(|d| d.inventory)
+    }
+
+    /// [`Self::discover_with_configs`], keeping what tells the graphics-only parts apart (for
+    /// [`Self::write_snapshots`]).
+    pub fn discovery_with_configs(
+        &self,
+        config_search_paths: &[String],
+    ) -> anyhow::Result<Discovery> {
         for d in config_search_paths {
             if !d.starts_with('/') {
                 anyhow::bail!("--config-search-path {d:?}: not an absolute path; give the directory as it is inside the driver root, e.g. /usr/share");
             }
         }
-        crate::discover::discover(
+        crate::discover::discovery(
             &self.roots()?,
             &DiscoverOptions {
                 library_search_paths: self.library_search_paths.clone(),
