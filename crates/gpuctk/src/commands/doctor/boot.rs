@@ -121,7 +121,7 @@ fn systemctl_show(systemctl: &Path, units: &[&str]) -> Result<String, String> {
         ])
         .args(units)
         .env_clear()
-        .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
+        .env("PATH", gpuctk_host::catalog::STANDARD_PATH.join(":"))
         .env("LC_ALL", "C")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
