@@ -927,6 +927,49 @@ fn containerd_drop_in_that_is_not_imported() {
     assert!(not_ok(&v).is_empty(), "{v:#}");
 }
 
+/// A drop-in folder that cannot be listed is said, not taken for an absent one (regression: an
+/// I/O error read as "no drop-ins", so CRI-O looked unconfigured and containerd's drop-ins
+/// unchecked without a word).
+#[test]
+fn engine_drop_in_folder_that_cannot_be_listed() {
+    let f = Fixture::new();
+    f.kubernetes_policy();
+    let rt = f.t.join("bin/nvidia-container-runtime");
+    // CRI-O: its config and a drop-in "folder" that is a file (ENOTDIR).
+    std::fs::create_dir_all(f.t.join("crio")).unwrap();
+    std::fs::write(
+        f.t.join("crio/crio.conf"),
+        format!(
+            "[crio.runtime.runtimes.nvidia]\nruntime_path = \"{}\"\n",
+            rt.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(f.t.join("crio/crio.conf.d"), "not a folder\n").unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "crio",
+        "warn",
+        &["crio.conf.d: cannot list CRI-O's drop-in folder", "make "],
+    );
+    // containerd: the same for conf.d.
+    let dir = containerd_config(&f, "version = 2\n");
+    std::fs::remove_dir(dir.join("conf.d")).unwrap();
+    std::fs::write(dir.join("conf.d"), "not a folder\n").unwrap();
+    let (r, v) = f.json(&[]);
+    expect(
+        &r,
+        &v,
+        "engines",
+        "containerd-imports",
+        "warn",
+        &["conf.d: cannot list containerd's drop-in folder"],
+    );
+}
+
 #[test]
 fn containerd_default_runtime_name_of_a_missing_runtime() {
     let f = Fixture::new();

@@ -171,11 +171,45 @@ fn engine_registration(
     }
 }
 
+/// Whether `e` (a read's error chain) says the file is not there: anything else (a folder on
+/// its way that cannot be searched) is an error to report, not an engine that is absent.
+fn is_not_found(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .any(|io| io.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// An engine's drop-in folder listed; `None` when it is absent, and when it cannot be listed
+/// (a warning saying so: its drop-ins are then not checked).
+fn list_drop_ins(
+    c: &mut Checks,
+    name: &str,
+    dir: &Path,
+    engine: &str,
+) -> Option<Vec<(String, bool)>> {
+    match list_dir(dir) {
+        Ok(entries) => Some(entries),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            c.warn(
+                G,
+                name,
+                format!(
+                    "{}: cannot list {engine}'s drop-in folder: {e}; its drop-ins are not checked",
+                    dir.display()
+                ),
+                format!("make {} a folder root can read", dir.display()),
+            );
+            None
+        }
+    }
+}
+
 /// The bytes of an engine's config, `None` when absent (pushing the skip line).
 fn read_engine_config(c: &mut Checks, engine: &'static str, path: &Path) -> Option<String> {
     match crate::capped::read_capped(path, MAX_CONFIG, "engine config") {
         Ok(b) => Some(String::from_utf8_lossy(&b).into_owned()),
-        Err(_) if !path.exists() => {
+        Err(e) if is_not_found(&e) => {
             c.ok(
                 G,
                 engine,
@@ -451,7 +485,7 @@ fn check_containerd(
     }
     // A drop-in next to the config that no import names is never read.
     let conf_d = path.parent().unwrap_or(Path::new("/")).join("conf.d");
-    if let Ok(entries) = list_dir(&conf_d) {
+    if let Some(entries) = list_drop_ins(c, "containerd-imports", &conf_d, "containerd") {
         let ignored: Vec<String> = entries
             .iter()
             .filter(|(n, _)| n.ends_with(".toml"))
@@ -557,11 +591,12 @@ fn check_crio(
     let drop_dir = path.parent().unwrap_or(Path::new("/")).join("crio.conf.d");
     let mut out = Engine::new("crio", path);
     let mut files = Vec::new();
-    if path.exists() {
+    // Anything but "not there" is read below, which reports why it cannot be.
+    if !std::fs::metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
         files.push(path.to_path_buf());
     }
     // CRI-O reads every file of its drop-in dir, in name order.
-    if let Ok(entries) = list_dir(&drop_dir) {
+    if let Some(entries) = list_drop_ins(c, "crio", &drop_dir, "CRI-O") {
         files.extend(
             entries
                 .into_iter()
