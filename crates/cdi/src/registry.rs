@@ -286,7 +286,6 @@ impl Registry {
                 }
             }
         }
-        reg.load_errors = reg.errors.len();
         reg.index_devices();
         reg
     }
@@ -319,7 +318,6 @@ impl Registry {
         let mut reg = Registry {
             dirs: dirs.to_vec(),
             specs,
-            load_errors: errors.len(),
             errors,
             ..Default::default()
         };
@@ -351,12 +349,14 @@ impl Registry {
                 reg.errors.push((s.path, e.to_string()));
             }
         }
-        reg.load_errors = reg.errors.len();
         reg.index_devices();
         reg
     }
 
+    /// Indexes the specs' devices, recording conflicts as errors after those the files gave
+    /// (which [`Registry::loaded`] hands out).
     fn index_devices(&mut self) {
+        self.load_errors = self.errors.len();
         // qualified name -> every (spec, device) defining it
         let mut all: BTreeMap<String, Vec<DeviceRef>> = BTreeMap::new();
         for (si, s) in self.specs.iter().enumerate() {

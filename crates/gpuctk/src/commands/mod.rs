@@ -168,21 +168,12 @@ impl RootArgs {
 
     /// Discover the host these flags point at, logging discovery's warnings.
     pub fn discover(&self) -> anyhow::Result<Inventory> {
-        self.discover_with_configs(&[])
+        self.discovery_with_configs(&[]).map(|d| d.inventory)
     }
 
     /// [`Self::discover`], with the loaders' vendor files looked up in `config_search_paths`
-    /// (inside the driver root) instead of the defaults when it is not empty.
-    pub fn discover_with_configs(
-        &self,
-        config_search_paths: &[String],
-    ) -> anyhow::Result<Inventory> {
-        self.discovery_with_configs(config_search_paths)
-            .map(|d| d.inventory)
-    }
-
-    /// [`Self::discover_with_configs`], keeping what tells the graphics-only parts apart (for
-    /// [`Self::write_snapshots`]).
+    /// (inside the driver root) instead of the defaults when it is not empty, keeping what tells
+    /// the graphics-only parts apart (for [`Self::write_snapshots`]).
     pub fn discovery_with_configs(
         &self,
         config_search_paths: &[String],
