@@ -203,8 +203,7 @@ fn discover_marked(roots: &Roots, opts: &DiscoverOptions) -> Result<Discovery, D
     // Every lookup under the driver root goes through one resolver: the library, binary,
     // firmware and vendor-file lookups share their parent folders.
     let mut res = Resolver::new(&roots.driver_root);
-    let (libraries, library_source) =
-        discover_libraries(roots, &mut res, &version, opts, &mut warnings)?;
+    let (libraries, library_source) = discover_libraries(&mut res, &version, opts, &mut warnings)?;
     let binaries = discover_binaries(&mut res);
     let firmware = discover_firmware(&mut res, &version)?;
     let ipc = discover_ipc(&roots.driver_root);
@@ -532,13 +531,12 @@ fn is_driver_file(file_name: &str, spec: &catalog::LibrarySpec, version: &Driver
 }
 
 fn discover_libraries(
-    roots: &Roots,
     res: &mut Resolver,
     version: &DriverVersion,
     opts: &DiscoverOptions,
     warnings: &mut Vec<String>,
 ) -> Result<(Vec<Library>, String), DiscoverError> {
-    let root = &roots.driver_root;
+    let root = res.root();
     let cache_file = root.join("etc/ld.so.cache");
     let cache = match fs::read(&cache_file) {
         Ok(bytes) => {
@@ -677,7 +675,7 @@ fn discover_binaries(res: &mut Resolver) -> Vec<HostFile> {
     for spec in catalog::BINARIES {
         for dir in catalog::BINARY_DIRS {
             let p = Path::new(dir).join(spec.name);
-            if let Some(hp) = regular_file_in_root(res, &p) {
+            if let Some(hp) = regular_host_file(res, &p) {
                 out.push(HostFile {
                     name: spec.name.to_string(),
                     capability: Some(spec.capability),
@@ -693,7 +691,7 @@ fn discover_binaries(res: &mut Resolver) -> Vec<HostFile> {
 
 /// The file `p` names under the resolver's root, symlinks followed inside it, if it is a
 /// regular file: its host path.
-fn regular_file_in_root(res: &mut Resolver, p: &Path) -> Option<PathBuf> {
+fn regular_host_file(res: &mut Resolver, p: &Path) -> Option<PathBuf> {
     let resolved = res.regular_file(p)?;
     Some(host_path(res.root(), &resolved))
 }
@@ -719,15 +717,12 @@ fn discover_configs(
     // Most of the ~80 candidates sit in folders a host does not have (`/usr/local/share/egl`,
     // `/usr/X11R6/...`): the resolver remembers an absent folder, so its candidates cost one
     // `lstat` in all on the runtime's just-in-time path.
-    let graphics_only = |c: Capability| opts.skip_graphics && graphics_only(c);
-    for spec in catalog::CONFIGS
-        .iter()
-        .filter(|s| !graphics_only(s.capability))
-    {
+    let skipped = |c: Capability| opts.skip_graphics && graphics_only(c);
+    for spec in catalog::CONFIGS.iter().filter(|s| !skipped(s.capability)) {
         let extra = spec.at_driver_root.then_some("/");
         let found = search.iter().copied().chain(extra).find_map(|dir| {
             let p = Path::new(dir).join(spec.rel);
-            regular_file_in_root(res, &p)
+            regular_host_file(res, &p)
         });
         if let Some(hp) = found {
             let base = match spec.target {
@@ -758,7 +753,7 @@ fn discover_configs(
         })
         .chain(catalog::XORG_MODULE_DIRS.iter().map(|d| d.to_string()))
         .collect();
-    if graphics_only(Capability::Display) {
+    if skipped(Capability::Display) {
         return out;
     }
     for (name, versioned) in catalog::XORG_MODULES {
@@ -769,7 +764,7 @@ fn discover_configs(
         };
         let found = dirs.iter().find_map(|d| {
             let p = Path::new(d).join(&file);
-            regular_file_in_root(res, &p).map(|hp| (p, hp))
+            regular_host_file(res, &p).map(|hp| (p, hp))
         });
         if let Some((p, hp)) = found {
             out.push(HostFile {
