@@ -982,23 +982,11 @@ const RETRY_SLEEP_BUDGET: std::time::Duration = std::time::Duration::from_millis
 
 /// Whether `file` holds exactly `bytes`, read from its start (`pread`: the offset is left alone).
 fn same_bytes(file: &File, bytes: &[u8]) -> io::Result<bool> {
-    use std::os::unix::fs::FileExt;
+    use crate::elf::ReadAt;
+    // One byte more than `bytes`: a longer file differs.
     let mut buf = vec![0u8; bytes.len() + 1];
-    let mut have = 0;
-    loop {
-        match file.read_at(&mut buf[have..], have as u64) {
-            Ok(0) => break,
-            Ok(n) => {
-                have += n;
-                if have > bytes.len() {
-                    return Ok(false);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(&buf[..have] == bytes)
+    let n = file.read_at_most(0, &mut buf)?;
+    Ok(&buf[..n] == bytes)
 }
 
 fn fstat(fd: BorrowedFd<'_>) -> io::Result<Metadata> {

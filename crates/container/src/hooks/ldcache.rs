@@ -280,7 +280,7 @@ pub fn update_ldcache_pending(
         Err(e) if unusable(&e) => report.notes.push(format!("{e}; left alone")),
         Err(e) => return Err(e.into()),
     }
-    let gpuctk_name = GPUCTK_CONF.rsplit('/').next().unwrap_or_default();
+    let gpuctk_name = base(GPUCTK_CONF);
     let known: BTreeSet<&str> = conf_d
         .iter()
         .filter(|(name, _)| name != gpuctk_name)
