@@ -3,8 +3,11 @@
 //! other name (`gpuctk`, `nvidia-ctk`) the full command line. What each does is in the library
 //! (`src/lib.rs`); this file dispatches and prints usage errors and failures as one line.
 
-// System calls are safe functions (rustix, or the library crates' `sys` modules).
+// System calls are safe functions (rustix, or the library crates' `sys` modules); the one
+// exception is the entry point at the end.
 #![deny(unsafe_code)]
+// The C runtime calls our own `main`, not std's wrapper: see `main` at the end.
+#![no_main]
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -119,7 +122,7 @@ fn usage_error(name: &str, e: clap::Error, env: Option<String>) -> ! {
     std::process::exit(2);
 }
 
-fn main() -> ExitCode {
+fn gpuctk_main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     let argv0 = args
         .first()
@@ -157,4 +160,51 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The process's entry point, called by the C runtime in place of std's `main` wrapper. That
+/// wrapper costs about 20 system calls on every start (glibc reads `/proc/self/maps` to find
+/// the main thread's stack guard, std installs an alternate signal stack and `SIGSEGV`/`SIGBUS`
+/// handlers for its stack-overflow message), and the shim's create and pass-through calls pay
+/// them for nothing (issue 21). What we keep of it: descriptors 0 to 2 open (`/dev/null` where
+/// one is closed, so no file we open later becomes our stdout or stderr) and `SIGPIPE` ignored
+/// (a closed pipe is an `EPIPE` to handle, as under std; `Command` restores the default before
+/// it execs the runtime). std reads the arguments itself (glibc hands them to `.init_array`),
+/// and `process::exit` flushes stdout as a return from `main` would. A stack overflow is a
+/// plain `SIGSEGV`, without std's message.
+#[allow(unsafe_code)]
+#[no_mangle]
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
+    // SAFETY: system calls on descriptors 0 to 2 and a signal disposition, made before any
+    // other code of ours runs; nothing is borrowed past a call.
+    unsafe {
+        let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        });
+        let polled = libc::poll(fds.as_mut_ptr(), 3, 0) != -1;
+        for f in &fds {
+            let closed = if polled {
+                f.revents & libc::POLLNVAL != 0
+            } else {
+                libc::fcntl(f.fd, libc::F_GETFD) == -1
+            };
+            // The lowest free descriptor: the closed one.
+            if closed && libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) == -1 {
+                libc::abort();
+            }
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let code = gpuctk_main();
+    // `ExitCode` has no stable way out but comparison; every code is one of these.
+    let n = (0..=u8::MAX)
+        .find(|n| ExitCode::from(*n) == code)
+        .unwrap_or(1);
+    // Flushes stdout, as a return from std's `main` would.
+    std::process::exit(i32::from(n))
 }

@@ -1161,6 +1161,60 @@ fn passthrough_reads_only_the_runtimes_key() {
     assert!(!argv.exists(), "the runtime is not run");
 }
 
+/// The entry point replaces std's start-up (main.rs) but keeps what it did for us: a closed
+/// stdout is reopened on `/dev/null` before any file is opened (or that file would take
+/// descriptor 1), and the runtime we exec gets `SIGPIPE` at its default, as from std's `Command`.
+#[test]
+fn closed_stdout_is_dev_null_and_the_runtime_gets_sigpipe_default() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TestDir::new();
+    let (shim, rt, _) = passthrough_bed(&t, "runc");
+    let seen = t.join("seen");
+    // What the shell the shim execs (`$$`) inherited: its stdout, and its ignored signals.
+    fs::write(
+        &rt,
+        format!(
+            "#!/bin/sh\nout=$(readlink /proc/$$/fd/1 || echo closed)\n{{ echo \"$out\"; grep '^SigIgn:' /proc/$$/status; }} > {}\n",
+            seen.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&rt, fs::Permissions::from_mode(0o755)).unwrap();
+    let config = t.join("config.toml");
+    fs::write(
+        &config,
+        format!(
+            "[nvidia-container-runtime]\nruntimes = [\"{}\"]\n",
+            rt.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("sh")
+        .args(["-c", "exec \"$0\" state c1 >&-"])
+        .arg(&shim)
+        .env("GPUCTK_CONFIG", &config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = fs::read_to_string(&seen).unwrap();
+    let mut lines = seen.lines();
+    assert_eq!(lines.next(), Some("/dev/null"), "{seen}");
+    let ign = lines
+        .next()
+        .and_then(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("{seen}"));
+    assert_eq!(
+        ign & (1 << (libc::SIGPIPE - 1)),
+        0,
+        "SIGPIPE ignored in the runtime: {seen}"
+    );
+}
+
 #[test]
 fn passthrough_without_a_readable_config_uses_the_default_runtimes() {
     let t = TestDir::new();
