@@ -268,6 +268,17 @@ pub enum LinkOutcome {
     Unchanged,
 }
 
+/// What [`Dir::look_link`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkLook {
+    /// A symlink, with this target.
+    Target(OsString),
+    /// Nothing of that name.
+    Absent,
+    /// Something that is not a symlink.
+    NotLink,
+}
+
 /// Most symlinks followed in one resolution, as the kernel's limit.
 pub const MAX_SYMLINKS: usize = 40;
 
@@ -717,13 +728,14 @@ impl Root {
         ctarget: &CStr,
         link: &str,
     ) -> Result<LinkOutcome, RootError> {
-        let existing = match fstatat_nofollow(dfd, name) {
-            Ok(m) => Some(m),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
-            Err(e) => return Err(self.io_err(link, "lstat", e)),
-        };
-        match existing {
-            None => {
+        // One call for what is most often there: a link (a container started again on the same
+        // root) or nothing. Only a name that is neither is looked at again for its kind.
+        match readlinkat(dfd, name) {
+            Ok(current) if current.as_bytes() == ctarget.to_bytes() => {
+                return Ok(LinkOutcome::Unchanged)
+            }
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 let cname = name_cstring(name, link)?;
                 let Err(e) = sys::symlinkat(ctarget, dfd, &cname) else {
                     return Ok(LinkOutcome::Created);
@@ -734,20 +746,20 @@ impl Root {
                 // Something appeared meanwhile: fall through and replace it.
                 self.refuse_directory(dfd, name, link)?;
             }
-            Some(m) if m.kind == FileKind::Dir => {
-                return Err(RootError::IsDirectory {
-                    root: self.path.clone(),
-                    path: link.to_string(),
-                })
-            }
-            Some(m) if m.kind == FileKind::Symlink => {
-                let current =
-                    readlinkat(dfd, name).map_err(|e| self.io_err(link, "readlink", e))?;
-                if current.as_bytes() == ctarget.to_bytes() {
-                    return Ok(LinkOutcome::Unchanged);
+            // Not a symlink: a directory is refused, anything else replaced.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => match fstatat_nofollow(dfd, name) {
+                Ok(m) if m.kind == FileKind::Dir => {
+                    return Err(RootError::IsDirectory {
+                        root: self.path.clone(),
+                        path: link.to_string(),
+                    })
                 }
-            }
-            Some(_) => {}
+                Ok(_) => {}
+                // Gone meanwhile: the rename below puts the link there all the same.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(self.io_err(link, "lstat", e)),
+            },
+            Err(e) => return Err(self.io_err(link, "readlink", e)),
         }
         let tmp = temp_name(name);
         let ctmp = name_cstring(&tmp, link)?;
@@ -1120,12 +1132,29 @@ impl<'r> Dir<'r> {
         Ok(sys::makedev(stx.stx_dev_major, stx.stx_dev_minor) != dir.dev)
     }
 
+    /// The folder's device and inode (`fstat` of its descriptor): which folder it is, however
+    /// it was reached.
+    pub fn id(&self) -> Result<(u64, u64), RootError> {
+        let m = fstat(self.fd.as_fd()).map_err(|e| self.root.io_err(&self.path, "stat", e))?;
+        Ok((m.dev, m.ino))
+    }
+
     /// The target of symlink entry `name`, not followed; `None` when it does not exist or is
     /// not a symlink (any more).
     pub fn read_link(&self, name: &str) -> Result<Option<OsString>, RootError> {
+        Ok(match self.look_link(name)? {
+            LinkLook::Target(t) => Some(t),
+            LinkLook::Absent | LinkLook::NotLink => None,
+        })
+    }
+
+    /// [`Dir::read_link`] telling apart why there is no target: one `readlinkat`, which is all
+    /// a link or a missing name costs.
+    pub fn look_link(&self, name: &str) -> Result<LinkLook, RootError> {
         match readlinkat(self.fd.as_fd(), OsStr::new(name)) {
-            Ok(t) => Ok(Some(t)),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => Ok(None),
+            Ok(t) => Ok(LinkLook::Target(t)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(LinkLook::Absent),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(LinkLook::NotLink),
             Err(e) => Err(self.root.io_err(&self.child(name), "readlink", e)),
         }
     }
