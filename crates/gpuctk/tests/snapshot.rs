@@ -277,6 +277,29 @@ fn a_snapshot_not_ours_or_damaged_is_ignored_and_rebuilt() {
     );
 }
 
+/// Regression (issue 21): libraries now carry the ELF ABI discovery read, which the shim's
+/// update-ldcache takes instead of reading the file; a snapshot of the older shape, without it,
+/// is not used (whatever its key says) but rebuilt.
+#[test]
+fn a_snapshot_of_the_older_shape_is_ignored_and_rebuilt() {
+    let s = Snap::new();
+    s.create();
+    assert!(used(&s.create()));
+    let file = s.file();
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
+    let libs = v["inventory"]["libraries"].as_array_mut().unwrap();
+    assert!(!libs.is_empty());
+    for l in libs {
+        assert!(l["elf"]["machine"].is_u64(), "{l}");
+        l.as_object_mut().unwrap().remove("elf");
+    }
+    // Written in place: still ours, mode 0600, under the same key.
+    fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+    let lines = s.create();
+    assert!(rebuilt(&lines, "missing field `elf`"), "{lines:?}");
+    assert!(used(&s.create()));
+}
+
 #[test]
 fn a_snapshot_that_names_a_file_gone_is_noticed_and_rebuilt() {
     let s = Snap::new();

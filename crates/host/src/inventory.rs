@@ -111,7 +111,9 @@ pub struct Library {
     pub has_dev_link: bool,
     /// The ELF header fields its `ld.so.cache` flags come from, as discovery read them (`None`
     /// when not read): the shim's `update-ldcache` takes them, and [`Library::soname`], from
-    /// here rather than reading the file again.
+    /// here rather than reading the file again. Required in what is read back (not taken for
+    /// `None` when missing): a snapshot of the shape before it is not used.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub elf: Option<ElfAbi>,
 }
 
