@@ -1026,6 +1026,21 @@ fn rename_at(dirfd: BorrowedFd<'_>, from: &OsStr, to: &OsStr) -> io::Result<()> 
     sys::renameat(dirfd, &cstring(from)?, &cstring(to)?)
 }
 
+/// The kind a directory entry's `d_type` says, `None` for `DT_UNKNOWN`.
+fn dirent_kind(t: rustix::fs::FileType) -> Option<FileKind> {
+    use rustix::fs::FileType as T;
+    Some(match t {
+        T::RegularFile => FileKind::File,
+        T::Directory => FileKind::Dir,
+        T::Symlink => FileKind::Symlink,
+        T::CharacterDevice => FileKind::CharDevice,
+        T::BlockDevice => FileKind::BlockDevice,
+        T::Fifo => FileKind::Fifo,
+        T::Socket => FileKind::Socket,
+        T::Unknown => return None,
+    })
+}
+
 /// Why [`Dir::names_where`] stopped reading.
 enum Stop {
     Read(io::Error),
@@ -1065,8 +1080,27 @@ impl<'r> Dir<'r> {
     pub fn names_where(
         &self,
         cap: usize,
-        mut keep: impl FnMut(&str) -> Result<bool, RootError>,
+        keep: impl FnMut(&str) -> Result<bool, RootError>,
     ) -> Result<Vec<String>, RootError> {
+        let entries = self.entries_where(cap, keep)?;
+        Ok(entries.into_iter().map(|(n, _)| n).collect())
+    }
+
+    /// [`Dir::names`], each with the kind its directory entry gives (`d_type`; `None` where the
+    /// file system does not say). A hint only: the entry may change before it is looked at.
+    pub fn names_and_kinds(
+        &self,
+        cap: usize,
+    ) -> Result<Vec<(String, Option<FileKind>)>, RootError> {
+        self.entries_where(cap, |_| Ok(true))
+    }
+
+    /// [`Dir::names_where`] with each name's `d_type` kind.
+    fn entries_where(
+        &self,
+        cap: usize,
+        mut keep: impl FnMut(&str) -> Result<bool, RootError>,
+    ) -> Result<Vec<(String, Option<FileKind>)>, RootError> {
         let err = |op, e| self.root.io_err(&self.path, op, e);
         let mut dir = sys::read_dir(self.fd.as_fd()).map_err(|e| err("read directory", e))?;
         let mut names = Vec::new();
@@ -1087,7 +1121,7 @@ impl<'r> Dir<'r> {
                 }
                 seen += 1;
                 match keep(s) {
-                    Ok(true) => names.push(s.to_string()),
+                    Ok(true) => names.push((s.to_string(), dirent_kind(ent.file_type()))),
                     Ok(false) => {}
                     Err(e) => break Err(Stop::Keep(e)),
                 }
@@ -1105,7 +1139,7 @@ impl<'r> Dir<'r> {
                 })
             }
         }
-        names.sort();
+        names.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(names)
     }
 

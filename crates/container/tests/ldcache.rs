@@ -556,16 +556,26 @@ fn known_libraries_give_the_cache_that_reading_them_gives() {
     build_lib(&host.join("libfoo.so.1.2"), "libfoo.so.1", "foo");
     build_lib(&host.join("libbar.so.2.0"), "libbar.so.2", "bar");
     // The image has a library of its own in the folder, and a cache.
-    build_lib(&host_root.join("usr/lib64/libimg.so.3.1"), "libimg.so.3", "img");
+    build_lib(
+        &host_root.join("usr/lib64/libimg.so.3.1"),
+        "libimg.so.3",
+        "img",
+    );
     let r = Root::open(&host_root).unwrap();
     update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
     let image = host_root.parent().unwrap().join("image");
-    run_ok("cp", &["-a", host_root.to_str().unwrap(), image.to_str().unwrap()]);
+    run_ok(
+        "cp",
+        &["-a", host_root.to_str().unwrap(), image.to_str().unwrap()],
+    );
     let libs = ["libfoo.so.1.2", "libbar.so.2.0", "libhost.so.1.0"];
     let mut results = Vec::new();
     for known in [false, true] {
         let root = host_root.parent().unwrap().join(format!("known-{known}"));
-        run_ok("cp", &["-a", image.to_str().unwrap(), root.to_str().unwrap()]);
+        run_ok(
+            "cp",
+            &["-a", image.to_str().unwrap(), root.to_str().unwrap()],
+        );
         let mut pending = Pending::default();
         for name in libs {
             let file = std::fs::File::open(host.join(name)).unwrap();
@@ -590,7 +600,12 @@ fn known_libraries_give_the_cache_that_reading_them_gives() {
         let cache = std::fs::read(root.join("etc/ld.so.cache")).unwrap();
         results.push((cache, links, report.entries, report.notes));
     }
-    let listed = ldconfig_p(&host_root.parent().unwrap().join("known-true/etc/ld.so.cache"));
+    let listed = ldconfig_p(
+        &host_root
+            .parent()
+            .unwrap()
+            .join("known-true/etc/ld.so.cache"),
+    );
     for soname in ["libfoo.so.1", "libbar.so.2", "libhost.so.1", "libimg.so.3"] {
         assert!(listed.iter().any(|(n, _, _)| n == soname), "{listed:?}");
     }

@@ -499,7 +499,7 @@ fn scan_dir(
         Err(e) => return Err(e.into()),
     };
     let mut whole = true;
-    let names = match opened.names(cap) {
+    let names = match opened.names_and_kinds(cap) {
         Ok(n) => n,
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => {
             report.notes.push(format!(
@@ -525,7 +525,7 @@ fn scan_dir(
                 "{e}; the image's files skipped, the {} libraries mounted into it read",
                 mounted.len()
             ));
-            mounted
+            mounted.into_iter().map(|n| (n, None)).collect()
         }
         Err(e) => return Err(e.into()),
     };
@@ -537,6 +537,7 @@ fn scan_dir(
         stat: HashMap::new(),
         link: HashMap::new(),
     };
+    let names = names.into_iter().map(|(n, _)| n);
     // Which folder this is, by device and inode, only where links were placed at all.
     let id = if placed.is_empty() {
         None
@@ -549,7 +550,6 @@ fn scan_dir(
             .insert(name.clone(), Some(std::ffi::OsString::from(target)));
     }
     let mut names: Vec<String> = names
-        .into_iter()
         .filter(|n| is_dso_name(n) && !shadowed.contains(n.as_str()))
         .collect();
     if names.len() > MAX_CANDIDATES {
@@ -739,21 +739,32 @@ impl Held<'_> {
 /// created in the folder while it is scanned, but the soname links at its end.
 struct Looks<'a, 'r> {
     dir: &'a Dir<'r>,
-    /// Every name of the folder, when it was read whole.
-    listed: Option<HashSet<String>>,
+    /// Every name of the folder, when it was read whole, with the kind its entry said.
+    listed: Option<HashMap<String, Option<FileKind>>>,
     stat: HashMap<String, Option<Metadata>>,
     link: HashMap<String, Option<std::ffi::OsString>>,
 }
 
 impl Looks<'_, '_> {
     fn absent(&self, name: &str) -> bool {
-        self.listed.as_ref().is_some_and(|l| !l.contains(name))
+        self.listed.as_ref().is_some_and(|l| !l.contains_key(name))
     }
 
-    /// What `name` is: a link known already costs nothing, else [`Looks::lstat`].
+    /// What `name` is: a link known already costs nothing; one the listing calls a link is
+    /// asked for its target first (one call for what it most likely is); else
+    /// [`Looks::lstat`].
     fn kind(&mut self, name: &str) -> Result<Option<FileKind>, RootError> {
         if self.absent(name) {
             return Ok(None);
+        }
+        let hinted_link = || {
+            self.listed
+                .as_ref()
+                .and_then(|l| l.get(name).copied().flatten())
+                == Some(FileKind::Symlink)
+        };
+        if !self.stat.contains_key(name) && !self.link.contains_key(name) && hinted_link() {
+            self.read_link(name)?;
         }
         if let Some(Some(_)) = self.link.get(name) {
             return Ok(Some(FileKind::Symlink));
@@ -780,7 +791,7 @@ impl Looks<'_, '_> {
         self.stat.remove(name);
         self.link.remove(name);
         if let Some(l) = &mut self.listed {
-            l.insert(name.to_string());
+            l.insert(name.to_string(), None);
         }
     }
 
