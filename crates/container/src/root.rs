@@ -26,6 +26,7 @@
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::ops::ControlFlow;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
@@ -460,6 +461,7 @@ impl Root {
             root: self,
             fd,
             path: path.to_string(),
+            listed: Default::default(),
         })
     }
 
@@ -595,6 +597,7 @@ impl Root {
             root: self,
             fd,
             path: path.to_string(),
+            listed: Default::default(),
         })
     }
 
@@ -1043,7 +1046,6 @@ fn dirent_kind(t: rustix::fs::FileType) -> Option<FileKind> {
 
 /// Why [`Dir::names_where`] stopped reading.
 enum Stop {
-    Read(io::Error),
     Keep(RootError),
     Cap,
 }
@@ -1057,6 +1059,8 @@ pub struct Dir<'r> {
     root: &'r Root,
     fd: OwnedFd,
     path: String,
+    /// Whether it was listed before (its offset is then past its first entry).
+    listed: std::cell::Cell<bool>,
 }
 
 impl<'r> Dir<'r> {
@@ -1102,36 +1106,32 @@ impl<'r> Dir<'r> {
         mut keep: impl FnMut(&str) -> Result<bool, RootError>,
     ) -> Result<Vec<(String, Option<FileKind>)>, RootError> {
         let err = |op, e| self.root.io_err(&self.path, op, e);
-        let mut dir = sys::read_dir(self.fd.as_fd()).map_err(|e| err("read directory", e))?;
         let mut names = Vec::new();
         let mut seen = 0usize;
-        let result = loop {
-            let ent = match dir.read() {
-                None => break Ok(()),
-                Some(Err(e)) => break Err(Stop::Read(e.into())),
-                Some(Ok(ent)) => ent,
-            };
-            let bytes = ent.file_name().to_bytes();
+        let rewind = self.listed.replace(true);
+        let result = sys::for_each_entry(self.fd.as_fd(), rewind, |name, kind| {
+            let bytes = name.to_bytes();
             if bytes == b"." || bytes == b".." {
-                continue;
+                return ControlFlow::Continue(());
             }
             if let Ok(s) = std::str::from_utf8(bytes) {
                 if seen >= cap {
-                    break Err(Stop::Cap);
+                    return ControlFlow::Break(Stop::Cap);
                 }
                 seen += 1;
                 match keep(s) {
-                    Ok(true) => names.push((s.to_string(), dirent_kind(ent.file_type()))),
+                    Ok(true) => names.push((s.to_string(), dirent_kind(kind))),
                     Ok(false) => {}
-                    Err(e) => break Err(Stop::Keep(e)),
+                    Err(e) => return ControlFlow::Break(Stop::Keep(e)),
                 }
             }
-        };
+            ControlFlow::Continue(())
+        });
         match result {
-            Ok(()) => {}
-            Err(Stop::Read(e)) => return Err(err("read directory", e)),
-            Err(Stop::Keep(e)) => return Err(e),
-            Err(Stop::Cap) => {
+            Ok(None) => {}
+            Err(e) => return Err(err("read directory", e)),
+            Ok(Some(Stop::Keep(e))) => return Err(e),
+            Ok(Some(Stop::Cap)) => {
                 return Err(RootError::TooManyEntries {
                     root: self.root.path.clone(),
                     path: self.path.clone(),
@@ -1304,6 +1304,7 @@ impl<'r> Dir<'r> {
                 root: self.root,
                 fd,
                 path,
+                listed: Default::default(),
             }),
             // A symlink: resolved as any container path is.
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => self.root.open_dir(&path),
