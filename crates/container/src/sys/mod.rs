@@ -213,9 +213,9 @@ pub(crate) fn for_each_entry<B>(
     if rewind {
         rustix::fs::seek(fd, rustix::fs::SeekFrom::Start(0))?;
     }
-    // About 700 names of a library folder a call.
-    let mut buf = Vec::with_capacity(32 << 10);
-    let mut dir = rustix::fs::RawDir::new(fd, buf.spare_capacity_mut());
+    // About 400 names of a library folder a call, on the stack: no allocation to grow the heap.
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16 << 10];
+    let mut dir = rustix::fs::RawDir::new(fd, &mut buf);
     while let Some(ent) = dir.next() {
         let ent = ent?;
         if let std::ops::ControlFlow::Break(b) = f(ent.file_name(), ent.file_type()) {
