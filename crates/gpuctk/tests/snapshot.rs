@@ -300,6 +300,29 @@ fn a_snapshot_of_the_older_shape_is_ignored_and_rebuilt() {
     assert!(used(&s.create()));
 }
 
+/// Regression (issue 21): the shim's update-ldcache takes each mounted library's soname and
+/// ABI from discovery, here its snapshot, and does not open the library file: one that no
+/// longer reads as ELF (changed without the key moving) still gets its cache entry. Before, the
+/// shim read every library again, and that entry was dropped.
+#[test]
+fn the_shims_ldcache_takes_sonames_from_the_snapshot_not_the_files() {
+    let s = Snap::new();
+    s.create();
+    assert!(used(&s.create()));
+    let lib = PathBuf::from(s.bed.host.driver_root())
+        .join("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.570.124.06");
+    fs::write(&lib, b"not an ELF file any more").unwrap();
+    assert!(used(&s.create()));
+    let bytes = fs::read(s.bed.bundle.join("rootfs/etc/ld.so.cache")).unwrap();
+    let cache = gpuctk_ldcache::parse(&bytes).unwrap();
+    assert!(
+        cache.entries.iter().any(|e| e.key == "libnvidia-ml.so.1"
+            && e.value == "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"),
+        "{:?}",
+        cache.entries
+    );
+}
+
 #[test]
 fn a_snapshot_that_names_a_file_gone_is_noticed_and_rebuilt() {
     let s = Snap::new();
