@@ -34,21 +34,26 @@ impl LibraryInfo {
     /// them, or `None` for an architecture we do not map.
     pub fn cache_flags(&self) -> Option<i32> {
         let h = &self.header;
-        let abi = match (h.machine, h.class) {
-            (EM_X86_64, Class::Elf64) => flags::FLAG_X8664_LIB64,
-            (EM_X86_64, Class::Elf32) => flags::FLAG_X8664_LIBX32,
-            (EM_386, Class::Elf32) => flags::FLAG_NONE,
-            (EM_AARCH64, Class::Elf64) => flags::FLAG_AARCH64_LIB64,
-            (EM_PPC64, Class::Elf64) => flags::FLAG_POWERPC_LIB64,
-            (EM_S390, Class::Elf64) => flags::FLAG_S390_LIB64,
-            // lp64d, what every riscv64 distribution uses (e_flags float ABI 4).
-            (EM_RISCV, Class::Elf64) if h.e_flags & 0x6 == 0x4 => {
-                flags::FLAG_RISCV_FLOAT_ABI_DOUBLE
-            }
-            _ => return None,
-        };
-        Some(abi | flags::FLAG_ELF_LIBC6)
+        cache_flags_for(h.machine, h.class, h.e_flags)
     }
+}
+
+/// The `ld.so.cache` flags of a shared library with ELF header fields `e_machine`, class and
+/// `e_flags` ([`LibraryInfo::cache_flags`]; host discovery keeps these three for each driver
+/// library, so the shim need not read the file again).
+pub fn cache_flags_for(machine: u16, class: Class, e_flags: u32) -> Option<i32> {
+    let abi = match (machine, class) {
+        (EM_X86_64, Class::Elf64) => flags::FLAG_X8664_LIB64,
+        (EM_X86_64, Class::Elf32) => flags::FLAG_X8664_LIBX32,
+        (EM_386, Class::Elf32) => flags::FLAG_NONE,
+        (EM_AARCH64, Class::Elf64) => flags::FLAG_AARCH64_LIB64,
+        (EM_PPC64, Class::Elf64) => flags::FLAG_POWERPC_LIB64,
+        (EM_S390, Class::Elf64) => flags::FLAG_S390_LIB64,
+        // lp64d, what every riscv64 distribution uses (e_flags float ABI 4).
+        (EM_RISCV, Class::Elf64) if e_flags & 0x6 == 0x4 => flags::FLAG_RISCV_FLOAT_ABI_DOUBLE,
+        _ => return None,
+    };
+    Some(abi | flags::FLAG_ELF_LIBC6)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::ops::ControlFlow;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
@@ -268,6 +269,17 @@ pub enum LinkOutcome {
     Unchanged,
 }
 
+/// What [`Dir::look_link`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkLook {
+    /// A symlink, with this target.
+    Target(OsString),
+    /// Nothing of that name.
+    Absent,
+    /// Something that is not a symlink.
+    NotLink,
+}
+
 /// Most symlinks followed in one resolution, as the kernel's limit.
 pub const MAX_SYMLINKS: usize = 40;
 
@@ -449,6 +461,7 @@ impl Root {
             root: self,
             fd,
             path: path.to_string(),
+            listed: Default::default(),
         })
     }
 
@@ -584,6 +597,7 @@ impl Root {
             root: self,
             fd,
             path: path.to_string(),
+            listed: Default::default(),
         })
     }
 
@@ -717,13 +731,14 @@ impl Root {
         ctarget: &CStr,
         link: &str,
     ) -> Result<LinkOutcome, RootError> {
-        let existing = match fstatat_nofollow(dfd, name) {
-            Ok(m) => Some(m),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => None,
-            Err(e) => return Err(self.io_err(link, "lstat", e)),
-        };
-        match existing {
-            None => {
+        // One call for what is most often there: a link (a container started again on the same
+        // root) or nothing. Only a name that is neither is looked at again for its kind.
+        match readlinkat(dfd, name) {
+            Ok(current) if current.as_bytes() == ctarget.to_bytes() => {
+                return Ok(LinkOutcome::Unchanged)
+            }
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 let cname = name_cstring(name, link)?;
                 let Err(e) = sys::symlinkat(ctarget, dfd, &cname) else {
                     return Ok(LinkOutcome::Created);
@@ -734,20 +749,20 @@ impl Root {
                 // Something appeared meanwhile: fall through and replace it.
                 self.refuse_directory(dfd, name, link)?;
             }
-            Some(m) if m.kind == FileKind::Dir => {
-                return Err(RootError::IsDirectory {
-                    root: self.path.clone(),
-                    path: link.to_string(),
-                })
-            }
-            Some(m) if m.kind == FileKind::Symlink => {
-                let current =
-                    readlinkat(dfd, name).map_err(|e| self.io_err(link, "readlink", e))?;
-                if current.as_bytes() == ctarget.to_bytes() {
-                    return Ok(LinkOutcome::Unchanged);
+            // Not a symlink: a directory is refused, anything else replaced.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => match fstatat_nofollow(dfd, name) {
+                Ok(m) if m.kind == FileKind::Dir => {
+                    return Err(RootError::IsDirectory {
+                        root: self.path.clone(),
+                        path: link.to_string(),
+                    })
                 }
-            }
-            Some(_) => {}
+                Ok(_) => {}
+                // Gone meanwhile: the rename below puts the link there all the same.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(self.io_err(link, "lstat", e)),
+            },
+            Err(e) => return Err(self.io_err(link, "readlink", e)),
         }
         let tmp = temp_name(name);
         let ctmp = name_cstring(&tmp, link)?;
@@ -1014,9 +1029,23 @@ fn rename_at(dirfd: BorrowedFd<'_>, from: &OsStr, to: &OsStr) -> io::Result<()> 
     sys::renameat(dirfd, &cstring(from)?, &cstring(to)?)
 }
 
+/// The kind a directory entry's `d_type` says, `None` for `DT_UNKNOWN`.
+fn dirent_kind(t: rustix::fs::FileType) -> Option<FileKind> {
+    use rustix::fs::FileType as T;
+    Some(match t {
+        T::RegularFile => FileKind::File,
+        T::Directory => FileKind::Dir,
+        T::Symlink => FileKind::Symlink,
+        T::CharacterDevice => FileKind::CharDevice,
+        T::BlockDevice => FileKind::BlockDevice,
+        T::Fifo => FileKind::Fifo,
+        T::Socket => FileKind::Socket,
+        T::Unknown => return None,
+    })
+}
+
 /// Why [`Dir::names_where`] stopped reading.
 enum Stop {
-    Read(io::Error),
     Keep(RootError),
     Cap,
 }
@@ -1030,6 +1059,8 @@ pub struct Dir<'r> {
     root: &'r Root,
     fd: OwnedFd,
     path: String,
+    /// Whether it was listed before (its offset is then past its first entry).
+    listed: std::cell::Cell<bool>,
 }
 
 impl<'r> Dir<'r> {
@@ -1053,39 +1084,54 @@ impl<'r> Dir<'r> {
     pub fn names_where(
         &self,
         cap: usize,
-        mut keep: impl FnMut(&str) -> Result<bool, RootError>,
+        keep: impl FnMut(&str) -> Result<bool, RootError>,
     ) -> Result<Vec<String>, RootError> {
+        let entries = self.entries_where(cap, keep)?;
+        Ok(entries.into_iter().map(|(n, _)| n).collect())
+    }
+
+    /// [`Dir::names`], each with the kind its directory entry gives (`d_type`; `None` where the
+    /// file system does not say). A hint only: the entry may change before it is looked at.
+    pub fn names_and_kinds(
+        &self,
+        cap: usize,
+    ) -> Result<Vec<(String, Option<FileKind>)>, RootError> {
+        self.entries_where(cap, |_| Ok(true))
+    }
+
+    /// [`Dir::names_where`] with each name's `d_type` kind.
+    fn entries_where(
+        &self,
+        cap: usize,
+        mut keep: impl FnMut(&str) -> Result<bool, RootError>,
+    ) -> Result<Vec<(String, Option<FileKind>)>, RootError> {
         let err = |op, e| self.root.io_err(&self.path, op, e);
-        let mut dir = sys::read_dir(self.fd.as_fd()).map_err(|e| err("read directory", e))?;
         let mut names = Vec::new();
         let mut seen = 0usize;
-        let result = loop {
-            let ent = match dir.read() {
-                None => break Ok(()),
-                Some(Err(e)) => break Err(Stop::Read(e.into())),
-                Some(Ok(ent)) => ent,
-            };
-            let bytes = ent.file_name().to_bytes();
+        let rewind = self.listed.replace(true);
+        let result = sys::for_each_entry(self.fd.as_fd(), rewind, |name, kind| {
+            let bytes = name.to_bytes();
             if bytes == b"." || bytes == b".." {
-                continue;
+                return ControlFlow::Continue(());
             }
             if let Ok(s) = std::str::from_utf8(bytes) {
                 if seen >= cap {
-                    break Err(Stop::Cap);
+                    return ControlFlow::Break(Stop::Cap);
                 }
                 seen += 1;
                 match keep(s) {
-                    Ok(true) => names.push(s.to_string()),
+                    Ok(true) => names.push((s.to_string(), dirent_kind(kind))),
                     Ok(false) => {}
-                    Err(e) => break Err(Stop::Keep(e)),
+                    Err(e) => return ControlFlow::Break(Stop::Keep(e)),
                 }
             }
-        };
+            ControlFlow::Continue(())
+        });
         match result {
-            Ok(()) => {}
-            Err(Stop::Read(e)) => return Err(err("read directory", e)),
-            Err(Stop::Keep(e)) => return Err(e),
-            Err(Stop::Cap) => {
+            Ok(None) => {}
+            Err(e) => return Err(err("read directory", e)),
+            Ok(Some(Stop::Keep(e))) => return Err(e),
+            Ok(Some(Stop::Cap)) => {
                 return Err(RootError::TooManyEntries {
                     root: self.root.path.clone(),
                     path: self.path.clone(),
@@ -1093,7 +1139,7 @@ impl<'r> Dir<'r> {
                 })
             }
         }
-        names.sort();
+        names.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(names)
     }
 
@@ -1120,12 +1166,29 @@ impl<'r> Dir<'r> {
         Ok(sys::makedev(stx.stx_dev_major, stx.stx_dev_minor) != dir.dev)
     }
 
+    /// The folder's device and inode (`fstat` of its descriptor): which folder it is, however
+    /// it was reached.
+    pub fn id(&self) -> Result<(u64, u64), RootError> {
+        let m = fstat(self.fd.as_fd()).map_err(|e| self.root.io_err(&self.path, "stat", e))?;
+        Ok((m.dev, m.ino))
+    }
+
     /// The target of symlink entry `name`, not followed; `None` when it does not exist or is
     /// not a symlink (any more).
     pub fn read_link(&self, name: &str) -> Result<Option<OsString>, RootError> {
+        Ok(match self.look_link(name)? {
+            LinkLook::Target(t) => Some(t),
+            LinkLook::Absent | LinkLook::NotLink => None,
+        })
+    }
+
+    /// [`Dir::read_link`] telling apart why there is no target: one `readlinkat`, which is all
+    /// a link or a missing name costs.
+    pub fn look_link(&self, name: &str) -> Result<LinkLook, RootError> {
         match readlinkat(self.fd.as_fd(), OsStr::new(name)) {
-            Ok(t) => Ok(Some(t)),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL)) => Ok(None),
+            Ok(t) => Ok(LinkLook::Target(t)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(LinkLook::Absent),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(LinkLook::NotLink),
             Err(e) => Err(self.root.io_err(&self.child(name), "readlink", e)),
         }
     }
@@ -1241,6 +1304,7 @@ impl<'r> Dir<'r> {
                 root: self.root,
                 fd,
                 path,
+                listed: Default::default(),
             }),
             // A symlink: resolved as any container path is.
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => self.root.open_dir(&path),

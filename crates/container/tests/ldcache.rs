@@ -544,3 +544,166 @@ fn an_unchanged_cache_is_not_written_again() {
     assert_eq!(fixed.mode() & 0o7777, 0o644);
     assert_eq!(std::fs::read(&cache).unwrap(), bytes);
 }
+
+/// The shim's update-ldcache takes the soname and flags host discovery read
+/// ([`Pending::add_known`](gpuctk_container::hooks::Pending::add_known)) rather than reading the
+/// library's ELF again: the cache and the links it writes are those that reading the same
+/// libraries gives, byte for byte.
+#[test]
+fn known_libraries_give_the_cache_that_reading_them_gives() {
+    use gpuctk_container::hooks::{update_ldcache_pending, Pending};
+    let (_tmp, host_root, host) = small_root();
+    build_lib(&host.join("libfoo.so.1.2"), "libfoo.so.1", "foo");
+    build_lib(&host.join("libbar.so.2.0"), "libbar.so.2", "bar");
+    // The image has a library of its own in the folder, and a cache.
+    build_lib(
+        &host_root.join("usr/lib64/libimg.so.3.1"),
+        "libimg.so.3",
+        "img",
+    );
+    let r = Root::open(&host_root).unwrap();
+    update_ldcache(&r, &["/usr/lib64".into()]).unwrap();
+    let image = host_root.parent().unwrap().join("image");
+    run_ok(
+        "cp",
+        &["-a", host_root.to_str().unwrap(), image.to_str().unwrap()],
+    );
+    let libs = ["libfoo.so.1.2", "libbar.so.2.0", "libhost.so.1.0"];
+    let mut results = Vec::new();
+    for known in [false, true] {
+        let root = host_root.parent().unwrap().join(format!("known-{known}"));
+        run_ok(
+            "cp",
+            &["-a", image.to_str().unwrap(), root.to_str().unwrap()],
+        );
+        let mut pending = Pending::default();
+        for name in libs {
+            let file = std::fs::File::open(host.join(name)).unwrap();
+            let path = format!("/usr/lib64/{name}");
+            if known {
+                let info = gpuctk_container::elf::library_info(&file).unwrap();
+                let flags = info.cache_flags().unwrap();
+                pending.add_known(&path, info.soname.as_deref().unwrap(), flags);
+            } else {
+                pending.add(&path, file);
+            }
+        }
+        let r = Root::open(&root).unwrap();
+        let report = update_ldcache_pending(&r, &["/usr/lib64".into()], &pending).unwrap();
+        let links: Vec<(String, PathBuf)> = ["libfoo.so.1", "libbar.so.2", "libhost.so.1"]
+            .iter()
+            .map(|l| {
+                let target = std::fs::read_link(root.join("usr/lib64").join(l)).unwrap();
+                (l.to_string(), target)
+            })
+            .collect();
+        let cache = std::fs::read(root.join("etc/ld.so.cache")).unwrap();
+        results.push((cache, links, report.entries, report.notes));
+    }
+    let listed = ldconfig_p(
+        &host_root
+            .parent()
+            .unwrap()
+            .join("known-true/etc/ld.so.cache"),
+    );
+    for soname in ["libfoo.so.1", "libbar.so.2", "libhost.so.1", "libimg.so.3"] {
+        assert!(listed.iter().any(|(n, _, _)| n == soname), "{listed:?}");
+    }
+    assert_eq!(results[0], results[1]);
+}
+
+/// A library whose soname and flags are known is not opened: its host file may be gone (or
+/// unreadable) and the cache still gets its entry and its soname link.
+#[test]
+fn known_libraries_are_not_read() {
+    use gpuctk_container::hooks::{update_ldcache_pending, Pending};
+    let (_tmp, root, _host) = small_root();
+    let flags = gpuctk_ldcache::flags::FLAG_X8664_LIB64 | gpuctk_ldcache::flags::FLAG_ELF_LIBC6;
+    let mut pending = Pending::default();
+    pending.add_known("/usr/lib64/libgone.so.7.1", "libgone.so.7", flags);
+    let r = Root::open(&root).unwrap();
+    let report = update_ldcache_pending(&r, &["/usr/lib64".into()], &pending).unwrap();
+    assert_eq!(
+        report.entries,
+        [gpuctk_ldcache::Entry::new(
+            "libgone.so.7",
+            "/usr/lib64/libgone.so.7",
+            flags
+        )],
+        "{:?}",
+        report.notes
+    );
+    assert_eq!(
+        std::fs::read_link(root.join("usr/lib64/libgone.so.7")).unwrap(),
+        Path::new("libgone.so.7.1")
+    );
+}
+
+/// Regression (issue 21): create-symlinks replaced a wrong soname link, then update-ldcache in
+/// the same run (the shim's), which takes the links create-symlinks left in place rather than
+/// looking again, must see the new target: an entry, and nothing left to fix.
+#[test]
+fn update_ldcache_sees_the_link_create_symlinks_replaced() {
+    use gpuctk_container::hooks::Pending;
+    use gpuctk_container::ops::{run_recording, Outcome};
+    use gpuctk_core::ops::{InRootOp, Link};
+    let (_tmp, root, _host) = small_root();
+    let lib = root.join("usr/lib64");
+    build_lib(&lib.join("libfoo.so.1.2"), "libfoo.so.1", "foo");
+    symlink("libgone.so", lib.join("libfoo.so.1")).unwrap();
+    let r = Root::open(&root).unwrap();
+    let mut pending = Pending::default();
+    let links = vec![Link::parse("libfoo.so.1.2::/usr/lib64/libfoo.so.1").unwrap()];
+    run_recording(&r, &InRootOp::CreateSymlinks { links }, &mut pending).unwrap();
+    let folders = vec!["/usr/lib64".to_string()];
+    let Outcome::Ldcache(report) =
+        run_recording(&r, &InRootOp::UpdateLdcache { folders }, &mut pending).unwrap()
+    else {
+        panic!("not an ldcache outcome")
+    };
+    assert_eq!(
+        std::fs::read_link(lib.join("libfoo.so.1")).unwrap(),
+        Path::new("libfoo.so.1.2")
+    );
+    assert!(report.links.is_empty(), "{report:#?}");
+    let keys: Vec<(&str, &str)> = report
+        .entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()))
+        .collect();
+    assert_eq!(keys, [("libfoo.so.1", "/usr/lib64/libfoo.so.1")]);
+}
+
+/// The links a run placed are taken as they are, in the folder they were placed in (by device
+/// and inode) only: update-ldcache does not look at them again there, and does elsewhere.
+#[test]
+fn placed_links_are_taken_in_their_folder_only() {
+    use gpuctk_container::hooks::{update_ldcache_pending, Pending, Placed};
+    let (_tmp, root, _host) = small_root();
+    let lib = root.join("usr/lib64");
+    build_lib(&lib.join("libfoo.so.1.2"), "libfoo.so.1", "foo");
+    std::fs::create_dir_all(root.join("usr/lib")).unwrap();
+    let id = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (m.dev(), m.ino())
+    };
+    let r = Root::open(&root).unwrap();
+    for (folder, taken) in [(root.join("usr/lib"), false), (lib.clone(), true)] {
+        // On disk the link is wrong; the record says it is right.
+        let _ = std::fs::remove_file(lib.join("libfoo.so.1"));
+        symlink("libwrong.so", lib.join("libfoo.so.1")).unwrap();
+        let mut placed = Placed::default();
+        placed.insert(id(&folder), "libfoo.so.1", "libfoo.so.1.2");
+        let mut pending = Pending::default();
+        pending.add_links(placed);
+        let report = update_ldcache_pending(&r, &["/usr/lib64".into()], &pending).unwrap();
+        let target = std::fs::read_link(lib.join("libfoo.so.1")).unwrap();
+        if taken {
+            assert!(report.links.is_empty(), "{report:#?}");
+            assert_eq!(target, Path::new("libwrong.so"));
+        } else {
+            assert_eq!(report.links.len(), 1, "{report:#?}");
+            assert_eq!(target, Path::new("libfoo.so.1.2"));
+        }
+    }
+}

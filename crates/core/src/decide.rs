@@ -668,6 +668,7 @@ mod tests {
                     soname: Some("libcuda.so.1".into()),
                     is_32bit: false,
                     has_dev_link: false,
+                    elf: None,
                 }],
                 binaries: Vec::new(),
                 firmware: Vec::new(),

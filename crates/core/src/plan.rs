@@ -414,6 +414,7 @@ mod tests {
                 soname: Some("libnvidia-allocator.so.1".into()),
                 is_32bit: false,
                 has_dev_link: false,
+                elf: None,
             }],
             binaries: Vec::new(),
             firmware: Vec::new(),

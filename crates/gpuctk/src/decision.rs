@@ -27,6 +27,9 @@ pub struct LiveHost<'a> {
     pub snapshot_used: Option<crate::snapshot::Snapshot>,
     /// The GPUs (minor, bus id) of the inventory, once discovery (or its snapshot) ran.
     pub gpus: Option<Vec<(u32, String)>>,
+    /// The driver libraries of the inventory (soname and ELF ABI each, as discovery read
+    /// them), once discovery (or its snapshot) ran.
+    pub libraries: Vec<gpuctk_host::Library>,
 }
 
 impl<'a> LiveHost<'a> {
@@ -40,6 +43,7 @@ impl<'a> LiveHost<'a> {
             read_snapshot: true,
             snapshot_used: None,
             gpus: None,
+            libraries: Vec::new(),
         }
     }
 
@@ -105,6 +109,7 @@ impl HostView for LiveHost<'_> {
                 .map(|g| (g.minor, g.bus_id.clone()))
                 .collect(),
         );
+        self.libraries = inv.libraries.clone();
         Ok(inv)
     }
     fn registry(&mut self, vendors: &[&str]) -> Registry {

@@ -228,7 +228,14 @@ fn modify_bundle_once(
     let mut unchecked = host.snapshot_used.is_some();
     if cfg.hooks_in_shim {
         let ops = crate::decision::typed_ops(&injection);
-        let (done, mut ops) = hooks_in_shim(&spec, bundle, &mut injection.edits, ops, unchecked)?;
+        let (done, mut ops) = hooks_in_shim(
+            &spec,
+            bundle,
+            &mut injection.edits,
+            ops,
+            unchecked,
+            &host.libraries,
+        )?;
         tracing::debug!("{}: {done} hooks done by the shim", path.display());
         unchecked &= done == 0;
         crate::guard::params_in_shim(&spec, &mut injection.edits, &mut ops, bundle, runtime)?;
@@ -372,7 +379,8 @@ fn shim_choice(
 /// Performs our createContainer hooks itself, on the bundle's rootfs, and drops them from
 /// `edits`, so runc spawns no hook process (three processes cost about 8 ms of a start). The
 /// result is what the hooks would produce after the runtime's mounts: the library mounts about
-/// to be added are read from their host files ([`gpuctk_container::hooks::Pending`]).
+/// to be added are taken as discovery found them (`libraries`: soname and ABI), or read from
+/// their host files where it did not ([`gpuctk_container::hooks::Pending`]).
 ///
 /// Leaves the hooks in place (does none) where [`shim_choice`] says so. Returns how many hooks
 /// it did, and `ops` less those, indexed into the hooks left.
@@ -382,6 +390,7 @@ fn hooks_in_shim(
     edits: &mut ContainerEdits,
     all: Vec<(usize, InRootOp)>,
     from_snapshot: bool,
+    libraries: &[gpuctk_host::Library],
 ) -> anyhow::Result<(usize, Vec<(usize, InRootOp)>)> {
     let (root, ops) = match shim_choice(spec, bundle, edits, all.clone()) {
         ShimChoice::Shim { root, ops } => (root, ops),
@@ -400,20 +409,57 @@ fn hooks_in_shim(
     let mut made = spec.clone();
     gpuctk_cdi::apply::apply_edits(&mut made, edits).map_err(in_spec)?;
     pending.set_gpu_minors(crate::guard::gpu_minors_in_spec(&made));
+    // Discovery's libraries with what `update-ldcache` needs of them: soname and cache flags.
+    let known: std::collections::HashMap<(&Path, &str), (&str, i32)> = libraries
+        .iter()
+        .filter_map(|l| {
+            let abi = l.elf?;
+            let class = if abi.elf64 {
+                gpuctk_container::elf::Class::Elf64
+            } else {
+                gpuctk_container::elf::Class::Elf32
+            };
+            let flags = gpuctk_container::elf::cache_flags_for(abi.machine, class, abi.flags)?;
+            Some((
+                (l.host_path.as_path(), l.path.as_str()),
+                (l.soname.as_deref()?, flags),
+            ))
+        })
+        .collect();
+    let gone = |m: &gpuctk_cdi::spec::Mount| crate::snapshot::Lied(m.host_path.clone().into());
     for m in &edits.mounts {
-        let file = match std::fs::File::open(&m.host_path) {
-            Ok(f) => f,
-            Err(e) if from_snapshot && e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(crate::snapshot::Lied(m.host_path.clone().into()).into());
+        let name = m.container_path.rsplit('/').next().unwrap_or_default();
+        let library = known.get(&(Path::new(&m.host_path), m.container_path.as_str()));
+        if library.is_none() && gpuctk_container::hooks::is_dso_name(name) {
+            // A library discovery did not read (a CDI spec's own mount): its ELF is read.
+            let file = match std::fs::File::open(&m.host_path) {
+                Ok(f) => f,
+                Err(e) if from_snapshot && e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(gone(m).into());
+                }
+                Err(_) => continue,
+            };
+            if file.metadata().is_ok_and(|md| md.is_file()) {
+                pending.add(&m.container_path, file);
             }
-            Err(_) => continue,
-        };
-        if file.metadata().is_ok_and(|md| md.is_file()) {
-            pending.add(&m.container_path, file);
+            continue;
+        }
+        // Known, or no library: one stat says it is there (a snapshot that names a gone path
+        // is found out here as where it was opened), nothing is read.
+        match std::fs::metadata(&m.host_path) {
+            Ok(md) if md.is_file() => match library {
+                Some((soname, flags)) => pending.add_known(&m.container_path, soname, *flags),
+                None => pending.add_other(&m.container_path),
+            },
+            Ok(_) => {}
+            Err(e) if from_snapshot && e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(gone(m).into());
+            }
+            Err(_) => {}
         }
     }
     for (_, op) in &ops {
-        gpuctk_container::ops::run(&root, op, &pending)?;
+        gpuctk_container::ops::run_recording(&root, op, &mut pending)?;
     }
     let done: std::collections::HashSet<usize> = ops.iter().map(|(i, _)| *i).collect();
     let mut i = 0;

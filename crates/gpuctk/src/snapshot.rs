@@ -18,8 +18,9 @@ use gpuctk_host::{DiscoverOptions, Inventory, Roots};
 /// Largest snapshot read: 64 GPUs with every graphics file come to about 100 KiB.
 const MAX_SNAPSHOT: u64 = 4 << 20;
 
-/// Bumped when what a snapshot holds changes meaning.
-const FORMAT: u32 = 1;
+/// Bumped when what a snapshot holds changes meaning or shape (2: libraries carry their ELF
+/// ABI, which the shim's `update-ldcache` takes instead of reading the file).
+const FORMAT: u32 = 2;
 
 /// What a file was when the snapshot was made.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

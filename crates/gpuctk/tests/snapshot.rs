@@ -277,6 +277,52 @@ fn a_snapshot_not_ours_or_damaged_is_ignored_and_rebuilt() {
     );
 }
 
+/// Regression (issue 21): libraries now carry the ELF ABI discovery read, which the shim's
+/// update-ldcache takes instead of reading the file; a snapshot of the older shape, without it,
+/// is not used (whatever its key says) but rebuilt.
+#[test]
+fn a_snapshot_of_the_older_shape_is_ignored_and_rebuilt() {
+    let s = Snap::new();
+    s.create();
+    assert!(used(&s.create()));
+    let file = s.file();
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
+    let libs = v["inventory"]["libraries"].as_array_mut().unwrap();
+    assert!(!libs.is_empty());
+    for l in libs {
+        assert!(l["elf"]["machine"].is_u64(), "{l}");
+        l.as_object_mut().unwrap().remove("elf");
+    }
+    // Written in place: still ours, mode 0600, under the same key.
+    fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+    let lines = s.create();
+    assert!(rebuilt(&lines, "missing field `elf`"), "{lines:?}");
+    assert!(used(&s.create()));
+}
+
+/// Regression (issue 21): the shim's update-ldcache takes each mounted library's soname and
+/// ABI from discovery, here its snapshot, and does not open the library file: one that no
+/// longer reads as ELF (changed without the key moving) still gets its cache entry. Before, the
+/// shim read every library again, and that entry was dropped.
+#[test]
+fn the_shims_ldcache_takes_sonames_from_the_snapshot_not_the_files() {
+    let s = Snap::new();
+    s.create();
+    assert!(used(&s.create()));
+    let lib = PathBuf::from(s.bed.host.driver_root())
+        .join("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.570.124.06");
+    fs::write(&lib, b"not an ELF file any more").unwrap();
+    assert!(used(&s.create()));
+    let bytes = fs::read(s.bed.bundle.join("rootfs/etc/ld.so.cache")).unwrap();
+    let cache = gpuctk_ldcache::parse(&bytes).unwrap();
+    assert!(
+        cache.entries.iter().any(|e| e.key == "libnvidia-ml.so.1"
+            && e.value == "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"),
+        "{:?}",
+        cache.entries
+    );
+}
+
 #[test]
 fn a_snapshot_that_names_a_file_gone_is_noticed_and_rebuilt() {
     let s = Snap::new();

@@ -17,7 +17,7 @@ use gpuctk_ldcache::{flags, NATIVE_FLAGS};
 
 use crate::catalog::{self, Capability};
 use crate::cuda::{cuda_version_known, CudaVersion};
-use crate::inventory::{DeviceNode, DrmLink, Gpu, HostFile, Inventory, Library, Roots};
+use crate::inventory::{DeviceNode, DrmLink, ElfAbi, Gpu, HostFile, Inventory, Library, Roots};
 use crate::procfs::{self, DriverVersion, ProcError};
 use crate::resolve::{host_path, is_absent, Resolver};
 
@@ -664,6 +664,11 @@ fn discover_libraries(
                 path,
                 soname: info.soname,
                 is_32bit,
+                elf: Some(ElfAbi {
+                    machine: info.header.machine,
+                    elf64: info.header.is_64(),
+                    flags: info.header.e_flags,
+                }),
             });
         }
     }
@@ -1205,6 +1210,7 @@ mod tests {
             soname: None,
             is_32bit: false,
             has_dev_link: false,
+            elf: None,
         };
         let found = |opts: &DiscoverOptions| -> Vec<(String, String, Option<Capability>)> {
             discover_configs(

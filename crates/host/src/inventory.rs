@@ -109,6 +109,23 @@ pub struct Library {
     pub is_32bit: bool,
     /// A unversioned development link (`libcuda.so -> libcuda.so.1`) exists next to it on the host.
     pub has_dev_link: bool,
+    /// The ELF header fields its `ld.so.cache` flags come from, as discovery read them (`None`
+    /// when not read): the shim's `update-ldcache` takes them, and [`Library::soname`], from
+    /// here rather than reading the file again. Required in what is read back (not taken for
+    /// `None` when missing): a snapshot of the shape before it is not used.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub elf: Option<ElfAbi>,
+}
+
+/// What ldconfig's flags for a library are made of: `e_machine`, the class, `e_flags`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ElfAbi {
+    /// `e_machine`.
+    pub machine: u16,
+    /// A 64-bit object (`ELFCLASS64`).
+    pub elf64: bool,
+    /// `e_flags`.
+    pub flags: u32,
 }
 
 /// A non-library file to mount: a binary, firmware, an IPC socket or directory.

@@ -27,7 +27,7 @@ pub use catalog::Capability;
 pub use cuda::{cuda_version_for_branch, cuda_version_known, CudaVersion};
 pub use discover::{discover, DiscoverError, DiscoverOptions, Discovery};
 pub use gated::GatedMode;
-pub use inventory::{DeviceNode, DrmLink, Gpu, HostFile, Inventory, Library, Roots};
+pub use inventory::{DeviceNode, DrmLink, ElfAbi, Gpu, HostFile, Inventory, Library, Roots};
 pub use procfs::DriverVersion;
 
 /// The running driver's version from `<proc_root>/driver/nvidia/version`, or `None` when the

@@ -6,13 +6,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use gpuctk_ldcache::{Cache, Entry};
 
 use super::{
-    join, normalize_dir, unusable, HookError, COMPAT_CONF_PREFIX, GENERATOR, GPUCTK_CONF,
+    join, normalize_dir, unusable, HookError, Placed, COMPAT_CONF_PREFIX, GENERATOR, GPUCTK_CONF,
     LD_SO_CACHE, LD_SO_CONF, LD_SO_CONF_D, MAX_CACHE, MAX_CANDIDATES, MAX_COMPAT_DIRS,
     MAX_COMPAT_DIR_ENTRIES, MAX_CONF, MAX_CONF_FILES, MAX_DIR_ENTRIES, MAX_DIR_SCAN, MAX_FAR_LINKS,
     TRUSTED_DIRS,
 };
 use crate::elf::{self, ElfError};
-use crate::root::{Dir, FileKind, LinkOutcome, Metadata, Root, RootError};
+use crate::root::{Dir, FileKind, LinkLook, LinkOutcome, Metadata, Root, RootError};
 
 /// What [`update_ldcache`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,13 +55,27 @@ pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, 
 
 /// Library files the runtime will bind-mount into the container after we have run (the shim
 /// does the hooks' work before it execs runc): each shadows whatever the image has at its
-/// path, and its ELF is read from the host file.
+/// path, and its soname and ABI are read from the host file, or given where host discovery
+/// read them already ([`Pending::add_known`]).
 #[derive(Debug, Default)]
 pub struct Pending {
-    by_dir: BTreeMap<String, Vec<(String, std::fs::File)>>,
+    by_dir: BTreeMap<String, Vec<(String, Source)>>,
     /// The minors of the `/dev/nvidiaN` nodes the runtime will make, when the caller knows
     /// them (the shim, from the spec): `None` means read the container's `/dev`.
     gpu_minors: Option<Vec<u32>>,
+    /// Links an earlier operation of the same run left in place (`create-symlinks`).
+    links: Placed,
+}
+
+/// What is known of a pending mount's file.
+#[derive(Debug)]
+enum Source {
+    /// The host file, open: its ELF is read.
+    File(std::fs::File),
+    /// A library whose soname and `ld.so.cache` flags are known: nothing is read.
+    Known { soname: String, flags: i32 },
+    /// Not a library: it only shadows the image's file of that name.
+    Other,
 }
 
 impl Pending {
@@ -77,18 +91,44 @@ impl Pending {
 
     /// `container_path` (absolute, in the container) will be a bind mount of `file`.
     pub fn add(&mut self, container_path: &str, file: std::fs::File) {
+        self.push(container_path, Source::File(file));
+    }
+
+    /// `container_path` will be a bind mount of a shared library with DT_SONAME `soname` and
+    /// `ld.so.cache` flags `flags` ([`crate::elf::LibraryInfo::cache_flags`]), as host
+    /// discovery read them: its file is not read again.
+    pub fn add_known(&mut self, container_path: &str, soname: &str, flags: i32) {
+        let soname = soname.to_string();
+        self.push(container_path, Source::Known { soname, flags });
+    }
+
+    /// `container_path` will be a bind mount of a file that is not a library: it hides the
+    /// image's file of that name and is never read.
+    pub fn add_other(&mut self, container_path: &str) {
+        self.push(container_path, Source::Other);
+    }
+
+    /// Links left in place by an earlier operation of the same run: the folders holding them
+    /// are not asked again what these names are.
+    pub fn add_links(&mut self, placed: Placed) {
+        for (dir, links) in placed.by_dir {
+            self.links.by_dir.entry(dir).or_default().extend(links);
+        }
+    }
+
+    fn push(&mut self, container_path: &str, source: Source) {
         if let Some((dir, name)) = container_path.rsplit_once('/') {
             if is_plain_name(name) {
                 let dir = if dir.is_empty() { "/" } else { dir };
                 self.by_dir
                     .entry(dir.trim_end_matches('/').to_string())
                     .or_default()
-                    .push((name.to_string(), file));
+                    .push((name.to_string(), source));
             }
         }
     }
 
-    fn in_dir(&self, dir: &str) -> &[(String, std::fs::File)] {
+    fn in_dir(&self, dir: &str) -> &[(String, Source)] {
         self.by_dir.get(dir).map_or(&[], Vec::as_slice)
     }
 }
@@ -111,14 +151,14 @@ pub fn update_ldcache_pending(
     // link), and for anything in it but a plain file, the full paths are resolved in the root
     // as ever, which says what is wrong.
     let etc = root.open_dir("/etc").ok();
-    // The cache as read, kept open: written back only if it changed.
+    // The cache as read, kept open with its bytes: written back only if it changed.
     let mut current = None;
     let read = match etc
         .as_ref()
         .map(|d| d.read_file(base(LD_SO_CACHE), MAX_CACHE))
     {
         Some(Ok(Some((bytes, file, seen)))) => {
-            current = Some((file, seen));
+            current = Some((file, seen, bytes.clone()));
             Ok(bytes)
         }
         Some(Err(e)) => Err(e),
@@ -181,6 +221,8 @@ pub fn update_ldcache_pending(
         }
     }
 
+    // What create-symlinks left in place, kept true as the scans below make links.
+    let mut placed = pending.links.clone();
     let mut seen = BTreeSet::new();
     let mut present_folders = Vec::new();
     // Folders read whole: every library in them is among our entries.
@@ -197,7 +239,14 @@ pub fn update_ldcache_pending(
         } else {
             MAX_DIR_ENTRIES
         };
-        let Some((found, whole)) = scan_dir(root, &dir, cap, pending.in_dir(&dir), &mut report)?
+        let Some((found, whole)) = scan_dir(
+            root,
+            &dir,
+            cap,
+            pending.in_dir(&dir),
+            &mut placed,
+            &mut report,
+        )?
         else {
             continue;
         };
@@ -254,9 +303,17 @@ pub fn update_ldcache_pending(
         Some(d) => Ok(d),
         None => root.mkdir_all_open("/etc", 0o755),
     };
+    let bytes = cache.to_bytes();
     let written = etc.and_then(|etc| {
-        let current = current.as_ref().map(|(f, seen)| (f, seen));
-        etc.write_file_if_changed(base(LD_SO_CACHE), &cache.to_bytes(), 0o644, current)?;
+        match &current {
+            // The regular file of `/etc` read above, moments ago, holds these bytes with this
+            // mode: nothing to write, and nothing to read again to know it.
+            Some((_, seen, old)) if seen.mode == 0o644 && *old == bytes => {}
+            _ => {
+                let current = current.as_ref().map(|(f, seen, _)| (f, seen));
+                etc.write_file_if_changed(base(LD_SO_CACHE), &bytes, 0o644, current)?;
+            }
+        }
         Ok(etc)
     });
     let etc = match written {
@@ -411,11 +468,15 @@ fn is_plain_name(s: &str) -> bool {
 /// image's own files are skipped with a note, but not the libraries delivered into it: those
 /// mounted there ([`crate::root::Dir::is_mounted_file`]) and those about to be (`pending`).
 /// Skipping them too left the cache without the driver, and `libcuda.so.1` did not load.
+///
+/// The links of `placed` in this folder are taken as they say, not looked at; those it makes
+/// are added.
 fn scan_dir(
     root: &Root,
     dir: &str,
     cap: usize,
-    pending: &[(String, std::fs::File)],
+    pending: &[(String, Source)],
+    placed: &mut Placed,
     report: &mut LdcacheReport,
 ) -> Result<Option<(Vec<Entry>, bool)>, HookError> {
     let opened = match root.open_dir(dir) {
@@ -438,7 +499,7 @@ fn scan_dir(
         Err(e) => return Err(e.into()),
     };
     let mut whole = true;
-    let names = match opened.names(cap) {
+    let names = match opened.names_and_kinds(cap) {
         Ok(n) => n,
         Err(e) if e.is_not_found() || e.errno() == Some(libc::ENOTDIR) => {
             report.notes.push(format!(
@@ -464,7 +525,7 @@ fn scan_dir(
                 "{e}; the image's files skipped, the {} libraries mounted into it read",
                 mounted.len()
             ));
-            mounted
+            mounted.into_iter().map(|n| (n, None)).collect()
         }
         Err(e) => return Err(e.into()),
     };
@@ -476,8 +537,19 @@ fn scan_dir(
         stat: HashMap::new(),
         link: HashMap::new(),
     };
+    let names = names.into_iter().map(|(n, _)| n);
+    // Which folder this is, by device and inode, only where links were placed at all.
+    let id = if placed.is_empty() {
+        None
+    } else {
+        Some(opened.id()?)
+    };
+    for (name, target) in id.and_then(|id| placed.in_dir(id)).into_iter().flatten() {
+        looks
+            .link
+            .insert(name.clone(), Some(std::ffi::OsString::from(target)));
+    }
     let mut names: Vec<String> = names
-        .into_iter()
         .filter(|n| is_dso_name(n) && !shadowed.contains(n.as_str()))
         .collect();
     if names.len() > MAX_CANDIDATES {
@@ -496,22 +568,30 @@ fn scan_dir(
         names = mounted;
     }
     let mut candidates = Vec::new();
-    // The pending files are read where they are (`pread`), not copied.
+    // The pending files are read where they are (`pread`), not copied; those known not read.
     let mut files: Vec<(String, bool, Held<'_>)> = Vec::with_capacity(names.len());
-    for (name, file) in pending.iter().filter(|(n, _)| is_dso_name(n)) {
-        files.push((name.clone(), false, Held::Borrowed(file)));
+    for (name, source) in pending.iter().filter(|(n, _)| is_dso_name(n)) {
+        let held = match source {
+            Source::File(file) => Held::Borrowed(file),
+            Source::Known { soname, flags } => Held::Known(soname, *flags),
+            Source::Other => continue,
+        };
+        files.push((name.clone(), false, held));
     }
     let mut far = 0usize;
     for name in names {
         let path = join(dir, &name);
         // One component from the open directory: the cost per file an image can multiply.
-        let Some(lmeta) = looks.lstat(&name)? else {
+        let Some(kind) = looks.kind(&name)? else {
             continue;
         };
-        let (is_link, file) = match lmeta.kind {
-            FileKind::File => match opened.open_file(&name, &lmeta)? {
-                Some(f) => (false, f),
-                None => continue, // changed under us: not a library we can trust
+        let (is_link, file) = match kind {
+            FileKind::File => match looks.lstat(&name)? {
+                Some(lmeta) => match opened.open_file(&name, &lmeta)? {
+                    Some(f) => (false, f),
+                    None => continue, // changed under us: not a library we can trust
+                },
+                None => continue,
             },
             FileKind::Symlink => match near_link(&mut looks, &name)? {
                 Near::File(f) => (true, f),
@@ -547,16 +627,23 @@ fn scan_dir(
     }
     for (name, is_link, file) in files {
         let path = join(dir, &name);
-        let info = match elf::library_info(file.get()) {
-            Ok(i) => i,
-            Err(ElfError::NotElf) => continue, // linker scripts such as libc.so
-            Err(e) => {
-                report.notes.push(format!("{path}: skipped: {e}"));
-                continue;
+        let (soname, flags, machine) = match file {
+            Held::Known(soname, flags) => (soname.to_string(), Some(flags), None),
+            Held::Owned(_) | Held::Borrowed(_) => {
+                let Some(f) = file.get() else { continue };
+                let info = match elf::library_info(f) {
+                    Ok(i) => i,
+                    Err(ElfError::NotElf) => continue, // linker scripts such as libc.so
+                    Err(e) => {
+                        report.notes.push(format!("{path}: skipped: {e}"));
+                        continue;
+                    }
+                };
+                let Some(soname) = info.soname.clone().filter(|_| info.is_shared_library()) else {
+                    continue;
+                };
+                (soname, info.cache_flags(), Some(info.header.machine))
             }
-        };
-        let Some(soname) = info.soname.clone().filter(|_| info.is_shared_library()) else {
-            continue;
         };
         if !is_plain_name(&soname) {
             report.notes.push(format!(
@@ -564,10 +651,10 @@ fn scan_dir(
             ));
             continue;
         }
-        let Some(flags) = info.cache_flags() else {
+        let Some(flags) = flags else {
             report.notes.push(format!(
                 "{path}: skipped: ELF machine {} is not supported",
-                info.header.machine
+                machine.unwrap_or_default()
             ));
             continue;
         };
@@ -599,25 +686,28 @@ fn scan_dir(
                         .then_with(|| gpuctk_ldcache::libcmp(&a.name, &b.name))
                 })
                 .expect("groups are never empty");
-            // The folder is open already, and most sonames were looked at above: at most one
-            // lstat and one readlink, no walk.
-            match looks.lstat(&soname)? {
-                None => {}
-                Some(m) if m.kind == FileKind::Symlink => {}
-                Some(m) => {
-                    report.notes.push(format!(
-                        "{link_path}: a {} that is not a library with soname {soname}; left alone, no entry",
-                        m.kind
-                    ));
-                    continue;
+            // The folder is open already, and most sonames were looked at above (or placed by
+            // create-symlinks): at most one readlink, and an lstat for what is not a link.
+            let there = looks.read_link(&soname)?;
+            if there.is_none() {
+                match looks.kind(&soname)? {
+                    None | Some(FileKind::Symlink) => {}
+                    Some(kind) => {
+                        report.notes.push(format!(
+                            "{link_path}: a {kind} that is not a library with soname {soname}; left alone, no entry"
+                        ));
+                        continue;
+                    }
                 }
             }
-            let there = looks.read_link(&soname)?;
             if there.as_deref() != Some(std::ffi::OsStr::new(&best.name)) {
                 // What it is now is known only to the next lookup.
                 looks.forget(&soname);
                 if opened.symlink_force(&best.name, &soname)? != LinkOutcome::Unchanged {
                     report.links.push((link_path.clone(), best.name.clone()));
+                }
+                if let Some(id) = id {
+                    placed.insert(id, &soname, &best.name);
                 }
             }
         }
@@ -626,17 +716,20 @@ fn scan_dir(
     Ok(Some((entries, whole)))
 }
 
-/// A file to read: one of the folder's, or a pending mount's, read in place.
+/// A file to read: one of the folder's, or a pending mount's, read in place; or a pending
+/// library already known (soname, flags).
 enum Held<'p> {
     Owned(std::fs::File),
     Borrowed(&'p std::fs::File),
+    Known(&'p str, i32),
 }
 
 impl Held<'_> {
-    fn get(&self) -> &std::fs::File {
+    fn get(&self) -> Option<&std::fs::File> {
         match self {
-            Held::Owned(f) => f,
-            Held::Borrowed(f) => f,
+            Held::Owned(f) => Some(f),
+            Held::Borrowed(f) => Some(f),
+            Held::Known(..) => None,
         }
     }
 }
@@ -646,15 +739,37 @@ impl Held<'_> {
 /// created in the folder while it is scanned, but the soname links at its end.
 struct Looks<'a, 'r> {
     dir: &'a Dir<'r>,
-    /// Every name of the folder, when it was read whole.
-    listed: Option<HashSet<String>>,
+    /// Every name of the folder, when it was read whole, with the kind its entry said.
+    listed: Option<HashMap<String, Option<FileKind>>>,
     stat: HashMap<String, Option<Metadata>>,
     link: HashMap<String, Option<std::ffi::OsString>>,
 }
 
 impl Looks<'_, '_> {
     fn absent(&self, name: &str) -> bool {
-        self.listed.as_ref().is_some_and(|l| !l.contains(name))
+        self.listed.as_ref().is_some_and(|l| !l.contains_key(name))
+    }
+
+    /// What `name` is: a link known already costs nothing; one the listing calls a link is
+    /// asked for its target first (one call for what it most likely is); else
+    /// [`Looks::lstat`].
+    fn kind(&mut self, name: &str) -> Result<Option<FileKind>, RootError> {
+        if self.absent(name) {
+            return Ok(None);
+        }
+        let hinted_link = || {
+            self.listed
+                .as_ref()
+                .and_then(|l| l.get(name).copied().flatten())
+                == Some(FileKind::Symlink)
+        };
+        if !self.stat.contains_key(name) && !self.link.contains_key(name) && hinted_link() {
+            self.read_link(name)?;
+        }
+        if let Some(Some(_)) = self.link.get(name) {
+            return Ok(Some(FileKind::Symlink));
+        }
+        Ok(self.lstat(name)?.map(|m| m.kind))
     }
 
     /// [`Dir::lstat`], once per name.
@@ -676,23 +791,32 @@ impl Looks<'_, '_> {
         self.stat.remove(name);
         self.link.remove(name);
         if let Some(l) = &mut self.listed {
-            l.insert(name.to_string());
+            l.insert(name.to_string(), None);
         }
     }
 
-    /// [`Dir::read_link`], once per name.
+    /// [`Dir::read_link`], once per name: one `readlinkat` (for a name not known already not
+    /// to be a link), which says too whether it is there.
     fn read_link(&mut self, name: &str) -> Result<Option<std::ffi::OsString>, RootError> {
-        if self.absent(name)
-            || self
-                .lstat(name)?
-                .is_none_or(|m| m.kind != FileKind::Symlink)
-        {
+        if self.absent(name) {
             return Ok(None);
         }
         if let Some(t) = self.link.get(name) {
             return Ok(t.clone());
         }
-        let t = self.dir.read_link(name)?;
+        if let Some(m) = self.stat.get(name) {
+            if m.is_none_or(|m| m.kind != FileKind::Symlink) {
+                return Ok(None);
+            }
+        }
+        let t = match self.dir.look_link(name)? {
+            LinkLook::Target(t) => Some(t),
+            LinkLook::Absent => {
+                self.stat.insert(name.to_string(), None);
+                None
+            }
+            LinkLook::NotLink => None,
+        };
         self.link.insert(name.to_string(), t.clone());
         Ok(t)
     }
@@ -718,15 +842,18 @@ fn near_link(looks: &mut Looks<'_, '_>, name: &str) -> Result<Near, HookError> {
         let Some(target) = target.to_str().filter(|t| is_plain_name(t)) else {
             return Ok(Near::Far);
         };
-        let Some(m) = looks.lstat(target)? else {
+        let Some(kind) = looks.kind(target)? else {
             return Ok(Near::None);
         };
-        match m.kind {
+        match kind {
             FileKind::File => {
+                let Some(m) = looks.lstat(target)? else {
+                    return Ok(Near::None);
+                };
                 return Ok(match looks.dir.open_file(target, &m)? {
                     Some(f) => Near::File(f),
                     None => Near::None,
-                })
+                });
             }
             FileKind::Symlink => cur = target.to_string(),
             _ => return Ok(Near::None),

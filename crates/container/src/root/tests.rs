@@ -685,3 +685,31 @@ fn lexical_resolver_agrees_and_opens_each_folder_once() {
         "the host directory is left alone"
     );
 }
+
+/// A folder is listed on its own descriptor (no copy of it): a second listing of the same
+/// `Dir` starts again from its first entry, and the kinds are those of the entries.
+#[test]
+fn a_dir_listed_twice_gives_every_name_twice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    for i in 0..300 {
+        std::fs::write(dir.join(format!("file-with-a-longish-name-{i:03}")), b"").unwrap();
+    }
+    symlink("file-with-a-longish-name-000", dir.join("link")).unwrap();
+    let r = Root::open(tmp.path()).unwrap();
+    let d = r.open_dir("/d").unwrap();
+    let first = d.names_and_kinds(1000).unwrap();
+    assert_eq!(first.len(), 302);
+    assert_eq!(d.names(1000).unwrap().len(), 302);
+    // Stopped at its cap, then read whole: from the first entry again.
+    assert!(matches!(
+        d.names(10),
+        Err(RootError::TooManyEntries { cap: 10, .. })
+    ));
+    assert_eq!(d.names_and_kinds(1000).unwrap(), first);
+    let kind = |n: &str| first.iter().find(|(m, _)| m == n).unwrap().1;
+    assert_eq!(kind("link"), Some(FileKind::Symlink));
+    assert_eq!(kind("sub"), Some(FileKind::Dir));
+    assert_eq!(kind("file-with-a-longish-name-007"), Some(FileKind::File));
+}

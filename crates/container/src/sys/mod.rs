@@ -14,7 +14,7 @@ use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 
 pub(crate) mod bpf;
 
-pub(crate) use rustix::fs::{Dir, Stat, Statx};
+pub(crate) use rustix::fs::{Stat, Statx};
 
 /// Syscall numbers that libc does not name everywhere, for the calls rustix lacks: the same on
 /// both architectures we build for (the unified table, 424 and up).
@@ -201,17 +201,28 @@ pub(crate) fn mount_flags(fd: BorrowedFd<'_>) -> io::Result<u64> {
     Ok(rustix::fs::fstatvfs(fd)?.f_flag.bits())
 }
 
-/// A new descriptor for `fd`'s open file, `O_CLOEXEC`.
-pub(crate) fn dup(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
-    Ok(rustix::io::fcntl_dupfd_cloexec(fd, 0)?)
-}
-
-/// A directory stream on a copy of `fd` (a directory opened for reading), from its first entry.
-pub(crate) fn read_dir(fd: BorrowedFd<'_>) -> io::Result<Dir> {
-    let mut dir = Dir::new(dup(fd)?)?;
-    // A copy shares the offset with `fd`: start at the beginning.
-    dir.rewind();
-    Ok(dir)
+/// Calls `f` with each entry (name, `d_type`) of `fd` (a directory opened for reading) until it
+/// says stop, read by `getdents64` on `fd` itself: no copy of the descriptor to make and close.
+/// From the first entry when `rewind` (an `lseek`: a read before moved the offset); the
+/// offset is left where the reading stopped.
+pub(crate) fn for_each_entry<B>(
+    fd: BorrowedFd<'_>,
+    rewind: bool,
+    mut f: impl FnMut(&CStr, FileType) -> std::ops::ControlFlow<B>,
+) -> io::Result<Option<B>> {
+    if rewind {
+        rustix::fs::seek(fd, rustix::fs::SeekFrom::Start(0))?;
+    }
+    // About 400 names of a library folder a call, on the stack: no allocation to grow the heap.
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16 << 10];
+    let mut dir = rustix::fs::RawDir::new(fd, &mut buf);
+    while let Some(ent) = dir.next() {
+        let ent = ent?;
+        if let std::ops::ControlFlow::Break(b) = f(ent.file_name(), ent.file_type()) {
+            return Ok(Some(b));
+        }
+    }
+    Ok(None)
 }
 
 pub(crate) fn makedev(major: u32, minor: u32) -> u64 {
