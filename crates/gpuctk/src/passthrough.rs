@@ -593,7 +593,7 @@ mod tests {
         std::fs::create_dir(dir.join("a-dir")).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &dir.join("a-fifo"),
+            dir.join("a-fifo"),
             rustix::fs::FileType::Fifo,
             rustix::fs::Mode::from_raw_mode(0o644),
             0,
