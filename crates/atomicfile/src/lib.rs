@@ -28,6 +28,13 @@
 //! Where `O_TMPFILE` is not supported (some network and FUSE file systems), the temp file is
 //! created under its temp name from the start: a kill while writing then leaves a partial temp
 //! file, still under a name no loader reads, removed the same way by the next write.
+//!
+//! [`Options::lazy_cleanup`] skips the listing where it costs more than it saves (a bundle's
+//! `config.json`, written at every container start in a folder that goes with the container):
+//! the temp name is one fixed name, and the listing and cleanup happen only when that name is
+//! found taken. [`replace_symlink`] does the same for a symbolic link (a small record read back
+//! with one `readlink`), which cannot be locked: one fixed temp name per link, removed and made
+//! again when found.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
