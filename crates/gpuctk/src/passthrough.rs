@@ -126,7 +126,7 @@ fn recorded_runtime(parsed: &RuncArgs) -> Option<Record> {
 const MAX_RECORD: u64 = 4096;
 
 /// The runtime recorded in `dir` for container `id`: the target of a symbolic link, read
-/// without following it; or, as versions before 0.3 wrote it, the content of a regular file,
+/// without following it; or, as versions before issue 21 wrote it, the content of a regular file,
 /// opened without following a link and without blocking (a FIFO under that name would
 /// otherwise hang every later call on the container). Anything else there, or a record that
 /// cannot be read, is no record (the call goes to the configured runtime, as for a container
