@@ -28,6 +28,13 @@
 //! Where `O_TMPFILE` is not supported (some network and FUSE file systems), the temp file is
 //! created under its temp name from the start: a kill while writing then leaves a partial temp
 //! file, still under a name no loader reads, removed the same way by the next write.
+//!
+//! [`Options::lazy_cleanup`] skips the listing where it costs more than it saves (a bundle's
+//! `config.json`, written at every container start in a folder that goes with the container):
+//! the temp name is one fixed name, and the listing and cleanup happen only when that name is
+//! found taken. [`replace_symlink`] does the same for a symbolic link (a small record read back
+//! with one `readlink`), which cannot be locked: one fixed temp name per link, removed and made
+//! again when found.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -61,6 +68,16 @@ pub struct Options<'a> {
     /// may lose the change. For files that are written again whenever they are needed, such as
     /// a bundle's `config.json`, where the fsyncs would cost every container start milliseconds.
     pub no_sync: bool,
+    /// Skip listing the directory for stale temp names on every write: the temp name of step 3
+    /// is then the one name `.<name>.gpuctk-lazy.tmp`, and only when that name is taken (by a
+    /// writer at work, or one killed between link and rename) does the write list the
+    /// directory, remove the temp names whose writers are gone (that one included) and use a
+    /// temp name of its own, as without this option. A killed writer's temp name is still
+    /// removed by the next write of the file; what is no longer removed at once are temp names
+    /// left by earlier versions or by a killed writer of that fallback, until the next
+    /// fallback. For a file in a directory that goes with its owner, such as a bundle's
+    /// `config.json`, where the listing cost every container start several system calls.
+    pub lazy_cleanup: bool,
 }
 
 /// The step that failed while the target was still untouched.
@@ -235,7 +252,12 @@ pub fn write(path: &Path, contents: &[u8], mode: Option<u32>) -> io::Result<()> 
 pub fn replace(path: &Path, contents: &[u8], opts: &Options<'_>) -> Result<(), Error> {
     let (dir, name) = split(path)?;
     let staging = opts.staging_dir.unwrap_or(&dir).to_path_buf();
-    let existing = fs::metadata(path).ok();
+    // The file's mode is only needed when the caller gives none; whether it exists is learnt
+    // from the link to its name otherwise (one system call either way).
+    let existing = match opts.mode {
+        Some(_) => None,
+        None => fs::metadata(path).ok(),
+    };
     let mode = opts.mode.unwrap_or_else(|| {
         existing
             .as_ref()
@@ -247,10 +269,15 @@ pub fn replace(path: &Path, contents: &[u8], opts: &Options<'_>) -> Result<(), E
             path: path.to_path_buf(),
         });
     }
-    // Temp names left by writers that were killed between link and rename.
-    remove_stale_temps(&staging, name);
-    if staging != dir {
-        remove_stale_temps(&dir, name);
+    let cleanup = || {
+        // Temp names left by writers that were killed between link and rename.
+        remove_stale_temps(&staging, name);
+        if staging != dir {
+            remove_stale_temps(&dir, name);
+        }
+    };
+    if !opts.lazy_cleanup {
+        cleanup();
     }
     let unchanged = |step, dir: &Path, source| Error::Unchanged {
         path: path.to_path_buf(),
@@ -259,7 +286,14 @@ pub fn replace(path: &Path, contents: &[u8], opts: &Options<'_>) -> Result<(), E
         source,
     };
 
-    let mut temp = Temp::create(&dir, &staging, name, mode).map_err(|(d, e)| {
+    let mut temp = Temp::create(
+        &dir,
+        &staging,
+        name,
+        mode,
+        opts.lazy_cleanup.then_some(&cleanup),
+    )
+    .map_err(|(d, e)| {
         let d = d.to_path_buf();
         unchanged(Step::CreateTemp, &d, e)
     })?;
@@ -287,8 +321,8 @@ pub fn replace(path: &Path, contents: &[u8], opts: &Options<'_>) -> Result<(), E
         vec![dir.clone()]
     } else {
         let mut linked = false;
-        if temp.name.is_none() && fs::symlink_metadata(path).is_err() {
-            // A new file: its final name is its only name.
+        if temp.name.is_none() && existing.is_none() {
+            // Maybe a new file: its final name is then its only name.
             match temp.link_as(path) {
                 Ok(()) => linked = true,
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
@@ -296,8 +330,19 @@ pub fn replace(path: &Path, contents: &[u8], opts: &Options<'_>) -> Result<(), E
             }
         }
         if !linked {
-            temp.name_it(&staging, &dir, name)
-                .map_err(|(d, e)| unchanged(Step::Link, &d, e))?;
+            let named = if opts.lazy_cleanup && temp.name.is_none() {
+                match temp.name_lazy(&staging, &dir, name) {
+                    Err((_, e)) if e.raw_os_error() == Some(libc::EEXIST) => {
+                        // Taken: a writer at work, or one that was killed.
+                        cleanup();
+                        temp.name_it(&staging, &dir, name)
+                    }
+                    r => r,
+                }
+            } else {
+                temp.name_it(&staging, &dir, name)
+            };
+            named.map_err(|(d, e)| unchanged(Step::Link, &d, e))?;
             let tmp = temp.name.clone().expect("named above");
             fs::rename(&tmp, path).map_err(|e| unchanged(Step::Rename, &dir, e))?;
             // Renamed: the temp name is gone, nothing to clean up.
@@ -327,6 +372,68 @@ pub fn replace(path: &Path, contents: &[u8], opts: &Options<'_>) -> Result<(), E
             })?;
     }
     Ok(())
+}
+
+/// Make `path` a symbolic link to `target` (a small value kept in the link itself, read back
+/// with one `readlink`), replacing what is there atomically: a reader sees the old entry or the
+/// new link, never no entry. A new name is created straight by `symlink`; an existing one is
+/// replaced by a link made under [`symlink_temp`] and renamed over it. That temp name is the
+/// same for every writer of `path`: a link found there (a writer killed between the two calls,
+/// or one at work) is removed and made again, and a writer whose temp link was taken by another
+/// tries again, so concurrent writers end with one whole link and at most one temp link, which
+/// the next write removes. A link cannot be locked, which is why it is not [`replace`]'s
+/// protocol. The directory must exist (`ENOENT` otherwise, nothing written); no fsync: for
+/// records that live in `/run`.
+pub fn replace_symlink(path: &Path, target: &Path) -> Result<(), Error> {
+    let (dir, _) = split(path)?;
+    let unchanged = |step, source| Error::Unchanged {
+        path: path.to_path_buf(),
+        step,
+        dir: dir.clone(),
+        source,
+    };
+    match rustix::fs::symlink(target, path) {
+        Ok(()) => return Ok(()),
+        Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(unchanged(Step::Link, e.into())),
+    }
+    let tmp = symlink_temp(path)?;
+    // Each pass either makes progress for some writer or meets another writer's step; a few
+    // are plenty, and giving up leaves the old entry whole.
+    let mut last = io::Error::from_raw_os_error(libc::EEXIST);
+    for _ in 0..8 {
+        match rustix::fs::symlink(target, &tmp) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::EXIST) => {
+                // Left by a killed writer, or another's at work (whose rename then finds it
+                // gone and tries again).
+                last = io::Error::from_raw_os_error(libc::EEXIST);
+                let _ = fs::remove_file(&tmp);
+                continue;
+            }
+            Err(e) => return Err(unchanged(Step::Link, e.into())),
+        }
+        match fs::rename(&tmp, path) {
+            Ok(()) => return Ok(()),
+            // Another writer removed our temp link, and may have put its own there.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => last = e,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(unchanged(Step::Rename, e));
+            }
+        }
+    }
+    Err(unchanged(Step::Link, last))
+}
+
+/// The temp name [`replace_symlink`] makes its link under before renaming it over `path`,
+/// `.<name>.gpuctk-link.tmp` in the same directory; a caller removing `path` for good removes
+/// this too (left only by a writer killed between its two calls).
+pub fn symlink_temp(path: &Path) -> Result<PathBuf, Error> {
+    let (dir, name) = split(path)?;
+    let mut n = temp_prefix(name);
+    n.push("link.tmp");
+    Ok(dir.join(n))
 }
 
 /// True for a temp file name [`replace`] may leave behind (for any target).
@@ -384,12 +491,23 @@ fn next_temp_name(dir: &Path, name: &OsStr) -> PathBuf {
     dir.join(n)
 }
 
+/// The one temp name of `name` a [`Options::lazy_cleanup`] write tries first.
+fn lazy_temp_name(dir: &Path, name: &OsStr) -> PathBuf {
+    let mut n = temp_prefix(name);
+    n.push("lazy.tmp");
+    dir.join(n)
+}
+
 impl Temp {
+    /// `cleanup_first`: a [`Options::lazy_cleanup`] write's cleanup, run before a temp file is
+    /// created under a temp name (no `O_TMPFILE`), since such a file is left half-written by a
+    /// kill and has a name of its own that no later lazy write would find taken.
     fn create<'p>(
         dir: &'p Path,
         staging: &'p Path,
         name: &OsStr,
         mode: u32,
+        cleanup_first: Option<&dyn Fn()>,
     ) -> Result<Temp, (&'p Path, io::Error)> {
         let unnamed = OpenOptions::new()
             .read(true)
@@ -420,6 +538,9 @@ impl Temp {
             Err(_) => {}
         }
         // No O_TMPFILE here: a named temp file from the start.
+        if let Some(cleanup) = cleanup_first {
+            cleanup();
+        }
         loop {
             let tmp = next_temp_name(staging, name);
             match OpenOptions::new()
@@ -459,6 +580,28 @@ impl Temp {
                 let _ = fs::remove_file(tmp);
                 self.name = None;
                 Ok(())
+            }
+        }
+    }
+
+    /// Give an unnamed file the lazy temp name ([`Options::lazy_cleanup`]) in `staging` (or in
+    /// `dir` when `staging` is on another file system); `EEXIST` when it is taken.
+    fn name_lazy(
+        &mut self,
+        staging: &Path,
+        dir: &Path,
+        name: &OsStr,
+    ) -> Result<(), (PathBuf, io::Error)> {
+        let mut where_ = staging;
+        loop {
+            let tmp = lazy_temp_name(where_, name);
+            match link_fd(&self.file, &tmp) {
+                Ok(()) => {
+                    self.name = Some(tmp);
+                    return Ok(());
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) && where_ != dir => where_ = dir,
+                Err(e) => return Err((where_.to_path_buf(), e)),
             }
         }
     }
@@ -825,5 +968,193 @@ mod tests {
         assert_eq!(got.len(), 4096);
         assert!(got.iter().all(|&b| b == got[0]));
         assert_eq!(names(d.path()), ["spec.json"]);
+    }
+
+    fn lazy() -> Options<'static> {
+        Options {
+            lazy_cleanup: true,
+            no_sync: true,
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn lazy_cleanup_leaves_other_temp_names_but_takes_a_killed_writers_own() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.json");
+        fs::write(&p, b"old").unwrap();
+        // Left by a killed writer of the full protocol: no listing finds it.
+        fs::write(d.path().join(".config.json.gpuctk-9-9.tmp"), b"stale").unwrap();
+        replace(&p, b"new", &lazy()).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"new");
+        assert_eq!(
+            names(d.path()),
+            [".config.json.gpuctk-9-9.tmp", "config.json"]
+        );
+        // A lazy writer killed between link and rename: its temp name is taken, so the next
+        // write cleans up (both) and still replaces the file.
+        fs::write(d.path().join(".config.json.gpuctk-lazy.tmp"), b"killed").unwrap();
+        replace(&p, b"newer", &lazy()).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"newer");
+        assert_eq!(names(d.path()), ["config.json"]);
+    }
+
+    #[test]
+    fn lazy_cleanup_keeps_the_mode_and_links_a_new_file_straight() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.json");
+        fs::write(&p, b"old").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+        replace(&p, b"new", &lazy()).unwrap();
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let fresh = d.path().join("fresh.json");
+        replace(&fresh, b"{}", &lazy()).unwrap();
+        assert_eq!(fs::read(&fresh).unwrap(), b"{}");
+        assert_eq!(names(d.path()), ["config.json", "fresh.json"]);
+    }
+
+    #[test]
+    fn a_given_mode_needs_no_look_at_the_target_first() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("spec.json");
+        // An existing file: the link to its name fails, the rename replaces it.
+        fs::write(&p, b"old").unwrap();
+        write(&p, b"new", Some(0o640)).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"new");
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+        // A dangling link at the name is replaced, not followed.
+        let l = d.path().join("link.json");
+        std::os::unix::fs::symlink(d.path().join("nowhere"), &l).unwrap();
+        write(&l, b"x", Some(0o644)).unwrap();
+        assert!(fs::symlink_metadata(&l).unwrap().is_file());
+        assert!(!d.path().join("nowhere").exists());
+        assert_eq!(names(d.path()), ["link.json", "spec.json"]);
+    }
+
+    /// Many lazy writers of one file at once, and a reader: the reader only ever sees one
+    /// writer's whole content, and no temp name is left.
+    #[test]
+    fn lazy_writers_and_a_reader_see_whole_versions_only() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.json");
+        fs::write(&p, [b'0'; 65536]).unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut reads = 0;
+                while !done.load(Ordering::Relaxed) || reads == 0 {
+                    let got = fs::read(&p).unwrap();
+                    assert_eq!(got.len(), 65536, "a partial file was seen");
+                    assert!(got.iter().all(|&b| b == got[0]), "a mixed file was seen");
+                    reads += 1;
+                }
+            });
+            let writers: Vec<_> = (0..6u8)
+                .map(|i| {
+                    let p = &p;
+                    s.spawn(move || {
+                        for _ in 0..30 {
+                            replace(p, &[b'a' + i; 65536], &lazy()).unwrap();
+                        }
+                    })
+                })
+                .collect();
+            let results: Vec<_> = writers.into_iter().map(|w| w.join()).collect();
+            // Before any unwrap: the reader must stop even when a writer failed.
+            done.store(true, Ordering::Relaxed);
+            reader.join().unwrap();
+            for r in results {
+                r.unwrap();
+            }
+        });
+        assert_eq!(names(d.path()), ["config.json"]);
+    }
+
+    #[test]
+    fn symlink_is_created_then_replaced_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c1");
+        replace_symlink(&p, Path::new("/usr/bin/runc")).unwrap();
+        assert_eq!(fs::read_link(&p).unwrap(), Path::new("/usr/bin/runc"));
+        replace_symlink(&p, Path::new("/usr/bin/crun")).unwrap();
+        assert_eq!(fs::read_link(&p).unwrap(), Path::new("/usr/bin/crun"));
+        // A regular file there (what earlier versions wrote) is replaced too.
+        fs::remove_file(&p).unwrap();
+        fs::write(&p, b"/usr/bin/runc").unwrap();
+        replace_symlink(&p, Path::new("/usr/bin/crun")).unwrap();
+        assert_eq!(fs::read_link(&p).unwrap(), Path::new("/usr/bin/crun"));
+        assert_eq!(names(d.path()), ["c1"]);
+    }
+
+    #[test]
+    fn symlink_temp_left_by_a_killed_writer_goes_with_the_next_write() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c1");
+        replace_symlink(&p, Path::new("/old")).unwrap();
+        let tmp = symlink_temp(&p).unwrap();
+        assert_eq!(tmp, d.path().join(".c1.gpuctk-link.tmp"));
+        std::os::unix::fs::symlink("/killed", &tmp).unwrap();
+        replace_symlink(&p, Path::new("/new")).unwrap();
+        assert_eq!(fs::read_link(&p).unwrap(), Path::new("/new"));
+        assert_eq!(names(d.path()), ["c1"]);
+    }
+
+    #[test]
+    fn symlink_over_a_directory_fails_and_leaves_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c1");
+        fs::create_dir(&p).unwrap();
+        fs::write(p.join("inner"), b"keep").unwrap();
+        let e = replace_symlink(&p, Path::new("/x")).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Unchanged {
+                    step: Step::Rename,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(fs::read(p.join("inner")).unwrap(), b"keep");
+        assert_eq!(names(d.path()), ["c1"]);
+        // No folder: NotFound, nothing made.
+        let missing = d.path().join("nope").join("c1");
+        let e = io::Error::from(replace_symlink(&missing, Path::new("/x")).unwrap_err());
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(!d.path().join("nope").exists());
+    }
+
+    #[test]
+    fn concurrent_symlink_writers_leave_one_whole_link_and_no_temp() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c1");
+        replace_symlink(&p, Path::new("/start")).unwrap();
+        let targets: Vec<String> = (0..6).map(|i| format!("/runtime-{i}")).collect();
+        std::thread::scope(|s| {
+            for t in &targets {
+                let p = &p;
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        // Giving up under contention is allowed; the link stays whole.
+                        if let Err(e) = replace_symlink(p, Path::new(t)) {
+                            assert!(matches!(e, Error::Unchanged { .. }), "{e}");
+                        }
+                    }
+                });
+            }
+        });
+        let got = fs::read_link(&p).unwrap();
+        assert!(
+            got == Path::new("/start") || targets.iter().any(|t| got == Path::new(t)),
+            "{got:?}"
+        );
+        assert_eq!(names(d.path()), ["c1"]);
     }
 }

@@ -66,7 +66,10 @@ fn safe_id(id: &str) -> bool {
 }
 
 /// At `create`/`run`: remember `runtime` for the container id, so that every later call on it
-/// goes to the same runtime (see [`recorded_runtime`]).
+/// goes to the same runtime (see [`recorded_runtime`]). The record is a symbolic link named
+/// after the id whose target is the runtime's path: made whole in one `symlink` (replaced by
+/// rename when the id has a record already, see [`gpuctk_atomicfile::replace_symlink`]) and read
+/// back in one `readlink`; the folder is made only when that says it is missing.
 pub fn record_runtime(parsed: &RuncArgs, runtime: &std::path::Path) -> std::io::Result<()> {
     // A `run` in the foreground deletes its container when it ends, and no `delete` comes
     // to remove a record: only a detached one is recorded.
@@ -76,22 +79,23 @@ pub fn record_runtime(parsed: &RuncArgs, runtime: &std::path::Path) -> std::io::
     let Some(id) = parsed.id.as_deref().filter(|id| safe_id(id)) else {
         return Ok(());
     };
-    let opts = gpuctk_atomicfile::Options {
-        no_sync: true,
-        ..Default::default()
-    };
     let mut last = None;
     for dir in record_dirs(parsed) {
-        let done = std::fs::create_dir_all(&dir).and_then(|()| {
-            gpuctk_atomicfile::replace(&dir.join(id), runtime.as_os_str().as_encoded_bytes(), &opts)
-                .map_err(std::io::Error::other)
-        });
+        let record = dir.join(id);
+        let write =
+            || gpuctk_atomicfile::replace_symlink(&record, runtime).map_err(std::io::Error::from);
+        let done = match write() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&dir).and_then(|()| write())
+            }
+            r => r,
+        };
         match done {
             Ok(()) => return Ok(()),
             Err(e) => {
                 last = Some(std::io::Error::new(
                     e.kind(),
-                    format!("{}: {e}", dir.display()),
+                    format!("{}: {e}", record.display()),
                 ))
             }
         }
@@ -121,29 +125,53 @@ fn recorded_runtime(parsed: &RuncArgs) -> Option<Record> {
 /// The largest record read: a runtime's path.
 const MAX_RECORD: u64 = 4096;
 
-/// The runtime recorded in `dir` for container `id`. Only a regular file is a record, opened
-/// without following a link and without blocking: a FIFO under that name would otherwise hang
-/// every later call on the container. Anything else there, or a record that cannot be read, is
-/// no record (the call goes to the configured runtime, as for a container created before
-/// records), said on stderr: the call must still reach a runtime.
+/// The runtime recorded in `dir` for container `id`: the target of a symbolic link, read
+/// without following it; or, as versions before issue 21 wrote it, the content of a regular file,
+/// opened without following a link and without blocking (a FIFO under that name would
+/// otherwise hang every later call on the container). Anything else there, or a record that
+/// cannot be read, is no record (the call goes to the configured runtime, as for a container
+/// created before records), said on stderr: the call must still reach a runtime. Either way
+/// the runtime named must be an executable file.
 fn recorded_in(dir: &std::path::Path, id: &str) -> Option<Record> {
+    let file = dir.join(id);
+    let ignored = |why: &dyn std::fmt::Display| ignored(&file, why);
+    let mut buf = [0u8; MAX_RECORD as usize + 1];
+    let bytes = match rustix::fs::readlinkat_raw(rustix::fs::CWD, &file, &mut buf[..]) {
+        Ok(n) => &buf[..n],
+        // Not a link: a record of an earlier version, or something that is no record.
+        Err(rustix::io::Errno::INVAL) => return recorded_in_file(file, id),
+        // No record; or root's `/run/gpuctk/runtimes`, which a rootless call also looks in
+        // (see `record_dirs`) and may not be allowed to search.
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::ACCESS) => return None,
+        Err(e) => {
+            ignored(&format_args!(
+                "cannot read this runtime record: {}",
+                std::io::Error::from(e)
+            ));
+            return None;
+        }
+    };
+    if bytes.len() as u64 > MAX_RECORD {
+        ignored(&format_args!(
+            "runtime record larger than {MAX_RECORD} bytes"
+        ));
+        return None;
+    }
+    record(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)), file, id)
+}
+
+/// The record `file` when it is a regular file (see [`recorded_in`]).
+fn recorded_in_file(file: PathBuf, id: &str) -> Option<Record> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let file = dir.join(id);
-    let ignored = |why: &dyn std::fmt::Display| {
-        eprintln!(
-            "nvidia-container-runtime: warning: {}: {why}; ignored, the configured runtime is used",
-            file.display()
-        );
-    };
+    let ignored = |why: &dyn std::fmt::Display| ignored(&file, why);
     let f = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
         .open(&file)
     {
         Ok(f) => f,
-        // No record; or root's `/run/gpuctk/runtimes`, which a rootless call also looks in
-        // (see `record_dirs`) and may not be allowed to search.
+        // Gone since it was looked at (a delete), or not ours to read.
         Err(e)
             if matches!(
                 e.kind(),
@@ -174,9 +202,21 @@ fn recorded_in(dir: &std::path::Path, id: &str) -> Option<Record> {
         ));
         return None;
     }
-    let p = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
-    gpuctk_host::checks::is_executable(&p).then(|| Record {
-        runtime: p,
+    record(PathBuf::from(std::ffi::OsStr::from_bytes(&bytes)), file, id)
+}
+
+/// Say on stderr that the record `file` is not used, and why.
+fn ignored(file: &std::path::Path, why: &dyn std::fmt::Display) {
+    eprintln!(
+        "nvidia-container-runtime: warning: {}: {why}; ignored, the configured runtime is used",
+        file.display()
+    );
+}
+
+/// A record of `runtime` when it is still an executable file.
+fn record(runtime: PathBuf, file: PathBuf, id: &str) -> Option<Record> {
+    gpuctk_host::checks::is_executable(&runtime).then(|| Record {
+        runtime,
         file,
         id: id.to_string(),
     })
@@ -235,8 +275,12 @@ fn delete_and_forget(mut cmd: std::process::Command, record: &Record, parsed: &R
         .as_ref()
         .is_some_and(|root| !root.join(&record.id).exists());
     if status.success() || gone {
-        // A record left behind is only a stale file; the delete itself is done.
+        // A record left behind is only a stale file; the delete itself is done. With it goes
+        // the temp link of a create killed while replacing an earlier record of this id.
         let _ = std::fs::remove_file(&record.file);
+        if let Ok(tmp) = gpuctk_atomicfile::symlink_temp(&record.file) {
+            let _ = std::fs::remove_file(tmp);
+        }
     }
     std::process::exit(
         status
@@ -472,6 +516,101 @@ fn nested(b: &[u8], i: usize) -> Option<(usize, Option<Vec<String>>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runc::parse_runc_args;
+    use std::path::Path;
+
+    fn parse(args: &[&str]) -> RuncArgs {
+        let v: Vec<OsString> = args.iter().map(OsString::from).collect();
+        parse_runc_args(&v)
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Issue 21: the record is a link made in one `symlink` (its folder made when missing),
+    /// replaced whole by a later create of the id, and read back by the calls on the id.
+    #[test]
+    fn a_record_is_a_link_made_with_its_folder_and_replaced_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        let state = state.to_str().unwrap();
+        let create = parse(&["--root", state, "create", "--bundle", "/b", "c1"]);
+        record_runtime(&create, Path::new("/bin/sh")).unwrap();
+        let dir = d.path().join("state.gpuctk");
+        assert_eq!(
+            std::fs::read_link(dir.join("c1")).unwrap(),
+            Path::new("/bin/sh")
+        );
+        record_runtime(&create, Path::new("/bin/true")).unwrap();
+        assert_eq!(
+            std::fs::read_link(dir.join("c1")).unwrap(),
+            Path::new("/bin/true")
+        );
+        assert_eq!(names(&dir), ["c1"]);
+        let r = recorded_runtime(&parse(&["--root", state, "state", "c1"])).unwrap();
+        assert_eq!(r.runtime, Path::new("/bin/true"));
+        assert_eq!(r.file, dir.join("c1"));
+    }
+
+    /// A regular file (what versions before issue 21 wrote) is still a record; a link or a
+    /// file naming something that is not an executable file is none, and nothing at the
+    /// record's name is opened or followed in a way that could block.
+    #[test]
+    fn earlier_file_records_still_count_and_other_things_are_no_record() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("state.gpuctk");
+        std::fs::create_dir(&dir).unwrap();
+        let state = d.path().join("state");
+        let state = state.to_str().unwrap();
+        let on = |id: &str| recorded_runtime(&parse(&["--root", state, "delete", id]));
+        std::fs::write(dir.join("old"), "/bin/sh").unwrap();
+        assert_eq!(on("old").unwrap().runtime, Path::new("/bin/sh"));
+        let plain = d.path().join("plain");
+        std::fs::write(&plain, "not a program").unwrap();
+        let fifo = d.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(&plain, dir.join("to-plain")).unwrap();
+        std::os::unix::fs::symlink(&fifo, dir.join("to-fifo")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("gone"), dir.join("dangling")).unwrap();
+        std::fs::write(
+            dir.join("names-plain"),
+            plain.as_os_str().as_encoded_bytes(),
+        )
+        .unwrap();
+        std::fs::create_dir(dir.join("a-dir")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            dir.join("a-fifo"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        for id in [
+            "to-plain",
+            "to-fifo",
+            "dangling",
+            "names-plain",
+            "a-dir",
+            "a-fifo",
+            "none",
+        ] {
+            assert!(on(id).is_none(), "{id} taken for a record");
+        }
+    }
 
     fn found(v: &[&str]) -> Scan {
         Scan::Found(v.iter().map(|s| s.to_string()).collect())

@@ -497,8 +497,11 @@ impl<'r> Resolver<'r> {
 /// container, so surviving a power cut buys nothing, and two fsyncs cost milliseconds a start.
 fn write_spec(path: &Path, spec: &serde_json::Value) -> anyhow::Result<()> {
     let out = serde_json::to_vec(spec)?;
+    // The bundle is the container's own folder, removed with it: no listing of it for stale
+    // temp names on every start (a killed writer's is still removed by the next write).
     let opts = gpuctk_atomicfile::Options {
         no_sync: true,
+        lazy_cleanup: true,
         ..Default::default()
     };
     gpuctk_atomicfile::replace(path, &out, &opts)

@@ -1520,6 +1520,19 @@ fn later_calls_go_to_the_runtime_create_used() {
         bed.t.path().file_name().unwrap().to_string_lossy()
     );
     let bundle = bed.bundle.to_str().unwrap().to_string();
+    // The record sits next to the runtime's state directory, and goes with the container.
+    let mut record = bed.state_root.clone().into_os_string();
+    record.push(format!(".gpuctk/{id}"));
+    let record = PathBuf::from(record);
+    // Issue 21: a record left by an earlier version for this id (a regular file naming runc),
+    // which create replaces; and a temp file of a writer killed in an earlier version, which
+    // stays: the shim no longer lists the bundle at every start (the bundle goes with the
+    // container; a temp name of its own killed writers is removed by the next write, tested in
+    // atomicfile).
+    fs::create_dir_all(record.parent().unwrap()).unwrap();
+    fs::write(&record, "/usr/bin/runc").unwrap();
+    let killed = bed.bundle.join(".config.json.gpuctk-1-1.tmp");
+    fs::write(&killed, "{}").unwrap();
     // The container's init keeps create's stdio until it starts: a file, not a pipe.
     let err = bed.t.join("create.err");
     let st = bed
@@ -1534,12 +1547,27 @@ fn later_calls_go_to_the_runtime_create_used() {
         "{}",
         fs::read_to_string(&err).unwrap_or_default()
     );
-    // The record sits next to the runtime's state directory, and goes with the container.
-    let mut record = bed.state_root.clone().into_os_string();
-    record.push(format!(".gpuctk/{id}"));
-    let record = PathBuf::from(record);
-    assert!(record.is_file(), "no record at {}", record.display());
-    let recorded_runtime = fs::read(&record).unwrap();
+    let temps: Vec<_> = fs::read_dir(&bed.bundle)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".gpuctk-"))
+        .collect();
+    assert_eq!(
+        temps,
+        [".config.json.gpuctk-1-1.tmp"],
+        "the bundle was listed, or a temp name was left"
+    );
+    // Issue 21: the record is a link naming the runtime, read in one readlink.
+    let recorded_runtime = fs::read_link(&record)
+        .unwrap_or_else(|e| panic!("no record link at {}: {e}", record.display()));
+    assert!(
+        recorded_runtime.ends_with("crun"),
+        "{}",
+        recorded_runtime.display()
+    );
+    // The temp link of a create killed while replacing an earlier record goes with delete.
+    let temp_link = record.with_file_name(format!(".{id}.gpuctk-link.tmp"));
+    symlink("/nowhere", &temp_link).unwrap();
     // What start and delete find: a config that names runc.
     let other = bed.t.join("other.toml");
     fs::write(
@@ -1563,11 +1591,19 @@ fn later_calls_go_to_the_runtime_create_used() {
         );
     }
     assert!(!bed.listed().contains(&id), "left behind: {}", bed.listed());
-    assert!(!record.exists(), "the record outlived its container");
+    assert!(
+        fs::symlink_metadata(&record).is_err(),
+        "the record outlived its container"
+    );
+    assert!(
+        fs::symlink_metadata(&temp_link).is_err(),
+        "the temp link outlived the container"
+    );
     // A record whose container the runtime no longer has (a create that failed after it was
-    // written): delete fails as the runtime fails, with its status, and the record goes.
+    // written): delete fails as the runtime fails, with its status, and the record goes. It is
+    // a regular file, as versions before issue 21 wrote it: still honoured after an upgrade.
     let ghost = record.with_file_name(format!("{id}-ghost"));
-    fs::write(&ghost, &recorded_runtime).unwrap();
+    fs::write(&ghost, recorded_runtime.as_os_str().as_encoded_bytes()).unwrap();
     let out = Command::new(&bed.shim)
         .args(["--root", bed.state_root.to_str().unwrap(), "delete"])
         .arg(format!("{id}-ghost"))
@@ -1586,7 +1622,8 @@ fn later_calls_go_to_the_runtime_create_used() {
 /// Two faults of the runtime record, against real runc and crun (config: runc; the records:
 /// crun, told apart by their messages for a container that is not there). A record that was
 /// a FIFO blocked every later call on its id in `open`; now only a regular file opened without
-/// blocking is a record. And every word after the command that did not start with `-` was
+/// blocking (as versions before issue 21 wrote records), or a link read without following it
+/// (as records are written since), is a record. And every word after the command that did not start with `-` was
 /// looked up, so `exec -t nosuchid sh -c true` ran the runtime recorded for a container named
 /// `sh`; now the id is where runc's grammar puts it. `timeout` guards against the hang.
 #[test]
@@ -1616,6 +1653,8 @@ fn records_are_regular_files_under_the_container_id() {
         .status()
         .unwrap();
     assert!(st.success());
+    symlink(&crun, records.join("linked")).unwrap();
+    symlink(records.join("piped"), records.join("to-pipe")).unwrap();
     let call = |args: &[&str]| {
         let out = Command::new("timeout")
             .arg("20")
@@ -1649,6 +1688,13 @@ fn records_are_regular_files_under_the_container_id() {
         err.contains("piped: runtime record: not a regular file; ignored"),
         "said: {err}"
     );
+    // Issue 21: a link is a record of its target's path; one naming a FIFO is not followed
+    // into it, and names no executable: no record.
+    let (_, err) = call(&["state", "linked"]);
+    assert!(by_crun(&err), "the link record names crun: {err}");
+    let (code, err) = call(&["state", "to-pipe"]);
+    assert_ne!(code, Some(124), "a link to a FIFO blocked the call: {err}");
+    assert!(by_runc(&err) && !by_crun(&err), "{err}");
 }
 
 /// `NVIDIA_MIG_CONFIG_DEVICES` / `NVIDIA_MIG_MONITOR_DEVICES` through the legacy prestart hook
