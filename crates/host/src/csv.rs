@@ -532,17 +532,24 @@ fn resolve_file(root: &Path, inner: &str) -> io::Result<Option<String>> {
 
 /// Whether the host under these roots is a Tegra (Jetson) system, as NVIDIA's `auto` tells:
 /// `/etc/nv_tegra_release` under the driver root, or `/sys/devices/soc0/family` starting with
-/// `tegra` (any case) under `sys_root`.
-pub fn is_tegra(driver_root: &Path, sys_root: &Path) -> bool {
-    if host_path(driver_root, Path::new("/etc/nv_tegra_release")).exists() {
-        return true;
+/// `tegra` (any case) under `sys_root`. A marker that is there but cannot be looked at or read
+/// is an error naming it, not a "no": that would pick another mode for the host unseen.
+pub fn is_tegra(driver_root: &Path, sys_root: &Path) -> io::Result<bool> {
+    let named = |p: &Path, e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", p.display()));
+    let release = host_path(driver_root, Path::new("/etc/nv_tegra_release"));
+    match std::fs::metadata(&release) {
+        Ok(_) => return Ok(true),
+        Err(e) if is_absent(&e) => {}
+        Err(e) => return Err(named(&release, e)),
     }
     let family = host_path(sys_root, Path::new("/sys/devices/soc0/family"));
     let mut buf = [0u8; 64];
-    let n = std::fs::File::open(family)
-        .and_then(|mut f| f.read(&mut buf))
-        .unwrap_or(0);
-    buf[..n].to_ascii_lowercase().starts_with(b"tegra")
+    let n = match std::fs::File::open(&family) {
+        Ok(mut f) => f.read(&mut buf).map_err(|e| named(&family, e))?,
+        Err(e) if is_absent(&e) => 0,
+        Err(e) => return Err(named(&family, e)),
+    };
+    Ok(buf[..n].to_ascii_lowercase().starts_with(b"tegra"))
 }
 
 #[cfg(test)]
@@ -673,9 +680,30 @@ mod tests {
     #[test]
     fn tegra_markers() {
         let t = tempfile::tempdir().unwrap();
-        assert!(!is_tegra(t.path(), t.path()));
+        assert!(!is_tegra(t.path(), t.path()).unwrap());
         std::fs::create_dir_all(t.path().join("sys/devices/soc0")).unwrap();
         std::fs::write(t.path().join("sys/devices/soc0/family"), "Tegra\n").unwrap();
-        assert!(is_tegra(t.path(), t.path()));
+        assert!(is_tegra(t.path(), t.path()).unwrap());
+    }
+
+    /// Review finding (session 8): a marker that cannot be read was taken for "not a Tegra".
+    #[test]
+    fn an_unreadable_tegra_marker_is_an_error_naming_it() {
+        let t = tempfile::tempdir().unwrap();
+        let family = t.path().join("sys/devices/soc0/family");
+        // A folder where the file belongs: it opens, and reading it fails (EISDIR).
+        std::fs::create_dir_all(&family).unwrap();
+        let e = is_tegra(t.path(), t.path()).unwrap_err();
+        assert!(e.to_string().contains(&family.display().to_string()), "{e}");
+        // A loop where the release file belongs: it cannot be looked at (ELOOP).
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("etc")).unwrap();
+        let release = t.path().join("etc/nv_tegra_release");
+        std::os::unix::fs::symlink("nv_tegra_release", &release).unwrap();
+        let e = is_tegra(t.path(), t.path()).unwrap_err();
+        assert!(
+            e.to_string().contains(&release.display().to_string()),
+            "{e}"
+        );
     }
 }

@@ -254,8 +254,11 @@ fn without_additional_gids(spec: &mut Spec) {
 fn auto_is_tegra(a: &GenerateArgs) -> anyhow::Result<bool> {
     let roots = a.roots.roots()?;
     Ok(
-        gpuctk_host::csv::is_tegra(&roots.driver_root, &roots.driver_root)
-            && gpuctk_host::running_driver_version(&roots.proc_root).is_none(),
+        gpuctk_host::csv::is_tegra(&roots.driver_root, &roots.driver_root).map_err(|e| {
+            anyhow::anyhow!(
+                "{e}; cannot tell whether this is a Jetson for --mode auto: fix it or pass --mode"
+            )
+        })? && gpuctk_host::running_driver_version(&roots.proc_root).is_none(),
     )
 }
 
