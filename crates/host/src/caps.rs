@@ -130,6 +130,9 @@ pub enum CapFileError {
     /// `DeviceFileModify` other than 0 or 1.
     #[error("DeviceFileModify: {0} is not 0 or 1")]
     Modify(u32),
+    /// More than the driver ever writes (three short lines): not read on, not cut short.
+    #[error("larger than {MAX_CAP_FILE} bytes; this is not a capability file the driver wrote")]
+    TooLarge,
 }
 
 /// Parses a capability file's text.
@@ -233,12 +236,19 @@ fn mig_cap_file(roots: &Roots, cap: MigCapability) -> Result<CapFile, CapsError>
 /// A capability file, read capped and parsed.
 pub(crate) fn read_cap_file(path: PathBuf) -> Result<CapFile, CapsError> {
     let mut text = String::new();
+    // One byte past the cap tells a file cut short from one that ends there.
     std::fs::File::open(&path)
-        .and_then(|f| f.take(MAX_CAP_FILE).read_to_string(&mut text))
+        .and_then(|f| f.take(MAX_CAP_FILE + 1).read_to_string(&mut text))
         .map_err(|source| CapsError::Read {
             path: path.clone(),
             source,
         })?;
+    if text.len() as u64 > MAX_CAP_FILE {
+        return Err(CapsError::Parse {
+            path,
+            source: CapFileError::TooLarge,
+        });
+    }
     parse_cap_file(&text).map_err(|source| CapsError::Parse { path, source })
 }
 
@@ -301,6 +311,32 @@ mod tests {
             parse_cap_file("DeviceFileMinor: 2\nDeviceFileMode: 99999\nDeviceFileModify: 0\n"),
             Err(CapFileError::Mode(99999))
         );
+    }
+
+    /// Review finding (session 8): a file over the cap was cut at 4 KiB without a word, and its
+    /// first lines parsed as if they were all of it.
+    #[test]
+    fn a_cap_file_over_the_cap_is_refused_not_cut() {
+        let t = tempfile::tempdir().unwrap();
+        let good = "DeviceFileMinor: 1\nDeviceFileMode: 292\nDeviceFileModify: 1\n";
+        let path = t.path().join("access");
+        std::fs::write(&path, good).unwrap();
+        assert_eq!(read_cap_file(path.clone()).unwrap().minor, 1);
+        let padded = format!("{good}{}", "#".repeat(MAX_CAP_FILE as usize));
+        std::fs::write(&path, padded).unwrap();
+        let e = read_cap_file(path.clone()).unwrap_err();
+        assert!(matches!(
+            e,
+            CapsError::Parse {
+                source: CapFileError::TooLarge,
+                ..
+            }
+        ));
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        // Exactly the cap is still read.
+        let exact = format!("{good}{}", "#".repeat(MAX_CAP_FILE as usize - good.len()));
+        std::fs::write(&path, exact).unwrap();
+        assert_eq!(read_cap_file(path).unwrap().minor, 1);
     }
 
     fn roots(dir: &Path) -> Roots {
