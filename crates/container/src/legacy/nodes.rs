@@ -138,15 +138,17 @@ pub(super) fn may_mknod(proc_root: &Path) -> Result<bool, LegacyError> {
         op,
         source,
     };
-    // The initial namespace's map is one line; more than a few KiB is not a uid map.
+    // The initial namespace's map is one line; more than a few KiB is not that map (one byte
+    // past the cap is read, so a longer map is never judged by its first 4 KiB).
+    const MAX_UID_MAP: u64 = 4096;
     let mut map = String::new();
     use std::io::Read;
     std::fs::File::open(&path)
         .map_err(|e| io_err("open", e))?
-        .take(4096)
+        .take(MAX_UID_MAP + 1)
         .read_to_string(&mut map)
         .map_err(|e| io_err("read", e))?;
-    Ok(map.split_whitespace().eq(["0", "0", "4294967295"]))
+    Ok(map.len() as u64 <= MAX_UID_MAP && map.split_whitespace().eq(["0", "0", "4294967295"]))
 }
 
 /// Makes node `n` in the container with mknod when `may_mknod` ([`may_mknod`]'s answer), else

@@ -160,3 +160,21 @@ fn leftovers_are_empty_libraries_and_the_links_to_them() {
     clear_folder(&root_fd, &root, "/usr/lib64", &ours, &mut notes).unwrap();
     assert_eq!(notes.len(), 1);
 }
+
+/// Review finding (session 8): `uid_map` was cut at 4 KiB and its first line judged alone, so
+/// a map with more lines past that point passed for the initial namespace's. (Run as root,
+/// as the suite is: without `CAP_MKNOD` the answer is "no" before the map is read.)
+#[test]
+fn a_uid_map_longer_than_the_cap_is_not_the_initial_one() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(t.path().join("self")).unwrap();
+    let map = t.path().join("self/uid_map");
+    std::fs::write(&map, "         0          0 4294967295\n").unwrap();
+    assert!(
+        nodes::may_mknod(t.path()).unwrap(),
+        "the initial map, as root"
+    );
+    let long = format!("0 0 4294967295{}\n1000 0 1\n", " ".repeat(4100));
+    std::fs::write(&map, long).unwrap();
+    assert!(!nodes::may_mknod(t.path()).unwrap());
+}
