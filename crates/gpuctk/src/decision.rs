@@ -65,6 +65,36 @@ impl<'a> LiveHost<'a> {
             .as_deref()
     }
 
+    /// The GPUs (minor, bus id) of this create's inventory; where no discovery ran (a static
+    /// CDI spec), those of a current discovery snapshot of either shape, so that masking the
+    /// other GPUs' procfs folders reads no `information` file (two calls a GPU and a listing,
+    /// against a handful of `statx` and one read). `None` where neither is at hand: the
+    /// caller reads procfs.
+    pub fn known_gpus(&mut self) -> Option<&[(u32, String)]> {
+        if self.gpus.is_none() && self.read_snapshot {
+            if let Some(dir) = self.cfg.snapshot_dir() {
+                let roots = roots(self.cfg);
+                let version = self.version_text().map(str::to_string);
+                // The default container's shape (compute only) first: the one most often there.
+                self.gpus = [true, false].into_iter().find_map(|skip_graphics| {
+                    let opts = DiscoverOptions {
+                        skip_graphics,
+                        ..Default::default()
+                    };
+                    let inv = crate::snapshot::Snapshot::new(&dir, &roots, &opts)
+                        .current(&roots, version.as_deref())?;
+                    Some(
+                        inv.gpus
+                            .iter()
+                            .map(|g| (g.minor, g.bus_id.clone()))
+                            .collect(),
+                    )
+                });
+            }
+        }
+        self.gpus.as_deref()
+    }
+
     /// Whether the host is a WSL2 one (no NVIDIA kernel driver, `/dev/dxg` or `libdxcore.so`).
     pub fn on_wsl(&mut self) -> anyhow::Result<bool> {
         if self.running_driver().is_some() {

@@ -248,7 +248,7 @@ fn modify_bundle_once(
     let edits = &injection.edits;
     gpuctk_cdi::apply::apply_edits(&mut spec, edits)
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    crate::guard::mask_other_gpus(&mut spec, &cfg.proc_root, host.gpus.as_deref())?;
+    crate::guard::mask_other_gpus(&mut spec, &cfg.proc_root, host.known_gpus())?;
     if !edits.hooks.is_empty() {
         pass_hook_errors_on(&mut spec, runtime);
     }

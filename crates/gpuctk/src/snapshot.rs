@@ -154,6 +154,14 @@ impl Snapshot {
         Ok((inv, false))
     }
 
+    /// The snapshot's inventory when one is current for the host as it is now; `None`
+    /// otherwise, and nothing is discovered or written (for a create that needs no discovery,
+    /// see [`crate::decision::LiveHost::known_gpus`]).
+    pub fn current(&self, roots: &Roots, version: Option<&str>) -> Option<Inventory> {
+        let key = self.key_now(roots, version)?;
+        self.load(&key).ok()
+    }
+
     /// The snapshot's inventory when it is ours and made under `key`; why not otherwise.
     fn load(&self, key: &Key) -> Result<Inventory, String> {
         let euid = rustix::process::geteuid().as_raw();

@@ -809,3 +809,55 @@ fn the_compute_inventory_is_the_full_one_without_graphics() {
     assert!(full.gpus.iter().all(|g| g.drm.is_empty()), "{full:?}");
     assert_eq!(full.configs.len(), 1, "{:?}", full.configs);
 }
+
+/// A static-spec create masks the other GPUs' procfs folders from a current discovery snapshot
+/// (here written by `cdi generate`), not from every GPU's `information` file (review finding:
+/// repeated work on the CDI route). Shown by breaking the other GPU's file after the snapshot:
+/// the create still masks its folder; without a snapshot the same create reads the file and
+/// says which.
+#[test]
+fn a_static_spec_create_masks_other_gpus_from_the_snapshot() {
+    let s = Snap::new();
+    let out = s.bed.cdi_dir().join("nvidia.yaml");
+    let mut c = gpuctk(&["cdi", "generate", "--output", out.to_str().unwrap()]);
+    c.env("GPUCTK_CONFIG", &s.bed.config);
+    for r in s.bed.host.roots().chunks(2) {
+        c.args(r);
+    }
+    ok_command(c, &[]);
+    settle();
+    let bus1 = s.bed.host.manifest["gpus"][1]["bus_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let masked = |s: &Snap| -> Vec<String> {
+        s.bed.spec()["linux"]["maskedPaths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m.as_str())
+            .filter(|m| m.starts_with("/proc/driver/nvidia/gpus/"))
+            .map(str::to_string)
+            .collect()
+    };
+    let want = [format!("/proc/driver/nvidia/gpus/{bus1}")];
+    s.create_cdi("nvidia.com/gpu=0").unwrap();
+    assert_eq!(masked(&s), want);
+    let info = Path::new(&s.bed.host.proc_root())
+        .join("driver/nvidia/gpus")
+        .join(&bus1)
+        .join("information");
+    fs::remove_file(&info).unwrap();
+    fs::create_dir(&info).unwrap();
+    s.create_cdi("nvidia.com/gpu=0").unwrap();
+    assert_eq!(masked(&s), want);
+    // Without the snapshots, procfs is read, and the broken file named.
+    fs::remove_dir_all(&s.dir).unwrap();
+    let cfg = fs::read_to_string(&s.bed.config).unwrap().replace(
+        &format!("snapshot-dir = \"{}\"", s.dir.display()),
+        "snapshot-dir = \"\"",
+    );
+    fs::write(&s.bed.config, cfg).unwrap();
+    let e = s.create_cdi("nvidia.com/gpu=0").unwrap_err();
+    assert!(e.contains(&info.display().to_string()), "{e}");
+}
