@@ -21,27 +21,14 @@ pub enum Outcome {
     AppProfile(Vec<u32>),
 }
 
-/// [`run`], recording in `pending` what `op` left in place that a later operation of the same
-/// run may take as it is rather than look at again: the links of `create-symlinks`, which
-/// `update-ldcache` then does not read back.
-pub fn run_recording(
-    root: &Root,
-    op: &InRootOp,
-    pending: &mut Pending,
-) -> Result<Outcome, HookError> {
-    if let InRootOp::CreateSymlinks { links } = op {
-        pending.add_links(hooks::create_symlinks_placed(root, links)?);
-        return Ok(Outcome::Links(links.len()));
-    }
-    run(root, op, pending)
-}
-
 /// Does `op` on `root`; `pending` are the library mounts the runtime will add after us (empty
-/// when they are in place already).
-pub fn run(root: &Root, op: &InRootOp, pending: &Pending) -> Result<Outcome, HookError> {
+/// when they are in place already). What `op` leaves in place that a later operation of the
+/// same run may take as it is goes into `pending` too: the links of `create-symlinks`, which
+/// `update-ldcache` then does not read back.
+pub fn run(root: &Root, op: &InRootOp, pending: &mut Pending) -> Result<Outcome, HookError> {
     Ok(match op {
         InRootOp::CreateSymlinks { links } => {
-            hooks::create_symlinks(root, links)?;
+            pending.add_links(hooks::create_symlinks_placed(root, links)?);
             Outcome::Links(links.len())
         }
         InRootOp::EnableCudaCompat {

@@ -645,7 +645,7 @@ fn known_libraries_are_not_read() {
 #[test]
 fn update_ldcache_sees_the_link_create_symlinks_replaced() {
     use gpuctk_container::hooks::Pending;
-    use gpuctk_container::ops::{run_recording, Outcome};
+    use gpuctk_container::ops::{run, Outcome};
     use gpuctk_core::ops::{InRootOp, Link};
     let (_tmp, root, _host) = small_root();
     let lib = root.join("usr/lib64");
@@ -654,10 +654,10 @@ fn update_ldcache_sees_the_link_create_symlinks_replaced() {
     let r = Root::open(&root).unwrap();
     let mut pending = Pending::default();
     let links = vec![Link::parse("libfoo.so.1.2::/usr/lib64/libfoo.so.1").unwrap()];
-    run_recording(&r, &InRootOp::CreateSymlinks { links }, &mut pending).unwrap();
+    run(&r, &InRootOp::CreateSymlinks { links }, &mut pending).unwrap();
     let folders = vec!["/usr/lib64".to_string()];
     let Outcome::Ldcache(report) =
-        run_recording(&r, &InRootOp::UpdateLdcache { folders }, &mut pending).unwrap()
+        run(&r, &InRootOp::UpdateLdcache { folders }, &mut pending).unwrap()
     else {
         panic!("not an ldcache outcome")
     };

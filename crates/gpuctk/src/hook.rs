@@ -243,7 +243,7 @@ fn run(cli: HookCli) -> anyhow::Result<()> {
         return disable_device_node_modification(proc_root.as_deref(), &target);
     }
     let root = open_root(&target)?;
-    match ops::run(&root, &op, &hooks::Pending::default())? {
+    match ops::run(&root, &op, &mut hooks::Pending::default())? {
         ops::Outcome::Ldcache(report) => {
             tracing::debug!(
                 "update-ldcache: {} entries ({} replaced), {} links",

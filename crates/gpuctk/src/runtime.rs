@@ -459,7 +459,7 @@ fn hooks_in_shim(
         }
     }
     for (_, op) in &ops {
-        gpuctk_container::ops::run_recording(&root, op, &mut pending)?;
+        gpuctk_container::ops::run(&root, op, &mut pending)?;
     }
     let done: std::collections::HashSet<usize> = ops.iter().map(|(i, _)| *i).collect();
     let mut i = 0;

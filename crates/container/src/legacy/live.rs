@@ -131,10 +131,10 @@ impl Work {
             )?;
             inner.device_nodes.push(n.path.clone());
         }
-        let pending = hooks::Pending::default();
+        let mut pending = hooks::Pending::default();
         for op in &self.works {
             let outcome =
-                crate::ops::run(root, op, &pending).map_err(|source| LegacyError::Hook {
+                crate::ops::run(root, op, &mut pending).map_err(|source| LegacyError::Hook {
                     hook: op.name().to_string(),
                     source,
                 })?;
