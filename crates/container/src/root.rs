@@ -191,7 +191,8 @@ pub enum FileKind {
 }
 
 impl FileKind {
-    fn from_mode(mode: u32) -> FileKind {
+    /// The kind of a `st_mode` (its `S_IFMT` bits).
+    pub(crate) fn from_mode(mode: u32) -> FileKind {
         match mode & libc::S_IFMT {
             libc::S_IFDIR => FileKind::Dir,
             libc::S_IFLNK => FileKind::Symlink,
@@ -1031,17 +1032,7 @@ fn rename_at(dirfd: BorrowedFd<'_>, from: &OsStr, to: &OsStr) -> io::Result<()> 
 
 /// The kind a directory entry's `d_type` says, `None` for `DT_UNKNOWN`.
 fn dirent_kind(t: rustix::fs::FileType) -> Option<FileKind> {
-    use rustix::fs::FileType as T;
-    Some(match t {
-        T::RegularFile => FileKind::File,
-        T::Directory => FileKind::Dir,
-        T::Symlink => FileKind::Symlink,
-        T::CharacterDevice => FileKind::CharDevice,
-        T::BlockDevice => FileKind::BlockDevice,
-        T::Fifo => FileKind::Fifo,
-        T::Socket => FileKind::Socket,
-        T::Unknown => return None,
-    })
+    (t != rustix::fs::FileType::Unknown).then(|| FileKind::from_mode(t.as_raw_mode()))
 }
 
 /// Why [`Dir::names_where`] stopped reading.
@@ -1246,17 +1237,22 @@ impl<'r> Dir<'r> {
     /// same files again, and a rename over a file costs the file system far more than reading
     /// it (a writeback and the old inode's eviction). Returns whether it wrote.
     ///
-    /// `current` is the file as the caller read it earlier, with what `fstat` said then: when
-    /// the name is still that inode its bytes are read again from that descriptor, not opened
-    /// anew.
+    /// `current` is the entry as the caller read it moments before ([`Dir::read_file`]: what
+    /// `lstat` said, and its bytes): when those are `bytes` with `mode`, nothing is looked at
+    /// again; when the name is still that inode, its bytes are not read again.
     pub fn write_file_if_changed(
         &self,
         name: &str,
         bytes: &[u8],
         mode: u32,
-        current: Option<(&File, &Metadata)>,
+        current: Option<(&Metadata, &[u8])>,
     ) -> Result<bool, RootError> {
         self.single_name(name)?;
+        if let Some((seen, old)) = current {
+            if seen.kind == FileKind::File && seen.mode == mode && old == bytes {
+                return Ok(false);
+            }
+        }
         let path = self.child(name);
         let there = match self.lstat(name)? {
             Some(m) if m.kind == FileKind::Dir => {
@@ -1270,18 +1266,18 @@ impl<'r> Dir<'r> {
         if let Some(m) = there
             .filter(|m| m.kind == FileKind::File && m.mode == mode && m.size == bytes.len() as u64)
         {
-            let opened;
-            let file = match current {
-                Some((f, seen)) if seen.same_inode(&m) => Some(f),
-                _ => {
-                    opened = self.open_file(name, &m)?;
-                    opened.as_ref()
-                }
+            let same = match current {
+                // Read moments ago, and not these bytes (above).
+                Some((seen, _)) if seen.same_inode(&m) => false,
+                _ => match self.open_file(name, &m)? {
+                    Some(f) => {
+                        same_bytes(&f, bytes).map_err(|e| self.root.io_err(&path, "read", e))?
+                    }
+                    None => false,
+                },
             };
-            if let Some(f) = file {
-                if same_bytes(f, bytes).map_err(|e| self.root.io_err(&path, "read", e))? {
-                    return Ok(false);
-                }
+            if same {
+                return Ok(false);
             }
         }
         self.root
@@ -1313,15 +1309,14 @@ impl<'r> Dir<'r> {
     }
 
     /// Reads entry `name`, at most `cap` bytes ([`RootError::TooLarge`] past them), when it is a
-    /// regular file right here, and returns it with its descriptor and `fstat`. `None` for
+    /// regular file right here, and returns it with what `lstat` said of it. `None` for
     /// anything else (missing, a symlink, a FIFO, changed meanwhile): the caller then reads the
     /// full path with [`Root::read_to_vec`], which says what it is.
-    #[allow(clippy::type_complexity)]
     pub fn read_file(
         &self,
         name: &str,
         cap: u64,
-    ) -> Result<Option<(Vec<u8>, File, Metadata)>, RootError> {
+    ) -> Result<Option<(Vec<u8>, Metadata)>, RootError> {
         let Some(seen) = self.lstat(name)? else {
             return Ok(None);
         };
@@ -1331,7 +1326,7 @@ impl<'r> Dir<'r> {
         let path = self.child(name);
         let mut reader = &file;
         let bytes = self.root.read_capped(&mut reader, seen.size, &path, cap)?;
-        Ok(Some((bytes, file, seen)))
+        Ok(Some((bytes, seen)))
     }
 
     /// Opens entry `name` for reading if it is a regular file (not through

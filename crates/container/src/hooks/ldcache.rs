@@ -151,29 +151,30 @@ pub fn update_ldcache_pending(
     // link), and for anything in it but a plain file, the full paths are resolved in the root
     // as ever, which says what is wrong.
     let etc = root.open_dir("/etc").ok();
-    // The cache as read, kept open with its bytes: written back only if it changed.
+    // The cache as read from `/etc` (its lstat and bytes): written back only if it changed.
     let mut current = None;
-    let read = match etc
+    let mut elsewhere = None;
+    let read: Result<&[u8], RootError> = match etc
         .as_ref()
         .map(|d| d.read_file(base(LD_SO_CACHE), MAX_CACHE))
     {
-        Some(Ok(Some((bytes, file, seen)))) => {
-            current = Some((file, seen, bytes.clone()));
-            Ok(bytes)
-        }
+        Some(Ok(Some((bytes, seen)))) => Ok(&current.insert((seen, bytes)).1),
         Some(Err(e)) => Err(e),
-        Some(Ok(None)) | None => root.read_to_vec(LD_SO_CACHE, MAX_CACHE),
+        Some(Ok(None)) | None => match root.read_to_vec(LD_SO_CACHE, MAX_CACHE) {
+            Ok(bytes) => Ok(elsewhere.insert(bytes)),
+            Err(e) => Err(e),
+        },
     };
     let mut cache = match read {
         // What a power cut can leave of a cache renamed into place unsynced; the loader ignores
         // it too. Start afresh rather than refuse the container forever.
-        Ok(bytes) if bytes.is_empty() => {
+        Ok([]) => {
             report
                 .notes
                 .push(format!("{LD_SO_CACHE}: empty in the image; starting empty"));
             Cache::new()
         }
-        Ok(bytes) => gpuctk_ldcache::parse(&bytes).map_err(|source| HookError::CorruptCache {
+        Ok(bytes) => gpuctk_ldcache::parse(bytes).map_err(|source| HookError::CorruptCache {
             root: root.host_path().to_path_buf(),
             source,
         })?,
@@ -305,15 +306,8 @@ pub fn update_ldcache_pending(
     };
     let bytes = cache.to_bytes();
     let written = etc.and_then(|etc| {
-        match &current {
-            // The regular file of `/etc` read above, moments ago, holds these bytes with this
-            // mode: nothing to write, and nothing to read again to know it.
-            Some((_, seen, old)) if seen.mode == 0o644 && *old == bytes => {}
-            _ => {
-                let current = current.as_ref().map(|(f, seen, _)| (f, seen));
-                etc.write_file_if_changed(base(LD_SO_CACHE), &bytes, 0o644, current)?;
-            }
-        }
+        let current = current.as_ref().map(|(seen, old)| (seen, &old[..]));
+        etc.write_file_if_changed(base(LD_SO_CACHE), &bytes, 0o644, current)?;
         Ok(etc)
     });
     let etc = match written {
@@ -401,7 +395,7 @@ fn read_conf_d(
         let path = join(LD_SO_CONF_D, &name);
         // A plain file from the open folder; anything else resolved in the root.
         let read = match dir.read_file(&name, MAX_CONF) {
-            Ok(Some((bytes, _, _))) => Ok(bytes),
+            Ok(Some((bytes, _))) => Ok(bytes),
             Ok(None) => root.read_to_vec(&path, MAX_CONF),
             Err(e) => Err(e),
         };

@@ -197,7 +197,7 @@ pub(super) fn mount_one(
             container_path: m.container_path.clone(),
             reason: format!(
                 "the container already has a {} there; refusing to mount over it",
-                kind_name(kind)
+                FileKind::from_mode(kind)
             ),
         });
     }

@@ -108,18 +108,6 @@ pub(super) fn node_rules(nodes: &[NodePlan]) -> Vec<DeviceRule> {
         .collect()
 }
 
-pub(super) fn kind_name(kind: u32) -> FileKind {
-    match kind {
-        libc::S_IFDIR => FileKind::Dir,
-        libc::S_IFLNK => FileKind::Symlink,
-        libc::S_IFCHR => FileKind::CharDevice,
-        libc::S_IFBLK => FileKind::BlockDevice,
-        libc::S_IFIFO => FileKind::Fifo,
-        libc::S_IFSOCK => FileKind::Socket,
-        _ => FileKind::File,
-    }
-}
-
 /// Whether this process may make device nodes: `CAP_MKNOD` in its effective set, in the initial
 /// user namespace (`<proc_root>/self/uid_map` maps every uid to itself, libnvidia-container's
 /// test). Anywhere else the kernel refuses mknod of a device, whatever the directory.
@@ -191,7 +179,7 @@ pub(super) fn make_node(
                 path: n.path.clone(),
                 reason: format!(
                     "the container already has a {} there{}; refusing to replace it",
-                    kind_name(kind),
+                    FileKind::from_mode(kind),
                     if kind == n.kind {
                         format!(" ({}:{})", libc::major(st.st_rdev), libc::minor(st.st_rdev))
                     } else {
