@@ -330,17 +330,13 @@ pub fn replace(path: &Path, contents: &[u8], opts: &Options<'_>) -> Result<(), E
             }
         }
         if !linked {
-            let named = if opts.lazy_cleanup && temp.name.is_none() {
-                match temp.name_lazy(&staging, &dir, name) {
-                    Err((_, e)) if e.raw_os_error() == Some(libc::EEXIST) => {
-                        // Taken: a writer at work, or one that was killed.
-                        cleanup();
-                        temp.name_it(&staging, &dir, name)
-                    }
-                    r => r,
+            let named = match temp.name_it(&staging, &dir, name, opts.lazy_cleanup) {
+                Err((_, e)) if opts.lazy_cleanup && e.raw_os_error() == Some(libc::EEXIST) => {
+                    // Taken: a writer at work, or one that was killed.
+                    cleanup();
+                    temp.name_it(&staging, &dir, name, false)
                 }
-            } else {
-                temp.name_it(&staging, &dir, name)
+                r => r,
             };
             named.map_err(|(d, e)| unchanged(Step::Link, &d, e))?;
             let tmp = temp.name.clone().expect("named above");
@@ -431,9 +427,7 @@ pub fn replace_symlink(path: &Path, target: &Path) -> Result<(), Error> {
 /// this too (left only by a writer killed between its two calls).
 pub fn symlink_temp(path: &Path) -> Result<PathBuf, Error> {
     let (dir, name) = split(path)?;
-    let mut n = temp_prefix(name);
-    n.push("link.tmp");
-    Ok(dir.join(n))
+    Ok(fixed_temp_name(&dir, name, "link"))
 }
 
 /// True for a temp file name [`replace`] may leave behind (for any target).
@@ -491,10 +485,12 @@ fn next_temp_name(dir: &Path, name: &OsStr) -> PathBuf {
     dir.join(n)
 }
 
-/// The one temp name of `name` a [`Options::lazy_cleanup`] write tries first.
-fn lazy_temp_name(dir: &Path, name: &OsStr) -> PathBuf {
+/// A temp name of `name` that is the same for every writer, `.<name>.gpuctk-<kind>.tmp`: the
+/// lazy one of [`Options::lazy_cleanup`] (`lazy`) and [`symlink_temp`]'s (`link`).
+fn fixed_temp_name(dir: &Path, name: &OsStr, kind: &str) -> PathBuf {
     let mut n = temp_prefix(name);
-    n.push("lazy.tmp");
+    n.push(kind);
+    n.push(".tmp");
     dir.join(n)
 }
 
@@ -584,48 +580,32 @@ impl Temp {
         }
     }
 
-    /// Give an unnamed file the lazy temp name ([`Options::lazy_cleanup`]) in `staging` (or in
-    /// `dir` when `staging` is on another file system); `EEXIST` when it is taken.
-    fn name_lazy(
-        &mut self,
-        staging: &Path,
-        dir: &Path,
-        name: &OsStr,
-    ) -> Result<(), (PathBuf, io::Error)> {
-        let mut where_ = staging;
-        loop {
-            let tmp = lazy_temp_name(where_, name);
-            match link_fd(&self.file, &tmp) {
-                Ok(()) => {
-                    self.name = Some(tmp);
-                    return Ok(());
-                }
-                Err(e) if e.raw_os_error() == Some(libc::EXDEV) && where_ != dir => where_ = dir,
-                Err(e) => return Err((where_.to_path_buf(), e)),
-            }
-        }
-    }
-
     /// Give an unnamed file a temp name in `staging` (or in `dir` when `staging` is on another
-    /// file system); a named one keeps its name.
+    /// file system); a named one keeps its name. `lazy`: the one lazy temp name
+    /// ([`Options::lazy_cleanup`]), `EEXIST` when it is taken; else a name of its own.
     fn name_it(
         &mut self,
         staging: &Path,
         dir: &Path,
         name: &OsStr,
+        lazy: bool,
     ) -> Result<(), (PathBuf, io::Error)> {
         if self.name.is_some() {
             return Ok(());
         }
         let mut where_ = staging;
         loop {
-            let tmp = next_temp_name(where_, name);
+            let tmp = if lazy {
+                fixed_temp_name(where_, name, "lazy")
+            } else {
+                next_temp_name(where_, name)
+            };
             match link_fd(&self.file, &tmp) {
                 Ok(()) => {
                     self.name = Some(tmp);
                     return Ok(());
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !lazy => continue,
                 Err(e) if e.raw_os_error() == Some(libc::EXDEV) && where_ != dir => where_ = dir,
                 Err(e) => return Err((where_.to_path_buf(), e)),
             }
