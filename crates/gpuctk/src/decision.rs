@@ -83,12 +83,7 @@ impl<'a> LiveHost<'a> {
                     };
                     let inv = crate::snapshot::Snapshot::new(&dir, &roots, &opts)
                         .current(&roots, version.as_deref())?;
-                    Some(
-                        inv.gpus
-                            .iter()
-                            .map(|g| (g.minor, g.bus_id.clone()))
-                            .collect(),
-                    )
+                    Some(gpu_ids(&inv))
                 });
             }
         }
@@ -102,6 +97,14 @@ impl<'a> LiveHost<'a> {
         }
         on_wsl(self.cfg)
     }
+}
+
+/// The GPUs of `inv` as masking names them: minor and bus id.
+fn gpu_ids(inv: &Inventory) -> Vec<(u32, String)> {
+    inv.gpus
+        .iter()
+        .map(|g| (g.minor, g.bus_id.clone()))
+        .collect()
 }
 
 /// The driver, device and proc roots of `cfg`.
@@ -133,12 +136,7 @@ impl HostView for LiveHost<'_> {
                 inv
             }
         };
-        self.gpus = Some(
-            inv.gpus
-                .iter()
-                .map(|g| (g.minor, g.bus_id.clone()))
-                .collect(),
-        );
+        self.gpus = Some(gpu_ids(&inv));
         self.libraries = inv.libraries.clone();
         Ok(inv)
     }

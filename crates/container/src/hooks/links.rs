@@ -38,14 +38,9 @@ impl Placed {
         self.by_dir.get(&dir)
     }
 
-    /// How many links it holds.
-    pub fn len(&self) -> usize {
-        self.by_dir.values().map(HashMap::len).sum()
-    }
-
-    /// Whether it holds none.
+    /// Whether it holds no link.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.by_dir.values().all(HashMap::is_empty)
     }
 }
 
