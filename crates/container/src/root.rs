@@ -23,6 +23,7 @@
 //! On kernels without `openat2` (before Linux 5.6) the same resolutions are made in userspace,
 //! one `O_PATH` component at a time, with every step checked (see `opath`).
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -30,7 +31,8 @@ use std::ops::ControlFlow;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::sys;
 
@@ -305,6 +307,39 @@ thread_local! {
 pub struct Root {
     fd: OwnedFd,
     path: PathBuf,
+    /// Folders a [`LexicalResolver`] opened, by their symlink-free path (`usr/lib`), kept
+    /// ([`LexicalResolver::keep_folders`]) so that [`Root::open_dir`], [`Root::mkdir_all_open`]
+    /// and [`Dir::open_dir`] take them instead of resolving the path again.
+    kept: HashMap<String, Arc<DirFd>>,
+}
+
+/// A folder's descriptor, shared by the [`Dir`]s of that folder (a [`Root`] keeps some open).
+#[derive(Debug)]
+pub(crate) struct DirFd {
+    fd: OwnedFd,
+    /// Opened for reading, so it can be listed (not `O_PATH` only).
+    readable: bool,
+    /// Whether it was listed before (its offset is then past its first entry).
+    listed: AtomicBool,
+    /// Its device and inode, once asked ([`Dir::id`]).
+    id: std::sync::OnceLock<(u64, u64)>,
+}
+
+impl DirFd {
+    pub(crate) fn new(fd: OwnedFd, readable: bool) -> Arc<DirFd> {
+        Arc::new(DirFd {
+            fd,
+            readable,
+            listed: AtomicBool::new(false),
+            id: std::sync::OnceLock::new(),
+        })
+    }
+}
+
+impl AsFd for DirFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 impl Root {
@@ -319,7 +354,38 @@ impl Root {
         let c = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| err(io::Error::from_raw_os_error(libc::EINVAL)))?;
         let fd = sys::open(&c, libc::O_PATH | libc::O_DIRECTORY).map_err(err)?;
-        Ok(Root { fd, path })
+        Ok(Root {
+            fd,
+            path,
+            kept: HashMap::new(),
+        })
+    }
+
+    /// The kept folder ([`LexicalResolver::keep_folders`]) at `path`, when `path` names one by
+    /// its symlink-free path, as the resolver walked it; `listable`: only one opened for
+    /// reading.
+    fn kept_dir(&self, path: &str, listable: bool) -> Option<Arc<DirFd>> {
+        if self.kept.is_empty() {
+            return None;
+        }
+        let key = path.trim_start_matches('/').trim_end_matches('/');
+        if key
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            return None;
+        }
+        self.kept
+            .get(key)
+            .filter(|d| d.readable || !listable)
+            .cloned()
+    }
+
+    /// Drops the root without closing its descriptor and its kept folders': for a process that
+    /// execs next (the shim), whose descriptors are all `O_CLOEXEC`, so that the exec closes
+    /// them instead of one `close` call each. The kernel's work is the same.
+    pub fn close_at_exec(self) {
+        std::mem::forget(self);
     }
 
     /// [`Root::open`] for a container root handed to us by an engine or a user: refuses the
@@ -452,6 +518,13 @@ impl Root {
     /// listing and for single-name lookups relative to it, which cost one
     /// path component each instead of a walk from the root.
     pub fn open_dir(&self, path: &str) -> Result<Dir<'_>, RootError> {
+        if let Some(fd) = self.kept_dir(path, true) {
+            return Ok(Dir {
+                root: self,
+                fd,
+                path: path.to_string(),
+            });
+        }
         let fd = self.open_in_root(
             path,
             libc::O_RDONLY | libc::O_DIRECTORY,
@@ -460,9 +533,8 @@ impl Root {
         )?;
         Ok(Dir {
             root: self,
-            fd,
+            fd: DirFd::new(fd, true),
             path: path.to_string(),
-            listed: Default::default(),
         })
     }
 
@@ -582,6 +654,13 @@ impl Root {
     /// into it cost no resolution each. A folder that exists, with no symlink on its path, costs
     /// one in-root open, no walk.
     pub fn mkdir_all_open(&self, path: &str, mode: u32) -> Result<Dir<'_>, RootError> {
+        if let Some(fd) = self.kept_dir(path, false) {
+            return Ok(Dir {
+                root: self,
+                fd,
+                path: path.to_string(),
+            });
+        }
         let fd = match self.open_symlink_free_dir(path) {
             Some(fd) => fd,
             None => {
@@ -596,9 +675,8 @@ impl Root {
         };
         Ok(Dir {
             root: self,
-            fd,
+            fd: DirFd::new(fd, false),
             path: path.to_string(),
-            listed: Default::default(),
         })
     }
 
@@ -1048,10 +1126,8 @@ enum Stop {
 #[derive(Debug)]
 pub struct Dir<'r> {
     root: &'r Root,
-    fd: OwnedFd,
+    fd: Arc<DirFd>,
     path: String,
-    /// Whether it was listed before (its offset is then past its first entry).
-    listed: std::cell::Cell<bool>,
 }
 
 impl<'r> Dir<'r> {
@@ -1099,7 +1175,7 @@ impl<'r> Dir<'r> {
         let err = |op, e| self.root.io_err(&self.path, op, e);
         let mut names = Vec::new();
         let mut seen = 0usize;
-        let rewind = self.listed.replace(true);
+        let rewind = self.fd.listed.swap(true, Ordering::Relaxed);
         let result = sys::for_each_entry(self.fd.as_fd(), rewind, |name, kind| {
             let bytes = name.to_bytes();
             if bytes == b"." || bytes == b".." {
@@ -1160,8 +1236,11 @@ impl<'r> Dir<'r> {
     /// The folder's device and inode (`fstat` of its descriptor): which folder it is, however
     /// it was reached.
     pub fn id(&self) -> Result<(u64, u64), RootError> {
+        if let Some(id) = self.fd.id.get() {
+            return Ok(*id);
+        }
         let m = fstat(self.fd.as_fd()).map_err(|e| self.root.io_err(&self.path, "stat", e))?;
-        Ok((m.dev, m.ino))
+        Ok(*self.fd.id.get_or_init(|| (m.dev, m.ino)))
     }
 
     /// The target of symlink entry `name`, not followed; `None` when it does not exist or is
@@ -1290,6 +1369,13 @@ impl<'r> Dir<'r> {
     pub fn open_dir(&self, name: &str) -> Result<Dir<'r>, RootError> {
         let c = self.single_name(name)?;
         let path = self.child(name);
+        if let Some(fd) = self.root.kept_dir(&path, true) {
+            return Ok(Dir {
+                root: self.root,
+                fd,
+                path,
+            });
+        }
         match openat2(
             self.fd.as_fd(),
             &c,
@@ -1298,9 +1384,8 @@ impl<'r> Dir<'r> {
         ) {
             Ok(fd) => Ok(Dir {
                 root: self.root,
-                fd,
+                fd: DirFd::new(fd, true),
                 path,
-                listed: Default::default(),
             }),
             // A symlink: resolved as any container path is.
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => self.root.open_dir(&path),

@@ -331,12 +331,12 @@ fn shim_choice(
     let Some(rootfs) = rootfs_of(spec, bundle) else {
         return hooks("no root.path");
     };
-    let Ok(root) = gpuctk_container::Root::open_container(&rootfs) else {
+    let Ok(mut root) = gpuctk_container::Root::open_container(&rootfs) else {
         return hooks("no rootfs on the host");
     };
     // Paths as the runtime will resolve them in the root (an image's symlink can lead a library
     // folder into `/proc`, which is a mount): a path that does not resolve leaves it to hooks.
-    let mut resolver = Resolver::new(&root);
+    let mut resolver = Resolver::new(&mut root);
     let mut resolved = |p: &str| resolver.resolve(p);
     let mut mounts: Vec<String> = Vec::new();
     for d in spec
@@ -373,6 +373,8 @@ fn shim_choice(
             }
         }
     }
+    // The hooks' work then opens the folders the walks opened, not their paths again.
+    resolver.0.keep_folders();
     ShimChoice::Shim { root, ops }
 }
 
@@ -461,6 +463,8 @@ fn hooks_in_shim(
     for (_, op) in &ops {
         gpuctk_container::ops::run(&root, op, &mut pending)?;
     }
+    // The runtime is exec'd next (or the process exits): the exec closes the root's folders.
+    root.close_at_exec();
     let done: std::collections::HashSet<usize> = ops.iter().map(|(i, _)| *i).collect();
     let mut i = 0;
     edits.hooks.retain(|_| {
@@ -483,7 +487,7 @@ fn hooks_in_shim(
 struct Resolver<'r>(gpuctk_container::root::LexicalResolver<'r>);
 
 impl<'r> Resolver<'r> {
-    fn new(root: &'r gpuctk_container::Root) -> Resolver<'r> {
+    fn new(root: &'r mut gpuctk_container::Root) -> Resolver<'r> {
         Resolver(gpuctk_container::root::LexicalResolver::new(root))
     }
 
@@ -628,7 +632,8 @@ mod tests {
         symlink("z1", r.join("c/d/z")).unwrap();
         symlink("y", r.join("c/d/z1")).unwrap();
         let root = gpuctk_container::Root::open(r).unwrap();
-        let mut resolver = Resolver::new(&root);
+        let mut walked = gpuctk_container::Root::open(r).unwrap();
+        let mut resolver = Resolver::new(&mut walked);
         for p in [
             "/",
             "/lib/x86_64-linux-gnu/libc.so.6",

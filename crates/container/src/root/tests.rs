@@ -645,7 +645,8 @@ fn lexical_resolver_agrees_and_opens_each_folder_once() {
     for force in [false, true] {
         opath::FORCE.with(|c| c.set(force));
         let root = Root::open(r).unwrap();
-        let mut resolver = LexicalResolver::new(&root);
+        let mut walked = Root::open(r).unwrap();
+        let mut resolver = LexicalResolver::new(&mut walked);
         for p in paths {
             for _ in 0..2 {
                 let (a, b) = (resolver.resolve(p), root.resolve_lexically(p));
@@ -684,6 +685,59 @@ fn lexical_resolver_agrees_and_opens_each_folder_once() {
         host_before,
         "the host directory is left alone"
     );
+}
+
+/// Regression (issue 21): the folders a resolver opened are handed to its root
+/// ([`LexicalResolver::keep_folders`]), which gives them to the work that follows without
+/// resolving their paths again: two `Dir`s of one kept folder each list all of it, and a path
+/// through a symlink, or one the resolver did not walk, is resolved as before.
+#[test]
+fn kept_folders_are_opened_without_a_resolution() {
+    let f = fixture();
+    let r = &f.root;
+    let lib = r.join("usr/lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::create_dir_all(r.join("opt/x")).unwrap();
+    std::fs::write(lib.join("a"), b"").unwrap();
+    std::fs::write(lib.join("b"), b"").unwrap();
+    symlink("usr/lib", r.join("lib")).unwrap();
+    let md = std::fs::metadata(&lib).unwrap();
+    let bytes = || OPENAT2_PATH_BYTES.with(|c| c.get());
+    for force in [false, true] {
+        opath::FORCE.with(|c| c.set(force));
+        let mut root = Root::open(r).unwrap();
+        let mut resolver = LexicalResolver::new(&mut root);
+        resolver
+            .resolve("/lib/x86_64-linux-gnu/libcuda.so.1")
+            .unwrap();
+        resolver.resolve("/etc/ld.so.cache").unwrap();
+        resolver.keep_folders();
+        OPENAT2_PATH_BYTES.with(|c| c.set(0));
+        let one = root.open_dir("/usr/lib/x86_64-linux-gnu").unwrap();
+        let two = root.open_dir("usr/lib/x86_64-linux-gnu/").unwrap();
+        let etc = root.mkdir_all_open("/etc", 0o755).unwrap();
+        let up = root.open_dir("usr").unwrap().open_dir("lib").unwrap();
+        assert_eq!(
+            bytes(),
+            0,
+            "kept folders resolved again (emulated: {force})"
+        );
+        for d in [&one, &two, &one, &up.open_dir("x86_64-linux-gnu").unwrap()] {
+            assert_eq!(d.names(10).unwrap(), ["a", "b"], "emulated: {force}");
+        }
+        assert_eq!(one.id().unwrap(), (md.dev(), md.ino()));
+        assert_eq!(etc.lstat("ld.so.cache").unwrap(), None);
+        // Through the symlink, with a `..`, or not walked: resolved from the root as ever.
+        for p in ["/lib/x86_64-linux-gnu", "/etc/../usr/lib/x86_64-linux-gnu"] {
+            OPENAT2_PATH_BYTES.with(|c| c.set(0));
+            assert_eq!(root.open_dir(p).unwrap().names(10).unwrap(), ["a", "b"]);
+            assert!(bytes() > 0, "{p} (emulated: {force})");
+        }
+        OPENAT2_PATH_BYTES.with(|c| c.set(0));
+        assert_eq!(root.open_dir("/opt").unwrap().names(10).unwrap(), ["x"]);
+        assert!(bytes() > 0, "/opt (emulated: {force})");
+        opath::FORCE.with(|c| c.set(false));
+    }
 }
 
 /// A folder is listed on its own descriptor (no copy of it): a second listing of the same

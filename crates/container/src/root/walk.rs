@@ -13,18 +13,20 @@
 //!
 //! The walk only computes names: what a caller then does, it does through descriptors opened
 //! from the root by those names with `RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS`, so a walk misled
-//! by a concurrent change cannot reach outside the root.
+//! by a concurrent change cannot reach outside the root. The one exception is
+//! [`LexicalResolver::keep_folders`]: its folders, each opened by one name from a folder of the
+//! root following nothing, are what the root then works in.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use super::{
-    components, cstring, fstat, fstatat_nofollow, openat2, readlinkat, FileKind, Root, RootError,
-    MAX_SYMLINKS,
+    components, cstring, fstat, fstatat_nofollow, openat2, readlinkat, DirFd, FileKind, Root,
+    RootError, MAX_SYMLINKS,
 };
 
 /// Most path components one walk takes in, the path's own and those of every symlink target it
@@ -49,7 +51,7 @@ enum Seen {
     /// A symlink, and its target.
     Link(OsString),
     /// A directory, opened (one name, nothing followed), with its device and inode.
-    Dir(Rc<OwnedFd>, (u64, u64)),
+    Dir(Arc<DirFd>, (u64, u64)),
     /// Anything else.
     Other,
 }
@@ -63,7 +65,7 @@ struct Walker<'a> {
     /// a [`LexicalResolver`]'s, shared by its walks.
     memo: Option<&'a mut HashMap<OsString, Seen>>,
     /// The directory `existing` names; `None` for the root itself.
-    cur: Option<Rc<OwnedFd>>,
+    cur: Option<Arc<DirFd>>,
     existing: Vec<OsString>,
     /// Device and inode of each directory in `existing`, to check a step up.
     ids: Vec<(u64, u64)>,
@@ -103,9 +105,11 @@ impl Walker<'_> {
         if key.is_some() {
             // For a resolver, a folder (most names) costs one call: opened first, following
             // nothing; only what does not open as one is looked at. Its device and inode are not
-            // needed: a `..` goes back to the folder the memo holds, by name, no call.
-            match open_child_dir(self.dirfd(), name) {
-                Ok(fd) => return Ok(self.remember(key, Seen::Dir(Rc::new(fd), (0, 0)))),
+            // needed: a `..` goes back to the folder the memo holds, by name, no call. Opened
+            // for reading where it may be, so that the resolver's root can keep it for listing
+            // ([`LexicalResolver::keep_folders`]).
+            match open_child_dir_listable(self.dirfd(), name) {
+                Ok(fd) => return Ok(self.remember(key, Seen::Dir(fd, (0, 0)))),
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                     return Ok(self.remember(key, Seen::Missing))
                 }
@@ -125,7 +129,7 @@ impl Walker<'_> {
                         .map_err(|e| self.root.io_err(self.path, "open directory", e))?;
                     let md =
                         fstat(fd.as_fd()).map_err(|e| self.root.io_err(self.path, "stat", e))?;
-                    Seen::Dir(Rc::new(fd), (md.dev, md.ino))
+                    Seen::Dir(DirFd::new(fd, false), (md.dev, md.ino))
                 }
                 _ => Seen::Other,
             },
@@ -164,7 +168,7 @@ impl Walker<'_> {
     }
 
     /// Makes the directory `name` of the current one, opened by [`Walker::see`], the current one.
-    fn descend(&mut self, name: OsString, fd: Rc<OwnedFd>, id: (u64, u64)) {
+    fn descend(&mut self, name: OsString, fd: Arc<DirFd>, id: (u64, u64)) {
         self.cur = Some(fd);
         self.existing.push(name);
         self.ids.push(id);
@@ -214,8 +218,27 @@ impl Walker<'_> {
                 resolved: format!("/{}", super::join_components(&self.existing)),
             });
         }
-        self.cur = Some(Rc::new(fd));
+        self.cur = Some(DirFd::new(fd, false));
         Ok(())
+    }
+}
+
+/// [`open_child_dir`] for reading (listable), or `O_PATH` where reading it is not allowed
+/// (`EACCES`: a folder of an unmapped owner, say): the walk needs only to look up names in it.
+/// `O_DIRECTORY` fails a non-folder before anything is opened (no FIFO or device is).
+fn open_child_dir_listable(dirfd: BorrowedFd<'_>, name: &OsStr) -> io::Result<Arc<DirFd>> {
+    let c = cstring(name)?;
+    match openat2(
+        dirfd,
+        &c,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    ) {
+        Ok(fd) => Ok(DirFd::new(fd, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            open_child_dir(dirfd, name).map(|fd| DirFd::new(fd, false))
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -333,7 +356,7 @@ impl Root {
 /// Like every walk it only computes names; the descriptors it holds are of folders inside the
 /// root, each opened by one name from the one before, following nothing.
 pub struct LexicalResolver<'r> {
-    root: &'r Root,
+    root: &'r mut Root,
     memo: HashMap<OsString, Seen>,
 }
 
@@ -347,8 +370,9 @@ impl std::fmt::Debug for LexicalResolver<'_> {
 }
 
 impl<'r> LexicalResolver<'r> {
-    /// A resolver of `root` that has looked up nothing yet.
-    pub fn new(root: &'r Root) -> LexicalResolver<'r> {
+    /// A resolver of `root` that has looked up nothing yet. It borrows the root mutably to
+    /// hand it the folders it opened ([`LexicalResolver::keep_folders`]).
+    pub fn new(root: &'r mut Root) -> LexicalResolver<'r> {
         LexicalResolver {
             root,
             memo: HashMap::new(),
@@ -361,5 +385,20 @@ impl<'r> LexicalResolver<'r> {
         let mut all = walk.existing;
         all.extend(walk.missing);
         Ok(format!("/{}", super::join_components(&all)))
+    }
+
+    /// Hands the folders the walks opened to the root, by their symlink-free paths, where
+    /// [`Root::open_dir`], [`Root::mkdir_all_open`] and [`Dir::open_dir`](super::Dir::open_dir)
+    /// take them instead of resolving those paths again: for work done on the root right after
+    /// the decision the walks served (the shim's hooks). Each was opened by one name from the
+    /// one before, following nothing, so it is a folder inside the root as a descriptor opened
+    /// by an in-root resolution is; a folder moved meanwhile is used where it is now, as a
+    /// [`Dir`](super::Dir) held open would be.
+    pub fn keep_folders(self) {
+        for (name, seen) in self.memo {
+            if let (Seen::Dir(fd, _), Ok(name)) = (seen, name.into_string()) {
+                self.root.kept.insert(name, fd);
+            }
+        }
     }
 }
