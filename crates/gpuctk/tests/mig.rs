@@ -157,7 +157,9 @@ fn mock_host_mig_files_are_the_drivers() {
             assert_eq!(md.mode() & 0o777, 0o444);
         }
     }
-    assert!(!Path::new(&format!("{proc_root}/driver/nvidia/capabilities/gpu1")).exists());
+    // The driver makes every attached GPU's `mig` folder, MIG mode or not: GPU 1's is empty.
+    let gpu1 = format!("{proc_root}/driver/nvidia/capabilities/gpu1/mig");
+    assert_eq!(std::fs::read_dir(&gpu1).unwrap().count(), 0, "{gpu1}");
 }
 
 #[test]

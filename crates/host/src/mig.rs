@@ -93,9 +93,26 @@ fn ids(dir: &Path, prefix: &str, max: usize) -> Result<Vec<u32>, MigError> {
     Ok(out)
 }
 
+/// Whether `mig_dir` may hold GPU instance folders: the driver makes `gpu<minor>/mig` for every
+/// GPU it has attached, MIG mode or not (its `osRmCapRegisterGpu`), so that it is there says
+/// nothing. procfs keeps a folder's link count at 2 plus its sub-folders, so one `stat` says
+/// that a folder of 2 links holds none, instead of a listing of each GPU's; a file system that
+/// counts otherwise (btrfs: always 1) is listed.
+fn may_hold_instances(mig_dir: &Path) -> Result<bool, MigError> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(mig_dir) {
+        Ok(md) => Ok(!(md.is_dir() && md.nlink() == 2)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(MigError::List {
+            path: mig_dir.to_path_buf(),
+            source,
+        }),
+    }
+}
+
 /// Every MIG device of `gpus` procfs shows, in GPU order then (GPU instance, compute instance)
-/// order; a GPU without a `gpu<minor>/mig` folder has none. The capability nodes are checked
-/// on the host.
+/// order; a GPU without a `gpu<minor>/mig` folder, or with one holding no GPU instance folder,
+/// has none. The capability nodes are checked on the host.
 pub fn discover_mig(roots: &Roots, gpus: &[Gpu]) -> Result<Vec<MigDevice>, MigError> {
     let base = roots.proc_root.join(CAPS_PROC_DIR);
     let mut out = Vec::new();
@@ -103,6 +120,9 @@ pub fn discover_mig(roots: &Roots, gpus: &[Gpu]) -> Result<Vec<MigDevice>, MigEr
     for g in gpus {
         let rel = format!("gpu{}/mig", g.minor);
         let mig_dir = base.join(&rel);
+        if !may_hold_instances(&mig_dir)? {
+            continue;
+        }
         let gis = match ids(&mig_dir, "gi", MAX_GIS) {
             Ok(v) => v,
             Err(MigError::List { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
@@ -227,6 +247,12 @@ mod tests {
         };
         let base = t.path().join("proc").join(CAPS_PROC_DIR);
         // No mig folder: not in MIG mode, no error.
+        assert!(discover_mig(&roots, &[gpu(0, 0)]).unwrap().is_empty());
+        // The folder the driver makes for every GPU, with no GPU instance folder in it (a file
+        // named as one is not one): no devices, and it is not listed (`gi0` would fail as a
+        // folder to list).
+        std::fs::create_dir_all(base.join("gpu0/mig")).unwrap();
+        std::fs::write(base.join("gpu0/mig/gi0"), "").unwrap();
         assert!(discover_mig(&roots, &[gpu(0, 0)]).unwrap().is_empty());
         std::fs::create_dir_all(t.path().join("proc")).unwrap();
         std::fs::write(

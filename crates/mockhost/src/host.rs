@@ -762,6 +762,11 @@ fn write_proc(host: &MockHost) -> Result<(), Error> {
         0o444,
     )?;
     for gpu in &host.gpus {
+        // The driver makes `gpu<minor>/mig` for every GPU it attaches, MIG mode or not
+        // (`osRmCapRegisterGpu`: "For now, always add mig directory"); its mode is r-x for all,
+        // ours 755 so that whoever made the mock host can remove it.
+        let mig = nv.join(format!("capabilities/gpu{}/mig", gpu.minor));
+        sys::make_dir(&mig, 0o755)?;
         for m in &gpu.mig {
             let gi = nv.join(format!("capabilities/gpu{}/mig/gi{}", gpu.minor, m.gi));
             sys::write_file(
