@@ -472,9 +472,51 @@ impl Dynamic {
     }
 }
 
+/// Bytes [`Headed`] reads at once from the start of an object: its ELF header and program
+/// headers are there (right after the 64-byte header in every linker's output), and all of a
+/// small library.
+const HEAD: usize = 4096;
+
+/// An object whose first [`HEAD`] bytes were read in one go: reads within them cost no call,
+/// so the ELF header and the program headers are one `pread`, not two.
+struct Headed<'a, R: ?Sized> {
+    src: &'a R,
+    head: Vec<u8>,
+}
+
+impl<'a, R: ReadAt + ?Sized> Headed<'a, R> {
+    fn new(src: &'a R) -> io::Result<Headed<'a, R>> {
+        let mut head = vec![0u8; HEAD];
+        let n = src.read_at_most(0, &mut head)?;
+        head.truncate(n);
+        Ok(Headed { src, head })
+    }
+}
+
+impl<R: ReadAt + ?Sized> ReadAt for Headed<'_, R> {
+    fn read_at_most(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let held = self.head.len();
+        // Shorter than asked for: that was the whole object.
+        let whole = held < HEAD;
+        match usize::try_from(offset) {
+            Ok(start) if start < held => {
+                let n = buf.len().min(held - start);
+                buf[..n].copy_from_slice(&self.head[start..start + n]);
+                if n == buf.len() || whole {
+                    return Ok(n);
+                }
+                Ok(n + self.src.read_at_most(held as u64, &mut buf[n..])?)
+            }
+            _ if whole => Ok(0),
+            _ => self.src.read_at_most(offset, buf),
+        }
+    }
+}
+
 /// Header and `DT_SONAME`, as ldconfig reads them: the soname string is found through
 /// `DT_STRTAB`, a virtual address mapped to a file offset through the `PT_LOAD` segments.
 pub fn library_info<R: ReadAt + ?Sized>(src: &R) -> Result<LibraryInfo, Error> {
+    let src = &Headed::new(src)?;
     let header = header(src)?;
     let phdrs = program_headers(src, &header)?;
     let soname = match dynamic(src, &header, &phdrs, false)? {
@@ -495,6 +537,7 @@ pub fn library_info<R: ReadAt + ?Sized>(src: &R) -> Result<LibraryInfo, Error> {
 
 /// Header, `PT_INTERP`, `DT_SONAME` and every `DT_NEEDED` (at most 1024).
 pub fn object<R: ReadAt + ?Sized>(src: &R) -> Result<Object, Error> {
+    let src = &Headed::new(src)?;
     let header = header(src)?;
     let phdrs = program_headers(src, &header)?;
     let r = Reader {

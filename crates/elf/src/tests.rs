@@ -351,3 +351,42 @@ fn mutations_never_panic() {
         let _ = library_info(&m[..]);
     }
 }
+
+/// A reader of bytes that counts its reads.
+struct Counted<'a> {
+    bytes: &'a [u8],
+    reads: std::cell::Cell<usize>,
+}
+
+impl ReadAt for Counted<'_> {
+    fn read_at_most(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.reads.set(self.reads.get() + 1);
+        self.bytes.read_at_most(offset, buf)
+    }
+}
+
+/// Regression (issue 21): the ELF header and the program headers come from one read of the
+/// object's first page, so a library's soname costs three reads, not four (one per library
+/// an image's folder holds, on every container's create); a library within that page costs
+/// one. Reads across the page's end and past a short object's end give what the bytes hold.
+#[test]
+fn the_headers_come_from_one_read() {
+    let libc = std::fs::read(this_systems_libc()).unwrap();
+    let c = Counted {
+        bytes: &libc,
+        reads: Default::default(),
+    };
+    assert_eq!(library_info(&c).unwrap(), library_info(&libc[..]).unwrap());
+    assert_eq!(c.reads.get(), 3);
+    let head = Headed::new(&libc[..]).unwrap();
+    for (offset, len) in [(0, 10), (4090, 12), (4096, 5), (100_000, 64)] {
+        let mut got = vec![0u8; len];
+        assert_eq!(head.read_at_most(offset, &mut got).unwrap(), len);
+        assert_eq!(got, libc[offset as usize..offset as usize + len]);
+    }
+    let small = &libc[..1000];
+    let head = Headed::new(small).unwrap();
+    let mut got = vec![0u8; 64];
+    assert_eq!(head.read_at_most(990, &mut got).unwrap(), 10);
+    assert_eq!(head.read_at_most(5000, &mut got).unwrap(), 0);
+}

@@ -580,12 +580,9 @@ fn scan_dir(
             continue;
         };
         let (is_link, file) = match kind {
-            FileKind::File => match looks.lstat(&name)? {
-                Some(lmeta) => match opened.open_file(&name, &lmeta)? {
-                    Some(f) => (false, f),
-                    None => continue, // changed under us: not a library we can trust
-                },
-                None => continue,
+            FileKind::File => match opened.open_regular(&name)? {
+                Some(f) => (false, f),
+                None => continue, // changed under us: not a library we can trust
             },
             FileKind::Symlink => match near_link(&mut looks, &name)? {
                 Near::File(f) => (true, f),
@@ -745,19 +742,22 @@ impl Looks<'_, '_> {
     }
 
     /// What `name` is: a link known already costs nothing; one the listing calls a link is
-    /// asked for its target first (one call for what it most likely is); else
+    /// asked for its target first (one call for what it most likely is); one it calls a
+    /// regular file is taken as one (what opens it checks again, [`Dir::open_regular`]); else
     /// [`Looks::lstat`].
     fn kind(&mut self, name: &str) -> Result<Option<FileKind>, RootError> {
         if self.absent(name) {
             return Ok(None);
         }
-        let hinted_link = || {
-            self.listed
-                .as_ref()
-                .and_then(|l| l.get(name).copied().flatten())
-                == Some(FileKind::Symlink)
-        };
-        if !self.stat.contains_key(name) && !self.link.contains_key(name) && hinted_link() {
+        let hint = self
+            .listed
+            .as_ref()
+            .and_then(|l| l.get(name).copied().flatten());
+        let unlooked = !self.stat.contains_key(name) && !self.link.contains_key(name);
+        if unlooked && hint == Some(FileKind::File) {
+            return Ok(Some(FileKind::File));
+        }
+        if unlooked && hint == Some(FileKind::Symlink) {
             self.read_link(name)?;
         }
         if let Some(Some(_)) = self.link.get(name) {
@@ -841,10 +841,7 @@ fn near_link(looks: &mut Looks<'_, '_>, name: &str) -> Result<Near, HookError> {
         };
         match kind {
             FileKind::File => {
-                let Some(m) = looks.lstat(target)? else {
-                    return Ok(Near::None);
-                };
-                return Ok(match looks.dir.open_file(target, &m)? {
+                return Ok(match looks.dir.open_regular(target)? {
                     Some(f) => Near::File(f),
                     None => Near::None,
                 });
@@ -854,4 +851,48 @@ fn near_link(looks: &mut Looks<'_, '_>, name: &str) -> Result<Near, HookError> {
         }
     }
     Ok(Near::Far)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (issue 21): a name the folder's listing calls a regular file is taken as one
+    /// with no `lstat` (one call per library of the image's folder, on every create): here it
+    /// is gone before it is looked at, which only an `lstat` would have seen. Opening it then
+    /// finds nothing, and a library swapped for another kind is not opened as one.
+    #[test]
+    fn a_listed_file_is_not_looked_at_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = tmp.path().join("usr/lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        for n in ["libgone.so.1", "libfifo.so.1", "libdir.so.1"] {
+            std::fs::write(lib.join(n), b"").unwrap();
+        }
+        let root = Root::open(tmp.path()).unwrap();
+        let dir = root.open_dir("/usr/lib").unwrap();
+        let mut looks = Looks {
+            dir: &dir,
+            listed: Some(dir.names_and_kinds(10).unwrap().into_iter().collect()),
+            stat: HashMap::new(),
+            link: HashMap::new(),
+        };
+        std::fs::remove_file(lib.join("libgone.so.1")).unwrap();
+        std::fs::remove_file(lib.join("libfifo.so.1")).unwrap();
+        std::fs::remove_file(lib.join("libdir.so.1")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            lib.join("libfifo.so.1"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        std::fs::create_dir(lib.join("libdir.so.1")).unwrap();
+        for n in ["libgone.so.1", "libfifo.so.1", "libdir.so.1"] {
+            assert_eq!(looks.kind(n).unwrap(), Some(FileKind::File), "{n}");
+            assert!(dir.open_regular(n).unwrap().is_none(), "{n}");
+        }
+        assert!(looks.stat.is_empty(), "{:?}", looks.stat);
+    }
 }
