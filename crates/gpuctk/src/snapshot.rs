@@ -535,4 +535,77 @@ mod tests {
         assert!(a.path.starts_with("/x"));
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
     }
+
+    /// A folder stamped just before its identity was taken is not vouched for: a change in the
+    /// same clock tick would leave its ctime as recorded. One stamped 2 s or more before is.
+    #[test]
+    fn a_folder_stamped_now_is_not_vouched() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), b"x").unwrap();
+        let md = std::fs::metadata(d.path()).unwrap();
+        let stamped =
+            SystemTime::UNIX_EPOCH + Duration::new(md.ctime() as u64, md.ctime_nsec() as u32);
+        let at = |after: Duration| Folder::of(d.path(), stamped + after, &md);
+        assert!(!Folder::of(d.path(), SystemTime::now(), &md).vouches());
+        assert!(!at(Duration::ZERO).vouches());
+        assert!(!at(SETTLED - Duration::from_nanos(1)).vouches());
+        assert!(at(SETTLED).vouches());
+        assert!(at(Duration::from_secs(3600)).vouches());
+        // A clock set back before the stamp vouches for nothing.
+        assert!(!Folder::of(d.path(), stamped - Duration::from_secs(10), &md).vouches());
+        // The identity is the folder's: another entry changes it.
+        let f = at(SETTLED);
+        assert!(f.same(&md));
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::remove_file(d.path().join("f")).unwrap();
+        assert!(!f.same(&std::fs::metadata(d.path()).unwrap()));
+    }
+
+    /// Every field of a folder is required: a snapshot without one is not read (serde would
+    /// take a missing `Option` for `None`; none is one here).
+    #[test]
+    fn a_folder_missing_a_field_is_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let md = std::fs::metadata(d.path()).unwrap();
+        let f = Folder::of(d.path(), SystemTime::now(), &md);
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(serde_json::from_value::<Folder>(v.clone()).unwrap(), f);
+        for field in [
+            "path",
+            "dev",
+            "ino",
+            "ctime",
+            "ctime_nsec",
+            "taken",
+            "taken_nsec",
+        ] {
+            let mut v = v.clone();
+            assert!(
+                v.as_object_mut().unwrap().remove(field).is_some(),
+                "{field}"
+            );
+            let e = serde_json::from_value::<Folder>(v).unwrap_err().to_string();
+            assert!(e.contains(&format!("missing field `{field}`")), "{e}");
+        }
+    }
+
+    /// The version file is read whole in pieces (procfs says it is empty), up to 64 KiB; a
+    /// larger one, or none, is no version.
+    #[test]
+    fn version_text_is_read_whole_and_capped() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("driver/nvidia");
+        assert_eq!(version_text(d.path()), None);
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06\n".repeat(300);
+        assert!(text.len() > 4096 && text.len() <= MAX_VERSION);
+        std::fs::write(dir.join("version"), &text).unwrap();
+        assert_eq!(version_text(d.path()).as_deref(), Some(text.as_str()));
+        std::fs::write(dir.join("version"), vec![b'x'; MAX_VERSION]).unwrap();
+        assert_eq!(version_text(d.path()).map(|t| t.len()), Some(MAX_VERSION));
+        std::fs::write(dir.join("version"), vec![b'x'; MAX_VERSION + 1]).unwrap();
+        assert_eq!(version_text(d.path()), None);
+        std::fs::write(dir.join("version"), b"\xff\xfe").unwrap();
+        assert_eq!(version_text(d.path()), None);
+    }
 }
