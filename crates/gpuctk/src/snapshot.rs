@@ -402,7 +402,7 @@ fn folders_of(inv: &Inventory) -> Result<Vec<Folder>, String> {
     'dirs: for d in dirs {
         let taken = SystemTime::now();
         let md = std::fs::metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
-        if md.mode() & u32::from(libc::S_ISVTX) != 0 {
+        if md.mode() & libc::S_ISVTX != 0 {
             continue;
         }
         for (p, kind) in named.iter().filter(|(p, _)| p.parent() == Some(d)) {
