@@ -421,7 +421,7 @@ fn folders_of(inv: &Inventory) -> Result<Vec<Folder>, String> {
 }
 
 /// The procfs version file's text under `proc_root`; `None` where there is none, it cannot be
-/// read, or it is larger than [`MAX_VERSION`] (not a driver's; a debug line says so). Read
+/// read, or it is larger than 64 KiB (not a driver's; a debug line says so). Read
 /// until a read returns nothing, with no `stat`: procfs says its files are empty.
 pub fn version_text(proc_root: &Path) -> Option<String> {
     use std::io::Read;
