@@ -457,8 +457,8 @@ fn a_vouched_folder_that_changed_rebuilds_it() {
     assert!(!spec.contains("libnvidia-ml.so.570"), "{spec}");
     assert!(spec.contains("libcuda.so.570.124.06"), "{spec}");
     assert!(used(&s.create()));
-    // Past the clock tick of the removal's stamp.
-    std::thread::sleep(Duration::from_millis(50));
+    // Past the clock tick of the removal's stamp (a second, on filesystems that keep seconds).
+    std::thread::sleep(Duration::from_millis(1100));
     fs::write(dir.join("libnvidia-new.so.1"), b"").unwrap();
     let lines = s.create();
     assert!(
