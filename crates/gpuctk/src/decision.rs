@@ -23,8 +23,8 @@ pub struct LiveHost<'a> {
     version: Option<Option<String>>,
     /// Whether a discovery snapshot may be read (not after one lied).
     read_snapshot: bool,
-    /// The snapshot the inventory came from, when it did.
-    pub snapshot_used: Option<crate::snapshot::Snapshot>,
+    /// When the inventory came from a discovery snapshot: the files it vouches for.
+    pub snapshot_used: Option<crate::snapshot::Vouched>,
     /// The GPUs (minor, bus id) of the inventory, once discovery (or its snapshot) ran.
     pub gpus: Option<Vec<(u32, String)>>,
     /// The driver libraries of the inventory (soname and ELF ABI each, as discovery read
@@ -59,9 +59,7 @@ impl<'a> LiveHost<'a> {
     fn version_text(&mut self) -> Option<&str> {
         let proc_root = &self.cfg.proc_root;
         self.version
-            .get_or_insert_with(|| {
-                std::fs::read_to_string(proc_root.join("driver/nvidia/version")).ok()
-            })
+            .get_or_insert_with(|| crate::snapshot::version_text(proc_root))
             .as_deref()
     }
 
@@ -129,9 +127,9 @@ impl HostView for LiveHost<'_> {
                 let snapshot = crate::snapshot::Snapshot::new(&dir, &roots, &opts);
                 let read = self.read_snapshot;
                 let version = self.version_text().map(str::to_string);
-                let (inv, used) = snapshot.inventory(&roots, &opts, version.as_deref(), read)?;
-                if used {
-                    self.snapshot_used = Some(snapshot);
+                let (inv, vouched) = snapshot.inventory(&roots, &opts, version.as_deref(), read)?;
+                if vouched.is_some() {
+                    self.snapshot_used = vouched;
                 }
                 inv
             }
@@ -246,8 +244,9 @@ pub fn hook_path(cfg: &Config) -> String {
 /// What to do with `request` under `cfg`, for `delivery`; `rootfs` is the container's root on
 /// the host (its compat libraries count for its requirements), when the delivery knows it.
 /// Every mount source and device node of edits planned from a discovery
-/// snapshot is checked (a delivery that does not open them itself): one that is gone means the
-/// snapshot lied, and the decision is taken again on a fresh discovery.
+/// snapshot is checked (a delivery that does not open them itself), but for those the snapshot
+/// vouches for: one that is gone means the snapshot lied, and the decision is taken again on a
+/// fresh discovery.
 pub fn decide_checked(
     request: &Request,
     cfg: &Config,
@@ -255,9 +254,9 @@ pub fn decide_checked(
     host: &mut LiveHost<'_>,
 ) -> anyhow::Result<Decision> {
     let decision = decide_with(request, cfg, delivery, host)?;
-    if host.snapshot_used.is_some() {
+    if let Some(vouched) = &host.snapshot_used {
         if let Decision::Inject(i) = &decision {
-            if let Some(gone) = crate::snapshot::first_gone(&i.edits) {
+            if let Some(gone) = crate::snapshot::first_gone(&i.edits, vouched) {
                 tracing::warn!("{}", crate::snapshot::Lied(gone));
                 *host = LiveHost::without_snapshot(host.cfg, host.rootfs);
                 return decide_with(request, cfg, delivery, host);

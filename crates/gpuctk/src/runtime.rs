@@ -223,8 +223,8 @@ fn modify_bundle_once(
             Decision::Inject(injection) => injection,
         },
     };
-    // Edits planned from a snapshot: their mount sources are opened by the hook work below;
-    // where that does not happen, they are checked.
+    // Edits planned from a snapshot: their mount sources are checked by the hook work below
+    // (but for those the snapshot vouches for); where that does not happen, they are checked.
     let mut unchecked = host.snapshot_used.is_some();
     if cfg.hooks_in_shim {
         let ops = crate::decision::typed_ops(&injection);
@@ -233,15 +233,15 @@ fn modify_bundle_once(
             bundle,
             &mut injection.edits,
             ops,
-            unchecked,
+            host.snapshot_used.as_ref(),
             &host.libraries,
         )?;
         tracing::debug!("{}: {done} hooks done by the shim", path.display());
         unchecked &= done == 0;
         crate::guard::params_in_shim(&spec, &mut injection.edits, &mut ops, bundle, runtime)?;
     }
-    if unchecked {
-        if let Some(gone) = crate::snapshot::first_gone(&injection.edits) {
+    if let (true, Some(vouched)) = (unchecked, &host.snapshot_used) {
+        if let Some(gone) = crate::snapshot::first_gone(&injection.edits, vouched) {
             return Err(crate::snapshot::Lied(gone).into());
         }
     }
@@ -382,7 +382,10 @@ fn shim_choice(
 /// `edits`, so runc spawns no hook process (three processes cost about 8 ms of a start). The
 /// result is what the hooks would produce after the runtime's mounts: the library mounts about
 /// to be added are taken as discovery found them (`libraries`: soname and ABI), or read from
-/// their host files where it did not ([`gpuctk_container::hooks::Pending`]).
+/// their host files where it did not ([`gpuctk_container::hooks::Pending`]). `snapshot`: the
+/// files a discovery snapshot vouches for, where the edits were planned from one: a mount
+/// source among them is taken as there, as the kind discovery found, with no `stat`; another
+/// that is gone means the snapshot lied ([`crate::snapshot::Lied`]).
 ///
 /// Leaves the hooks in place (does none) where [`shim_choice`] says so. Returns how many hooks
 /// it did, and `ops` less those, indexed into the hooks left.
@@ -391,7 +394,7 @@ fn hooks_in_shim(
     bundle: &Path,
     edits: &mut ContainerEdits,
     all: Vec<(usize, InRootOp)>,
-    from_snapshot: bool,
+    snapshot: Option<&crate::snapshot::Vouched>,
     libraries: &[gpuctk_host::Library],
 ) -> anyhow::Result<(usize, Vec<(usize, InRootOp)>)> {
     let (root, ops) = match shim_choice(spec, bundle, edits, all.clone()) {
@@ -429,6 +432,7 @@ fn hooks_in_shim(
         })
         .collect();
     let gone = |m: &gpuctk_cdi::spec::Mount| crate::snapshot::Lied(m.host_path.clone().into());
+    let from_snapshot = snapshot.is_some();
     for m in &edits.mounts {
         let name = m.container_path.rsplit('/').next().unwrap_or_default();
         let library = known.get(&(Path::new(&m.host_path), m.container_path.as_str()));
@@ -446,13 +450,23 @@ fn hooks_in_shim(
             }
             continue;
         }
+        let add = |pending: &mut gpuctk_container::hooks::Pending| match library {
+            Some((soname, flags)) => pending.add_known(&m.container_path, soname, *flags),
+            None => pending.add_other(&m.container_path),
+        };
+        // Vouched for by its folder: there, as what discovery found (a regular file, or not).
+        match snapshot.and_then(|v| v.kind(Path::new(&m.host_path))) {
+            Some(crate::snapshot::Kind::File) => {
+                add(&mut pending);
+                continue;
+            }
+            Some(crate::snapshot::Kind::Other) => continue,
+            None => {}
+        }
         // Known, or no library: one stat says it is there (a snapshot that names a gone path
         // is found out here as where it was opened), nothing is read.
         match std::fs::metadata(&m.host_path) {
-            Ok(md) if md.is_file() => match library {
-                Some((soname, flags)) => pending.add_known(&m.container_path, soname, *flags),
-                None => pending.add_other(&m.container_path),
-            },
+            Ok(md) if md.is_file() => add(&mut pending),
             Ok(_) => {}
             Err(e) if from_snapshot && e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(gone(m).into());

@@ -5,13 +5,18 @@
 //! A snapshot is keyed by the driver's identity: the procfs version file's text, the driver
 //! root's `ld.so.cache` (device, inode, size, mtime), the dev root's `/dev` folder (a node made
 //! or removed changes its mtime), and the shape of the discovery (roots, options, this
-//! program's version). Anything else is rebuilt. It is a cache, never a trust boundary: a file
-//! that is not ours (owner, mode, not regular), truncated, unparsable or for another key is
-//! ignored and rebuilt, and a path it names that has gone is noticed where the create path
-//! opens it anyway ([`Lied`]), which rediscovers (`docs/security.md`).
+//! program's version). It also records each folder that holds a file the inventory names
+//! (device, inode, ctime): a folder changed since is a key that moved. Anything else is
+//! rebuilt. It is a cache, never a trust boundary: a file that is not ours (owner, mode, not
+//! regular), truncated, unparsable or for another key is ignored and rebuilt, and a path it
+//! names that has gone is noticed ([`Lied`]), which rediscovers: by its folder's change where
+//! the snapshot vouches for the folder ([`Vouched`]), else where the create path stats or opens
+//! it (`docs/security.md`).
 
+use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use gpuctk_host::{DiscoverOptions, Inventory, Roots};
 
@@ -19,8 +24,16 @@ use gpuctk_host::{DiscoverOptions, Inventory, Roots};
 const MAX_SNAPSHOT: u64 = 4 << 20;
 
 /// Bumped when what a snapshot holds changes meaning or shape (2: libraries carry their ELF
-/// ABI, which the shim's `update-ldcache` takes instead of reading the file).
-const FORMAT: u32 = 2;
+/// ABI, which the shim's `update-ldcache` takes instead of reading the file; 3: the folders
+/// holding what the inventory names, [`Folder`]).
+const FORMAT: u32 = 3;
+
+/// Largest procfs version file read: the driver's is about 200 bytes; a larger one is not it.
+const MAX_VERSION: usize = 64 * 1024;
+
+/// How much older than the moment its identity was taken a folder's ctime must be for the
+/// snapshot to vouch for its files ([`Folder::vouches`]).
+const SETTLED: Duration = Duration::from_secs(2);
 
 /// What a file was when the snapshot was made.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -30,6 +43,9 @@ struct FileId {
     size: u64,
     mtime: i64,
     mtime_nsec: i64,
+    /// For `/dev`, which is also a [`Folder`]: its check then needs no `stat` of its own.
+    ctime: i64,
+    ctime_nsec: i64,
 }
 
 impl FileId {
@@ -42,7 +58,116 @@ impl FileId {
             size: md.size(),
             mtime: md.mtime(),
             mtime_nsec: md.mtime_nsec(),
+            ctime: md.ctime(),
+            ctime_nsec: md.ctime_nsec(),
         })
+    }
+}
+
+/// What a file stands for in the inventory: discovery keeps only regular files as libraries
+/// (read as ELF), binaries, firmware and vendor files, and only sockets and folders as IPC
+/// paths, device nodes as nodes. What the shim's `update-ldcache` needs of a mount source is
+/// which of the two it is, taken from here for a file the snapshot vouches for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A regular file.
+    File,
+    /// Anything else: a socket, a folder, a device node.
+    Other,
+}
+
+/// Every host path `inv` names that a create mounts or makes a node of, with its kind.
+fn named(inv: &Inventory) -> Vec<(&Path, Kind)> {
+    let files = inv
+        .libraries
+        .iter()
+        .map(|l| l.host_path.as_path())
+        .chain(inv.binaries.iter().map(|f| f.host_path.as_path()))
+        .chain(inv.firmware.iter().map(|f| f.host_path.as_path()))
+        .chain(inv.configs.iter().map(|f| f.host_path.as_path()))
+        .map(|p| (p, Kind::File));
+    let nodes = inv
+        .control_nodes
+        .iter()
+        .chain(inv.gpus.iter().flat_map(|g| g.node.iter().chain(&g.drm)))
+        .map(|n| n.host_path.as_path());
+    let others = inv
+        .ipc
+        .iter()
+        .map(|f| f.host_path.as_path())
+        .chain(nodes)
+        .map(|p| (p, Kind::Other));
+    files.chain(others).collect()
+}
+
+/// A folder holding files the inventory names, as it was when the snapshot was made. While
+/// its device, inode and ctime are the same, no entry of it was made, removed or renamed (each
+/// of those stamps the folder's ctime, which, unlike its mtime, cannot be set by a program):
+/// the files the snapshot names in it are still there, as what they were. Every field is
+/// required in what is read back.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Folder {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    ctime: i64,
+    ctime_nsec: i64,
+    /// When its identity was taken (just before its `stat`), in seconds and nanoseconds since
+    /// the epoch.
+    taken: i64,
+    taken_nsec: i64,
+}
+
+/// Nanoseconds since the epoch.
+fn nanos(sec: i64, nsec: i64) -> i128 {
+    i128::from(sec) * 1_000_000_000 + i128::from(nsec)
+}
+
+impl Folder {
+    /// The folder at `path` as it is now (`md`, its `stat`), `taken` being a moment just before.
+    fn of(path: &Path, taken: SystemTime, md: &std::fs::Metadata) -> Folder {
+        let taken = taken
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        Folder {
+            path: path.to_path_buf(),
+            dev: md.dev(),
+            ino: md.ino(),
+            ctime: md.ctime(),
+            ctime_nsec: md.ctime_nsec(),
+            taken: i64::try_from(taken.as_secs()).unwrap_or(i64::MAX),
+            taken_nsec: i64::from(taken.subsec_nanos()),
+        }
+    }
+
+    /// Whether `md`, the folder's `stat` now, is this folder unchanged.
+    fn same(&self, md: &std::fs::Metadata) -> bool {
+        (self.dev, self.ino, self.ctime, self.ctime_nsec)
+            == (md.dev(), md.ino(), md.ctime(), md.ctime_nsec())
+    }
+
+    /// Whether an unchanged ctime says that nothing changed in the folder since its identity
+    /// was taken. The kernel stamps ctime from a coarse clock (one tick, or one second on a
+    /// filesystem with second timestamps): an entry made or removed in the same tick as the
+    /// stamp recorded, after the `stat` that took it, stamps the same ctime again and goes
+    /// unseen. A ctime at least [`SETTLED`] older than that `stat` is out of reach of such a
+    /// change (any later one is stamped later); a newer one is not vouched for, and its files
+    /// keep the create's own check (a `stat` each).
+    fn vouches(&self) -> bool {
+        nanos(self.taken, self.taken_nsec) - nanos(self.ctime, self.ctime_nsec)
+            >= SETTLED.as_nanos() as i128
+    }
+}
+
+/// The host paths a used snapshot names in folders it vouches for, each with its kind: the
+/// create needs no `stat` of them ([`first_gone`], the shim's hook work).
+#[derive(Debug, Default)]
+pub struct Vouched(HashMap<PathBuf, Kind>);
+
+impl Vouched {
+    /// What `path` is, when the snapshot vouches that it is there.
+    pub fn kind(&self, path: &Path) -> Option<Kind> {
+        self.0.get(path).copied()
     }
 }
 
@@ -65,7 +190,17 @@ struct Key {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct File {
     key: Key,
+    /// The folders of the files the inventory names, sorted.
+    folders: Vec<Folder>,
     inventory: Inventory,
+}
+
+/// Why a snapshot was not used.
+enum NotUsed {
+    /// It names a file that is gone (found where its folder changed).
+    Lied(Lied),
+    /// Not there, not ours, damaged, or made for another driver or configuration.
+    Other(String),
 }
 
 /// A path a snapshot named was gone where the create path opened it: the snapshot lied (the
@@ -109,7 +244,7 @@ impl Snapshot {
     fn key_now(&self, roots: &Roots, version: Option<&str>) -> Option<Key> {
         let version = match version {
             Some(v) => v.to_string(),
-            None => std::fs::read_to_string(roots.proc_root.join("driver/nvidia/version")).ok()?,
+            None => version_text(&roots.proc_root)?,
         };
         Some(Key {
             shape: self.shape.clone(),
@@ -124,22 +259,28 @@ impl Snapshot {
 
     /// The inventory of `roots` with `opts`: the snapshot's when it holds for the host as it
     /// is now (`read`), else discovered and written back. `version` is the version file's text
-    /// when the caller read it already. The bool says whether the snapshot was used.
+    /// when the caller read it already. With the inventory, what the snapshot vouches for when
+    /// it was used (`None`: discovered).
     pub fn inventory(
         &self,
         roots: &Roots,
         opts: &DiscoverOptions,
         version: Option<&str>,
         read: bool,
-    ) -> Result<(Inventory, bool), gpuctk_host::DiscoverError> {
+    ) -> Result<(Inventory, Option<Vouched>), gpuctk_host::DiscoverError> {
         let key = self.key_now(roots, version);
         if let (true, Some(key)) = (read, &key) {
-            match self.load(key) {
-                Ok(inv) => {
-                    tracing::debug!("{}: discovery snapshot used", self.path.display());
-                    return Ok((inv, true));
+            match self.load(key, Some(&roots.dev_root.join("dev"))) {
+                Ok((inv, vouched)) => {
+                    tracing::debug!(
+                        "{}: discovery snapshot used ({} files vouched for by their folders)",
+                        self.path.display(),
+                        vouched.0.len()
+                    );
+                    return Ok((inv, Some(vouched)));
                 }
-                Err(why) => tracing::debug!(
+                Err(NotUsed::Lied(lied)) => tracing::warn!("{lied}"),
+                Err(NotUsed::Other(why)) => tracing::debug!(
                     "{}: discovery snapshot not used ({why}); discovering",
                     self.path.display()
                 ),
@@ -151,27 +292,68 @@ impl Snapshot {
         if let Some(key) = key {
             self.store(key, &inv);
         }
-        Ok((inv, false))
+        Ok((inv, None))
     }
 
     /// The snapshot's inventory when one is current for the host as it is now; `None`
     /// otherwise, and nothing is discovered or written (for a create that needs no discovery,
-    /// see [`crate::decision::LiveHost::known_gpus`]).
+    /// see [`crate::decision::LiveHost::known_gpus`]). Its folders are not checked: what such a
+    /// create takes from it (the GPUs) the key covers.
     pub fn current(&self, roots: &Roots, version: Option<&str>) -> Option<Inventory> {
         let key = self.key_now(roots, version)?;
-        self.load(&key).ok()
+        self.load(&key, None).ok().map(|(inv, _)| inv)
     }
 
-    /// The snapshot's inventory when it is ours and made under `key`; why not otherwise.
-    fn load(&self, key: &Key) -> Result<Inventory, String> {
+    /// The snapshot's inventory when it is ours, made under `key` and, with `dev` (the dev
+    /// root's `/dev`, as the key took it now), its folders are unchanged, with the files it
+    /// vouches for; why not otherwise.
+    fn load(&self, key: &Key, dev: Option<&Path>) -> Result<(Inventory, Vouched), NotUsed> {
+        let other = |e: &dyn std::fmt::Display| NotUsed::Other(e.to_string());
         let euid = rustix::process::geteuid().as_raw();
         let buf =
-            crate::capped::read_owned(&self.path, euid, MAX_SNAPSHOT).map_err(|e| e.to_string())?;
-        let file: File = serde_json::from_slice(&buf).map_err(|e| e.to_string())?;
+            crate::capped::read_owned(&self.path, euid, MAX_SNAPSHOT).map_err(|e| other(&e))?;
+        let file: File = serde_json::from_slice(&buf).map_err(|e| other(&e))?;
         if &file.key != key {
-            return Err("made for another driver or configuration".into());
+            return Err(other(&"made for another driver or configuration"));
         }
-        Ok(file.inventory)
+        let Some(dev) = dev else {
+            return Ok((file.inventory, Vouched::default()));
+        };
+        let named = named(&file.inventory);
+        let mut vouched = Vouched::default();
+        for f in &file.folders {
+            let same = match &key.dev {
+                Some(id) if f.path == dev => {
+                    (id.dev, id.ino, id.ctime, id.ctime_nsec)
+                        == (f.dev, f.ino, f.ctime, f.ctime_nsec)
+                }
+                _ => std::fs::metadata(&f.path).is_ok_and(|md| f.same(&md)),
+            };
+            if !same {
+                // Say which file went, where one did: the same warning as where a create finds
+                // it gone itself.
+                let gone = named
+                    .iter()
+                    .filter(|(p, _)| p.parent() == Some(f.path.as_path()))
+                    .find(|(p, _)| {
+                        std::fs::symlink_metadata(p)
+                            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+                    });
+                return Err(match gone {
+                    Some((p, _)) => NotUsed::Lied(Lied(p.to_path_buf())),
+                    None => other(&format_args!("{}: folder changed", f.path.display())),
+                });
+            }
+            if f.vouches() {
+                vouched.0.extend(
+                    named
+                        .iter()
+                        .filter(|(p, _)| p.parent() == Some(f.path.as_path()))
+                        .map(|(p, k)| (p.to_path_buf(), *k)),
+                );
+            }
+        }
+        Ok((file.inventory, vouched))
     }
 
     /// Write the snapshot, replacing any (a failure is one debug line: it is a cache).
@@ -187,6 +369,7 @@ impl Snapshot {
     fn try_store(&self, key: Key, inv: &Inventory) -> Result<(), String> {
         let bytes = serde_json::to_vec(&File {
             key,
+            folders: folders_of(inv)?,
             inventory: inv.clone(),
         })
         .map_err(|e| e.to_string())?;
@@ -197,6 +380,88 @@ impl Snapshot {
     pub fn write(&self, roots: &Roots, inv: &Inventory) {
         if let Some(key) = self.key_now(roots, None) {
             self.store(key, inv);
+        }
+    }
+}
+
+/// The folders of the files `inv` names, each as it is now; why none, where a file changed
+/// since discovery found it.
+///
+/// A folder is taken after discovery, so each file it names there is checked to be there still,
+/// as what discovery found, after the folder's `stat`: a change before that `stat` is found
+/// here, one after it changes the folder. Left out (their files keep the create's own check):
+/// a folder with the sticky bit (`/tmp`, for the MPS pipe folder: shared scratch, whose entries
+/// come and go all the time), and one that holds a symbolic link the inventory names (its
+/// target may go without the folder changing).
+fn folders_of(inv: &Inventory) -> Result<Vec<Folder>, String> {
+    let named = named(inv);
+    let mut dirs: Vec<&Path> = named.iter().filter_map(|(p, _)| p.parent()).collect();
+    dirs.sort_unstable();
+    dirs.dedup();
+    let mut out = Vec::new();
+    'dirs: for d in dirs {
+        let taken = SystemTime::now();
+        let md = std::fs::metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        if md.mode() & libc::S_ISVTX != 0 {
+            continue;
+        }
+        for (p, kind) in named.iter().filter(|(p, _)| p.parent() == Some(d)) {
+            let md = std::fs::symlink_metadata(p)
+                .map_err(|e| format!("{}: {e} (changed during discovery)", p.display()))?;
+            if md.file_type().is_symlink() {
+                continue 'dirs;
+            }
+            if md.is_file() != (*kind == Kind::File) {
+                return Err(format!("{}: changed during discovery", p.display()));
+            }
+        }
+        out.push(Folder::of(d, taken, &md));
+    }
+    Ok(out)
+}
+
+/// The procfs version file's text under `proc_root`; `None` where there is none, it cannot be
+/// read, or it is larger than 64 KiB (not a driver's; a debug line says so). Read
+/// until a read returns nothing, with no `stat`: procfs says its files are empty.
+pub fn version_text(proc_root: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = proc_root.join("driver/nvidia/version");
+    let read = || -> std::io::Result<Vec<u8>> {
+        // Not blocked by a FIFO where `--proc-root` points at a folder of anyone's.
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(&path)?;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = match f.read(&mut chunk) {
+                Ok(0) => return Ok(buf),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if buf.len() + n > MAX_VERSION {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "larger than {MAX_VERSION} bytes; not the NVIDIA driver's version file"
+                    ),
+                ));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    match read().and_then(|b| {
+        String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }) {
+        Ok(text) => Some(text),
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::debug!("{}: not read: {e}", path.display());
+            }
+            None
         }
     }
 }
@@ -229,8 +494,9 @@ pub(crate) fn write_cache(path: &Path, bytes: &[u8]) -> Result<(), String> {
 }
 
 /// The first mount source or device node of `edits` that is gone from the host: where edits
-/// planned from a snapshot are not opened anyway, they are checked so ([`Lied`]).
-pub fn first_gone(edits: &gpuctk_cdi::spec::ContainerEdits) -> Option<PathBuf> {
+/// planned from a snapshot are not opened anyway, they are checked so ([`Lied`]), but for
+/// those the snapshot vouches for (`vouched`: their folders are unchanged).
+pub fn first_gone(edits: &gpuctk_cdi::spec::ContainerEdits, vouched: &Vouched) -> Option<PathBuf> {
     let gone = |p: &str| {
         std::fs::symlink_metadata(p).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
     };
@@ -244,6 +510,7 @@ pub fn first_gone(edits: &gpuctk_cdi::spec::ContainerEdits) -> Option<PathBuf> {
                 .iter()
                 .map(|d| d.host_path.as_deref().unwrap_or(&d.path)),
         )
+        .filter(|p| vouched.kind(Path::new(p)).is_none())
         .find(|p| gone(p))
         .map(PathBuf::from)
 }
@@ -267,5 +534,78 @@ mod tests {
         assert_ne!(a.path, b.path);
         assert!(a.path.starts_with("/x"));
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+    }
+
+    /// A folder stamped just before its identity was taken is not vouched for: a change in the
+    /// same clock tick would leave its ctime as recorded. One stamped 2 s or more before is.
+    #[test]
+    fn a_folder_stamped_now_is_not_vouched() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), b"x").unwrap();
+        let md = std::fs::metadata(d.path()).unwrap();
+        let stamped =
+            SystemTime::UNIX_EPOCH + Duration::new(md.ctime() as u64, md.ctime_nsec() as u32);
+        let at = |after: Duration| Folder::of(d.path(), stamped + after, &md);
+        assert!(!Folder::of(d.path(), SystemTime::now(), &md).vouches());
+        assert!(!at(Duration::ZERO).vouches());
+        assert!(!at(SETTLED - Duration::from_nanos(1)).vouches());
+        assert!(at(SETTLED).vouches());
+        assert!(at(Duration::from_secs(3600)).vouches());
+        // A clock set back before the stamp vouches for nothing.
+        assert!(!Folder::of(d.path(), stamped - Duration::from_secs(10), &md).vouches());
+        // The identity is the folder's: another entry changes it.
+        let f = at(SETTLED);
+        assert!(f.same(&md));
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::remove_file(d.path().join("f")).unwrap();
+        assert!(!f.same(&std::fs::metadata(d.path()).unwrap()));
+    }
+
+    /// Every field of a folder is required: a snapshot without one is not read (serde would
+    /// take a missing `Option` for `None`; none is one here).
+    #[test]
+    fn a_folder_missing_a_field_is_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let md = std::fs::metadata(d.path()).unwrap();
+        let f = Folder::of(d.path(), SystemTime::now(), &md);
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(serde_json::from_value::<Folder>(v.clone()).unwrap(), f);
+        for field in [
+            "path",
+            "dev",
+            "ino",
+            "ctime",
+            "ctime_nsec",
+            "taken",
+            "taken_nsec",
+        ] {
+            let mut v = v.clone();
+            assert!(
+                v.as_object_mut().unwrap().remove(field).is_some(),
+                "{field}"
+            );
+            let e = serde_json::from_value::<Folder>(v).unwrap_err().to_string();
+            assert!(e.contains(&format!("missing field `{field}`")), "{e}");
+        }
+    }
+
+    /// The version file is read whole in pieces (procfs says it is empty), up to 64 KiB; a
+    /// larger one, or none, is no version.
+    #[test]
+    fn version_text_is_read_whole_and_capped() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("driver/nvidia");
+        assert_eq!(version_text(d.path()), None);
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06\n".repeat(300);
+        assert!(text.len() > 4096 && text.len() <= MAX_VERSION);
+        std::fs::write(dir.join("version"), &text).unwrap();
+        assert_eq!(version_text(d.path()).as_deref(), Some(text.as_str()));
+        std::fs::write(dir.join("version"), vec![b'x'; MAX_VERSION]).unwrap();
+        assert_eq!(version_text(d.path()).map(|t| t.len()), Some(MAX_VERSION));
+        std::fs::write(dir.join("version"), vec![b'x'; MAX_VERSION + 1]).unwrap();
+        assert_eq!(version_text(d.path()), None);
+        std::fs::write(dir.join("version"), b"\xff\xfe").unwrap();
+        assert_eq!(version_text(d.path()), None);
     }
 }

@@ -7,6 +7,8 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
 
 use crate::runtime::Bed;
 use crate::util::*;
@@ -39,18 +41,21 @@ impl Snap {
 
     /// One create of a container asking for every GPU; the log lines it wrote about snapshots.
     fn create(&self) -> Vec<String> {
+        self.create_with(|c| c)
+    }
+
+    /// [`Snap::create`], the shim's command turned by `wrap` into the one run.
+    fn create_with(&self, wrap: impl FnOnce(Command) -> Command) -> Vec<String> {
         self.bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
         let _ = fs::remove_file(&self.log);
-        let out = self
-            .bed
-            .shim_cmd(&[
-                "create",
-                "--bundle",
-                self.bed.bundle.to_str().unwrap(),
-                "snap",
-            ])
-            .output()
-            .unwrap();
+        let out = wrap(self.bed.shim_cmd(&[
+            "create",
+            "--bundle",
+            self.bed.bundle.to_str().unwrap(),
+            "snap",
+        ]))
+        .output()
+        .unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -357,6 +362,144 @@ fn a_snapshot_that_names_a_file_gone_is_noticed_and_rebuilt() {
         "{lines:?}"
     );
     assert!(!s.bed.spec().to_string().contains("libnvidia-cfg.so.570"));
+}
+
+/// `c` under `strace -f`, its trace written to `log`.
+fn under_strace(c: Command, log: &Path) -> Command {
+    let mut s = Command::new("strace");
+    s.arg("-f")
+        .arg("-o")
+        .arg(log)
+        .arg("--")
+        .arg(c.get_program());
+    s.args(c.get_args());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => s.env(k, v),
+            None => s.env_remove(k),
+        };
+    }
+    s
+}
+
+/// Past the 2 s after which a folder stamped before is vouched for by a snapshot made now.
+fn settle_folders() {
+    std::thread::sleep(Duration::from_millis(2100));
+}
+
+/// Regression (issue 21): a snapshot made when the host's folders had settled vouches for the
+/// files it names in them: the next create looks at none of its mount sources or device nodes
+/// (one `stat` of each folder instead), whether the shim does the hook work or leaves it to
+/// the runtime. Before, each was stat'ed on every create.
+#[test]
+fn settled_folders_vouch_for_their_files() {
+    let s = Snap::new();
+    settle_folders();
+    s.create();
+    let root = s.bed.host.driver_root();
+    let dev = s.bed.host.dev_root();
+    for hooks_in_shim in [true, false] {
+        if !hooks_in_shim {
+            s.bed.hooks_as_processes();
+        }
+        let trace = s.bed.t.join("create.trace");
+        let lines = s.create_with(|c| under_strace(c, &trace));
+        assert!(used(&lines), "{lines:?}");
+        let text = fs::read_to_string(&trace).unwrap();
+        let spec = s.bed.spec();
+        let mut named: Vec<String> = spec["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["source"].as_str())
+            .filter(|p| p.starts_with(&root))
+            .map(str::to_string)
+            .collect();
+        assert!(named.len() >= 10, "{spec}");
+        assert!(named.iter().any(|p| p.ends_with("libcuda.so.570.124.06")));
+        named.extend(["nvidia0", "nvidia1", "nvidiactl"].map(|n| format!("{dev}/dev/{n}")));
+        for p in &named {
+            let quoted = format!("\"{p}\"");
+            let seen: Vec<&str> = text.lines().filter(|l| l.contains(&quoted)).collect();
+            assert!(seen.is_empty(), "hooks in shim {hooks_in_shim}: {seen:?}");
+        }
+        // Their folders are what the create looked at.
+        let folder = format!("\"{root}/usr/lib/x86_64-linux-gnu\"");
+        assert!(
+            text.lines()
+                .any(|l| l.contains("stat") && l.contains(&folder)),
+            "{text}"
+        );
+    }
+}
+
+/// Regression (issue 21): a folder the snapshot vouches for that changed is a key that moved.
+/// A library removed from it is not mounted: the snapshot is not used, the create discovers
+/// again and says which file went. A file added to it rebuilds the snapshot too (a new file
+/// discovery might take). Before, an added file left the snapshot in use.
+#[test]
+fn a_vouched_folder_that_changed_rebuilds_it() {
+    let s = Snap::new();
+    settle_folders();
+    s.create();
+    assert!(used(&s.create()));
+    let dir = PathBuf::from(s.bed.host.driver_root()).join("usr/lib/x86_64-linux-gnu");
+    fs::remove_file(dir.join("libnvidia-ml.so.570.124.06")).unwrap();
+    let lines = s.create();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l
+                .contains("libnvidia-ml.so.570.124.06: named by the discovery snapshot but gone")),
+        "{lines:?}"
+    );
+    let spec = s.bed.spec().to_string();
+    assert!(!spec.contains("libnvidia-ml.so.570"), "{spec}");
+    assert!(spec.contains("libcuda.so.570.124.06"), "{spec}");
+    assert!(used(&s.create()));
+    // Past the clock tick of the removal's stamp (a second, on filesystems that keep seconds).
+    std::thread::sleep(Duration::from_millis(1100));
+    fs::write(dir.join("libnvidia-new.so.1"), b"").unwrap();
+    let lines = s.create();
+    assert!(
+        rebuilt(&lines, "x86_64-linux-gnu: folder changed"),
+        "{lines:?}"
+    );
+    assert!(used(&s.create()));
+}
+
+/// Regression (issue 21): a snapshot records its folders (format 3); one without them, or
+/// with a folder missing a field, is not used but rebuilt.
+#[test]
+fn a_snapshot_without_its_folders_is_ignored_and_rebuilt() {
+    let s = Snap::new();
+    s.create();
+    assert!(used(&s.create()));
+    let file = s.file();
+    let good: serde_json::Value = serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
+    let folders = good["folders"].as_array().unwrap();
+    let lib_dir = format!("{}/usr/lib/x86_64-linux-gnu", s.bed.host.driver_root());
+    assert!(
+        folders.iter().any(|f| f["path"] == lib_dir.as_str()),
+        "{folders:?}"
+    );
+    for field in ["folders", "ctime"] {
+        let mut v = good.clone();
+        let from = if field == "folders" {
+            &mut v
+        } else {
+            &mut v["folders"][0]
+        };
+        assert!(from.as_object_mut().unwrap().remove(field).is_some());
+        // Written in place: still ours, mode 0600, under the same key.
+        fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+        let lines = s.create();
+        assert!(
+            rebuilt(&lines, &format!("missing field `{field}`")),
+            "{lines:?}"
+        );
+        assert!(used(&s.create()));
+    }
 }
 
 #[test]
