@@ -240,6 +240,10 @@ pub struct Metadata {
     pub ino: u64,
     /// The device a device node stands for (`st_rdev`; 0 for other files).
     pub rdev: u64,
+    /// Last modification (seconds, nanoseconds).
+    pub mtime: (i64, u64),
+    /// Last status change (seconds, nanoseconds): set by the kernel only.
+    pub ctime: (i64, u64),
 }
 
 impl Metadata {
@@ -253,6 +257,8 @@ impl Metadata {
             dev: st.st_dev,
             ino: st.st_ino,
             rdev: st.st_rdev,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
         }
     }
 
@@ -1418,7 +1424,7 @@ impl<'r> Dir<'r> {
     /// symlink; `None` for anything else or nothing): for a name a listing called a regular
     /// file, with no `lstat` first. One path component, `O_NONBLOCK` (a FIFO swapped in is not
     /// waited on), and the kind checked on the open file.
-    pub fn open_regular(&self, name: &str) -> Result<Option<File>, RootError> {
+    pub fn open_regular(&self, name: &str) -> Result<Option<(File, Metadata)>, RootError> {
         let path = self.child(name);
         let c = name_cstring(OsStr::new(name), &path)?;
         let fd = match openat2(
@@ -1434,7 +1440,7 @@ impl<'r> Dir<'r> {
             Err(e) => return Err(self.root.io_err(&path, "open", e)),
         };
         let now = fstat(fd.as_fd()).map_err(|e| self.root.io_err(&path, "stat", e))?;
-        Ok((now.kind == FileKind::File).then(|| File::from(fd)))
+        Ok((now.kind == FileKind::File).then(|| (File::from(fd), now)))
     }
 
     /// Opens entry `name` for reading if it is a regular file (not through

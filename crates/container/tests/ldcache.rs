@@ -707,3 +707,33 @@ fn placed_links_are_taken_in_their_folder_only() {
         }
     }
 }
+
+/// Regression (issue 21): with what an earlier scan found the image's libraries to be
+/// (`Pending::set_seen`), a scan gives the very cache and links that reading every file
+/// gives, and learns nothing more; the first scan learned each library and the linker script.
+#[test]
+fn seen_libraries_give_the_cache_reading_gives() {
+    use gpuctk_container::hooks::{update_ldcache_pending, Pending, SeenLibraries};
+    let (_tmp, root, _host) = small_root();
+    let lib = root.join("usr/lib64");
+    build_lib(&lib.join("libfoo.so.1.2"), "libfoo.so.1", "foo");
+    build_lib(&lib.join("libbar.so.2.0"), "libbar.so.2", "bar");
+    std::fs::write(lib.join("libfoo.so"), b"GROUP ( libfoo.so.1 )\n").unwrap();
+    let folders = ["/usr/lib64".to_string()];
+    let r = Root::open(&root).unwrap();
+    let mut runs = Vec::new();
+    let mut seen = SeenLibraries::default();
+    for _ in 0..2 {
+        let mut pending = Pending::default();
+        pending.set_seen(seen);
+        let report = update_ldcache_pending(&r, &folders, &pending).unwrap();
+        seen = pending.take_seen().unwrap();
+        let cache = std::fs::read(root.join("etc/ld.so.cache")).unwrap();
+        runs.push((report.entries, cache, seen.learned()));
+    }
+    assert_eq!(runs[0].2, 3, "two libraries and a linker script learned");
+    assert_eq!(runs[1].2, 3, "nothing read the second time");
+    assert_eq!(runs[0].0, runs[1].0);
+    assert_eq!(runs[0].1, runs[1].1);
+    assert_eq!(seen.len(), 3);
+}

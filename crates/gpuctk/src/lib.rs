@@ -25,6 +25,7 @@ mod one_line;
 mod passthrough;
 mod runc;
 mod runtime;
+mod seen_libraries;
 mod self_exe;
 mod snapshot;
 mod spec_cache;

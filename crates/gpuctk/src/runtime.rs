@@ -235,6 +235,7 @@ fn modify_bundle_once(
             ops,
             host.snapshot_used.as_ref(),
             &host.libraries,
+            cfg.snapshot_dir().as_deref(),
         )?;
         tracing::debug!("{}: {done} hooks done by the shim", path.display());
         unchecked &= done == 0;
@@ -396,6 +397,7 @@ fn hooks_in_shim(
     all: Vec<(usize, InRootOp)>,
     snapshot: Option<&crate::snapshot::Vouched>,
     libraries: &[gpuctk_host::Library],
+    cache_dir: Option<&Path>,
 ) -> anyhow::Result<(usize, Vec<(usize, InRootOp)>)> {
     let (root, ops) = match shim_choice(spec, bundle, edits, all.clone()) {
         ShimChoice::Shim { root, ops } => (root, ops),
@@ -474,8 +476,19 @@ fn hooks_in_shim(
             Err(_) => {}
         }
     }
+    // The image's libraries as earlier containers' scans found them (`cache_dir`, beside the
+    // discovery snapshot): those of an image seen before are not read again.
+    let scans = ops
+        .iter()
+        .any(|(_, op)| matches!(op, InRootOp::UpdateLdcache { .. }));
+    if let (true, Some(dir)) = (scans, cache_dir) {
+        pending.set_seen(crate::seen_libraries::load(dir));
+    }
     for (_, op) in &ops {
         gpuctk_container::ops::run(&root, op, &mut pending)?;
+    }
+    if let (Some(dir), Some(seen)) = (cache_dir, pending.take_seen()) {
+        crate::seen_libraries::store(dir, &seen);
     }
     // The runtime is exec'd next (or the process exits): the exec closes the root's folders.
     root.close_at_exec();

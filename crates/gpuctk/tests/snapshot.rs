@@ -1004,3 +1004,48 @@ fn a_static_spec_create_masks_other_gpus_from_the_snapshot() {
     let e = s.create_cdi("nvidia.com/gpu=0").unwrap_err();
     assert!(e.contains(&info.display().to_string()), "{e}");
 }
+
+/// Regression (issue 21): the image's libraries the shim's update-ldcache read are kept beside
+/// the snapshot (`image-libraries`, by inode, size and times), and a create of the same image
+/// takes them from there instead of opening and reading each (an image's library folder
+/// holds 50 to 300): here an entry forged in that file reaches the container's cache, which
+/// only a create that did not read the library gives. The library changed (its status-change
+/// time moves) is read again, and the forged name is gone from the container's cache.
+#[test]
+fn an_images_libraries_are_read_once() {
+    let s = Snap::new();
+    s.create();
+    let seen = s.dir.join("image-libraries");
+    let text = fs::read_to_string(&seen).unwrap();
+    assert_eq!(fs::metadata(&seen).unwrap().mode() & 0o777, 0o600);
+    let libc = "libc.so.6";
+    let line = text
+        .lines()
+        .find(|l| l.ends_with(&format!(" {libc}")))
+        .unwrap_or_else(|| panic!("{text}"))
+        .to_string();
+    let ino: u64 = line.split(' ').next().unwrap().parse().unwrap();
+    let cache_has = |soname: &str| {
+        let bytes = fs::read(s.bed.bundle.join("rootfs/etc/ld.so.cache")).unwrap();
+        let cache = gpuctk_ldcache::parse(&bytes).unwrap();
+        cache.entries.iter().any(|e| e.key == soname)
+    };
+    assert!(cache_has(libc));
+    let forged = line.replace(&format!(" {libc}"), " libforged.so.6");
+    fs::write(&seen, text.replace(&line, &forged)).unwrap();
+    s.create();
+    assert!(cache_has("libforged.so.6"), "the library was read again");
+    // The file the line is about: rewritten with the same bytes, a new status-change time.
+    let lib = fs::read_dir(s.bed.bundle.join("rootfs/usr/lib/x86_64-linux-gnu"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| fs::symlink_metadata(p).unwrap().ino() == ino)
+        .unwrap();
+    fs::write(&lib, fs::read(&lib).unwrap()).unwrap();
+    s.create();
+    assert!(cache_has(libc) && !cache_has("libforged.so.6"));
+    let ino = format!("{ino} ");
+    let text = fs::read_to_string(&seen).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(&ino)).collect();
+    assert!(lines.iter().any(|l| l.ends_with(" libc.so.6")), "{lines:?}");
+}

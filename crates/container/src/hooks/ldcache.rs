@@ -53,6 +53,87 @@ pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, 
     update_ldcache_pending(root, folders, &Pending::default())
 }
 
+/// An image's library file by what the kernel says of it: inode, size, modification and
+/// status-change times. Not its device: an overlay mount's is new for every container, while
+/// a layer's file keeps its inode and times in all of them. The status-change time is the
+/// kernel's alone to set, so a file written, replaced or copied up has a new key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileKey {
+    /// Inode number.
+    pub ino: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time (seconds, nanoseconds).
+    pub mtime: (i64, u64),
+    /// Status-change time (seconds, nanoseconds).
+    pub ctime: (i64, u64),
+}
+
+impl FileKey {
+    fn of(m: &Metadata) -> FileKey {
+        FileKey {
+            ino: m.ino,
+            size: m.size,
+            mtime: m.mtime,
+            ctime: m.ctime,
+        }
+    }
+}
+
+/// Most libraries [`SeenLibraries`] holds: past it, what a scan reads is not added.
+pub const MAX_SEEN_LIBRARIES: usize = 16 << 10;
+
+/// What reading the image libraries of earlier containers gave, by [`FileKey`]: a library's
+/// soname and cache flags, or `None` for a file that is no library (a linker script, an object
+/// without a soname). The caller keeps it between containers (the shim, under `/run`), so
+/// that the libraries of an image seen before cost one `lstat` each, not an open and three
+/// reads; what a scan reads anew is added to it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SeenLibraries {
+    map: HashMap<FileKey, Option<(String, i32)>>,
+    learned: usize,
+}
+
+impl SeenLibraries {
+    /// Adds what a file is, unless [`MAX_SEEN_LIBRARIES`] are held.
+    pub fn insert(&mut self, key: FileKey, library: Option<(String, i32)>) {
+        if self.map.len() < MAX_SEEN_LIBRARIES {
+            self.map.insert(key, library);
+        }
+    }
+
+    /// What the file of `key` was found to be, if it was.
+    pub fn get(&self, key: &FileKey) -> Option<&Option<(String, i32)>> {
+        self.map.get(key)
+    }
+
+    /// How many entries the scans added (not counting what [`SeenLibraries::insert`] put in).
+    pub fn learned(&self) -> usize {
+        self.learned
+    }
+
+    /// Every entry.
+    pub fn iter(&self) -> impl Iterator<Item = (&FileKey, &Option<(String, i32)>)> {
+        self.map.iter()
+    }
+
+    /// How many entries it holds.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    fn learn(&mut self, key: FileKey, library: Option<(String, i32)>) {
+        if self.map.len() < MAX_SEEN_LIBRARIES && self.map.insert(key, library).is_none() {
+            self.learned += 1;
+        }
+    }
+}
+
 /// Library files the runtime will bind-mount into the container after we have run (the shim
 /// does the hooks' work before it execs runc): each shadows whatever the image has at its
 /// path, and its soname and ABI are read from the host file, or given where host discovery
@@ -65,6 +146,8 @@ pub struct Pending {
     gpu_minors: Option<Vec<u32>>,
     /// Links an earlier operation of the same run left in place (`create-symlinks`).
     links: Placed,
+    /// What earlier containers' image libraries were ([`Pending::set_seen`]).
+    seen: std::cell::RefCell<Option<SeenLibraries>>,
 }
 
 /// What is known of a pending mount's file.
@@ -106,6 +189,17 @@ impl Pending {
     /// image's file of that name and is never read.
     pub fn add_other(&mut self, container_path: &str) {
         self.push(container_path, Source::Other);
+    }
+
+    /// What the image libraries of earlier containers were: a library file of the image with
+    /// the same [`FileKey`] is not read, and what is read is added ([`Pending::take_seen`]).
+    pub fn set_seen(&mut self, seen: SeenLibraries) {
+        *self.seen.get_mut() = Some(seen);
+    }
+
+    /// The [`SeenLibraries`] given, with what the scans added.
+    pub fn take_seen(&mut self) -> Option<SeenLibraries> {
+        self.seen.get_mut().take()
     }
 
     /// Links left in place by an earlier operation of the same run: the folders holding them
@@ -244,7 +338,7 @@ pub fn update_ldcache_pending(
             root,
             &dir,
             cap,
-            pending.in_dir(&dir),
+            (pending.in_dir(&dir), &mut pending.seen.borrow_mut()),
             &mut placed,
             &mut report,
         )?
@@ -469,7 +563,7 @@ fn scan_dir(
     root: &Root,
     dir: &str,
     cap: usize,
-    pending: &[(String, Source)],
+    (pending, seen): (&[(String, Source)], &mut Option<SeenLibraries>),
     placed: &mut Placed,
     report: &mut LdcacheReport,
 ) -> Result<Option<(Vec<Entry>, bool)>, HookError> {
@@ -580,12 +674,15 @@ fn scan_dir(
             continue;
         };
         let (is_link, file) = match kind {
-            FileKind::File => match opened.open_regular(&name)? {
-                Some(f) => (false, f),
-                None => continue, // changed under us: not a library we can trust
+            FileKind::File => match library_file(&mut looks, &name, seen.as_ref())? {
+                Some(held) => (false, held),
+                None => continue, // no library, or changed under us: not one we can trust
             },
             FileKind::Symlink => match near_link(&mut looks, &name)? {
-                Near::File(f) => (true, f),
+                Near::File(target) => match library_file(&mut looks, &target, seen.as_ref())? {
+                    Some(held) => (true, held),
+                    None => continue,
+                },
                 Near::None => continue,
                 Near::Far => {
                     far += 1;
@@ -593,7 +690,7 @@ fn scan_dir(
                         continue;
                     }
                     match root.open_read(&path) {
-                        Ok(f) => (true, f),
+                        Ok(f) => (true, Held::Owned(f, None)),
                         // Dangling links and links to non-files are not libraries.
                         Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => {
                             continue
@@ -609,7 +706,7 @@ fn scan_dir(
             },
             _ => continue,
         };
-        files.push((name, is_link, Held::Owned(file)));
+        files.push((name, is_link, file));
     }
     if far > MAX_FAR_LINKS {
         report.notes.push(format!(
@@ -618,22 +715,42 @@ fn scan_dir(
     }
     for (name, is_link, file) in files {
         let path = join(dir, &name);
+        let key = match &file {
+            Held::Owned(_, key) => *key,
+            _ => None,
+        };
+        // What a library read anew was, for the next container: only what gives no note.
+        let mut learn = |library: Option<(String, i32)>| {
+            if let (Some(seen), Some(key)) = (seen.as_mut(), key) {
+                seen.learn(key, library);
+            }
+        };
         let (soname, flags, machine) = match file {
             Held::Known(soname, flags) => (soname.to_string(), Some(flags), None),
-            Held::Owned(_) | Held::Borrowed(_) => {
+            Held::Seen(soname, flags) => (soname, Some(flags), None),
+            Held::Owned(..) | Held::Borrowed(_) => {
                 let Some(f) = file.get() else { continue };
                 let info = match elf::library_info(f) {
                     Ok(i) => i,
-                    Err(ElfError::NotElf) => continue, // linker scripts such as libc.so
+                    Err(ElfError::NotElf) => {
+                        // Linker scripts such as libc.so.
+                        learn(None);
+                        continue;
+                    }
                     Err(e) => {
                         report.notes.push(format!("{path}: skipped: {e}"));
                         continue;
                     }
                 };
                 let Some(soname) = info.soname.clone().filter(|_| info.is_shared_library()) else {
+                    learn(None);
                     continue;
                 };
-                (soname, info.cache_flags(), Some(info.header.machine))
+                let flags = info.cache_flags();
+                if let Some(flags) = flags.filter(|_| is_plain_name(&soname)) {
+                    learn(Some((soname.clone(), flags)));
+                }
+                (soname, flags, Some(info.header.machine))
             }
         };
         if !is_plain_name(&soname) {
@@ -710,19 +827,50 @@ fn scan_dir(
 /// A file to read: one of the folder's, or a pending mount's, read in place; or a pending
 /// library already known (soname, flags).
 enum Held<'p> {
-    Owned(std::fs::File),
+    /// Opened here; with its key where what it is goes to [`SeenLibraries`].
+    Owned(std::fs::File, Option<FileKey>),
     Borrowed(&'p std::fs::File),
     Known(&'p str, i32),
+    /// An image's library as an earlier container's scan found it.
+    Seen(String, i32),
 }
 
 impl Held<'_> {
     fn get(&self) -> Option<&std::fs::File> {
         match self {
-            Held::Owned(f) => Some(f),
+            Held::Owned(f, _) => Some(f),
             Held::Borrowed(f) => Some(f),
-            Held::Known(..) => None,
+            Held::Known(..) | Held::Seen(..) => None,
         }
     }
+}
+
+/// Regular file `name` of the scanned folder as a library to read: opened, or, where earlier
+/// containers' libraries are known ([`SeenLibraries`]), taken from them by its `lstat` when it
+/// is one of them (`None` for one that is no library, or no longer a regular file).
+fn library_file(
+    looks: &mut Looks<'_, '_>,
+    name: &str,
+    seen: Option<&SeenLibraries>,
+) -> Result<Option<Held<'static>>, RootError> {
+    if let Some(seen) = seen {
+        let Some(m) = looks.lstat(name)? else {
+            return Ok(None);
+        };
+        if m.kind != FileKind::File {
+            return Ok(None);
+        }
+        if let Some(library) = seen.get(&FileKey::of(&m)) {
+            return Ok(library
+                .clone()
+                .map(|(soname, flags)| Held::Seen(soname, flags)));
+        }
+    }
+    // The key is the open file's: what is read is what it names.
+    Ok(looks
+        .dir
+        .open_regular(name)?
+        .map(|(f, m)| Held::Owned(f, seen.map(|_| FileKey::of(&m)))))
 }
 
 /// The names of one scanned folder, each looked at once (`lstat`, `readlink`) however many
@@ -818,8 +966,8 @@ impl Looks<'_, '_> {
 
 /// Where a library symlink in an open folder leads, followed through names in that folder only.
 enum Near {
-    /// A regular file of the folder.
-    File(std::fs::File),
+    /// A regular file of the folder, by its name.
+    File(String),
     /// Nothing usable: dangling, or not a regular file.
     None,
     /// Out of the folder (a target with a `/`), or a chain longer than the kernel follows.
@@ -840,12 +988,7 @@ fn near_link(looks: &mut Looks<'_, '_>, name: &str) -> Result<Near, HookError> {
             return Ok(Near::None);
         };
         match kind {
-            FileKind::File => {
-                return Ok(match looks.dir.open_regular(target)? {
-                    Some(f) => Near::File(f),
-                    None => Near::None,
-                });
-            }
+            FileKind::File => return Ok(Near::File(target.to_string())),
             FileKind::Symlink => cur = target.to_string(),
             _ => return Ok(Near::None),
         }
@@ -892,6 +1035,7 @@ mod tests {
         for n in ["libgone.so.1", "libfifo.so.1", "libdir.so.1"] {
             assert_eq!(looks.kind(n).unwrap(), Some(FileKind::File), "{n}");
             assert!(dir.open_regular(n).unwrap().is_none(), "{n}");
+            assert!(library_file(&mut looks, n, None).unwrap().is_none(), "{n}");
         }
         assert!(looks.stat.is_empty(), "{:?}", looks.stat);
     }
