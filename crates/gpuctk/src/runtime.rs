@@ -497,13 +497,15 @@ impl<'r> Resolver<'r> {
 /// `config.json` is written atomically but not fsynced: the engine writes it again for every
 /// container, so surviving a power cut buys nothing, and two fsyncs cost milliseconds a start.
 /// `mode` is the one config.json had when read (from that read's `fstat`): the new file keeps
-/// it, and no `stat` of config.json is needed before the write.
+/// it, and neither a `stat` of config.json nor a link to its name (which would fail: it exists)
+/// comes before the write.
 fn write_spec(path: &Path, spec: &serde_json::Value, mode: u32) -> anyhow::Result<()> {
     let out = serde_json::to_vec(spec)?;
     // The bundle is the container's own folder, removed with it: no listing of it for stale
     // temp names on every start (a killed writer's is still removed by the next write).
     let opts = gpuctk_atomicfile::Options {
         mode: Some(mode),
+        replaces: true,
         no_sync: true,
         lazy_cleanup: true,
         ..Default::default()
