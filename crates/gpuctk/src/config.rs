@@ -299,36 +299,45 @@ pub fn load_from_env() -> Result<Config, ConfigError> {
 /// The most a config.toml may hold: NVIDIA's default one, every key set, is under 2 KiB.
 pub const MAX_CONFIG: u64 = 1 << 20;
 
-/// Load `path`; a missing file gives the defaults unless `required`. Only a regular file of at
-/// most [`MAX_CONFIG`] bytes is read (a FIFO is refused, not waited on), in one read.
+/// Load `path`; a missing file gives the defaults unless `required`.
 pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
+    let text = match read_text(path) {
+        Ok(t) => t,
+        Err(ConfigError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound && !required =>
+        {
+            return Ok(Config::default())
+        }
+        Err(e) => return Err(e),
+    };
+    parse(&text, path)
+}
+
+/// The text of config.toml `path`: only a regular file of at most [`MAX_CONFIG`] bytes (a FIFO
+/// is refused, not waited on), read in one read (`capped::read_regular`).
+pub fn read_text(path: &Path) -> Result<String, ConfigError> {
     use crate::capped::CappedError;
     let read_err = |source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     };
-    let bytes = match crate::capped::read_regular(path, MAX_CONFIG) {
-        Ok((bytes, _)) => bytes,
-        Err(CappedError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound && !required => {
-            return Ok(Config::default())
-        }
-        Err(e) => {
+    let bytes = crate::capped::read_regular(path, MAX_CONFIG)
+        .map_err(|e| {
             let path = path.to_path_buf();
-            return Err(match e {
+            match e {
                 CappedError::Io(e) => read_err(e),
                 CappedError::NotRegular => ConfigError::NotRegular { path },
                 CappedError::TooLarge(size) => ConfigError::TooLarge { path, size },
                 CappedError::Grew => ConfigError::Grew { path },
-            });
-        }
-    };
-    let text = String::from_utf8(bytes).map_err(|_| {
+            }
+        })?
+        .0;
+    String::from_utf8(bytes).map_err(|_| {
         read_err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "stream did not contain valid UTF-8",
         ))
-    })?;
-    parse(&text, path)
+    })
 }
 
 fn line_of(text: &str, offset: usize) -> usize {

@@ -1379,6 +1379,47 @@ fn passthrough_without_a_readable_config_uses_the_default_runtimes() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(recorded(&argv), [rt.to_str().unwrap(), "state", "c1"]);
+    // A FIFO where config.toml is, which nothing writes: not waited on. A pass-through call
+    // gets the default runtimes; create fails naming it.
+    let fifo = t.join("fifo-config.toml");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let finished = |args: &[&str]| {
+        let mut child = Command::new(&shim)
+            .env("GPUCTK_CONFIG", &fifo)
+            .env("PATH", &path)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Only a guard against a hang, which an open or read of the FIFO would be.
+        for _ in 0..600 {
+            if child.try_wait().unwrap().is_some() {
+                return child.wait_with_output().unwrap();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        child.kill().unwrap();
+        panic!("{args:?}: the shim waits on a FIFO for config.toml");
+    };
+    let out = finished(&["state", "c3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(recorded(&argv), [rt.to_str().unwrap(), "state", "c3"]);
+    let out = finished(&["create", "--bundle", t.path().to_str().unwrap(), "c4"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("fifo-config.toml: not a regular file"),
+        "{err}"
+    );
     // create with the missing config named by a variable is an error.
     let out = Command::new(&shim)
         .env("GPUCTK_CONFIG", &missing)
