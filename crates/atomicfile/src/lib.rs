@@ -78,6 +78,10 @@ pub struct Options<'a> {
     /// fallback. For a file in a directory that goes with its owner, such as a bundle's
     /// `config.json`, where the listing cost every container start several system calls.
     pub lazy_cleanup: bool,
+    /// The target exists (the caller has just read it, and gives its `mode`): the new content
+    /// goes straight to a temp name renamed over it, without first trying the target's own name
+    /// (a link that would fail with `EEXIST`). Were it gone meanwhile, the rename creates it.
+    pub replaces: bool,
 }
 
 /// The step that failed while the target was still untouched.
@@ -321,7 +325,7 @@ pub fn replace(path: &Path, contents: &[u8], opts: &Options<'_>) -> Result<(), E
         vec![dir.clone()]
     } else {
         let mut linked = false;
-        if temp.name.is_none() && existing.is_none() {
+        if temp.name.is_none() && existing.is_none() && !opts.replaces {
             // Maybe a new file: its final name is then its only name.
             match temp.link_as(path) {
                 Ok(()) => linked = true,
@@ -1015,6 +1019,31 @@ mod tests {
         assert!(fs::symlink_metadata(&l).unwrap().is_file());
         assert!(!d.path().join("nowhere").exists());
         assert_eq!(names(d.path()), ["link.json", "spec.json"]);
+    }
+
+    #[test]
+    fn replaces_goes_by_a_temp_name_whether_the_target_is_there_or_not() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.json");
+        let opts = Options {
+            mode: Some(0o600),
+            no_sync: true,
+            lazy_cleanup: true,
+            replaces: true,
+            ..Default::default()
+        };
+        fs::write(&p, b"old").unwrap();
+        replace(&p, b"new", &opts).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"new");
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // Removed since the caller read it: the rename makes it again.
+        fs::remove_file(&p).unwrap();
+        replace(&p, b"again", &opts).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"again");
+        assert_eq!(names(d.path()), ["config.json"]);
     }
 
     /// Many lazy writers of one file at once, and a reader: the reader only ever sees one

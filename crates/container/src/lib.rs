@@ -11,6 +11,7 @@
 //! * [`hooks`]: the hooks themselves;
 //! * [`ops`]: one typed in-root operation run on a root, for every delivery;
 //! * [`guard`]: the driver's params and application profile as the container sees them;
+//! * [`sized`]: the one whole-file read of a regular file whose size `fstat` gave;
 //! * `sys`: every system call, as a safe function; the only module allowed `unsafe`.
 //!
 //! Nothing here executes anything from the image or reads the environment.
@@ -24,6 +25,7 @@ pub mod hooks;
 pub mod legacy;
 pub mod ops;
 pub mod root;
+pub mod sized;
 pub mod state;
 #[allow(unsafe_code)]
 mod sys;

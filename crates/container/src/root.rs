@@ -483,7 +483,8 @@ impl Root {
         self.read_capped(file, seen.size, path, cap)
     }
 
-    /// The bytes of `file` (`size` as `fstat` gave it), refusing more than `cap`.
+    /// The bytes of `file` (`size` as `fstat` gave it), refusing more than `cap`: one read
+    /// where the file is still that size ([`crate::sized::read_sized`]).
     fn read_capped(
         &self,
         file: impl Read,
@@ -500,10 +501,8 @@ impl Root {
         if size > cap {
             return Err(too_large(size));
         }
-        let mut buf = Vec::with_capacity(size as usize);
-        file.take(cap + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| self.io_err(path, "read", e))?;
+        let buf =
+            crate::sized::read_sized(file, size, cap).map_err(|e| self.io_err(path, "read", e))?;
         if buf.len() as u64 > cap {
             return Err(too_large(buf.len() as u64));
         }
@@ -1080,13 +1079,12 @@ const QUICK_RETRIES: u32 = 32;
 /// The most [`openat2`] sleeps between retries before it reports `EAGAIN`.
 const RETRY_SLEEP_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Whether `file` holds exactly `bytes`, read from its start (`pread`: the offset is left alone).
+/// Whether `file`, just opened, holds exactly `bytes`. The caller compares its size (from
+/// `lstat`) with `bytes` first: a file of another size differs without being read. One read of
+/// one byte more than `bytes` then says it all (a longer file differs; a short read is its end).
 fn same_bytes(file: &File, bytes: &[u8]) -> io::Result<bool> {
-    use crate::elf::ReadAt;
-    // One byte more than `bytes`: a longer file differs.
-    let mut buf = vec![0u8; bytes.len() + 1];
-    let n = file.read_at_most(0, &mut buf)?;
-    Ok(&buf[..n] == bytes)
+    let len = bytes.len() as u64;
+    Ok(crate::sized::read_sized(file, len, len)? == bytes)
 }
 
 fn fstat(fd: BorrowedFd<'_>) -> io::Result<Metadata> {

@@ -1,46 +1,77 @@
-//! Reading a file whose size we bound: config.json, an engine's config, the install manifest,
-//! and the caches we keep under `/run` (the discovery snapshot, NVML's recorded answers).
+//! Reading a file whose size we bound: config.json, config.toml, an engine's config, the install
+//! manifest, and the caches we keep under `/run` (the discovery snapshot, NVML's recorded answers).
 
 use std::path::Path;
-
-use anyhow::Context;
 
 /// Reads a regular file of at most `cap` bytes: the size is checked before reading (a huge file
 /// fails at once, without being read), and a FIFO or device is refused rather than opened for
 /// blocking reads.
 pub fn read_capped(path: &Path, cap: u64, what: &str) -> anyhow::Result<Vec<u8>> {
-    use std::io::Read;
+    read_capped_meta(path, cap, what).map(|(bytes, _)| bytes)
+}
+
+/// [`read_capped`], with what `fstat` said of the file (its mode, for a writer that keeps it).
+pub fn read_capped_meta(
+    path: &Path,
+    cap: u64,
+    what: &str,
+) -> anyhow::Result<(Vec<u8>, std::fs::Metadata)> {
+    read_regular(path, cap).map_err(|e| match e {
+        CappedError::Io(e) => {
+            anyhow::Error::new(e).context(format!("{}: cannot read {what}", path.display()))
+        }
+        CappedError::NotRegular => {
+            anyhow::anyhow!("{}: {what} is not a regular file", path.display())
+        }
+        CappedError::TooLarge(size) => anyhow::anyhow!(
+            "{}: {what} is {size} bytes, more than the {cap} allowed; this is not a file an engine writes",
+            path.display(),
+        ),
+        CappedError::Grew => anyhow::anyhow!(
+            "{}: {what} grew past the {cap} bytes allowed while being read",
+            path.display()
+        ),
+    })
+}
+
+/// Why [`read_regular`] read nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum CappedError {
+    /// Opening, stat'ing or reading it failed (`NotFound`: there is none).
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// A FIFO, device, socket or directory.
+    #[error("not a regular file")]
+    NotRegular,
+    /// Larger than the cap: its size.
+    #[error("{0} bytes, more than allowed")]
+    TooLarge(u64),
+    /// It grew past the cap while read.
+    #[error("grew past the size allowed while read")]
+    Grew,
+}
+
+/// The bytes of regular file `path` (symlinks followed), at most `cap` of them, and what
+/// `fstat` said of it: opened without blocking on a FIFO, refused over the cap before a byte is
+/// read, and read in one read where it is still the size `fstat` gave.
+pub fn read_regular(path: &Path, cap: u64) -> Result<(Vec<u8>, std::fs::Metadata), CappedError> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .with_context(|| format!("{}: cannot read {what}", path.display()))?;
-    let md = file
-        .metadata()
-        .with_context(|| format!("{}: cannot read {what}", path.display()))?;
+        .open(path)?;
+    let md = file.metadata()?;
     if !md.is_file() {
-        anyhow::bail!("{}: {what} is not a regular file", path.display());
+        return Err(CappedError::NotRegular);
     }
     if md.len() > cap {
-        anyhow::bail!(
-            "{}: {what} is {} bytes, more than the {} allowed; this is not a file an engine writes",
-            path.display(),
-            md.len(),
-            cap
-        );
+        return Err(CappedError::TooLarge(md.len()));
     }
-    let mut buf = Vec::with_capacity(md.len() as usize);
-    file.take(cap + 1)
-        .read_to_end(&mut buf)
-        .with_context(|| format!("{}: cannot read {what}", path.display()))?;
+    let buf = gpuctk_container::sized::read_sized(&file, md.len(), cap)?;
     if buf.len() as u64 > cap {
-        anyhow::bail!(
-            "{}: {what} grew past the {cap} bytes allowed while being read",
-            path.display()
-        );
+        return Err(CappedError::Grew);
     }
-    Ok(buf)
+    Ok((buf, md))
 }
 
 /// Why a cache file of ours was not read.
@@ -64,9 +95,8 @@ pub enum OwnedFileError {
 /// regular file owned by `uid` and writable by it only, of at most `cap` bytes, in one read of
 /// the size its stat gave (plus one byte, to see that nothing follows).
 pub fn read_owned(path: &Path, uid: u32, cap: u64) -> Result<Vec<u8>, OwnedFileError> {
-    use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let mut f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)?;
@@ -77,11 +107,51 @@ pub fn read_owned(path: &Path, uid: u32, cap: u64) -> Result<Vec<u8>, OwnedFileE
     if md.len() > cap {
         return Err(OwnedFileError::TooLarge(cap));
     }
-    let mut buf = vec![0u8; md.len() as usize + 1];
-    let n = f.read(&mut buf)?;
-    if n != md.len() as usize {
+    let buf = gpuctk_container::sized::read_sized(&f, md.len(), cap)?;
+    if buf.len() as u64 != md.len() {
         return Err(OwnedFileError::Changed);
     }
-    buf.truncate(n);
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_longer_than_its_stat_size_is_read_on_and_still_capped() {
+        // procfs gives size 0 for a file with bytes: read on to its end, and not past the cap.
+        let p = Path::new("/proc/self/status");
+        let (bytes, _) = read_regular(p, 1 << 20).unwrap();
+        assert!(bytes.starts_with(b"Name:"), "{bytes:?}");
+        assert!(matches!(read_regular(p, 16), Err(CappedError::Grew)));
+        assert_eq!(
+            read_capped(p, 16, "the status").unwrap_err().to_string(),
+            "/proc/self/status: the status grew past the 16 bytes allowed while being read"
+        );
+    }
+
+    #[test]
+    fn over_the_cap_or_not_a_regular_file_is_refused_before_reading() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, [1u8; 17]).unwrap();
+        assert!(matches!(
+            read_regular(&p, 16),
+            Err(CappedError::TooLarge(17))
+        ));
+        let (bytes, md) = read_regular(&p, 17).unwrap();
+        assert_eq!((bytes.len(), md.len()), (17, 17));
+        assert_eq!(
+            read_capped(&p, 16, "the file").unwrap_err().to_string(),
+            format!(
+                "{}: the file is 17 bytes, more than the 16 allowed; this is not a file an engine writes",
+                p.display()
+            )
+        );
+        assert!(matches!(
+            read_regular(d.path(), 16),
+            Err(CappedError::NotRegular)
+        ));
+    }
 }

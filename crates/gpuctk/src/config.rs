@@ -165,6 +165,32 @@ pub enum ConfigError {
         /// Why.
         source: std::io::Error,
     },
+    /// A FIFO, device, socket or directory: not read.
+    #[error(
+        "{path}: not a regular file (a FIFO or device is not read); make it a regular config.toml"
+    )]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Larger than [`MAX_CONFIG`]: not read.
+    #[error(
+        "{path}: {size} bytes, more than the {MAX_CONFIG} a config.toml may hold; replace it with a real one (`nvidia-ctk config default` prints the default)"
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
+    /// It grew past [`MAX_CONFIG`] while read.
+    #[error(
+        "{path}: grew past the {MAX_CONFIG} bytes a config.toml may hold while read; replace it with a real one (`nvidia-ctk config default` prints the default)"
+    )]
+    Grew {
+        /// The file.
+        path: PathBuf,
+    },
     /// TOML syntax error.
     #[error(
         "{path}:{line}: {message}; fix the TOML syntax (gpuctk reads NVIDIA's config.toml keys)"
@@ -270,21 +296,48 @@ pub fn load_from_env() -> Result<Config, ConfigError> {
     load(&path, required)
 }
 
+/// The most a config.toml may hold: NVIDIA's default one, every key set, is under 2 KiB.
+pub const MAX_CONFIG: u64 = 1 << 20;
+
 /// Load `path`; a missing file gives the defaults unless `required`.
 pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match read_text(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+        Err(ConfigError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound && !required =>
+        {
             return Ok(Config::default())
         }
-        Err(source) => {
-            return Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
+        Err(e) => return Err(e),
     };
     parse(&text, path)
+}
+
+/// The text of config.toml `path`: only a regular file of at most [`MAX_CONFIG`] bytes (a FIFO
+/// is refused, not waited on), read in one read (`capped::read_regular`).
+pub fn read_text(path: &Path) -> Result<String, ConfigError> {
+    use crate::capped::CappedError;
+    let read_err = |source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = crate::capped::read_regular(path, MAX_CONFIG)
+        .map_err(|e| {
+            let path = path.to_path_buf();
+            match e {
+                CappedError::Io(e) => read_err(e),
+                CappedError::NotRegular => ConfigError::NotRegular { path },
+                CappedError::TooLarge(size) => ConfigError::TooLarge { path, size },
+                CappedError::Grew => ConfigError::Grew { path },
+            }
+        })?
+        .0;
+    String::from_utf8(bytes).map_err(|_| {
+        read_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        ))
+    })
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -795,6 +848,75 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_over_the_cap_is_refused_in_one_line_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.toml");
+        // A comment of exactly the cap: read and parsed.
+        let mut text = vec![b'#'; MAX_CONFIG as usize];
+        std::fs::write(&p, &text).unwrap();
+        load(&p, true).unwrap();
+        text.push(b'#');
+        std::fs::write(&p, &text).unwrap();
+        let e = load(&p, true).unwrap_err();
+        assert!(matches!(e, ConfigError::TooLarge { size, .. } if size == MAX_CONFIG + 1));
+        let m = e.to_string();
+        assert!(!m.contains('\n'), "{m}");
+        for want in [
+            &p.display().to_string(),
+            "1048577 bytes",
+            "1048576",
+            "config default",
+        ] {
+            assert!(m.contains(want), "{want}: {m}");
+        }
+    }
+
+    #[test]
+    fn a_config_that_is_a_fifo_or_a_directory_is_refused_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("config.toml");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        // A read of a FIFO without a writer would wait for one forever: the load runs aside,
+        // and a load still waiting after a minute is that.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = fifo.clone();
+        std::thread::spawn(move || tx.send(load(&p, false).map(|_| ())));
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("load blocked on a FIFO");
+        let e = r.unwrap_err();
+        assert!(matches!(e, ConfigError::NotRegular { .. }), "{e}");
+        let m = e.to_string();
+        assert!(
+            m.contains(&fifo.display().to_string()) && !m.contains('\n'),
+            "{m}"
+        );
+        let e = load(d.path(), false).unwrap_err();
+        assert!(matches!(e, ConfigError::NotRegular { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_missing_config_is_the_defaults_unless_required() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config.toml");
+        assert!(load(&p, false).unwrap().path.is_none());
+        let e = load(&p, true).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+            "{e}"
+        );
+        std::fs::write(&p, b"\xff").unwrap();
+        assert!(load(&p, false).unwrap_err().to_string().contains("UTF-8"));
+    }
 
     #[test]
     fn every_applied_key_is_set() {

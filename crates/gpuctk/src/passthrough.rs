@@ -6,12 +6,12 @@
 //! runtime up (stopping at the first hit) and execs it. No TOML document, no logging set-up,
 //! no unknown-key warnings: those belong to `create`/`run`.
 //!
-//! A config that cannot be read for that key (missing, unreadable, or too broken for the
-//! scanner and for the full parser) gives the default runtimes: a pass-through call must still
-//! reach the runtime, or a container created before the file broke could not be stopped or
-//! deleted. A syntax error elsewhere in the file does not hide a `runtimes` key the scanner can
-//! read, so `delete` goes to the runtime `create` used. `create`/`run` still parse the whole
-//! file and stop on any error.
+//! A config that cannot be read for that key (missing, unreadable, a FIFO or over its cap, or
+//! too broken for the scanner and for the full parser) gives the default runtimes: a
+//! pass-through call must still reach the runtime, or a container created before the file
+//! broke could not be stopped or deleted. A syntax error elsewhere in the file does not hide a
+//! `runtimes` key the scanner can read, so `delete` goes to the runtime `create` used.
+//! `create`/`run` still parse the whole file and stop on any error.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -293,7 +293,7 @@ fn delete_and_forget(mut cmd: std::process::Command, record: &Record, parsed: &R
 /// defaults when it cannot be read (see the module doc).
 pub fn runtimes() -> Vec<String> {
     let (path, _required) = config::config_path(&|k| std::env::var(k).ok());
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    let Ok(text) = config::read_text(&path) else {
         return Config::default().runtimes;
     };
     match scan_runtimes(&text) {

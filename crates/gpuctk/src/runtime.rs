@@ -166,7 +166,8 @@ fn modify_bundle_once(
     snapshot: bool,
 ) -> anyhow::Result<()> {
     let path = bundle.join("config.json");
-    let bytes = crate::capped::read_capped(&path, MAX_CONFIG_JSON, "the OCI spec")?;
+    let (bytes, md) = crate::capped::read_capped_meta(&path, MAX_CONFIG_JSON, "the OCI spec")?;
+    let mode = std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o7777;
     let mut spec: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         anyhow!(
             "{}: invalid JSON at line {} column {}: {e}",
@@ -215,7 +216,7 @@ fn modify_bundle_once(
             }
             Decision::PrestartHook => {
                 if add_prestart_hook(&mut spec, cfg) {
-                    write_spec(&path, &spec)?;
+                    write_spec(&path, &spec, mode)?;
                     tracing::info!("{}: added the legacy prestart hook", path.display());
                 }
                 return Ok(());
@@ -253,7 +254,7 @@ fn modify_bundle_once(
     if !edits.hooks.is_empty() {
         pass_hook_errors_on(&mut spec, runtime);
     }
-    write_spec(&path, &spec)?;
+    write_spec(&path, &spec, mode)?;
     tracing::info!(
         "{}: injected {} device nodes, {} mounts, {} hooks",
         path.display(),
@@ -526,11 +527,16 @@ impl<'r> Resolver<'r> {
 
 /// `config.json` is written atomically but not fsynced: the engine writes it again for every
 /// container, so surviving a power cut buys nothing, and two fsyncs cost milliseconds a start.
-fn write_spec(path: &Path, spec: &serde_json::Value) -> anyhow::Result<()> {
+/// `mode` is the one config.json had when read (from that read's `fstat`): the new file keeps
+/// it, and neither a `stat` of config.json nor a link to its name (which would fail: it exists)
+/// comes before the write.
+fn write_spec(path: &Path, spec: &serde_json::Value, mode: u32) -> anyhow::Result<()> {
     let out = serde_json::to_vec(spec)?;
     // The bundle is the container's own folder, removed with it: no listing of it for stale
     // temp names on every start (a killed writer's is still removed by the next write).
     let opts = gpuctk_atomicfile::Options {
+        mode: Some(mode),
+        replaces: true,
         no_sync: true,
         lazy_cleanup: true,
         ..Default::default()

@@ -893,6 +893,147 @@ fn legacy_mode_adds_the_prestart_hook() {
     }
 }
 
+/// The shim's `create` of the bed's bundle under strace, with `-y` naming each call's file: its
+/// own calls, up to its exec of the runtime.
+fn traced_create(bed: &Bed, id: &str) -> Vec<String> {
+    let trace = bed.t.join(&format!("{id}.trace"));
+    let mut c = Command::new("strace");
+    c.args([
+        "-y",
+        "-qq",
+        "-s",
+        "0",
+        "-e",
+        "trace=execve,openat,read,pread64,%%stat,linkat",
+        "-o",
+    ])
+    .arg(&trace)
+    .arg(&bed.shim)
+    .env("GPUCTK_CONFIG", &bed.config)
+    .arg("--root")
+    .arg(&bed.state_root)
+    .args(["create", "--bundle", bed.bundle.to_str().unwrap(), id]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NVIDIA_") {
+            c.env_remove(k);
+        }
+    }
+    let out = c
+        .output()
+        .unwrap_or_else(|e| panic!("strace: {e} (install strace: scripts/setup.sh)"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = fs::read_to_string(&trace).unwrap();
+    // The first execve is the shim's own, the next one the runtime's.
+    text.lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with("execve("))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue 21: the shim read config.toml, config.json, the image's ld.so.cache and ld.so.conf.d
+/// files with a second read that only said "end of file", compared an application profile with
+/// a second pread, and stat'ed config.json again before writing it. Each file whose size fstat
+/// gave is now read in one read (its size plus one byte: a short read of a regular file is its
+/// end), and config.json's mode comes from that read's fstat.
+#[test]
+fn create_reads_each_file_once_and_names_config_json_once() {
+    let bed = Bed::new("runc", "debian", 2);
+    recording_runtime(&bed);
+    let real = |p: &std::path::Path| fs::canonicalize(p).unwrap().display().to_string();
+    let config = real(&bed.config);
+    let spec = real(&bed.bundle.join("config.json"));
+    let rootfs = format!("{}/", real(&bed.bundle.join("rootfs")));
+    // Twice: the second create finds in the image what the first wrote (the application
+    // profile among them) and compares it before writing.
+    for id in ["c1", "c2"] {
+        bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
+        let trace = traced_create(&bed, id);
+        // (file, bytes returned) of every read and pread.
+        let reads: Vec<(&str, i64)> = trace
+            .iter()
+            .filter(|l| l.starts_with("read(") || l.starts_with("pread64("))
+            .filter_map(|l| {
+                let file = l.split_once('<')?.1.split_once('>')?.0;
+                let n = l.rsplit_once(" = ")?.1.split(' ').next()?.parse().ok()?;
+                Some((file, n))
+            })
+            .collect();
+        let read = |f: &dyn Fn(&str) -> bool| reads.iter().any(|(p, n)| f(p) && *n > 0);
+        assert!(read(&|p| p == config), "{id}: config.toml read: {trace:#?}");
+        assert!(read(&|p| p == spec), "{id}: config.json read: {trace:#?}");
+        assert!(
+            read(&|p| p == format!("{rootfs}etc/ld.so.cache")),
+            "{id}: the image's ld.so.cache read: {trace:#?}"
+        );
+        assert!(
+            read(&|p| p.starts_with(&format!("{rootfs}etc/ld.so.conf.d/"))),
+            "{id}: the image's ld.so.conf.d read: {trace:#?}"
+        );
+        if id == "c2" {
+            assert!(
+                read(&|p| p.contains("/nvidia-application-profiles-rc.d/")),
+                "{id}: the application profile compared: {trace:#?}"
+            );
+        }
+        let ends: Vec<_> = reads
+            .iter()
+            .filter(|(p, n)| *n == 0 && (*p == config || *p == spec || p.starts_with(&rootfs)))
+            .collect();
+        assert!(
+            ends.is_empty(),
+            "{id}: reads that only found the end of a file whose size was known: {ends:?}"
+        );
+        // Its open for the read, and nothing else before the rename: no stat for its mode, no
+        // link to its name to see whether it exists.
+        let named: Vec<_> = trace
+            .iter()
+            .filter(|l| l.contains(&format!("\"{spec}\"")))
+            .collect();
+        assert!(
+            named.len() == 1 && named[0].starts_with("openat("),
+            "{id}: config.json's mode and being there are known from its read: {named:#?}"
+        );
+    }
+}
+
+/// config.json keeps its mode through the shim's rewrite (the mode now comes from the fstat of
+/// the shim's read, not from a stat before the write).
+#[test]
+fn create_keeps_the_mode_of_config_json() {
+    use std::os::unix::fs::PermissionsExt;
+    let bed = Bed::new("runc", "debian", 1);
+    recording_runtime(&bed);
+    for mode in [0o600, 0o640, 0o444] {
+        bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all"]);
+        let p = bed.bundle.join("config.json");
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+        let out = bed
+            .shim_cmd(&["create", "--bundle", bed.bundle.to_str().unwrap(), "c1"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(bed.spec()["linux"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["path"] == "/dev/nvidia0"));
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o7777,
+            mode,
+            "config.json keeps its mode"
+        );
+    }
+}
+
 /// What our hooks leave in a rootfs: every file and link under `/etc` and the library folders,
 /// with content (files) or target (links).
 fn in_root_state(rootfs: &std::path::Path) -> Vec<(String, String)> {
@@ -1238,6 +1379,47 @@ fn passthrough_without_a_readable_config_uses_the_default_runtimes() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(recorded(&argv), [rt.to_str().unwrap(), "state", "c1"]);
+    // A FIFO where config.toml is, which nothing writes: not waited on. A pass-through call
+    // gets the default runtimes; create fails naming it.
+    let fifo = t.join("fifo-config.toml");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let finished = |args: &[&str]| {
+        let mut child = Command::new(&shim)
+            .env("GPUCTK_CONFIG", &fifo)
+            .env("PATH", &path)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Only a guard against a hang, which an open or read of the FIFO would be.
+        for _ in 0..600 {
+            if child.try_wait().unwrap().is_some() {
+                return child.wait_with_output().unwrap();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        child.kill().unwrap();
+        panic!("{args:?}: the shim waits on a FIFO for config.toml");
+    };
+    let out = finished(&["state", "c3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(recorded(&argv), [rt.to_str().unwrap(), "state", "c3"]);
+    let out = finished(&["create", "--bundle", t.path().to_str().unwrap(), "c4"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("fifo-config.toml: not a regular file"),
+        "{err}"
+    );
     // create with the missing config named by a variable is an error.
     let out = Command::new(&shim)
         .env("GPUCTK_CONFIG", &missing)
