@@ -74,6 +74,14 @@ pub fn read_regular(path: &Path, cap: u64) -> Result<(Vec<u8>, std::fs::Metadata
     Ok((buf, md))
 }
 
+/// This process's effective uid, asked of the kernel once: nothing here changes it, and the
+/// caches of ours, their folder and the default snapshot folder each ask (a system call each
+/// on every create).
+pub fn euid() -> u32 {
+    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *EUID.get_or_init(|| rustix::process::geteuid().as_raw())
+}
+
 /// Why a cache file of ours was not read.
 #[derive(Debug, thiserror::Error)]
 pub enum OwnedFileError {

@@ -109,7 +109,7 @@ impl Config {
             Some(d) if d.as_os_str().is_empty() => None,
             Some(d) => Some(d.clone()),
             None if self.proc_root != std::path::Path::new("/proc") => None,
-            None if rustix::process::geteuid().is_root() => Some(PathBuf::from("/run/gpuctk")),
+            None if crate::capped::euid() == 0 => Some(PathBuf::from("/run/gpuctk")),
             None => std::env::var_os("XDG_RUNTIME_DIR")
                 .map(PathBuf::from)
                 .filter(|d| d.is_absolute())

@@ -58,7 +58,7 @@ pub fn ask_and_record(
     let info = ask_nvml(inv, helper);
     let mut warning = None;
     if let (Ok(i), Some(cache)) = (&info, cache) {
-        if rustix::process::geteuid().is_root() {
+        if crate::capped::euid() == 0 {
             warning = record(cache, inv, i)
                 .err()
                 .map(|e| format!("NVML's answers not recorded for the runtime: {e}"));

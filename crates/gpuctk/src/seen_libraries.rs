@@ -26,7 +26,7 @@ const MAX_FILE: u64 = 4 << 20;
 /// The libraries recorded in `dir`; none where there is no readable file of ours there.
 pub fn load(dir: &Path) -> SeenLibraries {
     let path = dir.join(FILE);
-    let euid = rustix::process::geteuid().as_raw();
+    let euid = crate::capped::euid();
     let text = match crate::capped::read_owned(&path, euid, MAX_FILE) {
         Ok(bytes) => bytes,
         Err(crate::capped::OwnedFileError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -309,7 +309,7 @@ impl Snapshot {
     /// vouches for; why not otherwise.
     fn load(&self, key: &Key, dev: Option<&Path>) -> Result<(Inventory, Vouched), NotUsed> {
         let other = |e: &dyn std::fmt::Display| NotUsed::Other(e.to_string());
-        let euid = rustix::process::geteuid().as_raw();
+        let euid = crate::capped::euid();
         let buf =
             crate::capped::read_owned(&self.path, euid, MAX_SNAPSHOT).map_err(|e| other(&e))?;
         let file: File = serde_json::from_slice(&buf).map_err(|e| other(&e))?;
@@ -478,7 +478,7 @@ pub(crate) fn write_cache(path: &Path, bytes: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", dir.display()))?;
     // A folder others may write to is not where a cache of ours lives.
     let md = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    if md.uid() != rustix::process::geteuid().as_raw() || md.mode() & 0o022 != 0 {
+    if md.uid() != crate::capped::euid() || md.mode() & 0o022 != 0 {
         return Err(format!(
             "{}: not a folder of ours writable by us only",
             dir.display()

@@ -101,7 +101,7 @@ pub fn registry(cache_dir: &Path, spec_dirs: &[PathBuf], vendors: &[&str], read:
 
 /// The cache's registry when it is ours and made under `key`; why not otherwise.
 fn load(path: &Path, key: &Key, spec_dirs: &[PathBuf]) -> Result<Registry, String> {
-    let euid = rustix::process::geteuid().as_raw();
+    let euid = crate::capped::euid();
     let buf = crate::capped::read_owned(path, euid, MAX_CACHE).map_err(|e| e.to_string())?;
     let file: FileIn = serde_json::from_slice(&buf).map_err(|e| e.to_string())?;
     if &file.key != key {
