@@ -330,6 +330,23 @@ fn shim_choice(
         .into_iter()
         .filter(|(_, o)| !o.needs_live_container())
         .collect();
+    let dests: Vec<&str> = spec
+        .get("mounts")
+        .and_then(|m| m.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("destination").and_then(|d| d.as_str()))
+        .chain(edits.mounts.iter().map(|m| m.container_path.as_str()))
+        .collect();
+    // A mount over a path the hooks work on as the two are written (the runtime's `/dev` over
+    // a static spec's DRM links): known without opening the root and walking it.
+    for (_, op) in &ops {
+        for (p, _) in op.paths() {
+            if dests.iter().any(|d| covers(d, &p)) {
+                return ShimChoice::Hooks(format!("a spec mount covers {p}"));
+            }
+        }
+    }
     let Some(rootfs) = rootfs_of(spec, bundle) else {
         return hooks("no root.path");
     };
@@ -341,14 +358,7 @@ fn shim_choice(
     let mut resolver = Resolver::new(&mut root);
     let mut resolved = |p: &str| resolver.resolve(p);
     let mut mounts: Vec<String> = Vec::new();
-    for d in spec
-        .get("mounts")
-        .and_then(|m| m.as_array())
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m.get("destination").and_then(|d| d.as_str()))
-        .chain(edits.mounts.iter().map(|m| m.container_path.as_str()))
-    {
+    for d in dests {
         let Some(r) = resolved(d) else {
             return ShimChoice::Hooks(format!("mount {d} does not resolve in the root"));
         };

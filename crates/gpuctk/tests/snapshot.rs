@@ -1049,3 +1049,44 @@ fn an_images_libraries_are_read_once() {
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(&ino)).collect();
     assert!(lines.iter().any(|l| l.ends_with(" libc.so.6")), "{lines:?}");
 }
+
+/// Regression (issue 21): where a mount covers a path the hooks work on as the two are
+/// written (the runtime's `/dev` over the DRM links of a container given graphics), the shim
+/// leaves the hooks to the runtime without opening the rootfs, checking it against the host's
+/// folders or walking the mounts' destinations in it (about 90 calls, for nothing).
+#[test]
+fn a_mount_over_the_hooks_paths_as_written_is_seen_without_the_root() {
+    let s = Snap::new();
+    s.bed.set_env(&[
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_DRIVER_CAPABILITIES=all",
+    ]);
+    let trace = s.bed.t.join("create.trace");
+    let out = under_strace(
+        s.bed
+            .shim_cmd(&["create", "--bundle", s.bed.bundle.to_str().unwrap(), "snap"]),
+        &trace,
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let log = fs::read_to_string(&s.log).unwrap();
+    assert!(
+        log.contains("hooks left to the runtime: a spec mount covers /dev/dri/by-path/"),
+        "{log}"
+    );
+    let spec = s.bed.spec().to_string();
+    assert!(spec.contains("create-symlinks"), "{spec}");
+    let text = fs::read_to_string(&trace).unwrap();
+    let root = s.bed.bundle.join("rootfs");
+    let looked: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("openat2(") || l.contains(&format!("\"{}\"", root.display())))
+        .filter(|l| !l.contains(&s.dir.display().to_string()))
+        .collect();
+    assert!(looked.is_empty(), "{looked:?}");
+    assert!(
+        !text.contains("\"/usr/libexec\""),
+        "the host folders were checked"
+    );
+}
