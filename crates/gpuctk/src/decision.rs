@@ -30,7 +30,13 @@ pub struct LiveHost<'a> {
     /// The driver libraries of the inventory (soname and ELF ABI each, as discovery read
     /// them), once discovery (or its snapshot) ran.
     pub libraries: Vec<gpuctk_host::Library>,
+    /// Where no discovery runs (a static CDI spec): a current snapshot's GPUs and the files
+    /// it vouches for, looked for once (`None`: not yet).
+    current: Option<Option<Current>>,
 }
+
+/// A current discovery snapshot's GPUs (minor, bus id) and the files it vouches for.
+type Current = (Vec<(u32, String)>, crate::snapshot::Vouched);
 
 impl<'a> LiveHost<'a> {
     /// The host under `cfg`'s roots and spec dirs; `rootfs` is the container's root on the
@@ -44,6 +50,7 @@ impl<'a> LiveHost<'a> {
             snapshot_used: None,
             gpus: None,
             libraries: Vec::new(),
+            current: None,
         }
     }
 
@@ -69,23 +76,35 @@ impl<'a> LiveHost<'a> {
     /// against a handful of `statx` and one read). `None` where neither is at hand: the
     /// caller reads procfs.
     pub fn known_gpus(&mut self) -> Option<&[(u32, String)]> {
-        if self.gpus.is_none() && self.read_snapshot {
-            if let Some(dir) = self.cfg.snapshot_dir() {
+        if self.gpus.is_none() {
+            self.gpus = self.current().map(|(gpus, _)| gpus.clone());
+        }
+        self.gpus.as_deref()
+    }
+
+    /// A current discovery snapshot of either shape, looked for once: its GPUs and the files
+    /// it vouches for. The full shape (graphics files too) first: that of the spec `cdi
+    /// generate` writes, which also writes both snapshots.
+    fn current(&mut self) -> Option<&Current> {
+        if self.current.is_none() {
+            let mut found = None;
+            if let (true, Some(dir)) = (self.read_snapshot, self.cfg.snapshot_dir()) {
                 let roots = roots(self.cfg);
                 let version = self.version_text().map(str::to_string);
-                // The default container's shape (compute only) first: the one most often there.
-                self.gpus = [true, false].into_iter().find_map(|skip_graphics| {
+                let shapes = [false, true].map(|skip_graphics| {
                     let opts = DiscoverOptions {
                         skip_graphics,
                         ..Default::default()
                     };
-                    let inv = crate::snapshot::Snapshot::new(&dir, &roots, &opts)
-                        .current(&roots, version.as_deref())?;
-                    Some(gpu_ids(&inv))
+                    crate::snapshot::Snapshot::new(&dir, &roots, &opts)
                 });
+                found =
+                    crate::snapshot::Snapshot::first_current(&shapes, &roots, version.as_deref())
+                        .map(|(inv, vouched)| (gpu_ids(&inv), vouched));
             }
+            self.current = Some(found);
         }
-        self.gpus.as_deref()
+        self.current.as_ref().and_then(Option::as_ref)
     }
 
     /// Whether the host is a WSL2 one (no NVIDIA kernel driver, `/dev/dxg` or `libdxcore.so`).
@@ -152,7 +171,14 @@ impl HostView for LiveHost<'_> {
         gpuctk_host::procfs::parse_version(text).ok()
     }
     fn first_missing(&mut self, paths: &[(&str, &str)]) -> Option<String> {
-        gpuctk_host::first_missing(paths.iter().copied())
+        // What a current snapshot vouches for is there: a `stat` of its folders, not of each.
+        let vouched = self.current().map(|(_, v)| v);
+        gpuctk_host::first_missing(
+            paths
+                .iter()
+                .copied()
+                .filter(|(_, p)| vouched.is_none_or(|v| v.kind(Path::new(p)).is_none())),
+        )
     }
     fn warn(&mut self, msg: &str) {
         tracing::warn!("{msg}");

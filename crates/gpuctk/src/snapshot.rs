@@ -295,13 +295,22 @@ impl Snapshot {
         Ok((inv, None))
     }
 
-    /// The snapshot's inventory when one is current for the host as it is now; `None`
-    /// otherwise, and nothing is discovered or written (for a create that needs no discovery,
-    /// see [`crate::decision::LiveHost::known_gpus`]). Its folders are not checked: what such a
-    /// create takes from it (the GPUs) the key covers.
-    pub fn current(&self, roots: &Roots, version: Option<&str>) -> Option<Inventory> {
-        let key = self.key_now(roots, version)?;
-        self.load(&key, None).ok().map(|(inv, _)| inv)
+    /// The first of `snapshots` (one host's roots, other shapes) that is current for the host
+    /// as it is now, its folders unchanged, with the files it vouches for; the key's `stat`s
+    /// are taken once for all. `None` otherwise, and nothing is discovered or written: for a
+    /// create that needs no discovery (a static CDI spec's, see
+    /// [`crate::decision::LiveHost::known_gpus`] and its `first_missing`).
+    pub fn first_current(
+        snapshots: &[Snapshot],
+        roots: &Roots,
+        version: Option<&str>,
+    ) -> Option<(Inventory, Vouched)> {
+        let mut key = snapshots.first()?.key_now(roots, version)?;
+        let dev = roots.dev_root.join("dev");
+        snapshots.iter().find_map(|s| {
+            key.shape.clone_from(&s.shape);
+            s.load(&key, Some(&dev)).ok()
+        })
     }
 
     /// The snapshot's inventory when it is ours, made under `key` and, with `dev` (the dev

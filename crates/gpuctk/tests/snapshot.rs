@@ -1090,3 +1090,53 @@ fn a_mount_over_the_hooks_paths_as_written_is_seen_without_the_root() {
         "the host folders were checked"
     );
 }
+
+/// Regression (issue 21): a static-spec create checks that the spec still fits the host (each
+/// mount source and device node there); a current snapshot whose folders have settled vouches
+/// for the files it names, so those cost a `stat` of their folder, not one each (31 calls for a
+/// spec of 8 GPUs before).
+#[test]
+fn a_static_spec_create_stats_no_file_the_snapshot_vouches_for() {
+    let s = Snap::new();
+    settle_folders();
+    let out = s.bed.cdi_dir().join("nvidia.yaml");
+    let mut c = gpuctk(&["cdi", "generate", "--output", out.to_str().unwrap()]);
+    c.env("GPUCTK_CONFIG", &s.bed.config);
+    for r in s.bed.host.roots().chunks(2) {
+        c.args(r);
+    }
+    ok_command(c, &[]);
+    settle();
+    s.bed.set_env(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"]);
+    let trace = s.bed.t.join("create.trace");
+    let bundle = s.bed.bundle.to_str().unwrap();
+    let run = under_strace(
+        s.bed.shim_cmd(&["create", "--bundle", bundle, "snap"]),
+        &trace,
+    );
+    ok_command(run, &[]);
+    let text = fs::read_to_string(&trace).unwrap();
+    let spec = s.bed.spec();
+    let root = s.bed.host.driver_root();
+    let sources: Vec<String> = spec["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["source"].as_str())
+        .filter(|p| p.starts_with(&root))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        sources.iter().any(|p| p.ends_with("libcuda.so.570.124.06")),
+        "{spec}"
+    );
+    for p in &sources {
+        let quoted = format!("\"{p}\"");
+        let seen: Vec<&str> = text.lines().filter(|l| l.contains(&quoted)).collect();
+        assert!(seen.is_empty(), "{seen:?}");
+    }
+    let folder = format!("\"{root}/usr/lib/x86_64-linux-gnu\"");
+    assert!(text
+        .lines()
+        .any(|l| l.contains("stat") && l.contains(&folder)));
+}
