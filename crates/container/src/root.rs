@@ -1450,25 +1450,10 @@ impl<'r> Dir<'r> {
         if seen.kind != FileKind::File {
             return Ok(None);
         }
-        let path = self.child(name);
-        let c = name_cstring(OsStr::new(name), &path)?;
-        let fd = match openat2(
-            self.fd.as_fd(),
-            &c,
-            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW,
-            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
-        ) {
-            Ok(fd) => fd,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ELOOP)) => {
-                return Ok(None)
-            }
-            Err(e) => return Err(self.root.io_err(&path, "open", e)),
-        };
-        let now = fstat(fd.as_fd()).map_err(|e| self.root.io_err(&path, "stat", e))?;
-        if now.kind != FileKind::File || !now.same_inode(seen) {
-            return Ok(None);
-        }
-        Ok(Some(File::from(fd)))
+        Ok(self
+            .open_regular(name)?
+            .filter(|(_, now)| now.same_inode(seen))
+            .map(|(f, _)| f))
     }
 }
 

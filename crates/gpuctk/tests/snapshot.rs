@@ -382,6 +382,26 @@ fn under_strace(c: Command, log: &Path) -> Command {
     s
 }
 
+/// The mount sources of `spec` under the host's driver root `root`.
+fn mount_sources(spec: &serde_json::Value, root: &str) -> Vec<String> {
+    spec["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["source"].as_str())
+        .filter(|p| p.starts_with(root))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The lines of the trace `text` that name one of `paths`.
+fn naming<'t>(text: &'t str, paths: &[String]) -> Vec<&'t str> {
+    let quoted: Vec<String> = paths.iter().map(|p| format!("\"{p}\"")).collect();
+    text.lines()
+        .filter(|l| quoted.iter().any(|q| l.contains(q.as_str())))
+        .collect()
+}
+
 /// Past the 2 s after which a folder stamped before is vouched for by a snapshot made now.
 fn settle_folders() {
     std::thread::sleep(Duration::from_millis(2100));
@@ -407,22 +427,12 @@ fn settled_folders_vouch_for_their_files() {
         assert!(used(&lines), "{lines:?}");
         let text = fs::read_to_string(&trace).unwrap();
         let spec = s.bed.spec();
-        let mut named: Vec<String> = spec["mounts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|m| m["source"].as_str())
-            .filter(|p| p.starts_with(&root))
-            .map(str::to_string)
-            .collect();
+        let mut named = mount_sources(&spec, &root);
         assert!(named.len() >= 10, "{spec}");
         assert!(named.iter().any(|p| p.ends_with("libcuda.so.570.124.06")));
         named.extend(["nvidia0", "nvidia1", "nvidiactl"].map(|n| format!("{dev}/dev/{n}")));
-        for p in &named {
-            let quoted = format!("\"{p}\"");
-            let seen: Vec<&str> = text.lines().filter(|l| l.contains(&quoted)).collect();
-            assert!(seen.is_empty(), "hooks in shim {hooks_in_shim}: {seen:?}");
-        }
+        let seen = naming(&text, &named);
+        assert!(seen.is_empty(), "hooks in shim {hooks_in_shim}: {seen:?}");
         // Their folders are what the create looked at.
         let folder = format!("\"{root}/usr/lib/x86_64-linux-gnu\"");
         assert!(
@@ -1118,23 +1128,13 @@ fn a_static_spec_create_stats_no_file_the_snapshot_vouches_for() {
     let text = fs::read_to_string(&trace).unwrap();
     let spec = s.bed.spec();
     let root = s.bed.host.driver_root();
-    let sources: Vec<String> = spec["mounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["source"].as_str())
-        .filter(|p| p.starts_with(&root))
-        .map(str::to_string)
-        .collect();
+    let sources = mount_sources(&spec, &root);
     assert!(
         sources.iter().any(|p| p.ends_with("libcuda.so.570.124.06")),
         "{spec}"
     );
-    for p in &sources {
-        let quoted = format!("\"{p}\"");
-        let seen: Vec<&str> = text.lines().filter(|l| l.contains(&quoted)).collect();
-        assert!(seen.is_empty(), "{seen:?}");
-    }
+    let seen = naming(&text, &sources);
+    assert!(seen.is_empty(), "{seen:?}");
     let folder = format!("\"{root}/usr/lib/x86_64-linux-gnu\"");
     assert!(text
         .lines()
