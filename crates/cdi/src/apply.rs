@@ -371,19 +371,33 @@ fn cgroup_rule(n: &DeviceNode) -> Option<Value> {
 }
 
 /// `mounts`: one at the same destination removed, the new one appended, parents first.
+///
+/// As if each edit removed the mounts at its destination and then appended itself, in order:
+/// the config's mounts at any edit's destination go, and of edits with one destination the
+/// last stays. One pass over the config's mounts, each destination cleaned once (an edit each
+/// over every mount cost a create of 8 GPUs several hundred small allocations).
 fn apply_mounts(root: &mut Map<String, Value>, edits: &[Mount]) -> Result<(), ApplyError> {
     let mounts = child_arr(root, "mounts", "mounts")?;
-    for m in edits {
-        let dest = clean(&m.container_path);
-        mounts.retain(|x| {
-            x.get("destination")
-                .and_then(Value::as_str)
-                .is_none_or(|d| clean(d) != dest)
-        });
-        mounts.push(mount_entry(m));
+    let dests: Vec<String> = edits.iter().map(|m| clean(&m.container_path)).collect();
+    let mut last: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, d) in dests.iter().enumerate() {
+        last.insert(d.as_str(), i);
     }
+    mounts.retain(|x| {
+        x.get("destination")
+            .and_then(Value::as_str)
+            .is_none_or(|d| !last.contains_key(clean(d).as_str()))
+    });
+    mounts.extend(
+        edits
+            .iter()
+            .zip(&dests)
+            .enumerate()
+            .filter(|(i, (_, d))| last.get(d.as_str()) == Some(i))
+            .map(|(_, (m, _))| mount_entry(m)),
+    );
     // Stable: mounts of equal depth keep their relative order.
-    mounts.sort_by_key(|m| {
+    mounts.sort_by_cached_key(|m| {
         m.get("destination")
             .and_then(Value::as_str)
             .map_or(0, depth)
@@ -601,6 +615,52 @@ mod tests {
             json!({"destination": "/usr/lib/x/", "type": "bind", "source": "/h/x", "options": ["ro", "rbind"]})
         );
         assert!(c["mounts"][1].get("type").is_none());
+    }
+
+    /// Regression (issue 21): the mounts come out as applying each edit in turn gave them
+    /// (its destination's mounts removed, itself appended), now done in one pass: with edits
+    /// that share a destination (the last stays) and destinations written differently.
+    #[test]
+    fn mounts_as_each_edit_in_turn() {
+        let dests = ["/x", "/x/", "/./x", "/y", "/a/b", "/a//b/", "/z", "/"];
+        let mount = |i: usize, d: &str| Mount {
+            host_path: format!("/h/{i}"),
+            container_path: d.into(),
+            options: vec![],
+            r#type: None,
+        };
+        // Each edit in turn, as before.
+        let in_turn = |config: &Value, edits: &[Mount]| {
+            let mut mounts = config["mounts"].as_array().unwrap().clone();
+            for m in edits {
+                let dest = clean(&m.container_path);
+                mounts.retain(|x| clean(x["destination"].as_str().unwrap()) != dest);
+                mounts.push(mount_entry(m));
+            }
+            mounts.sort_by_key(|m| depth(m["destination"].as_str().unwrap()));
+            mounts
+        };
+        for seed in 0..200usize {
+            let pick = |k: usize| dests[(seed * 7 + k * 13 + seed / 3) % dests.len()];
+            let config = json!({"mounts": (0..seed % 5)
+                .map(|k| json!({"destination": pick(k + 11), "source": "old"}))
+                .collect::<Vec<_>>()});
+            let edits: Vec<Mount> = (0..1 + seed % 6).map(|k| mount(k, pick(k))).collect();
+            let mut c = config.clone();
+            apply_edits(
+                &mut c,
+                &ContainerEdits {
+                    mounts: edits.clone(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            assert_eq!(
+                c["mounts"].as_array().unwrap(),
+                &in_turn(&config, &edits),
+                "{config} {edits:?}"
+            );
+        }
     }
 
     #[test]
