@@ -338,14 +338,15 @@ fn shim_choice(
         .filter_map(|m| m.get("destination").and_then(|d| d.as_str()))
         .chain(edits.mounts.iter().map(|m| m.container_path.as_str()))
         .collect();
-    // A mount over a path the hooks work on as the two are written (the runtime's `/dev` over
-    // a static spec's DRM links): known without opening the root and walking it.
-    for (_, op) in &ops {
-        for (p, _) in op.paths() {
-            if dests.iter().any(|d| covers(d, &p)) {
-                return ShimChoice::Hooks(format!("a spec mount covers {p}"));
-            }
-        }
+    // The paths the hooks work on, and whether each is followed to its end.
+    let paths: Vec<(String, bool)> = ops.iter().flat_map(|(_, op)| op.paths()).collect();
+    // A mount over one of them as the two are written (the runtime's `/dev` over a static
+    // spec's DRM links): known without opening the root and walking it.
+    if let Some((p, _)) = paths
+        .iter()
+        .find(|(p, _)| dests.iter().any(|d| covers(d, p)))
+    {
+        return ShimChoice::Hooks(format!("a spec mount covers {p}"));
     }
     let Some(rootfs) = rootfs_of(spec, bundle) else {
         return hooks("no root.path");
@@ -365,28 +366,26 @@ fn shim_choice(
         mounts.push(d.to_string());
         mounts.push(r);
     }
-    for (_, op) in &ops {
-        for (p, follow) in op.paths() {
-            // A name the hook replaces (a link, the cache) is resolved up to its directory only.
-            let r = if follow {
-                resolved(&p)
-            } else {
-                match p.trim_end_matches('/').rsplit_once('/') {
-                    Some((parent, last)) => resolved(if parent.is_empty() { "/" } else { parent })
-                        .map(|d| format!("{}/{last}", d.trim_end_matches('/'))),
-                    None => None,
-                }
-            };
-            let Some(r) = r else {
-                return ShimChoice::Hooks(format!("{p} does not resolve in the root"));
-            };
-            if mounts.iter().any(|d| covers(d, &p) || covers(d, &r)) {
-                return ShimChoice::Hooks(format!("a spec mount covers {p} ({r})"));
+    for (p, follow) in &paths {
+        // A name the hook replaces (a link, the cache) is resolved up to its directory only.
+        let r = if *follow {
+            resolved(p)
+        } else {
+            match p.trim_end_matches('/').rsplit_once('/') {
+                Some((parent, last)) => resolved(if parent.is_empty() { "/" } else { parent })
+                    .map(|d| format!("{}/{last}", d.trim_end_matches('/'))),
+                None => None,
             }
+        };
+        let Some(r) = r else {
+            return ShimChoice::Hooks(format!("{p} does not resolve in the root"));
+        };
+        if mounts.iter().any(|d| covers(d, p) || covers(d, &r)) {
+            return ShimChoice::Hooks(format!("a spec mount covers {p} ({r})"));
         }
     }
     // The hooks' work then opens the folders the walks opened, not their paths again.
-    resolver.0.keep_folders();
+    resolver.keep_folders();
     ShimChoice::Shim { root, ops }
 }
 
@@ -532,6 +531,13 @@ impl<'r> Resolver<'r> {
     /// Where `p` leads in the root; `None` where it does not resolve.
     fn resolve(&mut self, p: &str) -> Option<String> {
         self.0.resolve(p).ok()
+    }
+
+    /// Hands the folders the walks opened to the root ([`LexicalResolver::keep_folders`]).
+    ///
+    /// [`LexicalResolver::keep_folders`]: gpuctk_container::root::LexicalResolver::keep_folders
+    fn keep_folders(self) {
+        self.0.keep_folders();
     }
 }
 

@@ -433,34 +433,23 @@ fn folders_of(inv: &Inventory) -> Result<Vec<Folder>, String> {
 /// read, or it is larger than 64 KiB (not a driver's; a debug line says so). Read
 /// until a read returns nothing, with no `stat`: procfs says its files are empty.
 pub fn version_text(proc_root: &Path) -> Option<String> {
-    use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let path = proc_root.join("driver/nvidia/version");
     let read = || -> std::io::Result<Vec<u8>> {
         // Not blocked by a FIFO where `--proc-root` points at a folder of anyone's.
-        let mut f = std::fs::OpenOptions::new()
+        let f = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(&path)?;
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        loop {
-            let n = match f.read(&mut chunk) {
-                Ok(0) => return Ok(buf),
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            if buf.len() + n > MAX_VERSION {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!(
-                        "larger than {MAX_VERSION} bytes; not the NVIDIA driver's version file"
-                    ),
-                ));
-            }
-            buf.extend_from_slice(&chunk[..n]);
+        // Size 0, as procfs says: read on to the end, at most one byte past the cap.
+        let buf = gpuctk_container::sized::read_sized(&f, 0, MAX_VERSION as u64)?;
+        if buf.len() > MAX_VERSION {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("larger than {MAX_VERSION} bytes; not the NVIDIA driver's version file"),
+            ));
         }
+        Ok(buf)
     };
     match read().and_then(|b| {
         String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))

@@ -95,11 +95,9 @@ pub struct SeenLibraries {
 }
 
 impl SeenLibraries {
-    /// Adds what a file is, unless [`MAX_SEEN_LIBRARIES`] are held.
-    pub fn insert(&mut self, key: FileKey, library: Option<(String, i32)>) {
-        if self.map.len() < MAX_SEEN_LIBRARIES {
-            self.map.insert(key, library);
-        }
+    /// Adds what a file is, unless [`MAX_SEEN_LIBRARIES`] are held; whether it was new.
+    pub fn insert(&mut self, key: FileKey, library: Option<(String, i32)>) -> bool {
+        self.map.len() < MAX_SEEN_LIBRARIES && self.map.insert(key, library).is_none()
     }
 
     /// What the file of `key` was found to be, if it was.
@@ -128,7 +126,7 @@ impl SeenLibraries {
     }
 
     fn learn(&mut self, key: FileKey, library: Option<(String, i32)>) {
-        if self.map.len() < MAX_SEEN_LIBRARIES && self.map.insert(key, library).is_none() {
+        if self.insert(key, library) {
             self.learned += 1;
         }
     }
