@@ -1,6 +1,7 @@
 //! Reading a regular file whose size `fstat` gave, in one read where the file allows: the one
 //! way [`crate::Root`]'s capped reads and the binary's (`capped`: config.json, config.toml, our
-//! caches) read a whole file.
+//! caches) read a whole file; and a procfs file of one record (the driver's `version`) in one
+//! read, with none to see its end.
 
 use std::io::{self, Read};
 
@@ -37,6 +38,30 @@ pub fn read_sized<R: Read>(mut file: R, size: u64, cap: u64) -> io::Result<Vec<u
         buf.reserve(usize::try_from(limit.min(4096)).unwrap_or(4096));
     }
     file.take(limit - buf.len() as u64).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// The bytes of `file`, a procfs file of one record (made with `single_open`, as the NVIDIA
+/// driver's `version` is; size `0` to `fstat`) or a regular file, never more than `cap + 1` of
+/// them. Such a file hands its whole text to one read that has room for it, so a read that
+/// comes back short is the end, with no second read to see it; a text that fills the first
+/// page is read on to its end. Not for a procfs file of many records (`maps`), whose reads
+/// stop short at a record that does not fit.
+pub fn read_single_record<R: Read>(mut file: R, cap: u64) -> io::Result<Vec<u8>> {
+    const PAGE: u64 = 4096;
+    let first = cap.saturating_add(1).min(PAGE);
+    let mut buf = vec![0; first as usize];
+    let n = loop {
+        match file.read(&mut buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => break r?,
+        }
+    };
+    buf.truncate(n);
+    if n as u64 == first {
+        file.take(cap.saturating_add(1) - first)
+            .read_to_end(&mut buf)?;
+    }
     Ok(buf)
 }
 
@@ -130,6 +155,25 @@ mod tests {
         assert_eq!(read_sized(&mut f, 0, 100).unwrap().len(), 101);
         let mut f = Counted::new(b"", 64);
         assert_eq!(read_sized(&mut f, 0, 100).unwrap(), b"");
+    }
+
+    #[test]
+    fn a_single_record_is_one_read_when_short_and_read_on_when_long() {
+        let short = [7u8; 300];
+        let mut f = Counted::new(&short, usize::MAX);
+        assert_eq!(read_single_record(&mut f, 1 << 16).unwrap(), short);
+        assert_eq!(f.calls, 1, "a short read is the end");
+        let long: Vec<u8> = (0..10_000).map(|i| i as u8).collect();
+        let mut f = Counted::new(&long, usize::MAX);
+        assert_eq!(read_single_record(&mut f, 1 << 16).unwrap(), long);
+        let mut f = Counted::new(&long, usize::MAX);
+        assert_eq!(read_single_record(&mut f, 5000).unwrap().len(), 5001);
+        let mut f = Counted::new(&long, usize::MAX);
+        assert_eq!(read_single_record(&mut f, 100).unwrap().len(), 101);
+        // A real procfs file of one record.
+        let version = std::fs::read("/proc/version").unwrap();
+        let f = std::fs::File::open("/proc/version").unwrap();
+        assert_eq!(read_single_record(&f, 1 << 16).unwrap(), version);
     }
 
     #[test]

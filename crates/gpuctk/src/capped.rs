@@ -74,12 +74,27 @@ pub fn read_regular(path: &Path, cap: u64) -> Result<(Vec<u8>, std::fs::Metadata
     Ok((buf, md))
 }
 
-/// This process's effective uid, asked of the kernel once: nothing here changes it, and the
-/// caches of ours, their folder and the default snapshot folder each ask (a system call each
-/// on every create).
+/// This process's effective uid, as the kernel gave it at exec in the auxiliary vector
+/// (`AT_EUID`), so without a system call: the process never changes it (discovery's
+/// privilege drop is per thread, and this is the process's), and the caches of ours, their
+/// folder and the default snapshot folder each ask on every create. Asked of the kernel
+/// where the vector has no such entry.
 pub fn euid() -> u32 {
     static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *EUID.get_or_init(|| rustix::process::geteuid().as_raw())
+    *EUID.get_or_init(|| {
+        // SAFETY: getauxval only reads the vector the kernel put on the stack at exec, and
+        // errno is this thread's.
+        #[allow(unsafe_code)]
+        let (v, missing) = unsafe {
+            *libc::__errno_location() = 0;
+            let v = libc::getauxval(libc::AT_EUID);
+            (v, v == 0 && *libc::__errno_location() == libc::ENOENT)
+        };
+        match u32::try_from(v) {
+            Ok(uid) if !missing => uid,
+            _ => rustix::process::geteuid().as_raw(),
+        }
+    })
 }
 
 /// Why a cache file of ours was not read.

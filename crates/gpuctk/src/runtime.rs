@@ -357,6 +357,27 @@ fn shim_choice(
     // Paths as the runtime will resolve them in the root (an image's symlink can lead a library
     // folder into `/proc`, which is a mount): a path that does not resolve leaves it to hooks.
     let mut resolver = Resolver::new(&mut root);
+    // What is resolved of each hook path: the whole of it where it is followed to its end;
+    // else its folder (a name the hook replaces: a link, the cache), with the name to put back.
+    // (`None`: a name with no folder, which does not resolve.)
+    let walked: Vec<Option<(&str, Option<&str>)>> = paths
+        .iter()
+        .map(
+            |(p, follow)| match p.trim_end_matches('/').rsplit_once('/') {
+                _ if *follow => Some((p.as_str(), None)),
+                Some((parent, last)) => {
+                    Some((if parent.is_empty() { "/" } else { parent }, Some(last)))
+                }
+                None => None,
+            },
+        )
+        .collect();
+    resolver.0.expect(
+        dests
+            .iter()
+            .copied()
+            .chain(walked.iter().flatten().map(|(w, _)| *w)),
+    );
     let mut resolved = |p: &str| resolver.resolve(p);
     let mut mounts: Vec<String> = Vec::new();
     for d in dests {
@@ -366,17 +387,13 @@ fn shim_choice(
         mounts.push(d.to_string());
         mounts.push(r);
     }
-    for (p, follow) in &paths {
-        // A name the hook replaces (a link, the cache) is resolved up to its directory only.
-        let r = if *follow {
-            resolved(p)
-        } else {
-            match p.trim_end_matches('/').rsplit_once('/') {
-                Some((parent, last)) => resolved(if parent.is_empty() { "/" } else { parent })
-                    .map(|d| format!("{}/{last}", d.trim_end_matches('/'))),
-                None => None,
-            }
-        };
+    for ((p, _), walk) in paths.iter().zip(&walked) {
+        let r = walk.and_then(|(walk, last)| {
+            resolved(walk).map(|d| match last {
+                Some(last) => format!("{}/{last}", d.trim_end_matches('/')),
+                None => d,
+            })
+        });
         let Some(r) = r else {
             return ShimChoice::Hooks(format!("{p} does not resolve in the root"));
         };

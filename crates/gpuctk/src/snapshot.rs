@@ -441,8 +441,7 @@ pub fn version_text(proc_root: &Path) -> Option<String> {
             .read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(&path)?;
-        // Size 0, as procfs says: read on to the end, at most one byte past the cap.
-        let buf = gpuctk_container::sized::read_sized(&f, 0, MAX_VERSION as u64)?;
+        let buf = gpuctk_container::sized::read_single_record(&f, MAX_VERSION as u64)?;
         if buf.len() > MAX_VERSION {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,

@@ -1140,3 +1140,60 @@ fn a_static_spec_create_stats_no_file_the_snapshot_vouches_for() {
         .lines()
         .any(|l| l.contains("stat") && l.contains(&folder)));
 }
+
+/// Regression (issue 21): a create that uses the snapshot asks the kernel for no `geteuid` (the
+/// auxiliary vector has it), reads the driver's version file in one read (a one-record procfs
+/// file's short read is its end), and looks none of the libraries it mounts up by name in the
+/// image's library folder: the folder is listed once and they are answered from the listing.
+/// Before: one call more each for the first two, one `openat2` per library for the last.
+#[test]
+fn a_create_asks_no_euid_reads_the_version_once_and_lists_the_library_folder() {
+    let s = Snap::new();
+    s.create();
+    let trace = s.bed.t.join("create.trace");
+    let lines = s.create_with(|c| under_strace(c, &trace));
+    assert!(used(&lines), "{lines:?}");
+    let text = fs::read_to_string(&trace).unwrap();
+    assert!(!text.contains("geteuid"), "{text}");
+    // Each open of the version file: one read of its descriptor before its close.
+    let calls: Vec<&str> = text
+        .lines()
+        .map(|l| l.split_once(' ').map_or(l, |(_, c)| c.trim_start()))
+        .collect();
+    let opens: Vec<usize> = calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.starts_with("open") && c.contains("driver/nvidia/version\""))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!opens.is_empty(), "{text}");
+    for i in opens {
+        let fd = calls[i].rsplit("= ").next().unwrap().trim();
+        let rest = &calls[i + 1..];
+        let end = rest
+            .iter()
+            .position(|c| c.starts_with(&format!("close({fd})")))
+            .unwrap();
+        let reads = rest[..end]
+            .iter()
+            .filter(|c| c.starts_with(&format!("read({fd},")))
+            .count();
+        assert_eq!(reads, 1, "{:?}", &rest[..end]);
+    }
+    let spec = s.bed.spec();
+    let libs: Vec<&str> = spec["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["destination"].as_str())
+        .filter_map(|d| d.strip_prefix("/usr/lib/x86_64-linux-gnu/"))
+        .collect();
+    assert!(libs.len() >= 5, "{spec}");
+    for l in libs {
+        let probed: Vec<&str> = text
+            .lines()
+            .filter(|t| t.contains("openat2(") && t.contains(&format!("\"{l}\"")))
+            .collect();
+        assert!(probed.is_empty(), "{probed:?}");
+    }
+}

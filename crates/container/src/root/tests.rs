@@ -687,6 +687,90 @@ fn lexical_resolver_agrees_and_opens_each_folder_once() {
     );
 }
 
+/// Issue 21: a folder that the paths handed to [`LexicalResolver::expect`] end in four times
+/// or more is listed once, and the names the listing settles (missing, a file, a symlink) are
+/// not looked up: only folders are opened. The answers are [`Root::resolve_lexically`]'s, for
+/// files, links to files, to folders, out of the root and dangling; and a folder too big to
+/// list whole has its names looked up as before.
+#[test]
+fn a_resolver_answers_the_names_of_a_listed_folder_from_the_listing() {
+    let f = fixture();
+    let r = &f.root;
+    let lib = r.join("usr/lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(lib.join("sub")).unwrap();
+    std::fs::create_dir_all(r.join("etc")).unwrap();
+    std::fs::create_dir_all(r.join("big")).unwrap();
+    std::fs::write(lib.join("libA.so.1"), b"x").unwrap();
+    symlink("libA.so.1", lib.join("libB.so.1")).unwrap();
+    symlink("/etc", lib.join("up")).unwrap();
+    symlink(&f.host, lib.join("host")).unwrap();
+    symlink("nothing", lib.join("dangling")).unwrap();
+    for i in 0..=walk::MAX_LISTED {
+        std::fs::write(r.join(format!("big/f{i}")), b"").unwrap();
+    }
+    symlink("/etc", r.join("big/up")).unwrap();
+    let host_before = snapshot(&f.host);
+    let leaves = [
+        "libA.so.1",
+        "libB.so.1",
+        "missing.so.1",
+        "up/x",
+        "sub/y",
+        "dangling",
+        "host/secret",
+        "libC.so.1",
+    ];
+    let paths: Vec<String> = leaves
+        .iter()
+        .map(|l| format!("/usr/lib/x86_64-linux-gnu/{l}"))
+        .chain(["f1", "f2", "up/x", "none"].map(|l| format!("/big/{l}")))
+        .collect();
+    for force in [false, true] {
+        opath::FORCE.with(|c| c.set(force));
+        let root = Root::open(r).unwrap();
+        for expect in [true, false] {
+            let mut walked = Root::open(r).unwrap();
+            let mut resolver = LexicalResolver::new(&mut walked);
+            if expect {
+                resolver.expect(paths.iter().map(String::as_str));
+            }
+            resolver.resolve("/usr/lib/x86_64-linux-gnu").unwrap();
+            resolver.resolve("/big").unwrap();
+            let want: Vec<_> = paths
+                .iter()
+                .map(|p| root.resolve_lexically(p).map_err(|e| e.to_string()))
+                .collect();
+            // What each path sent to `openat2`, in bytes of names.
+            let mut sent = std::collections::HashMap::new();
+            let got: Vec<_> = paths
+                .iter()
+                .map(|p| {
+                    OPENAT2_PATH_BYTES.with(|c| c.set(0));
+                    let r = resolver.resolve(p).map_err(|e| e.to_string());
+                    sent.insert(p.as_str(), OPENAT2_PATH_BYTES.with(|c| c.get()));
+                    r
+                })
+                .collect();
+            assert_eq!(got, want, "emulated: {force}, listed: {expect}");
+            // The names the listing settles cost no lookup; a folder is still opened (`sub`,
+            // then `y` in it); `big` is too big to list, and its names are looked up.
+            let lib = |l: &str| sent[format!("/usr/lib/x86_64-linux-gnu/{l}").as_str()];
+            for l in ["libA.so.1", "libB.so.1", "missing.so.1", "libC.so.1"] {
+                let want = if expect { 0 } else { l.len() as u64 };
+                assert_eq!(lib(l), want, "{l} (emulated: {force}, listed: {expect})");
+            }
+            assert_eq!(lib("sub/y"), 4, "emulated: {force}, listed: {expect}");
+            assert_eq!(sent["/big/f1"], 2, "emulated: {force}, listed: {expect}");
+        }
+        opath::FORCE.with(|c| c.set(false));
+    }
+    assert_eq!(
+        snapshot(&f.host),
+        host_before,
+        "the host directory is left alone"
+    );
+}
+
 /// Regression (issue 21): the folders a resolver opened are handed to its root
 /// ([`LexicalResolver::keep_folders`]), which gives them to the work that follows without
 /// resolving their paths again: two `Dir`s of one kept folder each list all of it, and a path

@@ -17,7 +17,7 @@
 //! [`LexicalResolver::keep_folders`]: its folders, each opened by one name from a folder of the
 //! root following nothing, are what the root then works in.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -25,8 +25,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use super::{
-    components, cstring, fstat, fstatat_nofollow, openat2, readlinkat, DirFd, FileKind, Root,
-    RootError, MAX_SYMLINKS,
+    components, cstring, dirent_kind, fstat, fstatat_nofollow, openat2, readlinkat, sys, DirFd,
+    FileKind, Root, RootError, MAX_SYMLINKS,
 };
 
 /// Most path components one walk takes in, the path's own and those of every symlink target it
@@ -42,6 +42,29 @@ pub(super) struct Walk {
     /// The components after the first one that does not exist (only when missing ones are
     /// allowed).
     pub(super) missing: Vec<OsString>,
+}
+
+/// Names a [`LexicalResolver`] expects to ask of one folder from which it lists the folder
+/// instead of looking each name up: a listing of a small folder is two calls (`getdents64`, the
+/// second saying the end), and every name it answers costs none.
+const LIST_AT: usize = 4;
+
+/// Most entries a [`LexicalResolver`] reads of one folder's listing; past them the folder's names
+/// are looked up one by one, as without a listing, so an image's huge folder costs no more.
+pub(super) const MAX_LISTED: usize = 4096;
+
+/// What a [`LexicalResolver`]'s walks remember, shared between them.
+#[derive(Default)]
+struct Memo {
+    /// What each name looked at is, by its symlink-free path (`a/b` for `b` in `/a`).
+    seen: HashMap<OsString, Seen>,
+    /// The names of each folder (by symlink-free path, `""` the root) that the paths handed to
+    /// [`LexicalResolver::expect`] end in, as they are written.
+    expected: HashMap<OsString, HashSet<OsString>>,
+    /// Folders listed: each of its expected names there, with the kind its entry gives (`None`:
+    /// not said); `None` for a folder that could not be listed whole (too many entries, or an
+    /// error, which the lookups then report), whose names are looked up.
+    listings: HashMap<OsString, Option<HashMap<OsString, Option<FileKind>>>>,
 }
 
 /// What one name of a folder was found to be by a walk: what [`LexicalResolver`] remembers.
@@ -61,9 +84,8 @@ struct Walker<'a> {
     root: &'a Root,
     /// The path as given, for messages.
     path: &'a str,
-    /// The names already looked at, by the symlink-free path of each (`a/b` for `b` in `/a`):
-    /// a [`LexicalResolver`]'s, shared by its walks.
-    memo: Option<&'a mut HashMap<OsString, Seen>>,
+    /// What was already looked at: a [`LexicalResolver`]'s, shared by its walks.
+    memo: Option<&'a mut Memo>,
     /// The directory `existing` names; `None` for the root itself.
     cur: Option<Arc<DirFd>>,
     existing: Vec<OsString>,
@@ -79,6 +101,11 @@ impl Walker<'_> {
         self.cur
             .as_ref()
             .map_or(self.root.fd.as_fd(), |fd| fd.as_fd())
+    }
+
+    /// The symlink-free path of the current directory (`""` for the root).
+    fn folder(&self) -> OsString {
+        join_raw(&self.existing)
     }
 
     /// The memo's key of `name` in the current directory.
@@ -98,11 +125,14 @@ impl Walker<'_> {
     fn see(&mut self, name: &OsStr) -> Result<Seen, RootError> {
         let key = self.memo.is_some().then(|| self.key(name));
         if let (Some(memo), Some(k)) = (self.memo.as_deref(), key.as_ref()) {
-            if let Some(seen) = memo.get(k) {
+            if let Some(seen) = memo.seen.get(k) {
                 return Ok(seen.clone());
             }
         }
         if key.is_some() {
+            if let Some(seen) = self.listed_as(name) {
+                return Ok(self.remember(key, seen));
+            }
             // For a resolver, a folder (most names) costs one call: opened first, following
             // nothing; only what does not open as one is looked at. Its device and inode are not
             // needed: a `..` goes back to the folder the memo holds, by name, no call. Opened
@@ -140,9 +170,35 @@ impl Walker<'_> {
     /// Puts what `key` is into the memo (when there is one).
     fn remember(&mut self, key: Option<OsString>, seen: Seen) -> Seen {
         if let (Some(memo), Some(k)) = (self.memo.as_deref_mut(), key) {
-            memo.insert(k, seen.clone());
+            memo.seen.insert(k, seen.clone());
         }
         seen
+    }
+
+    /// What `name` of the current folder is, as the folder's listing says, for a resolver that
+    /// expects to ask [`LIST_AT`] names or more of it: missing, or a symlink (then read), or
+    /// neither a folder nor a link, with no lookup. `None` where the listing does not settle
+    /// it (a folder, which is opened as ever; a kind not given; no listing), and the name is
+    /// looked up.
+    fn listed_as(&mut self, name: &OsStr) -> Option<Seen> {
+        let cur = self.cur.clone().filter(|fd| fd.readable)?;
+        let folder = self.folder();
+        let memo = self.memo.as_deref_mut()?;
+        let expected = memo.expected.get(&folder)?;
+        if expected.len() < LIST_AT || !expected.contains(name) {
+            return None;
+        }
+        let listing = memo
+            .listings
+            .entry(folder)
+            .or_insert_with(|| list(&cur, expected))
+            .as_ref()?;
+        match listing.get(name) {
+            None => Some(Seen::Missing),
+            Some(Some(FileKind::Symlink)) => readlinkat(cur.as_fd(), name).ok().map(Seen::Link),
+            Some(Some(FileKind::Dir) | None) => None,
+            Some(Some(_)) => Some(Seen::Other),
+        }
     }
 
     /// Counts `n` more components against [`MAX_WALK_COMPONENTS`].
@@ -191,7 +247,7 @@ impl Walker<'_> {
             let name = self.existing.pop().expect("as many names as ids");
             let key = self.key(&name);
             self.existing.push(name);
-            return match memo.get(&key) {
+            return match memo.seen.get(&key) {
                 Some(Seen::Dir(fd, _)) => {
                     self.cur = Some(fd.clone());
                     Ok(())
@@ -221,6 +277,44 @@ impl Walker<'_> {
         self.cur = Some(DirFd::new(fd, false));
         Ok(())
     }
+}
+
+/// `comps` joined by `/`, bytes as they are (a memo key).
+fn join_raw(comps: &[OsString]) -> OsString {
+    let mut k = OsString::new();
+    for (i, c) in comps.iter().enumerate() {
+        if i > 0 {
+            k.push("/");
+        }
+        k.push(c);
+    }
+    k
+}
+
+/// The names among `wanted` that folder `fd` holds, with the kinds their entries give; `None`
+/// where it holds more than [`MAX_LISTED`] names or could not be read to its end. (Only the
+/// wanted ones are kept: a folder such as `/usr/bin` holds hundreds.)
+fn list(fd: &DirFd, wanted: &HashSet<OsString>) -> Option<HashMap<OsString, Option<FileKind>>> {
+    use std::ops::ControlFlow;
+    let rewind = fd.listed.swap(true, std::sync::atomic::Ordering::Relaxed);
+    let mut names = HashMap::new();
+    let mut count = 0usize;
+    let stopped = sys::for_each_entry(fd.as_fd(), rewind, |name, kind| {
+        let bytes = name.to_bytes();
+        if bytes == b"." || bytes == b".." {
+            return ControlFlow::Continue(());
+        }
+        count += 1;
+        if count > MAX_LISTED {
+            return ControlFlow::Break(());
+        }
+        let name = OsStr::from_bytes(bytes);
+        if wanted.contains(name) {
+            names.insert(name.to_owned(), dirent_kind(kind));
+        }
+        ControlFlow::Continue(())
+    });
+    matches!(stopped, Ok(None)).then_some(names)
 }
 
 /// [`open_child_dir`] for reading (listable), or `O_PATH` where reading it is not allowed
@@ -265,7 +359,7 @@ impl Root {
         &self,
         path: &str,
         allow_missing: bool,
-        memo: Option<&mut HashMap<OsString, Seen>>,
+        memo: Option<&mut Memo>,
     ) -> Result<Walk, RootError> {
         super::check_path(path)?;
         let mut w = Walker {
@@ -357,14 +451,14 @@ impl Root {
 /// root, each opened by one name from the one before, following nothing.
 pub struct LexicalResolver<'r> {
     root: &'r mut Root,
-    memo: HashMap<OsString, Seen>,
+    memo: Memo,
 }
 
 impl std::fmt::Debug for LexicalResolver<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LexicalResolver")
             .field("root", &self.root.path)
-            .field("names", &self.memo.len())
+            .field("names", &self.memo.seen.len())
             .finish()
     }
 }
@@ -375,7 +469,24 @@ impl<'r> LexicalResolver<'r> {
     pub fn new(root: &'r mut Root) -> LexicalResolver<'r> {
         LexicalResolver {
             root,
-            memo: HashMap::new(),
+            memo: Memo::default(),
+        }
+    }
+
+    /// Tells the resolver the paths it is about to be asked (all of them, before the first):
+    /// a folder that [`LIST_AT`] or more of them end in (different names, as written) is listed
+    /// once when first walked through, and its names are answered from that listing. Without it, or for
+    /// folders reached another way (through a symlink), each name is looked up.
+    pub fn expect<'p>(&mut self, paths: impl IntoIterator<Item = &'p str>) {
+        for p in paths {
+            let parts: Vec<OsString> = components(p.as_bytes()).collect();
+            if parts.iter().any(|c| c == "." || c == "..") {
+                continue;
+            }
+            if let Some((name, folder)) = parts.split_last() {
+                let names = self.memo.expected.entry(join_raw(folder)).or_default();
+                names.insert(name.clone());
+            }
         }
     }
 
@@ -395,7 +506,7 @@ impl<'r> LexicalResolver<'r> {
     /// by an in-root resolution is; a folder moved meanwhile is used where it is now, as a
     /// [`Dir`](super::Dir) held open would be.
     pub fn keep_folders(self) {
-        for (name, seen) in self.memo {
+        for (name, seen) in self.memo.seen {
             if let (Seen::Dir(fd, _), Ok(name)) = (seen, name.into_string()) {
                 self.root.kept.insert(name, fd);
             }
