@@ -306,6 +306,8 @@ thread_local! {
     /// Bytes of path this thread handed to [`openat2`]: the kernel's lookup work, which the
     /// unit tests hold linear in the path resolved.
     static OPENAT2_PATH_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Names this thread handed to [`fstatat_nofollow`] (`lstat`s).
+    pub(crate) static LSTATS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// An open container root filesystem.
@@ -1096,6 +1098,8 @@ fn cstring(name: &OsStr) -> io::Result<CString> {
 }
 
 fn fstatat_nofollow(dirfd: BorrowedFd<'_>, name: &OsStr) -> io::Result<Metadata> {
+    #[cfg(test)]
+    LSTATS.with(|c| c.set(c.get() + 1));
     Ok(Metadata::from_stat(&sys::fstatat_nofollow(
         dirfd,
         &cstring(name)?,
@@ -1412,10 +1416,34 @@ impl<'r> Dir<'r> {
         let Some(file) = self.open_file(name, &seen)? else {
             return Ok(None);
         };
+        self.read_opened(name, &file, seen, cap).map(Some)
+    }
+
+    /// [`Dir::read_file`] of a name a listing of this folder called a regular file: opened with
+    /// no `lstat` first ([`Dir::open_regular`], which checks the kind of what it opened).
+    pub fn read_listed_file(
+        &self,
+        name: &str,
+        cap: u64,
+    ) -> Result<Option<(Vec<u8>, Metadata)>, RootError> {
+        match self.open_regular(name)? {
+            Some((file, md)) => self.read_opened(name, &file, md, cap).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The bytes of `file`, entry `name` opened, whose `md` says its size, capped at `cap`.
+    fn read_opened(
+        &self,
+        name: &str,
+        file: &File,
+        md: Metadata,
+        cap: u64,
+    ) -> Result<(Vec<u8>, Metadata), RootError> {
         let path = self.child(name);
-        let mut reader = &file;
-        let bytes = self.root.read_capped(&mut reader, seen.size, &path, cap)?;
-        Ok(Some((bytes, seen)))
+        let mut reader = file;
+        let bytes = self.root.read_capped(&mut reader, md.size, &path, cap)?;
+        Ok((bytes, md))
     }
 
     /// Opens entry `name` for reading if it is a regular file when opened (not through a

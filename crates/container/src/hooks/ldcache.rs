@@ -464,7 +464,7 @@ fn read_conf_d(
         None => root.open_dir(LD_SO_CONF_D),
     };
     let (dir, names) = match opened.and_then(|d| {
-        let names = d.names(MAX_DIR_ENTRIES)?;
+        let names = d.names_and_kinds(MAX_DIR_ENTRIES)?;
         Ok((d, names))
     }) {
         Ok(n) => n,
@@ -476,17 +476,26 @@ fn read_conf_d(
         Err(e) => return Err(e.into()),
     };
     let mut out = Vec::new();
-    let confs: Vec<String> = names.into_iter().filter(|n| n.ends_with(".conf")).collect();
+    let confs: Vec<(String, Option<FileKind>)> = names
+        .into_iter()
+        .filter(|(n, _)| n.ends_with(".conf"))
+        .collect();
     if confs.len() > MAX_CONF_FILES {
         notes.push(format!(
             "{LD_SO_CONF_D}: {} *.conf files, only the first {MAX_CONF_FILES} read",
             confs.len()
         ));
     }
-    for name in confs.into_iter().take(MAX_CONF_FILES) {
+    for (name, kind) in confs.into_iter().take(MAX_CONF_FILES) {
         let path = join(LD_SO_CONF_D, &name);
-        // A plain file from the open folder; anything else resolved in the root.
-        let read = match dir.read_file(&name, MAX_CONF) {
+        // A plain file from the open folder (one the listing calls so, opened with no `lstat`
+        // first); anything else resolved in the root.
+        let here = if kind == Some(FileKind::File) {
+            dir.read_listed_file(&name, MAX_CONF)
+        } else {
+            dir.read_file(&name, MAX_CONF)
+        };
+        let read = match here {
             Ok(Some((bytes, _))) => Ok(bytes),
             Ok(None) => root.read_to_vec(&path, MAX_CONF),
             Err(e) => Err(e),
@@ -1002,6 +1011,33 @@ mod tests {
     /// with no `lstat` (one call per library of the image's folder, on every create): here it
     /// is gone before it is looked at, which only an `lstat` would have seen. Opening it then
     /// finds nothing, and a library swapped for another kind is not opened as one.
+    #[test]
+    fn conf_files_the_listing_calls_regular_are_read_with_no_lstat() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("etc/ld.so.conf.d");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("a.conf"), b"/opt/a\n# no\n").unwrap();
+        std::fs::write(tmp.path().join("etc/real"), b"/opt/b\n").unwrap();
+        std::os::unix::fs::symlink("../real", d.join("b.conf")).unwrap();
+        std::os::unix::fs::symlink("/etc/ld.so.conf.d/c.conf", d.join("c.conf")).unwrap();
+        let root = Root::open(tmp.path()).unwrap();
+        let etc = root.open_dir("/etc").unwrap();
+        let mut notes = Vec::new();
+        crate::root::LSTATS.with(|c| c.set(0));
+        let read = read_conf_d(&root, Some(&etc), &mut notes).unwrap();
+        assert_eq!(
+            read,
+            vec![
+                ("a.conf".to_string(), vec!["/opt/a".to_string()]),
+                ("b.conf".to_string(), vec!["/opt/b".to_string()]),
+            ],
+            "{notes:?}"
+        );
+        // The two symlinks only; the loop (c.conf) is noted and skipped.
+        assert_eq!(crate::root::LSTATS.with(|c| c.get()), 2);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+    }
+
     #[test]
     fn a_listed_file_is_not_looked_at_again() {
         let tmp = tempfile::tempdir().unwrap();

@@ -691,7 +691,7 @@ fn lexical_resolver_agrees_and_opens_each_folder_once() {
 /// or more is listed once, and the names the listing settles (missing, a file, a symlink) are
 /// not looked up: only folders are opened. The answers are [`Root::resolve_lexically`]'s, for
 /// files, links to files, to folders, out of the root and dangling; and a folder too big to
-/// list whole has its names looked up as before.
+/// list whole has its names looked up as before. A symlink on the way is read with no `lstat`.
 #[test]
 fn a_resolver_answers_the_names_of_a_listed_folder_from_the_listing() {
     let f = fixture();
@@ -761,6 +761,13 @@ fn a_resolver_answers_the_names_of_a_listed_folder_from_the_listing() {
             }
             assert_eq!(lib("sub/y"), 4, "emulated: {force}, listed: {expect}");
             assert_eq!(sent["/big/f1"], 2, "emulated: {force}, listed: {expect}");
+            // A symlink met on the way is read, not `lstat`ed first, listed or not.
+            let mut walked = Root::open(r).unwrap();
+            let mut resolver = LexicalResolver::new(&mut walked);
+            resolver.resolve("/big").unwrap();
+            LSTATS.with(|c| c.set(0));
+            assert_eq!(resolver.resolve("/big/up/x").unwrap(), "/etc/x");
+            assert_eq!(LSTATS.with(|c| c.get()), 0, "emulated: {force}");
         }
         opath::FORCE.with(|c| c.set(false));
     }

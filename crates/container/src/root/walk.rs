@@ -143,7 +143,18 @@ impl Walker<'_> {
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                     return Ok(self.remember(key, Seen::Missing))
                 }
-                // Not a folder (a file, a symlink), or an error the lookup below reports.
+                // Not a folder: a symlink (most such names on a path: `lib` in a merged-/usr
+                // image) is read at once, with no `lstat` first; what is no link (`EINVAL`)
+                // is anything else. Another error is one the lookup below reports.
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                    match readlinkat(self.dirfd(), name) {
+                        Ok(target) => return Ok(self.remember(key, Seen::Link(target))),
+                        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                            return Ok(self.remember(key, Seen::Other))
+                        }
+                        Err(_) => {}
+                    }
+                }
                 Err(_) => {}
             }
         }
