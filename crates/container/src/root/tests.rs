@@ -687,7 +687,7 @@ fn lexical_resolver_agrees_and_opens_each_folder_once() {
     );
 }
 
-/// Issue 21: a folder that the paths handed to [`LexicalResolver::expect`] end in four times
+/// Issue 21: a folder that the paths handed to [`LexicalResolver::expect`] end in eight times
 /// or more is listed once, and the names the listing settles (missing, a file, a symlink) are
 /// not looked up: only folders are opened. The answers are [`Root::resolve_lexically`]'s, for
 /// files, links to files, to folders, out of the root and dangling; and a folder too big to
@@ -719,11 +719,14 @@ fn a_resolver_answers_the_names_of_a_listed_folder_from_the_listing() {
         "dangling",
         "host/secret",
         "libC.so.1",
+        "libD.so.1",
+        "libE.so.1",
+        "libF.so.1",
     ];
     let paths: Vec<String> = leaves
         .iter()
         .map(|l| format!("/usr/lib/x86_64-linux-gnu/{l}"))
-        .chain(["f1", "f2", "up/x", "none"].map(|l| format!("/big/{l}")))
+        .chain(["f1", "f2", "f3", "f4", "f5", "f6", "up/x", "none"].map(|l| format!("/big/{l}")))
         .collect();
     for force in [false, true] {
         opath::FORCE.with(|c| c.set(force));
@@ -755,7 +758,13 @@ fn a_resolver_answers_the_names_of_a_listed_folder_from_the_listing() {
             // The names the listing settles cost no lookup; a folder is still opened (`sub`,
             // then `y` in it); `big` is too big to list, and its names are looked up.
             let lib = |l: &str| sent[format!("/usr/lib/x86_64-linux-gnu/{l}").as_str()];
-            for l in ["libA.so.1", "libB.so.1", "missing.so.1", "libC.so.1"] {
+            for l in [
+                "libA.so.1",
+                "libB.so.1",
+                "missing.so.1",
+                "libC.so.1",
+                "libF.so.1",
+            ] {
                 let want = if expect { 0 } else { l.len() as u64 };
                 assert_eq!(lib(l), want, "{l} (emulated: {force}, listed: {expect})");
             }
