@@ -108,18 +108,12 @@ impl Walker<'_> {
 
     /// The symlink-free path of the current directory (`""` for the root).
     fn folder(&self) -> OsString {
-        join_raw(&self.existing)
+        join_raw(self.existing.iter().map(OsString::as_os_str))
     }
 
     /// The memo's key of `name` in the current directory.
     fn key(&self, name: &OsStr) -> OsString {
-        let mut k = OsString::new();
-        for c in &self.existing {
-            k.push(c);
-            k.push("/");
-        }
-        k.push(name);
-        k
+        join_raw(self.existing.iter().map(OsString::as_os_str).chain([name]))
     }
 
     /// What `name` of the current directory is: looked up (`lstat`, then `readlink` for a
@@ -195,6 +189,9 @@ impl Walker<'_> {
     /// it (a folder, which is opened as ever; a kind not given; no listing), and the name is
     /// looked up.
     fn listed_as(&mut self, name: &OsStr) -> Option<Seen> {
+        if self.memo.as_ref()?.expected.is_empty() {
+            return None;
+        }
         let cur = self.cur.clone().filter(|fd| fd.readable)?;
         let folder = self.folder();
         let memo = self.memo.as_deref_mut()?;
@@ -294,9 +291,9 @@ impl Walker<'_> {
 }
 
 /// `comps` joined by `/`, bytes as they are (a memo key).
-fn join_raw(comps: &[OsString]) -> OsString {
+fn join_raw<'c>(comps: impl IntoIterator<Item = &'c OsStr>) -> OsString {
     let mut k = OsString::new();
-    for (i, c) in comps.iter().enumerate() {
+    for (i, c) in comps.into_iter().enumerate() {
         if i > 0 {
             k.push("/");
         }
@@ -488,9 +485,10 @@ impl<'r> LexicalResolver<'r> {
     }
 
     /// Tells the resolver the paths it is about to be asked (all of them, before the first):
-    /// a folder that [`LIST_AT`] or more of them end in (different names, as written) is listed
-    /// once when first walked through, and its names are answered from that listing. Without it, or for
-    /// folders reached another way (through a symlink), each name is looked up.
+    /// a folder that [`LIST_AT`] or more of them end in (different names, as written) is
+    /// listed once when first walked through, and those names are answered from the listing.
+    /// Without it, or for folders reached another way (through a symlink), each name is
+    /// looked up.
     pub fn expect<'p>(&mut self, paths: impl IntoIterator<Item = &'p str>) {
         for p in paths {
             let parts: Vec<OsString> = components(p.as_bytes()).collect();
@@ -498,7 +496,8 @@ impl<'r> LexicalResolver<'r> {
                 continue;
             }
             if let Some((name, folder)) = parts.split_last() {
-                let names = self.memo.expected.entry(join_raw(folder)).or_default();
+                let folder = join_raw(folder.iter().map(OsString::as_os_str));
+                let names = self.memo.expected.entry(folder).or_default();
                 names.insert(name.clone());
             }
         }
