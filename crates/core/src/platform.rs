@@ -71,12 +71,9 @@ pub(crate) fn platform_edits<'a>(
     }
 }
 
-/// The folders of the files among `paths` (container paths) that `is_library` takes for
+/// The folders of the files among `paths` (container paths) that [`is_library`] takes for
 /// libraries, in order, each once: what `update-ldcache` adds.
-pub(crate) fn library_folders<'a>(
-    paths: impl IntoIterator<Item = &'a str>,
-    is_library: fn(&str) -> bool,
-) -> Vec<String> {
+pub(crate) fn library_folders<'a>(paths: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut folders: Vec<String> = Vec::new();
     for path in paths {
         let name = path.rsplit('/').next().unwrap_or("");
@@ -88,9 +85,20 @@ pub(crate) fn library_folders<'a>(
     folders
 }
 
-/// Whether a file name is a library's, as NVIDIA's ldcache hook tells (`lib*.so*`).
-fn is_library(name: &str) -> bool {
-    name.starts_with("lib") && name.contains(".so")
+/// Whether a file name is a library's, as NVIDIA's `internal/discover/ldconfig.go`
+/// `isLibName` tells for the `update-ldcache` hook of every platform mode (CSV and WSL2 alike):
+/// it matches `lib?*.so*`, and the part after the last `.so` is empty or a version (`.1.1`).
+pub(crate) fn is_library(name: &str) -> bool {
+    if !name.starts_with("lib") || name.len() < 4 {
+        return false;
+    }
+    match name.rfind(".so") {
+        Some(i) if i > 3 => {
+            let rest = &name[i + 3..];
+            rest.is_empty() || rest.starts_with('.')
+        }
+        _ => false,
+    }
 }
 
 /// The folder of a container path (`/` for a file at the top).
@@ -124,7 +132,7 @@ pub fn csv_edits(host: &CsvHost, hook_path: &str) -> PlatformEdits {
             }
         }
     }
-    let folders = library_folders(host.files.iter().map(|f| f.path.as_str()), is_library);
+    let folders = library_folders(host.files.iter().map(|f| f.path.as_str()));
     let mounts = host
         .dirs
         .iter()
@@ -260,6 +268,44 @@ mod tests {
         assert!(gpuctk_cdi::validate::validate(&spec).is_empty());
         let none = csv_edits(&CsvHost::default(), "/h");
         assert!(build_csv_spec(&none, "nvidia.com", "gpu", true).is_err());
+    }
+
+    #[test]
+    fn library_names_as_nvidia_tells_them() {
+        for (name, want) in [
+            ("libcuda.so.1.1", true),
+            ("libdxcore.so", true),
+            ("libcuda_loader.so", true),
+            ("libx.so.so", true),
+            ("nvcubins.bin", false),
+            ("nvidia-smi", false),
+            ("lib.so", false),
+            ("libx.sox", false),
+            ("libx.so.1.sock", false),
+        ] {
+            assert_eq!(is_library(name), want, "{name}");
+        }
+    }
+
+    /// Review finding (session 8): CSV mode took any `lib*` name holding `.so` for a library
+    /// (`lib.so`, `libnv.sock`), WSL2 NVIDIA's `isLibName`; both now use the latter, so a CSV
+    /// file's socket or `lib.so` adds no folder to `update-ldcache`.
+    #[test]
+    fn csv_ldcache_folders_are_those_of_nvidia_libraries() {
+        let mut h = host();
+        for path in ["/run/nv/libnv.sock", "/opt/x/lib.so", "/opt/y/libz.sox"] {
+            h.files.push(CsvMount {
+                host_path: format!("/h{path}").into(),
+                path: path.into(),
+            });
+        }
+        let e = csv_edits(&h, "/usr/bin/nvidia-cdi-hook");
+        assert_eq!(
+            e.ops.last(),
+            Some(&InRootOp::UpdateLdcache {
+                folders: vec!["/usr/lib/t".into()]
+            })
+        );
     }
 
     #[test]
