@@ -20,6 +20,7 @@ use gpuctk_host::DeviceNode;
 use crate::ops::{InRootOp, Link};
 use crate::plan::{cdi_node, mount, FILE_MOUNT_OPTIONS};
 use crate::request::DeviceId;
+use crate::route::Mode;
 use crate::spec::{finish_spec, spec_kind, SpecError};
 
 /// The edits of a platform mode (CSV here, WSL2 in [`crate::wsl`]): its one device's (its
@@ -139,6 +140,49 @@ pub fn csv_edits(host: &CsvHost, hook_path: &str) -> PlatformEdits {
         .chain(&host.files)
         .map(|m| (m.host_path.as_path(), m.path.as_str()));
     platform_edits(&host.devices, mounts, links, folders, hook_path)
+}
+
+/// What kind of host a request routed just in time is on, as the caller probes it: no NVIDIA
+/// kernel driver in procfs, then WSL2's signs before a Jetson's (NVIDIA's `ResolvePlatform`
+/// asks dxcore first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Platform {
+    /// WSL2: `/dev/dxg` or `libdxcore.so`, no NVIDIA kernel driver.
+    Wsl,
+    /// A Jetson: the Tegra markers, no NVIDIA kernel driver.
+    Tegra,
+    /// A host with the NVIDIA kernel driver, or with no sign of either: discovery serves it.
+    Other,
+}
+
+/// The platform mode whose edits serve a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlatformMode {
+    /// The CSV mount specs ([`csv_edits`]).
+    Csv,
+    /// WSL2's driver store ([`crate::wsl::wsl_edits`]).
+    Wsl,
+}
+
+/// Which platform mode's edits serve a request that is routed just in time under `mode`, the
+/// same for every delivery (the shim, the legacy prestart hook): `mode = "csv"` is CSV whatever
+/// the host (NVIDIA's runtime takes a set mode as it is), and `probe` is not called; under any
+/// other mode the host's own, WSL2's on a WSL2 host and CSV on a Jetson (NVIDIA's `auto`
+/// resolves to `csv` there, its jit-cdi's discovery and libnvidia-container's, behind the
+/// legacy hook, find the platform themselves), `None` elsewhere (discovery). Which requests are
+/// routed just in time is [`crate::route::route`]'s answer; `probe` tells the host.
+pub fn platform_mode<E>(
+    mode: Mode,
+    probe: impl FnOnce() -> Result<Platform, E>,
+) -> Result<Option<PlatformMode>, E> {
+    if mode == Mode::Csv {
+        return Ok(Some(PlatformMode::Csv));
+    }
+    Ok(match probe()? {
+        Platform::Wsl => Some(PlatformMode::Wsl),
+        Platform::Tegra => Some(PlatformMode::Csv),
+        Platform::Other => None,
+    })
 }
 
 /// Whether a platform mode (CSV, WSL2) serves `id`: its one device, as `0`, `all`, or a CDI
@@ -306,6 +350,30 @@ mod tests {
                 folders: vec!["/usr/lib/t".into()]
             })
         );
+    }
+
+    /// Review finding (session 8): the shim planned WSL2's edits only under `auto` and
+    /// `jit-cdi` and CSV's only under `csv`, the legacy hook WSL2's under every mode (`csv`
+    /// too) and CSV's never; one decision now serves both, for every mode and host.
+    #[test]
+    fn platform_mode_for_every_mode_and_host() {
+        use Platform::*;
+        use PlatformMode as P;
+        let modes = [Mode::Auto, Mode::Cdi, Mode::JitCdi, Mode::Legacy, Mode::Csv];
+        for mode in modes {
+            for (host, want) in [(Wsl, Some(P::Wsl)), (Tegra, Some(P::Csv)), (Other, None)] {
+                let want = if mode == Mode::Csv {
+                    Some(P::Csv)
+                } else {
+                    want
+                };
+                let got = platform_mode(mode, || Ok::<_, ()>(host)).unwrap();
+                assert_eq!(got, want, "{mode:?} on {host:?}");
+            }
+        }
+        // A set `csv` does not probe; the others pass the probe's error on.
+        assert_eq!(platform_mode(Mode::Csv, || Err("probed")), Ok(Some(P::Csv)));
+        assert_eq!(platform_mode(Mode::Auto, || Err("probed")), Err("probed"));
     }
 
     #[test]
