@@ -20,6 +20,7 @@ use gpuctk_host::DeviceNode;
 use crate::ops::{InRootOp, Link};
 use crate::plan::{cdi_node, mount, FILE_MOUNT_OPTIONS};
 use crate::request::DeviceId;
+use crate::route::Mode;
 use crate::spec::{finish_spec, spec_kind, SpecError};
 
 /// The edits of a platform mode (CSV here, WSL2 in [`crate::wsl`]): its one device's (its
@@ -71,12 +72,9 @@ pub(crate) fn platform_edits<'a>(
     }
 }
 
-/// The folders of the files among `paths` (container paths) that `is_library` takes for
+/// The folders of the files among `paths` (container paths) that [`is_library`] takes for
 /// libraries, in order, each once: what `update-ldcache` adds.
-pub(crate) fn library_folders<'a>(
-    paths: impl IntoIterator<Item = &'a str>,
-    is_library: fn(&str) -> bool,
-) -> Vec<String> {
+pub(crate) fn library_folders<'a>(paths: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut folders: Vec<String> = Vec::new();
     for path in paths {
         let name = path.rsplit('/').next().unwrap_or("");
@@ -88,9 +86,20 @@ pub(crate) fn library_folders<'a>(
     folders
 }
 
-/// Whether a file name is a library's, as NVIDIA's ldcache hook tells (`lib*.so*`).
-fn is_library(name: &str) -> bool {
-    name.starts_with("lib") && name.contains(".so")
+/// Whether a file name is a library's, as NVIDIA's `internal/discover/ldconfig.go`
+/// `isLibName` tells for the `update-ldcache` hook of every platform mode (CSV and WSL2 alike):
+/// it matches `lib?*.so*`, and the part after the last `.so` is empty or a version (`.1.1`).
+pub(crate) fn is_library(name: &str) -> bool {
+    if !name.starts_with("lib") || name.len() < 4 {
+        return false;
+    }
+    match name.rfind(".so") {
+        Some(i) if i > 3 => {
+            let rest = &name[i + 3..];
+            rest.is_empty() || rest.starts_with('.')
+        }
+        _ => false,
+    }
 }
 
 /// The folder of a container path (`/` for a file at the top).
@@ -124,13 +133,56 @@ pub fn csv_edits(host: &CsvHost, hook_path: &str) -> PlatformEdits {
             }
         }
     }
-    let folders = library_folders(host.files.iter().map(|f| f.path.as_str()), is_library);
+    let folders = library_folders(host.files.iter().map(|f| f.path.as_str()));
     let mounts = host
         .dirs
         .iter()
         .chain(&host.files)
         .map(|m| (m.host_path.as_path(), m.path.as_str()));
     platform_edits(&host.devices, mounts, links, folders, hook_path)
+}
+
+/// What kind of host a request routed just in time is on, as the caller probes it: no NVIDIA
+/// kernel driver in procfs, then WSL2's signs before a Jetson's (NVIDIA's `ResolvePlatform`
+/// asks dxcore first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Platform {
+    /// WSL2: `/dev/dxg` or `libdxcore.so`, no NVIDIA kernel driver.
+    Wsl,
+    /// A Jetson: the Tegra markers, no NVIDIA kernel driver.
+    Tegra,
+    /// A host with the NVIDIA kernel driver, or with no sign of either: discovery serves it.
+    Other,
+}
+
+/// The platform mode whose edits serve a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlatformMode {
+    /// The CSV mount specs ([`csv_edits`]).
+    Csv,
+    /// WSL2's driver store ([`crate::wsl::wsl_edits`]).
+    Wsl,
+}
+
+/// Which platform mode's edits serve a request that is routed just in time under `mode`, the
+/// same for every delivery (the shim, the legacy prestart hook): `mode = "csv"` is CSV whatever
+/// the host (NVIDIA's runtime takes a set mode as it is), and `probe` is not called; under any
+/// other mode the host's own, WSL2's on a WSL2 host and CSV on a Jetson (NVIDIA's `auto`
+/// resolves to `csv` there, its jit-cdi's discovery and libnvidia-container's, behind the
+/// legacy hook, find the platform themselves), `None` elsewhere (discovery). Which requests are
+/// routed just in time is [`crate::route::route`]'s answer; `probe` tells the host.
+pub fn platform_mode<E>(
+    mode: Mode,
+    probe: impl FnOnce() -> Result<Platform, E>,
+) -> Result<Option<PlatformMode>, E> {
+    if mode == Mode::Csv {
+        return Ok(Some(PlatformMode::Csv));
+    }
+    Ok(match probe()? {
+        Platform::Wsl => Some(PlatformMode::Wsl),
+        Platform::Tegra => Some(PlatformMode::Csv),
+        Platform::Other => None,
+    })
 }
 
 /// Whether a platform mode (CSV, WSL2) serves `id`: its one device, as `0`, `all`, or a CDI
@@ -260,6 +312,68 @@ mod tests {
         assert!(gpuctk_cdi::validate::validate(&spec).is_empty());
         let none = csv_edits(&CsvHost::default(), "/h");
         assert!(build_csv_spec(&none, "nvidia.com", "gpu", true).is_err());
+    }
+
+    #[test]
+    fn library_names_as_nvidia_tells_them() {
+        for (name, want) in [
+            ("libcuda.so.1.1", true),
+            ("libdxcore.so", true),
+            ("libcuda_loader.so", true),
+            ("libx.so.so", true),
+            ("nvcubins.bin", false),
+            ("nvidia-smi", false),
+            ("lib.so", false),
+            ("libx.sox", false),
+            ("libx.so.1.sock", false),
+        ] {
+            assert_eq!(is_library(name), want, "{name}");
+        }
+    }
+
+    /// Review finding (session 8): CSV mode took any `lib*` name holding `.so` for a library
+    /// (`lib.so`, `libnv.sock`), WSL2 NVIDIA's `isLibName`; both now use the latter, so a CSV
+    /// file's socket or `lib.so` adds no folder to `update-ldcache`.
+    #[test]
+    fn csv_ldcache_folders_are_those_of_nvidia_libraries() {
+        let mut h = host();
+        for path in ["/run/nv/libnv.sock", "/opt/x/lib.so", "/opt/y/libz.sox"] {
+            h.files.push(CsvMount {
+                host_path: format!("/h{path}").into(),
+                path: path.into(),
+            });
+        }
+        let e = csv_edits(&h, "/usr/bin/nvidia-cdi-hook");
+        assert_eq!(
+            e.ops.last(),
+            Some(&InRootOp::UpdateLdcache {
+                folders: vec!["/usr/lib/t".into()]
+            })
+        );
+    }
+
+    /// Review finding (session 8): the shim planned WSL2's edits only under `auto` and
+    /// `jit-cdi` and CSV's only under `csv`, the legacy hook WSL2's under every mode (`csv`
+    /// too) and CSV's never; one decision now serves both, for every mode and host.
+    #[test]
+    fn platform_mode_for_every_mode_and_host() {
+        use Platform::*;
+        use PlatformMode as P;
+        let modes = [Mode::Auto, Mode::Cdi, Mode::JitCdi, Mode::Legacy, Mode::Csv];
+        for mode in modes {
+            for (host, want) in [(Wsl, Some(P::Wsl)), (Tegra, Some(P::Csv)), (Other, None)] {
+                let want = if mode == Mode::Csv {
+                    Some(P::Csv)
+                } else {
+                    want
+                };
+                let got = platform_mode(mode, || Ok::<_, ()>(host)).unwrap();
+                assert_eq!(got, want, "{mode:?} on {host:?}");
+            }
+        }
+        // A set `csv` does not probe; the others pass the probe's error on.
+        assert_eq!(platform_mode(Mode::Csv, || Err("probed")), Ok(Some(P::Csv)));
+        assert_eq!(platform_mode(Mode::Auto, || Err("probed")), Err("probed"));
     }
 
     #[test]

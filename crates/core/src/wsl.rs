@@ -18,21 +18,6 @@ use crate::spec::{spec_kind, SpecError};
 /// Where the nvidia-smi link goes in the container.
 pub const NVIDIA_SMI_LINK: &str = "/usr/bin/nvidia-smi";
 
-/// Whether a file name is a library's, as NVIDIA's ldcache hook tells (`lib?*.so*`, the part
-/// after the last `.so` empty or a version).
-fn is_library(name: &str) -> bool {
-    if !name.starts_with("lib") || name.len() < 4 {
-        return false;
-    }
-    match name.rfind(".so") {
-        Some(i) if i > 3 => {
-            let rest = &name[i + 3..];
-            rest.is_empty() || rest.starts_with('.')
-        }
-        _ => false,
-    }
-}
-
 /// Plan WSL mode's edits for `host` (its device holds `/dev/dxg`); `hook_path` is the hook
 /// binary written into hooks.
 pub fn wsl_edits(host: &WslHost, hook_path: &str) -> PlatformEdits {
@@ -52,7 +37,6 @@ pub fn wsl_edits(host: &WslHost, hook_path: &str) -> PlatformEdits {
             .iter()
             .chain(host.dxcore.iter())
             .map(|f| f.path.as_str()),
-        is_library,
     );
     let mounts = host
         .files()
@@ -135,21 +119,6 @@ mod tests {
         assert_eq!(spec.devices[0].name, "all");
         assert!(gpuctk_cdi::validate::validate(&spec).is_empty());
         assert!(build_wsl_spec(&e, "bad vendor", "gpu").is_err());
-    }
-
-    #[test]
-    fn library_names_as_nvidia_tells_them() {
-        for (name, want) in [
-            ("libcuda.so.1.1", true),
-            ("libdxcore.so", true),
-            ("libcuda_loader.so", true),
-            ("nvcubins.bin", false),
-            ("nvidia-smi", false),
-            ("lib.so", false),
-            ("libx.sox", false),
-        ] {
-            assert_eq!(is_library(name), want, "{name}");
-        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use gpuctk_cdi::registry::Registry;
 use gpuctk_cdi::spec::ContainerEdits;
+use gpuctk_core::platform::Platform;
 use gpuctk_core::request::Delivery;
 use gpuctk_core::{Decision, HostView, InRootOp, Injection, Request, Settings, Version};
 use gpuctk_host::{
@@ -107,12 +108,26 @@ impl<'a> LiveHost<'a> {
         self.current.as_ref().and_then(Option::as_ref)
     }
 
-    /// Whether the host is a WSL2 one (no NVIDIA kernel driver, `/dev/dxg` or `libdxcore.so`).
-    pub fn on_wsl(&mut self) -> anyhow::Result<bool> {
+    /// What kind of host this is for the platform modes: one with the NVIDIA kernel driver
+    /// (its version file, read once, answers without more calls), else WSL2 (`/dev/dxg` or
+    /// `libdxcore.so`), else a Jetson (the Tegra markers under the driver root). A sign that is
+    /// there but cannot be read is an error naming it.
+    pub fn platform(&mut self) -> anyhow::Result<Platform> {
         if self.running_driver().is_some() {
-            return Ok(false);
+            return Ok(Platform::Other);
         }
-        on_wsl(self.cfg)
+        if on_wsl(self.cfg)? {
+            return Ok(Platform::Wsl);
+        }
+        let r = roots(self.cfg);
+        let tegra = gpuctk_host::csv::is_tegra(&r.driver_root, &r.driver_root).map_err(|e| {
+            anyhow::anyhow!("{e}; cannot tell whether this is a Jetson: fix it (on a Jetson, [nvidia-container-runtime] mode = \"csv\" skips this test)")
+        })?;
+        Ok(if tegra {
+            Platform::Tegra
+        } else {
+            Platform::Other
+        })
     }
 }
 
@@ -351,6 +366,41 @@ fn decode_hooks(edits: &ContainerEdits) -> Vec<(usize, InRootOp)> {
         .collect()
 }
 
+/// `request` served by a platform mode's edits (Jetson CSV, WSL2) instead of discovery, as
+/// [`gpuctk_core::platform::platform_mode`] decides for the shim and the legacy hook alike:
+/// `Ok(None)` where discovery, the registry or the prestart hook serves it (the host is only
+/// probed for a request routed just in time, or not at all under `mode = "csv"`);
+/// `Ok(Some(None))` when the container asks for nothing. `all_csv`:
+/// `NVIDIA_REQUIRE_JETPACK=csv-mounts=all`.
+pub fn platform_injection(
+    request: &Request,
+    cfg: &Config,
+    delivery: Delivery,
+    host: &mut LiveHost<'_>,
+    all_csv: bool,
+) -> anyhow::Result<Option<Option<Injection>>> {
+    use gpuctk_core::platform::{platform_mode, PlatformMode};
+    use gpuctk_core::route::{route, Mode, Route};
+    // The prestart hook serves a legacy-mode request as `auto` would, as `decide` does.
+    let mode = match (cfg.mode, delivery) {
+        (Mode::Legacy, Delivery::PrestartHook) => Mode::Auto,
+        (m, _) => m,
+    };
+    if mode != Mode::Csv
+        && !matches!(
+            route(request, mode, &cfg.default_kind)?,
+            Route::JustInTime(_)
+        )
+    {
+        return Ok(None);
+    }
+    match platform_mode(cfg.mode, || host.platform())? {
+        None => Ok(None),
+        Some(PlatformMode::Csv) => Ok(Some(csv_injection(request, cfg, all_csv)?)),
+        Some(PlatformMode::Wsl) => wsl_injection(request, cfg, mode),
+    }
+}
+
 /// `mode = "csv"` (Jetson): the edits for `request` from the CSV files under
 /// `modes.csv.mount-spec-path`, the three base files or, with `all_files`
 /// (`NVIDIA_REQUIRE_JETPACK=csv-mounts=all`), every `*.csv` there. `None` when the container
@@ -402,7 +452,7 @@ pub fn csv_injection(
     }))
 }
 
-/// A request routed under `mode` (`auto` or `jit-cdi`) on a WSL2 host (no NVIDIA kernel
+/// A request routed under `mode` on a WSL2 host (no NVIDIA kernel
 /// driver, `/dev/dxg` or `libdxcore.so` present): the WSL edits for it, planned just in time as
 /// NVIDIA's `jit-cdi` plans them there (`--mode wsl`). `Ok(None)` when the request is not for
 /// just in time (the registry serves CDI names under `auto`); `Ok(Some(None))` when the

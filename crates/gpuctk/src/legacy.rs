@@ -184,6 +184,7 @@ fn prestart(config_path: Option<&Path>) -> anyhow::Result<()> {
         &rootfs,
         cfg.no_cgroups,
         Some(&state.bundle),
+        crate::runtime::jetpack_all_csv(&spec),
     )
 }
 
@@ -194,11 +195,13 @@ fn realize(
     rootfs: &Path,
     no_cgroups: bool,
 ) -> anyhow::Result<()> {
-    realize_in(cfg, request, pid, rootfs, no_cgroups, None)
+    // CSV mode's base files only: `--require csv-mounts=all` is not read.
+    realize_in(cfg, request, pid, rootfs, no_cgroups, None, false)
 }
 
 /// [`realize`] with the container's bundle, where the driver's rewritten params file goes
 /// (see `crate::guard`); without one (`nvidia-container-cli configure`) that guard is left out.
+/// `all_csv`: the container's `NVIDIA_REQUIRE_JETPACK=csv-mounts=all` (every CSV file).
 fn realize_in(
     cfg: &Config,
     request: &Request,
@@ -206,22 +209,20 @@ fn realize_in(
     rootfs: &Path,
     no_cgroups: bool,
     bundle: Option<&Path>,
+    all_csv: bool,
 ) -> anyhow::Result<()> {
     // The hook runs after runc read the spec: a legacy-mode request is served as `auto` would.
-    // One view of the host for the WSL check, the decision and the other GPUs' folders: the
-    // version file and the GPUs' information files are read once.
+    // One view of the host for the platform check, the decision and the other GPUs' folders:
+    // the version file and the GPUs' information files are read once.
     let mut host = crate::decision::LiveHost::new(cfg, Some(rootfs));
-    let wsl = if host.on_wsl()? {
-        use gpuctk_core::route::Mode;
-        let mode = match cfg.mode {
-            Mode::Legacy | Mode::Csv => Mode::Auto,
-            m => m,
-        };
-        crate::decision::wsl_injection(request, cfg, mode)?
-    } else {
-        None
-    };
-    let injection = match wsl {
+    let platform = crate::decision::platform_injection(
+        request,
+        cfg,
+        Delivery::PrestartHook,
+        &mut host,
+        all_csv,
+    )?;
+    let injection = match platform {
         Some(None) => return Ok(()),
         Some(Some(i)) => i,
         None => {

@@ -189,21 +189,14 @@ fn modify_bundle_once(
     } else {
         LiveHost::without_snapshot(cfg, rootfs.as_deref())
     };
-    let csv = if cfg.mode == Mode::Csv {
-        Some(crate::decision::csv_injection(
-            &request,
-            cfg,
-            jetpack_all_csv(&spec),
-        )?)
-    } else if matches!(cfg.mode, Mode::Auto | Mode::JitCdi)
-        && !matches!(request.devices, gpuctk_core::request::Devices::Unrequested)
-        && host.on_wsl()?
-    {
-        crate::decision::wsl_injection(&request, cfg, cfg.mode)?
-    } else {
-        None
-    };
-    let mut injection = match csv {
+    let platform = crate::decision::platform_injection(
+        &request,
+        cfg,
+        Delivery::Shim,
+        &mut host,
+        jetpack_all_csv(&spec),
+    )?;
+    let mut injection = match platform {
         Some(None) => {
             tracing::debug!("{}: no GPU requested; spec left as is", path.display());
             return Ok(());
@@ -267,7 +260,7 @@ fn modify_bundle_once(
 
 /// Whether the container's env has `NVIDIA_REQUIRE_JETPACK` with `csv-mounts=all`: CSV mode
 /// then reads every CSV file, not only the three base ones (NVIDIA's rule).
-fn jetpack_all_csv(spec: &serde_json::Value) -> bool {
+pub(crate) fn jetpack_all_csv(spec: &serde_json::Value) -> bool {
     spec.pointer("/process/env")
         .and_then(|e| e.as_array())
         .into_iter()

@@ -3,6 +3,7 @@
 //! under real runc and crun, judged by what the container sees.
 
 use std::fs;
+use std::path::Path;
 use std::process::Command;
 
 use gpuctk_mockhost::{LibraryLoad, ProbeReport};
@@ -221,8 +222,16 @@ fn csv_mode_refuses_what_it_cannot_serve() {
 }
 
 /// A bundle for `runtime` whose container lists its /dev and runs the probe, with a shim
-/// configured for `mode = "csv"` on the Jetson.
-fn csv_container(runtime: &str, env: &[&str], id: &str) -> (Jetson, i32, String, String) {
+/// configured with `mode_line` (empty: NVIDIA's default, auto) on the Jetson; with
+/// `hook_only`, run by `runtime` itself with our legacy prestart hook in its spec (as an
+/// engine's own hook set-up, docker's `--gpus`, has it), no shim.
+fn csv_container(
+    runtime: &str,
+    mode_line: &str,
+    hook_only: bool,
+    env: &[&str],
+    id: &str,
+) -> (Jetson, i32, String, String) {
     let j = jetson();
     let bundle = j.t.join("bundle");
     fs::create_dir_all(&bundle).unwrap();
@@ -247,12 +256,18 @@ fn csv_container(runtime: &str, env: &[&str], id: &str) -> (Jetson, i32, String,
     for x in env {
         e.push(json!(x));
     }
-    fs::write(&cfg_path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
     let config = j.t.join("config.toml");
+    if hook_only {
+        spec["hooks"] = json!({"prestart": [{
+            "path": GPUCTK,
+            "args": ["nvidia-container-runtime-hook", "-config", config.to_str().unwrap(), "prestart"],
+        }]});
+    }
+    fs::write(&cfg_path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
     fs::write(
         &config,
         format!(
-            "[nvidia-container-cli]\nroot = \"{root}\"\n\n[nvidia-container-runtime]\nmode = \"csv\"\nruntimes = [\"{runtime}\"]\n\n[nvidia-container-runtime.modes.csv]\nmount-spec-path = \"{csv}\"\n\n[gpuctk]\ndev-root = \"{root}\"\nproc-root = \"{root}/proc\"\nhook-path = \"{GPUCTK}\"\n",
+            "[nvidia-container-cli]\nroot = \"{root}\"\n\n[nvidia-container-runtime]\n{mode_line}runtimes = [\"{runtime}\"]\n\n[nvidia-container-runtime.modes.csv]\nmount-spec-path = \"{csv}\"\n\n[gpuctk]\ndev-root = \"{root}\"\nproc-root = \"{root}/proc\"\nhook-path = \"{GPUCTK}\"\n",
             root = j.root,
             csv = j.csv_dir
         ),
@@ -263,7 +278,7 @@ fn csv_container(runtime: &str, env: &[&str], id: &str) -> (Jetson, i32, String,
     let shim = bin.join("nvidia-container-runtime");
     std::os::unix::fs::symlink(GPUCTK, &shim).unwrap();
     let id = format!("{}-{id}", j.t.path().file_name().unwrap().to_string_lossy());
-    let out = Command::new(&shim)
+    let out = Command::new(if hook_only { Path::new(runtime) } else { &shim })
         .env("GPUCTK_CONFIG", &config)
         .arg("--root")
         .arg(j.t.join("state"))
@@ -276,8 +291,9 @@ fn csv_container(runtime: &str, env: &[&str], id: &str) -> (Jetson, i32, String,
     (j, code, stdout, stderr)
 }
 
-fn csv_mode_in_a_container(runtime: &str) {
-    let (_j, code, stdout, stderr) = csv_container(runtime, &["NVIDIA_VISIBLE_DEVICES=all"], "all");
+/// What a container given the Jetson's device shows: its `dev` nodes, the L4T link recreated,
+/// and libcuda loading through the updated cache from the Tegra folder.
+fn assert_jetson_gpu(code: i32, stdout: &str, stderr: &str) {
     assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
     let (ls, probe) = stdout.split_once("---probe---\n").unwrap();
     for n in [
@@ -289,8 +305,6 @@ fn csv_mode_in_a_container(runtime: &str) {
     ] {
         assert!(ls.lines().any(|l| l == n), "/dev/{n} missing: {ls}");
     }
-    // The L4T link was recreated, and libcuda loads through the updated cache from the Tegra
-    // folder.
     assert!(ls.lines().any(|l| l == "tegra/libcuda.so"), "{ls}");
     let report = ProbeReport::parse(probe);
     match report.libcuda {
@@ -299,17 +313,70 @@ fn csv_mode_in_a_container(runtime: &str) {
         }
         other => panic!("libcuda did not load: {other:?}\n{stdout}\n{stderr}"),
     }
+}
+
+const CSV_MODE: &str = "mode = \"csv\"\n";
+
+fn csv_mode_in_a_container(runtime: &str) {
+    let (_j, code, stdout, stderr) = csv_container(
+        runtime,
+        CSV_MODE,
+        false,
+        &["NVIDIA_VISIBLE_DEVICES=all"],
+        "all",
+    );
+    assert_jetson_gpu(code, &stdout, &stderr);
     // A container that asks for nothing is left alone; one device is all CSV mode has.
-    let (_j, code, stdout, _) = csv_container(runtime, &[], "none");
+    let (_j, code, stdout, _) = csv_container(runtime, CSV_MODE, false, &[], "none");
     assert_eq!(code, 0);
     assert!(!stdout.lines().any(|l| l == "nvmap"), "{stdout}");
-    let (_j, code, _, stderr) = csv_container(runtime, &["NVIDIA_VISIBLE_DEVICES=1"], "one");
+    let (_j, code, _, stderr) = csv_container(
+        runtime,
+        CSV_MODE,
+        false,
+        &["NVIDIA_VISIBLE_DEVICES=1"],
+        "one",
+    );
     assert_ne!(code, 0);
     assert!(
         stderr.contains("mode \\\"csv\\\" (Jetson) has one device")
             || stderr.contains("mode \"csv\" (Jetson) has one device"),
         "{stderr}"
     );
+}
+
+/// Review finding (session 8): on a Jetson only `mode = "csv"` planned CSV's edits; the shim
+/// under `auto` (NVIDIA's default, which resolves to `csv` there) and `jit-cdi`, and the
+/// legacy prestart hook (under `legacy`), planned from discovery, which a Jetson's nvgpu
+/// driver (no procfs) cannot serve. Every mode now serves the Jetson as CSV mode does.
+fn jetson_in_every_mode(runtime: &str) {
+    for (i, mode) in ["", "mode = \"jit-cdi\"\n", "mode = \"legacy\"\n"]
+        .iter()
+        .enumerate()
+    {
+        let (_j, code, stdout, stderr) = csv_container(
+            runtime,
+            mode,
+            false,
+            &["NVIDIA_VISIBLE_DEVICES=all"],
+            &format!("all{i}"),
+        );
+        assert_jetson_gpu(code, &stdout, &stderr);
+    }
+    // The legacy hook alone (no shim) under `csv`, which it served as `auto`, by discovery.
+    let (_j, code, stdout, stderr) = csv_container(
+        runtime,
+        CSV_MODE,
+        true,
+        &["NVIDIA_VISIBLE_DEVICES=all"],
+        "hook",
+    );
+    assert_jetson_gpu(code, &stdout, &stderr);
+}
+
+#[test]
+fn runc_jetson_in_every_mode() {
+    jetson_in_every_mode("runc");
 }
 
 #[test]
@@ -638,6 +705,43 @@ fn wsl_just_in_time(runtime: &str) {
     );
     assert_ne!(code, 0);
     assert!(stderr.contains("a WSL2 host has one device"), "{stderr}");
+}
+
+/// Review finding (session 8): under `mode = "cdi"` the shim planned from discovery what is
+/// routed just in time (NVIDIA's `runtime.nvidia.com/gpu` kind, `none`), which a WSL2 host
+/// (no procfs driver) cannot serve, while the legacy hook planned WSL2's edits there.
+fn wsl_cdi_mode_just_in_time(runtime: &str) {
+    let w = wsl();
+    let cdi = "mode = \"cdi\"\n";
+    let (code, stdout, stderr) = wsl_container(
+        &w,
+        runtime,
+        cdi,
+        &["NVIDIA_VISIBLE_DEVICES=runtime.nvidia.com/gpu=all"],
+        WSL_SCRIPT,
+        "runtime-kind",
+    );
+    assert_wsl_gpu(code, &stdout, &stderr);
+    let (code, stdout, stderr) = wsl_container(
+        &w,
+        runtime,
+        cdi,
+        &["NVIDIA_VISIBLE_DEVICES=none"],
+        "ls /dev; echo ---probe---; /usr/bin/gpuctk-probe",
+        "none",
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stdout.lines().any(|l| l == "dxg"), "{stdout}");
+    let report = ProbeReport::parse(stdout.split_once("---probe---\n").unwrap().1);
+    assert!(
+        matches!(report.libcuda, Some(LibraryLoad::Loaded { .. })),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn runc_wsl_cdi_mode_just_in_time() {
+    wsl_cdi_mode_just_in_time("runc");
 }
 
 #[test]

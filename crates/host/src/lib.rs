@@ -30,15 +30,20 @@ pub use gated::GatedMode;
 pub use inventory::{DeviceNode, DrmLink, ElfAbi, Gpu, HostFile, Inventory, Library, Roots};
 pub use procfs::DriverVersion;
 
-/// The running driver's version from `<proc_root>/driver/nvidia/version`, or `None` when the
-/// module is not loaded or the file does not parse (for staleness checks, where "unknown" must
-/// not fail a container).
-pub fn running_driver_version(proc_root: &std::path::Path) -> Option<String> {
+/// Whether the NVIDIA kernel driver is loaded under `proc_root`: its
+/// `<proc_root>/driver/nvidia/version` is there (its text is not needed). Absent is "no"; a
+/// file that is there but cannot be read is an error naming it, never a "no": the platform
+/// probes (WSL2, Jetson) would take the host for another kind unseen.
+pub fn driver_loaded(proc_root: &std::path::Path) -> std::io::Result<bool> {
     let file = proc_root.join("driver/nvidia/version");
-    let bytes = discover::read_capped(&file, discover::MAX_PROC_FILE).ok()?;
-    procfs::parse_version(std::str::from_utf8(&bytes).ok()?)
-        .ok()
-        .map(|v| v.to_string())
+    match discover::read_capped(&file, discover::MAX_PROC_FILE) {
+        Ok(_) => Ok(true),
+        Err(e) if resolve::is_absent(&e) => Ok(false),
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("{}: {e}", file.display()),
+        )),
+    }
 }
 
 /// The first of `paths` (each with what it is, e.g. `"mount source"`) that does not exist on

@@ -55,6 +55,9 @@ pub enum WslError {
         /// Why.
         source: io::Error,
     },
+    /// The driver's procfs version file is there but cannot be read (the error names it).
+    #[error("{0}; cannot tell whether the NVIDIA driver is loaded, so whether this is a WSL2 host: fix the file or the proc root")]
+    Driver(#[source] io::Error),
     /// No store folder holds libcuda.
     #[error("{}: no driver store folder holds {STORE_MARKER}; is the NVIDIA driver installed on the Windows host (and --driver-root right)?", dir.display())]
     NoStore {
@@ -248,7 +251,7 @@ pub fn discover(driver_root: &Path, dev_root: &Path) -> Result<WslHost, WslError
 /// `libdxcore.so` under the driver root or `/dev/dxg` under the dev root. An error reading
 /// either is an error, not "no".
 pub fn is_wsl(driver_root: &Path, dev_root: &Path, proc_root: &Path) -> Result<bool, WslError> {
-    if crate::running_driver_version(proc_root).is_some() {
+    if crate::driver_loaded(proc_root).map_err(WslError::Driver)? {
         return Ok(false);
     }
     Ok(dxg_node(dev_root)?.is_some()
@@ -348,5 +351,28 @@ mod tests {
     fn not_wsl_without_its_signs() {
         let t = tempfile::tempdir().unwrap();
         assert!(!is_wsl(t.path(), t.path(), t.path()).unwrap());
+    }
+
+    /// Review finding (session 8, a sibling of `is_tegra`'s): a driver version file that
+    /// cannot be read was taken for "no NVIDIA driver", and with `libdxcore.so` present the
+    /// host for a WSL2 one.
+    #[test]
+    fn an_unreadable_driver_version_is_an_error_naming_it() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        let lib = r.join("usr/lib/wsl/lib");
+        fs::create_dir_all(&lib).unwrap();
+        fs::write(lib.join("libdxcore.so"), b"x").unwrap();
+        // A folder where the file belongs: it opens, and reading it fails (EISDIR).
+        let version = r.join("proc/driver/nvidia/version");
+        fs::create_dir_all(&version).unwrap();
+        let e = is_wsl(r, r, &r.join("proc")).unwrap_err().to_string();
+        assert!(e.contains(&version.display().to_string()), "{e}");
+        assert!(
+            e.contains("cannot tell whether the NVIDIA driver is loaded"),
+            "{e}"
+        );
+        fs::remove_dir(&version).unwrap();
+        assert!(is_wsl(r, r, &r.join("proc")).unwrap());
     }
 }

@@ -126,9 +126,10 @@ pub(super) fn may_mknod(proc_root: &Path) -> Result<bool, LegacyError> {
         op,
         source,
     };
-    // The initial namespace's map is one line; more than a few KiB is not that map (one byte
-    // past the cap is read, so a longer map is never judged by its first 4 KiB).
-    const MAX_UID_MAP: u64 = 4096;
+    // A kernel's map holds at most 340 lines (Linux 4.15 and later) of three fields in
+    // `%10u`: about 11 KiB. One byte past the cap is read, so a longer file is an error, never
+    // judged by its first lines.
+    const MAX_UID_MAP: u64 = 16 * 1024;
     let mut map = String::new();
     use std::io::Read;
     std::fs::File::open(&path)
@@ -136,7 +137,16 @@ pub(super) fn may_mknod(proc_root: &Path) -> Result<bool, LegacyError> {
         .take(MAX_UID_MAP + 1)
         .read_to_string(&mut map)
         .map_err(|e| io_err("read", e))?;
-    Ok(map.len() as u64 <= MAX_UID_MAP && map.split_whitespace().eq(["0", "0", "4294967295"]))
+    if map.len() as u64 > MAX_UID_MAP {
+        return Err(io_err(
+            "read",
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("more than {MAX_UID_MAP} bytes, where a kernel's map is at most 340 lines (about 11 KiB); check the proc root"),
+            ),
+        ));
+    }
+    Ok(map.split_whitespace().eq(["0", "0", "4294967295"]))
 }
 
 /// Makes node `n` in the container with mknod when `may_mknod` ([`may_mknod`]'s answer), else

@@ -161,11 +161,14 @@ fn leftovers_are_empty_libraries_and_the_links_to_them() {
     assert_eq!(notes.len(), 1);
 }
 
-/// Review finding (session 8): `uid_map` was cut at 4 KiB and its first line judged alone, so
-/// a map with more lines past that point passed for the initial namespace's. (Run as root,
-/// as the suite is: without `CAP_MKNOD` the answer is "no" before the map is read.)
+/// Review findings (session 8): `uid_map` was cut at 4 KiB and its first line judged alone, so
+/// a map with more lines past that point passed for the initial namespace's; then a map over
+/// 4 KiB, which a kernel may write (340 lines of about 33 bytes), was answered "no" without a
+/// word, and so was any longer file. Now a real map of any length is judged whole, and a file
+/// longer than any kernel's is an error naming it. (Run as root, as the suite is: without
+/// `CAP_MKNOD` the answer is "no" before the map is read.)
 #[test]
-fn a_uid_map_longer_than_the_cap_is_not_the_initial_one() {
+fn a_uid_map_is_judged_whole_and_one_over_the_cap_is_an_error() {
     let t = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(t.path().join("self")).unwrap();
     let map = t.path().join("self/uid_map");
@@ -177,4 +180,15 @@ fn a_uid_map_longer_than_the_cap_is_not_the_initial_one() {
     let long = format!("0 0 4294967295{}\n1000 0 1\n", " ".repeat(4100));
     std::fs::write(&map, long).unwrap();
     assert!(!nodes::may_mknod(t.path()).unwrap());
+    // The longest map a kernel writes: 340 lines.
+    let full: String = (0..340u32)
+        .map(|i| format!("{:>10} {:>10} {:>10}\n", i * 10, 100_000 + i * 10, 10))
+        .collect();
+    assert!(full.len() > 4096);
+    std::fs::write(&map, full).unwrap();
+    assert!(!nodes::may_mknod(t.path()).unwrap());
+    std::fs::write(&map, " ".repeat(16 * 1024 + 1)).unwrap();
+    let e = nodes::may_mknod(t.path()).unwrap_err().to_string();
+    assert!(e.contains(&map.display().to_string()), "{e}");
+    assert!(e.contains("check the proc root"), "{e}");
 }

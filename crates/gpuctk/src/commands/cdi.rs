@@ -258,7 +258,11 @@ fn auto_is_tegra(a: &GenerateArgs) -> anyhow::Result<bool> {
             anyhow::anyhow!(
                 "{e}; cannot tell whether this is a Jetson for --mode auto: fix it or pass --mode"
             )
-        })? && gpuctk_host::running_driver_version(&roots.proc_root).is_none(),
+        })? && !gpuctk_host::driver_loaded(&roots.proc_root).map_err(|e| {
+            anyhow::anyhow!(
+                "{e}; cannot tell whether the NVIDIA driver is loaded for --mode auto: fix it or pass --mode"
+            )
+        })?,
     )
 }
 
