@@ -404,8 +404,7 @@ fn jit(
         // A parent given whole and through its MIG devices, or shared by several, once.
         let mut seen = std::collections::BTreeSet::new();
         edits.device_nodes.retain(|n| seen.insert(n.path.clone()));
-        let mut seen = std::collections::BTreeSet::new();
-        edits.additional_gids.retain(|g| seen.insert(*g));
+        crate::plan::dedup_gids(&mut edits.additional_gids);
     }
     edits.append(&extra_edits(
         request,

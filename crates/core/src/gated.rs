@@ -86,12 +86,7 @@ pub fn build_imex_spec(
             container_edits: edits,
         });
     }
-    let mut seen = Vec::new();
-    all.additional_gids.retain(|g| {
-        let new = !seen.contains(g);
-        seen.push(*g);
-        new
-    });
+    crate::plan::dedup_gids(&mut all.additional_gids);
     devices.push(Device {
         name: "all".to_string(),
         annotations: BTreeMap::new(),

@@ -137,12 +137,29 @@ pub fn is_mig_id(id: &DeviceId) -> bool {
     matches!(id, DeviceId::Mig(..) | DeviceId::MigUuid(_))
 }
 
-/// `MIG-GPU-<uuid>/<gi>/<ci>` split, the form drivers before R470 gave MIG devices.
-fn old_form(item: &str) -> Option<(&str, u32, u32)> {
-    let rest = item.strip_prefix("MIG-")?;
-    let (gpu, ids) = rest.split_once('/')?;
-    let (gi, ci) = ids.split_once('/')?;
-    Some((gpu, gi.parse().ok()?, ci.parse().ok()?))
+/// `<gpu>:<mig>` (`0:1`): a MIG device by its GPU's index and its own index on that GPU. The
+/// one parser of this form, for requests, CDI names and the doctor.
+pub fn parse_mig_index(item: &str) -> Option<(u32, u32)> {
+    let (g, i) = item.split_once(':')?;
+    Some((g.parse().ok()?, i.parse().ok()?))
+}
+
+/// `MIG-GPU-<uuid>/<gi>/<ci>`, the form drivers before R470 gave MIG devices: the parent's UUID
+/// (`GPU-<uuid>`), GPU instance and compute instance. The one parser of this form.
+pub fn parse_old_mig_uuid(item: &str) -> Option<(&str, u32, u32)> {
+    let mut parts = item.strip_prefix("MIG-")?.split('/');
+    let gpu = parts.next()?;
+    if !gpu.strip_prefix("GPU-").is_some_and(is_uuid_body) {
+        return None;
+    }
+    let gi = parts.next()?.parse().ok()?;
+    let ci = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some((gpu, gi, ci))
+}
+
+/// Whether `rest` (what follows `GPU-` or `MIG-`) can be a UUID: hex digits and dashes.
+pub fn is_uuid_body(rest: &str) -> bool {
+    !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
 }
 
 /// The MIG device `id` names among `migs`.
@@ -163,7 +180,7 @@ pub fn select_mig<'a>(
             .find(|m| m.gpu == *g && m.index == *i)
             .ok_or_else(unknown),
         DeviceId::MigUuid(u) => {
-            if let Some((gpu_uuid, gi, ci)) = old_form(u) {
+            if let Some((gpu_uuid, gi, ci)) = parse_old_mig_uuid(u) {
                 let gpu = inv
                     .gpus
                     .iter()
@@ -207,6 +224,28 @@ mod tests {
     use super::*;
     use gpuctk_host::{DeviceNode, DriverVersion, Gpu, Roots};
     use std::path::PathBuf;
+
+    #[test]
+    fn mig_id_forms() {
+        assert_eq!(parse_mig_index("0:1"), Some((0, 1)));
+        for bad in ["0:", ":1", "0:1:2", "a:1", "0:x", "01"] {
+            assert_eq!(parse_mig_index(bad), None, "{bad}");
+        }
+        assert_eq!(
+            parse_old_mig_uuid("MIG-GPU-0986a80f-9ded/7/0"),
+            Some(("GPU-0986a80f-9ded", 7, 0))
+        );
+        for bad in [
+            "MIG-GPU-abc/7",
+            "MIG-GPU-abc/7/0/1",
+            "MIG-GPU-abc/x/0",
+            "MIG-GPU-xyz/7/0",
+            "MIG-abc/7/0",
+            "GPU-abc/7/0",
+        ] {
+            assert_eq!(parse_old_mig_uuid(bad), None, "{bad}");
+        }
+    }
 
     fn node(path: &str, major: u32, minor: u32, mode: u32, gid: u32) -> DeviceNode {
         DeviceNode {

@@ -116,6 +116,12 @@ pub fn node_group(n: &DeviceNode) -> Option<u32> {
     (n.gid != 0 && !world_rw).then_some(n.gid)
 }
 
+/// `gids` (edits' `additionalGids`) without repeats, the first of each kept in its place.
+pub fn dedup_gids(gids: &mut Vec<u32>) {
+    let mut seen = std::collections::HashSet::new();
+    gids.retain(|g| seen.insert(*g));
+}
+
 /// Add `n` to `edits`: the node, and its group to `additionalGids` when [`node_group`] says it
 /// needs one (once).
 pub fn push_node(edits: &mut ContainerEdits, n: &DeviceNode) {
@@ -397,6 +403,13 @@ mod tests {
     use super::*;
     use gpuctk_host::{DriverVersion, HostFile, Roots};
     use std::path::PathBuf;
+
+    #[test]
+    fn dedup_gids_keeps_the_first_of_each_in_order() {
+        let mut g = vec![44, 5, 44, 0, 5, 7];
+        dedup_gids(&mut g);
+        assert_eq!(g, vec![44, 5, 0, 7]);
+    }
 
     fn host() -> Inventory {
         let dir = "/usr/lib/x86_64-linux-gnu";

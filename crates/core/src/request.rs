@@ -316,8 +316,7 @@ pub fn parse_device_id(item: &str, source: &str) -> Result<DeviceId, RequestErro
     if !item.is_empty() && item.bytes().all(|b| b.is_ascii_digit()) {
         return item.parse().map(DeviceId::Index).map_err(|_| bad());
     }
-    let uuidish =
-        |rest: &str| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    let uuidish = crate::mig::is_uuid_body;
     if let Some(rest) = item.strip_prefix("GPU-") {
         return if uuidish(rest) {
             Ok(DeviceId::Uuid(item.to_string()))
@@ -327,15 +326,7 @@ pub fn parse_device_id(item: &str, source: &str) -> Result<DeviceId, RequestErro
     }
     if let Some(rest) = item.strip_prefix("MIG-") {
         // `MIG-GPU-<uuid>/<gi>/<ci>`, the form of drivers before R470.
-        let old_form = rest.strip_prefix("GPU-").and_then(|r| {
-            let mut parts = r.split('/');
-            let ok = parts.next().is_some_and(uuidish)
-                && parts.next().is_some_and(|g| g.parse::<u32>().is_ok())
-                && parts.next().is_some_and(|c| c.parse::<u32>().is_ok())
-                && parts.next().is_none();
-            ok.then_some(())
-        });
-        if old_form.is_some() {
+        if crate::mig::parse_old_mig_uuid(item).is_some() {
             return Ok(DeviceId::MigUuid(item.to_string()));
         }
         return if uuidish(rest) {
@@ -345,11 +336,10 @@ pub fn parse_device_id(item: &str, source: &str) -> Result<DeviceId, RequestErro
         };
     }
     // `0:1`; a CDI name may hold a `:` too (`nvidia.com/gpu=0:1`, a MIG device's name).
-    if let Some((g, i)) = item.split_once(':').filter(|_| !item.contains('=')) {
-        if let (Ok(g), Ok(i)) = (g.parse(), i.parse()) {
-            return Ok(DeviceId::Mig(g, i));
-        }
-        return Err(bad());
+    if item.contains(':') && !item.contains('=') {
+        return crate::mig::parse_mig_index(item)
+            .map(|(g, i)| DeviceId::Mig(g, i))
+            .ok_or_else(bad);
     }
     gpuctk_cdi::names::parse_qualified_name(item)
         .map(DeviceId::Cdi)

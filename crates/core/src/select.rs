@@ -87,8 +87,8 @@ pub fn cdi_name_to_device(name: &QualifiedName, kind: &str) -> Option<DeviceId> 
     }
     // A MIG device: `0:1` (index), `mig0:1` (type-index), `MIG-...` (uuid).
     let mig = dev.strip_prefix("mig").unwrap_or(dev);
-    if let Some((g, i)) = mig.split_once(':') {
-        return Some(DeviceId::Mig(g.parse().ok()?, i.parse().ok()?));
+    if mig.contains(':') {
+        return crate::mig::parse_mig_index(mig).map(|(g, i)| DeviceId::Mig(g, i));
     }
     if dev.starts_with("MIG-") {
         return Some(DeviceId::MigUuid(dev.to_string()));

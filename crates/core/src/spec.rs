@@ -239,12 +239,7 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
         let mut seen = std::collections::BTreeSet::new();
         all.device_nodes.retain(|n| seen.insert(n.path.clone()));
         // Every card node's group once.
-        let mut seen = Vec::new();
-        all.additional_gids.retain(|g| {
-            let new = !seen.contains(g);
-            seen.push(*g);
-            new
-        });
+        crate::plan::dedup_gids(&mut all.additional_gids);
         devices.push(Device {
             name: "all".to_string(),
             annotations: BTreeMap::new(),

@@ -55,13 +55,24 @@ pub enum CappedError {
 /// `fstat` said of it: opened without blocking on a FIFO, refused over the cap before a byte is
 /// read, and read in one read where it is still the size `fstat` gave.
 pub fn read_regular(path: &Path, cap: u64) -> Result<(Vec<u8>, std::fs::Metadata), CappedError> {
+    read_accepted(path, 0, cap, |_| true)
+}
+
+/// [`read_regular`], opened with `flags` too, of a file that `accept` takes, asked of what
+/// `fstat` said before a byte is read (one it refuses is [`CappedError::NotRegular`]).
+fn read_accepted(
+    path: &Path,
+    flags: i32,
+    cap: u64,
+    accept: impl FnOnce(&std::fs::Metadata) -> bool,
+) -> Result<(Vec<u8>, std::fs::Metadata), CappedError> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags(flags | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)?;
     let md = file.metadata()?;
-    if !md.is_file() {
+    if !md.is_file() || !accept(&md) {
         return Err(CappedError::NotRegular);
     }
     if md.len() > cap {
@@ -118,19 +129,14 @@ pub enum OwnedFileError {
 /// regular file owned by `uid` and writable by it only, of at most `cap` bytes, in one read of
 /// the size its stat gave (plus one byte, to see that nothing follows).
 pub fn read_owned(path: &Path, uid: u32, cap: u64) -> Result<Vec<u8>, OwnedFileError> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
-    let md = f.metadata()?;
-    if !md.is_file() || md.uid() != uid || md.mode() & 0o022 != 0 {
-        return Err(OwnedFileError::NotOwned(uid));
-    }
-    if md.len() > cap {
-        return Err(OwnedFileError::TooLarge(cap));
-    }
-    let buf = gpuctk_container::sized::read_sized(&f, md.len(), cap)?;
+    use std::os::unix::fs::MetadataExt;
+    let ours = |md: &std::fs::Metadata| md.uid() == uid && md.mode() & 0o022 == 0;
+    let (buf, md) = read_accepted(path, libc::O_NOFOLLOW, cap, ours).map_err(|e| match e {
+        CappedError::Io(e) => OwnedFileError::Io(e),
+        CappedError::NotRegular => OwnedFileError::NotOwned(uid),
+        CappedError::TooLarge(_) => OwnedFileError::TooLarge(cap),
+        CappedError::Grew => OwnedFileError::Changed,
+    })?;
     if buf.len() as u64 != md.len() {
         return Err(OwnedFileError::Changed);
     }
@@ -175,6 +181,40 @@ mod tests {
         assert!(matches!(
             read_regular(d.path(), 16),
             Err(CappedError::NotRegular)
+        ));
+    }
+
+    #[test]
+    fn read_owned_takes_only_a_file_of_the_uid_writable_by_it_only() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("cache");
+        std::fs::write(&p, b"ours").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let uid = std::fs::metadata(&p).unwrap().uid();
+        assert_eq!(read_owned(&p, uid, 4).unwrap(), b"ours");
+        assert!(matches!(
+            read_owned(&p, uid, 3),
+            Err(OwnedFileError::TooLarge(3))
+        ));
+        assert!(matches!(
+            read_owned(&p, uid + 1, 4),
+            Err(OwnedFileError::NotOwned(_))
+        ));
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        assert!(matches!(
+            read_owned(&link, uid, 4),
+            Err(OwnedFileError::Io(_))
+        ));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(matches!(
+            read_owned(&p, uid, 4),
+            Err(OwnedFileError::NotOwned(_))
+        ));
+        assert!(matches!(
+            read_owned(d.path(), uid, 4),
+            Err(OwnedFileError::NotOwned(_))
         ));
     }
 }

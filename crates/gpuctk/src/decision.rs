@@ -34,6 +34,9 @@ pub struct LiveHost<'a> {
     /// Where no discovery runs (a static CDI spec): a current snapshot's GPUs and the files
     /// it vouches for, looked for once (`None`: not yet).
     current: Option<Option<Current>>,
+    /// NVML's recorded answers, read once per create (`None`: not read yet): both MIG UUIDs
+    /// and requirements' facts take them from here.
+    nvml_record: Option<Option<gpuctk_host::nvml::NvmlInfo>>,
 }
 
 /// A current discovery snapshot's GPUs (minor, bus id) and the files it vouches for.
@@ -52,6 +55,7 @@ impl<'a> LiveHost<'a> {
             gpus: None,
             libraries: Vec::new(),
             current: None,
+            nvml_record: None,
         }
     }
 
@@ -265,13 +269,18 @@ impl HostView for LiveHost<'_> {
         Ok(devices)
     }
     fn recorded_nvml(&mut self, inv: &Inventory) -> Option<gpuctk_host::nvml::NvmlInfo> {
-        match crate::mig::recorded(&self.cfg.nvml_cache, inv) {
-            Ok(info) => info,
-            Err(e) => {
-                tracing::warn!("{e}");
-                None
-            }
-        }
+        // One inventory per decision (a new host where the decision is taken again), so the
+        // record read for it holds for the rest of it.
+        let cache = &self.cfg.nvml_cache;
+        self.nvml_record
+            .get_or_insert_with(|| match crate::mig::recorded(cache, inv) {
+                Ok(info) => info,
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    None
+                }
+            })
+            .clone()
     }
 }
 

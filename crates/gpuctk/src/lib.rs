@@ -8,6 +8,7 @@
 // `pre_exec` hooks and one `getsockopt` are allowed where they stand.
 #![deny(unsafe_code)]
 
+mod bounded_run;
 mod capped;
 mod cli;
 mod commands;

@@ -665,6 +665,26 @@ fn arch_and_brand_requirements(runtime: &str) {
     assert!(r.stderr.contains("brand=tesla"), "{}", r.stderr);
 }
 
+/// Review finding: a create asking for a MIG device with a requirement read NVML's record
+/// twice, once for the MIG device's UUID and once for the requirement's facts. It is read once.
+#[test]
+fn a_mig_create_with_requirements_reads_the_nvml_record_once() {
+    let (bed, _) = mig_bed("runc");
+    record_nvml(&bed);
+    // The shim's own calls only: a stand-in runtime (runc's container would hold the pipes).
+    crate::runtime::recording_runtime(&bed);
+    bed.set_env(&[
+        "NVIDIA_VISIBLE_DEVICES=0:1",
+        "NVIDIA_REQUIRE_ARCH=arch>=8.0 brand=nvidia",
+    ]);
+    let trace = crate::runtime::traced_create(&bed, "once");
+    let opens: Vec<_> = trace
+        .iter()
+        .filter(|l| l.starts_with("openat(") && l.contains("nvml-cache.json"))
+        .collect();
+    assert_eq!(opens.len(), 1, "{opens:#?}");
+}
+
 /// The names `cdi generate` gives MIG devices, asked for as CDI names through the shim.
 #[test]
 fn cdi_names_of_mig_devices_through_the_shim() {

@@ -618,7 +618,7 @@ fn unknown_fields_and_existing_hooks_survive() {
 }
 
 /// A stand-in runtime that records its argv, for pass-through checks.
-fn recording_runtime(bed: &Bed) -> PathBuf {
+pub fn recording_runtime(bed: &Bed) -> PathBuf {
     let rec = bed.t.join("fake-runc");
     fs::write(
         &rec,
@@ -895,7 +895,7 @@ fn legacy_mode_adds_the_prestart_hook() {
 
 /// The shim's `create` of the bed's bundle under strace, with `-y` naming each call's file: its
 /// own calls, up to its exec of the runtime.
-fn traced_create(bed: &Bed, id: &str) -> Vec<String> {
+pub fn traced_create(bed: &Bed, id: &str) -> Vec<String> {
     let trace = bed.t.join(&format!("{id}.trace"));
     let mut c = Command::new("strace");
     c.args([

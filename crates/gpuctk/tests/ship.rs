@@ -8,6 +8,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use crate::package::{must, out, package_sh, repo, rpm};
 use crate::util::*;
@@ -25,6 +26,27 @@ fn static_bin() -> PathBuf {
     }
     let r = must(&mut c);
     PathBuf::from(r.stdout.lines().last().unwrap_or("").trim())
+}
+
+/// The .deb's files (`dpkg-deb -x`), unpacked once per test run next to the packages, for the
+/// tests that only read them.
+fn unpacked_deb() -> &'static Path {
+    static UNPACKED: OnceLock<PathBuf> = OnceLock::new();
+    UNPACKED.get_or_init(|| {
+        let x = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deb-unpacked");
+        match fs::remove_dir_all(&x) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("{}: {e}", x.display()),
+        }
+        must(
+            Command::new("dpkg-deb")
+                .arg("-x")
+                .arg(crate::package::deb())
+                .arg(&x),
+        );
+        x
+    })
 }
 
 /// Every file under `root` whose name is a C library or a dynamic loader.
@@ -159,23 +181,16 @@ fn rpm_metadata_contents_and_digests() {
         assert!(scripts.contains(&format!("{s} scriptlet")), "{scripts}");
     }
     // The .deb's files, at RPM distributions' paths for zsh and the license.
-    let t = TestDir::new();
-    let x = t.join("x");
-    must(
-        Command::new("dpkg-deb")
-            .arg("-x")
-            .arg(crate::package::deb())
-            .arg(&x),
-    );
+    let x = unpacked_deb();
     let mut from_deb = BTreeSet::new();
-    let mut stack = vec![x.clone()];
+    let mut stack = vec![x.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for e in fs::read_dir(&dir).unwrap() {
             let e = e.unwrap();
             if e.file_type().unwrap().is_dir() {
                 stack.push(e.path());
             } else {
-                let p = format!("/{}", e.path().strip_prefix(&x).unwrap().display());
+                let p = format!("/{}", e.path().strip_prefix(x).unwrap().display());
                 let p = p
                     .replace(
                         "/usr/share/zsh/vendor-completions/",
@@ -510,13 +525,7 @@ fn generate_with_helper(
 #[test]
 fn packaged_static_binary_asks_nvml_through_its_helper() {
     let t = TestDir::new();
-    let x = t.join("x");
-    must(
-        Command::new("dpkg-deb")
-            .arg("-x")
-            .arg(crate::package::deb())
-            .arg(&x),
-    );
+    let x = unpacked_deb();
     let bin = x.join("usr/bin/gpuctk");
     let helper = x.join("usr/libexec/gpuctk/gpuctk-nvml");
     let h = crate::mig::mig_host(&t);

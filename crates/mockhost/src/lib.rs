@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 mod artifacts;
+mod driverless;
 mod error;
 mod host;
 mod ids;

@@ -9,7 +9,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::{artifacts, patch, procfs, sys, Error};
+use crate::driverless::{self, patched, Base};
+use crate::{artifacts, patch, sys, Error};
 
 /// The driver version an L4T release reports (R36.4).
 pub const TEGRA_DRIVER_VERSION: &str = "540.4.0";
@@ -41,25 +42,19 @@ pub struct TegraHost {
 
 /// Build a mock Jetson host in `dir` (absent or empty).
 pub fn create_tegra_host(dir: &Path) -> Result<TegraHost, Error> {
-    let real_devices = Path::new("/proc/devices");
-    let real = fs::read_to_string(real_devices).unwrap_or_default();
-    let major = procfs::pick_free_major(&real, &[]).ok_or_else(|| Error::NoFreeMajor {
-        path: real_devices.into(),
-    })?;
-    let root = sys::prepare_empty_dir(dir)?;
-    let dev = root.join("dev");
-    sys::make_dir(&dev, 0o755)?;
+    let Base {
+        root,
+        dev,
+        proc_root,
+        major,
+    } = driverless::base(dir, b"Character devices:\n  1 mem\n")?;
     for (minor, name) in TEGRA_NODES.iter().enumerate() {
         sys::make_char_device(&dev.join(name), major, minor as u32, 0o666)?;
     }
     let lib = root.join(TEGRA_LIB_DIR.trim_start_matches('/'));
     fs::create_dir_all(&lib).map_err(crate::error::io_err("create directory", &lib, ""))?;
     let config = patch::config_string(TEGRA_DRIVER_VERSION, 12060, "Orin (nvgpu)", "tegra");
-    let libcuda =
-        patch::patch_config(artifacts::LIBCUDA, &config).map_err(|source| Error::Patch {
-            artifact: "libcuda.so.1.1".into(),
-            source,
-        })?;
+    let libcuda = patched(artifacts::LIBCUDA, &config, "libcuda.so.1.1")?;
     sys::write_file(&lib.join("libcuda.so.1.1"), &libcuda, 0o644)?;
     // L4T's links: tegra/libcuda.so -> libcuda.so.1.1 and the multiarch folder's
     // libcuda.so -> tegra/libcuda.so.
@@ -82,12 +77,6 @@ pub fn create_tegra_host(dir: &Path) -> Result<TegraHost, Error> {
         0o644,
     )?;
     sys::write_file(&root.join("sys/devices/soc0/family"), b"Tegra\n", 0o444)?;
-    let proc_root = root.join("proc");
-    sys::write_file(
-        &proc_root.join("devices"),
-        b"Character devices:\n  1 mem\n",
-        0o444,
-    )?;
     let csv_dir = root.join(CSV_DIR);
     let devices: String = TEGRA_NODES
         .iter()

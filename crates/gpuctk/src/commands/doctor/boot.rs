@@ -2,10 +2,9 @@
 //! unit files under the host root, and their state from systemd where it runs) and the udev rule
 //! that makes the `/dev/char` links.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use super::{read::list_dir, report::Checks};
 
@@ -113,51 +112,35 @@ pub(super) fn check_refresh(host_root: &Path, systemctl: &Path, specs: bool, c: 
 
 /// `systemctl show` of `units`: one property map per unit, in order.
 fn systemctl_show(systemctl: &Path, units: &[&str]) -> Result<String, String> {
-    let mut child = Command::new(systemctl)
-        .args([
-            "show",
-            "--no-pager",
-            "--property=Id,LoadState,ActiveState,Result,UnitFileState",
-        ])
-        .args(units)
-        .env_clear()
-        .env("PATH", gpuctk_host::catalog::STANDARD_PATH.join(":"))
-        .env("LC_ALL", "C")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("{}: {e}", systemctl.display()))?;
-    let out = child.stdout.take();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(o) = out {
-            let _ = o.take(MAX_SHOW).read_to_string(&mut s);
-        }
-        s
-    });
-    let deadline = Instant::now() + SYSTEMCTL_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{} show did not answer within {}s",
-                    systemctl.display(),
-                    SYSTEMCTL_TIMEOUT.as_secs()
-                ));
-            }
-            Err(e) => return Err(format!("{}: {e}", systemctl.display())),
-        }
+    use crate::bounded_run::{run, Limits, RunError};
+    let mut cmd = Command::new(systemctl);
+    cmd.args([
+        "show",
+        "--no-pager",
+        "--property=Id,LoadState,ActiveState,Result,UnitFileState",
+    ])
+    .args(units)
+    .env_clear()
+    .env("PATH", gpuctk_host::catalog::STANDARD_PATH.join(":"))
+    .env("LC_ALL", "C");
+    let limits = Limits {
+        time: SYSTEMCTL_TIMEOUT,
+        stdout: MAX_SHOW,
+        stderr: None,
     };
-    let text = reader.join().unwrap_or_default();
-    if !status.success() {
-        return Err(format!("{} show exited with {status}", systemctl.display()));
+    let shown = systemctl.display();
+    let done = run(cmd, &limits).map_err(|e| match e {
+        RunError::Start(e) | RunError::Io(e) => format!("{shown}: {e}"),
+        RunError::Timeout => format!(
+            "{shown} show did not answer within {}s",
+            SYSTEMCTL_TIMEOUT.as_secs()
+        ),
+        RunError::TooLong => format!("{shown} show: answer longer than {MAX_SHOW} bytes"),
+    })?;
+    if !done.status.success() {
+        return Err(format!("{shown} show exited with {}", done.status));
     }
-    Ok(text)
+    Ok(String::from_utf8(done.stdout).unwrap_or_default())
 }
 
 /// The property `key` of the block of `systemctl show` whose `Id` is `unit`.

@@ -171,14 +171,7 @@ fn check_mig_layout(reg: &Registry, now: &[String], c: &mut Checks) {
             .devices
             .iter()
             .map(|d| d.name.as_str())
-            .filter(|n| {
-                n.split_once(':').is_some_and(|(g, m)| {
-                    !g.is_empty()
-                        && !m.is_empty()
-                        && g.bytes().all(|b| b.is_ascii_digit())
-                        && m.bytes().all(|b| b.is_ascii_digit())
-                })
-            })
+            .filter(|n| gpuctk_core::mig::parse_mig_index(n).is_some())
             .collect();
         named.sort();
         let path = loaded.path.display();
