@@ -21,12 +21,7 @@ pub fn read_sized<R: Read>(mut file: R, size: u64, cap: u64) -> io::Result<Vec<u
         .filter(|_| size > 0 && size < limit);
     if let Some(want) = one_read {
         buf = vec![0; want];
-        let n = loop {
-            match file.read(&mut buf) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                r => break r?,
-            }
-        };
+        let n = read_once(&mut file, &mut buf)?;
         buf.truncate(n);
         if n == 0 || n as u64 == size {
             return Ok(buf);
@@ -51,18 +46,23 @@ pub fn read_single_record<R: Read>(mut file: R, cap: u64) -> io::Result<Vec<u8>>
     const PAGE: u64 = 4096;
     let first = cap.saturating_add(1).min(PAGE);
     let mut buf = vec![0; first as usize];
-    let n = loop {
-        match file.read(&mut buf) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            r => break r?,
-        }
-    };
+    let n = read_once(&mut file, &mut buf)?;
     buf.truncate(n);
     if n as u64 == first {
         file.take(cap.saturating_add(1) - first)
             .read_to_end(&mut buf)?;
     }
     Ok(buf)
+}
+
+/// One `read` into `buf`, made again when a signal interrupted it.
+fn read_once<R: Read>(file: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match file.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
+    }
 }
 
 #[cfg(test)]

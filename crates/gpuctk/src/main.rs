@@ -200,7 +200,7 @@ extern "C" fn main(
         }
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
         // The heap grows in steps of 1 MiB, not glibc's 128 KiB: a create uses some 300 KiB,
-        // which took two more `brk` calls. Pages are only reserved until touched.
+        // which took one more `brk` call. Pages are only reserved until touched.
         #[cfg(target_env = "gnu")]
         libc::mallopt(libc::M_TOP_PAD, 1 << 20);
     }

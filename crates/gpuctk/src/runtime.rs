@@ -365,7 +365,7 @@ fn shim_choice(
             },
         )
         .collect();
-    resolver.0.expect(
+    resolver.expect(
         dests
             .iter()
             .copied()
@@ -541,6 +541,12 @@ impl<'r> Resolver<'r> {
     /// Where `p` leads in the root; `None` where it does not resolve.
     fn resolve(&mut self, p: &str) -> Option<String> {
         self.0.resolve(p).ok()
+    }
+
+    /// Every path [`Resolver::resolve`] will be asked, before the first
+    /// ([`gpuctk_container::root::LexicalResolver::expect`]).
+    fn expect<'p>(&mut self, paths: impl IntoIterator<Item = &'p str>) {
+        self.0.expect(paths);
     }
 
     /// Hands the folders the walks opened to the root ([`LexicalResolver::keep_folders`]).

@@ -1007,10 +1007,8 @@ fn near_link(looks: &mut Looks<'_, '_>, name: &str) -> Result<Near, HookError> {
 mod tests {
     use super::*;
 
-    /// Regression (issue 21): a name the folder's listing calls a regular file is taken as one
-    /// with no `lstat` (one call per library of the image's folder, on every create): here it
-    /// is gone before it is looked at, which only an `lstat` would have seen. Opening it then
-    /// finds nothing, and a library swapped for another kind is not opened as one.
+    /// Regression (issue 21): the `*.conf` files of `ld.so.conf.d` that its listing calls
+    /// regular are read with no `lstat` first; a symlink among them is looked at as before.
     #[test]
     fn conf_files_the_listing_calls_regular_are_read_with_no_lstat() {
         let tmp = tempfile::tempdir().unwrap();
@@ -1038,6 +1036,10 @@ mod tests {
         assert_eq!(notes.len(), 1, "{notes:?}");
     }
 
+    /// Regression (issue 21): a name the folder's listing calls a regular file is taken as one
+    /// with no `lstat` (one call per library of the image's folder, on every create): here it
+    /// is gone before it is looked at, which only an `lstat` would have seen. Opening it then
+    /// finds nothing, and a library swapped for another kind is not opened as one.
     #[test]
     fn a_listed_file_is_not_looked_at_again() {
         let tmp = tempfile::tempdir().unwrap();
