@@ -46,6 +46,15 @@ if ! command -v cargo >/dev/null 2>&1; then
     curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c clippy,rustfmt
     export PATH="$HOME/.cargo/bin:$PATH"
 fi
+# The musl standard library: scripts/static.sh links the shipped amd64 binary with musl, whose
+# start-up skips glibc's CPU probing (about 0.2 ms of every exec on a VM; docs/performance.md,
+# "A musl build"). rustup fetches it; where its server cannot be reached, static.sh says so and
+# builds with glibc, as before.
+if [ "$(dpkg --print-architecture 2>/dev/null || uname -m)" = amd64 ] && command -v rustup >/dev/null 2>&1 \
+    && ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+    rustup target add x86_64-unknown-linux-musl >&2 \
+        || echo "setup.sh: could not install rustup's x86_64-unknown-linux-musl standard library; scripts/static.sh will build the amd64 binary with glibc" >&2
+fi
 
 # The real driver packages, from Debian's non-free component, through a private apt
 # configuration so the machine's own sources stay untouched.

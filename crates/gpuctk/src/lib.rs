@@ -45,3 +45,5 @@ pub use logging::init as init_logging;
 pub use one_line::one_line;
 /// `nvidia-container-runtime`: the runtime shim, with the mode config.toml gives or a forced one.
 pub use runtime::{main as runtime_main, main_as as runtime_main_as};
+/// The binary's `main` records `argv[0]` here (a musl build's std does not have it).
+pub use self_exe::set_argv0;

@@ -17,6 +17,11 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches};
 use gpuctk::Mode;
 
+/// Our own allocator on every target, so that the tests run the one the shipped musl build
+/// needs (musl's malloc maps and unmaps on most size changes: `gpuctk_alloc`'s header says why).
+#[global_allocator]
+static ALLOC: gpuctk_alloc::Alloc = gpuctk_alloc::Alloc::new();
+
 fn basename(argv0: &OsString) -> String {
     Path::new(argv0)
         .file_name()
@@ -122,8 +127,7 @@ fn usage_error(name: &str, e: clap::Error, env: Option<String>) -> ! {
     std::process::exit(2);
 }
 
-fn gpuctk_main() -> ExitCode {
-    let args: Vec<OsString> = std::env::args_os().collect();
+fn gpuctk_main(args: Vec<OsString>) -> ExitCode {
     let argv0 = args
         .first()
         .cloned()
@@ -169,15 +173,37 @@ fn gpuctk_main() -> ExitCode {
 /// them for nothing (issue 21). What we keep of it: descriptors 0 to 2 open (`/dev/null` where
 /// one is closed, so no file we open later becomes our stdout or stderr) and `SIGPIPE` ignored
 /// (a closed pipe is an `EPIPE` to handle, as under std; `Command` restores the default before
-/// it execs the runtime). std reads the arguments itself (glibc hands them to `.init_array`),
-/// and `process::exit` flushes stdout as a return from `main` would. A stack overflow is a
-/// plain `SIGSEGV`, without std's message.
+/// it execs the runtime). The arguments are read from `argv` ([`arguments`]), and
+/// `process::exit` flushes stdout as a return from `main` would. A stack overflow is a plain
+/// `SIGSEGV`, without std's message.
+/// The command line as the C runtime hands it to `main`. std's own `args_os` is empty in a
+/// musl build when std's `main` wrapper does not run (glibc alone hands the arguments to
+/// `.init_array`, where std also picks them up), so the binary reads them here on every target.
+#[allow(unsafe_code)]
+unsafe fn arguments(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) -> Vec<OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    let n = if argv.is_null() {
+        0
+    } else {
+        usize::try_from(argc).unwrap_or(0)
+    };
+    let mut args = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: `i < argc`, and the caller vouches for `argv`'s first `argc` entries.
+        let arg = unsafe { *argv.add(i) };
+        if arg.is_null() {
+            break;
+        }
+        // SAFETY: a NUL-terminated string that outlives this copy.
+        let bytes = unsafe { std::ffi::CStr::from_ptr(arg) }.to_bytes();
+        args.push(std::ffi::OsStr::from_bytes(bytes).to_os_string());
+    }
+    args
+}
+
 #[allow(unsafe_code)]
 #[no_mangle]
-extern "C" fn main(
-    _argc: std::ffi::c_int,
-    _argv: *const *const std::ffi::c_char,
-) -> std::ffi::c_int {
+extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
     // SAFETY: system calls on descriptors 0 to 2 and a signal disposition, made before any
     // other code of ours runs; nothing is borrowed past a call.
     unsafe {
@@ -199,12 +225,12 @@ extern "C" fn main(
             }
         }
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-        // The heap grows in steps of 1 MiB, not glibc's 128 KiB: a create uses some 300 KiB,
-        // which took one more `brk` call. Pages are only reserved until touched.
-        #[cfg(target_env = "gnu")]
-        libc::mallopt(libc::M_TOP_PAD, 1 << 20);
     }
-    let code = gpuctk_main();
+    // SAFETY: the C runtime hands `main` `argc` strings in `argv`, each NUL-terminated, alive
+    // for the whole process; a null entry ends them early all the same.
+    let args = unsafe { arguments(argc, argv) };
+    gpuctk::set_argv0(args.first().cloned());
+    let code = gpuctk_main(args);
     // `ExitCode` has no stable way out but comparison; every code is one of these.
     let n = (0..=u8::MAX)
         .find(|n| ExitCode::from(*n) == code)

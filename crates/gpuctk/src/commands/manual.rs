@@ -17,8 +17,7 @@ use crate::cli::{Cli, CompletionArgs, ManArgs, ShellArg};
 
 /// The name this process was invoked as: completions are for the command the user types.
 fn invoked_name() -> String {
-    std::env::args_os()
-        .next()
+    crate::self_exe::argv0()
         .and_then(|a| {
             Path::new(&a)
                 .file_name()

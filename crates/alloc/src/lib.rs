@@ -1,0 +1,397 @@
+//! The `gpuctk` binary's global allocator.
+//!
+//! Why our own: the shipped binary is linked statically with musl (docs/performance.md, "A musl
+//! build"), whose start-up is about 0.2 ms cheaper than glibc's on every exec, but whose malloc
+//! maps and unmaps memory on most size changes (a create of 8 GPUs made 157 `mmap`/`munmap`
+//! calls under it, and took 0.5 ms more CPU than under glibc's malloc). The processes this
+//! allocator serves are short (a runtime call, a hook) or small (the CLI), so it can be simple:
+//!
+//! - a request of up to [`LARGE`] bytes is rounded up to a size class (multiples of 16 up to
+//!   1 KiB, then powers of two); a freed block goes on its class's free list and is handed out
+//!   again for the same class, so memory in use never grows past the peak of each class;
+//! - blocks are carved from 1 MiB chunks mapped on demand; nothing is unmapped;
+//! - a larger request is its own mapping, unmapped when freed and grown with `mremap`.
+//!
+//! Rust hands the size and alignment back on every free, so a block carries no header. One
+//! spin lock guards the lists: the binary's threads are few and its critical sections short.
+//! A failed mapping is a null pointer, which std turns into its allocation-failure abort.
+
+#![no_std]
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::{self, null_mut};
+use core::sync::atomic::{AtomicBool, Ordering};
+
+/// The alignment every class block has (that of `max_align_t`).
+const MIN_ALIGN: usize = 16;
+/// Classes of 16, 32, ... 1024 bytes.
+const SMALL_MAX: usize = 1024;
+const SMALL_CLASSES: usize = SMALL_MAX / MIN_ALIGN;
+/// Then 2, 4, ... 256 KiB.
+const POW2_CLASSES: usize = 8;
+/// Above this a request is a mapping of its own.
+pub const LARGE: usize = SMALL_MAX << POW2_CLASSES;
+const CLASSES: usize = SMALL_CLASSES + POW2_CLASSES;
+/// What is mapped at a time to carve class blocks from.
+const CHUNK: usize = 1 << 20;
+const PAGE: usize = 4096;
+
+/// The class of a block of `size` bytes (at least 1, at most [`LARGE`]), and the class's size.
+fn class_of(size: usize) -> (usize, usize) {
+    if size <= SMALL_MAX {
+        let c = size.div_ceil(MIN_ALIGN).max(1);
+        (c - 1, c * MIN_ALIGN)
+    } else {
+        let bits = usize::BITS - (size - 1).leading_zeros();
+        // SMALL_MAX is 2^10: 1025..=2048 is the first power-of-two class.
+        let c = SMALL_CLASSES + (bits as usize - 11);
+        (c, 1 << bits)
+    }
+}
+
+struct State {
+    /// Each class's free blocks, linked through their first word.
+    free: [*mut u8; CLASSES],
+    /// The unused rest of the current chunk.
+    next: usize,
+    end: usize,
+}
+
+/// The allocator: put `#[global_allocator] static A: Alloc = Alloc::new();` in the binary.
+pub struct Alloc {
+    lock: AtomicBool,
+    state: core::cell::UnsafeCell<State>,
+}
+
+// SAFETY: `state` is only touched with `lock` held.
+unsafe impl Sync for Alloc {}
+
+impl Alloc {
+    pub const fn new() -> Self {
+        Alloc {
+            lock: AtomicBool::new(false),
+            state: core::cell::UnsafeCell::new(State {
+                free: [null_mut(); CLASSES],
+                next: 0,
+                end: 0,
+            }),
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        while self
+            .lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            core::hint::spin_loop();
+        }
+        // SAFETY: the lock is held, so this is the only reference.
+        let r = f(unsafe { &mut *self.state.get() });
+        self.lock.store(false, Ordering::Release);
+        r
+    }
+}
+
+impl Default for Alloc {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn map(len: usize) -> *mut u8 {
+    // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(
+            null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+fn pages(size: usize) -> Option<usize> {
+    size.checked_add(PAGE - 1).map(|s| s & !(PAGE - 1))
+}
+
+impl State {
+    fn take(&mut self, class: usize, size: usize) -> *mut u8 {
+        let head = self.free[class];
+        if !head.is_null() {
+            // SAFETY: a block on a free list is ours, at least 16 bytes, and its first word
+            // holds the next block (written by `give`).
+            self.free[class] = unsafe { head.cast::<*mut u8>().read() };
+            return head;
+        }
+        let align = block_align(size);
+        let mut start = (self.next + align - 1) & !(align - 1);
+        if self.next == 0 || start + size > self.end {
+            let chunk = map(CHUNK);
+            if chunk.is_null() {
+                return null_mut();
+            }
+            self.next = chunk as usize;
+            self.end = self.next + CHUNK;
+            start = self.next;
+        }
+        self.next = start + size;
+        start as *mut u8
+    }
+
+    fn give(&mut self, class: usize, block: *mut u8) {
+        // SAFETY: the caller hands back a block of this class that it no longer uses.
+        unsafe { block.cast::<*mut u8>().write(self.free[class]) };
+        self.free[class] = block;
+    }
+}
+
+/// The alignment of a class's blocks: power-of-two blocks start on a multiple of their size, up
+/// to a page, so that they serve alignments that large; the others on 16 bytes.
+fn block_align(class_size: usize) -> usize {
+    if class_size <= SMALL_MAX {
+        MIN_ALIGN
+    } else {
+        class_size.min(PAGE)
+    }
+}
+
+/// The class that serves a request, if one does: a request aligned beyond 16 bytes goes to a
+/// power-of-two class at least as large as its alignment. `dealloc` and `realloc` get the same
+/// layout back, so they find the same class.
+fn in_class(layout: Layout) -> Option<(usize, usize)> {
+    let want = if layout.align() <= MIN_ALIGN {
+        layout.size()
+    } else if layout.align() <= PAGE {
+        layout.size().max(layout.align()).max(SMALL_MAX + 1)
+    } else {
+        return None;
+    };
+    (want <= LARGE).then(|| class_of(want))
+}
+
+// SAFETY: every block handed out is at least `layout.size()` bytes aligned to `layout.align()`
+// (a class block by `take`'s carving, a mapping by the page), and no two live blocks overlap:
+// a block is on a free list or handed out, never both.
+unsafe impl GlobalAlloc for Alloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        match in_class(layout) {
+            Some((class, size)) => self.with(|s| s.take(class, size)),
+            // A mapping is page-aligned: a larger alignment is not served.
+            None if layout.align() <= PAGE => pages(layout.size()).map_or(null_mut(), map),
+            None => null_mut(),
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        match in_class(layout) {
+            Some(_) => {
+                let p = unsafe { self.alloc(layout) };
+                if !p.is_null() {
+                    unsafe { ptr::write_bytes(p, 0, layout.size()) };
+                }
+                p
+            }
+            // A fresh mapping is zero already.
+            None => unsafe { self.alloc(layout) },
+        }
+    }
+
+    unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        match in_class(layout) {
+            Some((class, _)) => self.with(|s| s.give(class, block)),
+            None => {
+                if let Some(len) = pages(layout.size()) {
+                    // SAFETY: the block is a mapping of `len` bytes that `alloc` made.
+                    unsafe { libc::munmap(block.cast(), len) };
+                }
+            }
+        }
+    }
+
+    unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let Ok(new) = Layout::from_size_align(new_size, layout.align()) else {
+            return null_mut();
+        };
+        match (in_class(layout), in_class(new)) {
+            // The same class: the block already has the room.
+            (Some((a, _)), Some((b, _))) if a == b => block,
+            (None, None) => match (pages(layout.size()), pages(new_size)) {
+                (Some(old_len), Some(new_len)) => {
+                    // SAFETY: the block is a mapping of `old_len` bytes that `alloc` made; the
+                    // kernel moves it, contents and all, where it needs to.
+                    let p = unsafe {
+                        libc::mremap(block.cast(), old_len, new_len, libc::MREMAP_MAYMOVE)
+                    };
+                    if p == libc::MAP_FAILED {
+                        null_mut()
+                    } else {
+                        p.cast()
+                    }
+                }
+                _ => null_mut(),
+            },
+            _ => {
+                // SAFETY: GlobalAlloc's contract: a new block, the old contents copied, the
+                // old block freed.
+                unsafe {
+                    let p = self.alloc(new);
+                    if !p.is_null() {
+                        ptr::copy_nonoverlapping(block, p, layout.size().min(new_size));
+                        self.dealloc(block, layout);
+                    }
+                    p
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec::Vec;
+
+    #[test]
+    fn classes_cover_every_size_once_and_fit_it() {
+        let mut last = class_of(1);
+        assert_eq!(last, (0, MIN_ALIGN));
+        for size in 1..=LARGE {
+            let (class, class_size) = class_of(size);
+            assert!(class < CLASSES && class_size >= size, "{size}");
+            assert!(class >= last.0, "{size}");
+            if class == last.0 {
+                assert_eq!(class_size, last.1);
+            }
+            last = (class, class_size);
+        }
+        assert_eq!(last, (CLASSES - 1, LARGE));
+    }
+
+    /// Blocks of every size and alignment the allocator serves: aligned as asked, not
+    /// overlapping, their contents kept through a realloc to every other size.
+    #[test]
+    fn blocks_are_aligned_disjoint_and_keep_their_contents() {
+        let a = Alloc::new();
+        let sizes = [
+            1,
+            7,
+            16,
+            17,
+            48,
+            1000,
+            1024,
+            1025,
+            4096,
+            5000,
+            LARGE,
+            LARGE + 1,
+            3 << 20,
+        ];
+        let mut live: Vec<(*mut u8, Layout, u8)> = Vec::new();
+        let mut tag = 0u8;
+        for &size in &sizes {
+            for align in [1, 8, 16, 32, 64, 4096] {
+                let layout = Layout::from_size_align(size, align).unwrap();
+                let p = unsafe { a.alloc(layout) };
+                assert!(!p.is_null(), "{size} {align}");
+                assert_eq!(p as usize % align, 0, "{size} {align}");
+                tag = tag.wrapping_add(1);
+                unsafe { ptr::write_bytes(p, tag, size) };
+                live.push((p, layout, tag));
+            }
+        }
+        let check = |live: &[(*mut u8, Layout, u8)]| {
+            for &(p, l, t) in live {
+                let s = unsafe { core::slice::from_raw_parts(p, l.size()) };
+                assert!(s.iter().all(|b| *b == t), "{l:?}");
+            }
+        };
+        check(&live);
+        // Grow and shrink each through every other size; the common prefix must survive.
+        for (i, entry) in live.iter_mut().enumerate() {
+            let (p, l, t) = *entry;
+            let to = sizes[(i + 5) % sizes.len()];
+            let q = unsafe { a.realloc(p, l, to) };
+            assert!(!q.is_null());
+            assert_eq!(q as usize % l.align(), 0);
+            let kept = unsafe { core::slice::from_raw_parts(q, l.size().min(to)) };
+            assert!(kept.iter().all(|b| *b == t), "{l:?} -> {to}");
+            unsafe { ptr::write_bytes(q, t, to) };
+            *entry = (q, Layout::from_size_align(to, l.align()).unwrap(), t);
+        }
+        check(&live);
+        for &(p, l, _) in &live {
+            unsafe { a.dealloc(p, l) };
+        }
+    }
+
+    /// A freed block is handed out again for its class, so a steady alloc/free loop does not
+    /// grow the memory in use.
+    #[test]
+    fn freed_blocks_are_reused() {
+        let a = Alloc::new();
+        let l = Layout::from_size_align(100, 8).unwrap();
+        let first = unsafe { a.alloc(l) };
+        unsafe { a.dealloc(first, l) };
+        for _ in 0..10_000 {
+            let p = unsafe { a.alloc(l) };
+            assert_eq!(p, first);
+            unsafe { a.dealloc(p, l) };
+        }
+    }
+
+    #[test]
+    fn zeroed_blocks_are_zero_even_when_reused() {
+        let a = Alloc::new();
+        for size in [24, 3000, LARGE + 10] {
+            let l = Layout::from_size_align(size, 8).unwrap();
+            let p = unsafe { a.alloc(l) };
+            unsafe { ptr::write_bytes(p, 0xAA, size) };
+            unsafe { a.dealloc(p, l) };
+            let z = unsafe { a.alloc_zeroed(l) };
+            let s = unsafe { core::slice::from_raw_parts(z, size) };
+            assert!(s.iter().all(|b| *b == 0), "{size}");
+            unsafe { a.dealloc(z, l) };
+        }
+    }
+
+    #[test]
+    fn alignment_beyond_a_page_is_refused_not_misserved() {
+        let a = Alloc::new();
+        let l = Layout::from_size_align(64, 8192).unwrap();
+        assert!(unsafe { a.alloc(l) }.is_null());
+    }
+
+    /// Threads allocating and freeing at once never get the same block.
+    #[test]
+    fn threads_share_it_safely() {
+        static A: Alloc = Alloc::new();
+        let threads: Vec<_> = (0..4u8)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let l = Layout::from_size_align(64, 16).unwrap();
+                    for _ in 0..20_000 {
+                        let p = unsafe { A.alloc(l) };
+                        unsafe { ptr::write_bytes(p, t, 64) };
+                        std::thread::yield_now();
+                        let s = unsafe { core::slice::from_raw_parts(p, 64) };
+                        assert!(s.iter().all(|b| *b == t));
+                        unsafe { A.dealloc(p, l) };
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+}
