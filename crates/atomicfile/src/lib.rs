@@ -509,12 +509,14 @@ impl Temp {
         mode: u32,
         cleanup_first: Option<&dyn Fn()>,
     ) -> Result<Temp, (&'p Path, io::Error)> {
-        let unnamed = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
-            .mode(mode)
-            .open(dir);
+        // One system call (std's `OpenOptions` under musl adds an `fcntl` to `O_CLOEXEC`).
+        let unnamed = rustix::fs::open(
+            dir,
+            rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::from_raw_mode(mode),
+        )
+        .map(File::from)
+        .map_err(io::Error::from);
         match unnamed {
             Ok(file) => {
                 // Held until the temp name is gone; see remove_stale_temps. Where the file system

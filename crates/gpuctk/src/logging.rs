@@ -20,13 +20,17 @@ pub fn init(level: Level) {
         .try_init();
 }
 
+/// A log file opened to append, created where missing (mode 0666 less the umask, as std's
+/// `OpenOptions` does), in one system call (see `capped::open_read`).
+fn open_append(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::APPEND | OFlags::CLOEXEC;
+    Ok(rustix::fs::open(path, flags, Mode::from_raw_mode(0o666))?.into())
+}
+
 /// Log to `path` (appended), or stderr when it cannot be opened: `nvidia-container-cli --debug`.
 pub fn init_file(path: &std::path::Path, level: Level) {
-    match std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
+    match open_append(path) {
         Ok(f) => {
             let _ = tracing_subscriber::fmt()
                 .with_writer(std::sync::Mutex::new(f))
@@ -50,11 +54,7 @@ pub fn init_runtime(cfg: &crate::config::Config) {
         _ => Level::WARN,
     };
     if let Some(path) = &cfg.debug_log {
-        if let Ok(f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
+        if let Ok(f) = open_append(path) {
             let _ = tracing_subscriber::fmt()
                 .with_writer(std::sync::Mutex::new(f))
                 .with_max_level(level)

@@ -163,13 +163,8 @@ fn recorded_in(dir: &std::path::Path, id: &str) -> Option<Record> {
 /// The record `file` when it is a regular file (see [`recorded_in`]).
 fn recorded_in_file(file: PathBuf, id: &str) -> Option<Record> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let ignored = |why: &dyn std::fmt::Display| ignored(&file, why);
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
-        .open(&file)
-    {
+    let f = match crate::capped::open_read(&file, libc::O_NOFOLLOW) {
         Ok(f) => f,
         // Gone since it was looked at (a delete), or not ours to read.
         Err(e)

@@ -433,14 +433,10 @@ fn folders_of(inv: &Inventory) -> Result<Vec<Folder>, String> {
 /// read, or it is larger than 64 KiB (not a driver's; a debug line says so). Read
 /// until a read returns nothing, with no `stat`: procfs says its files are empty.
 pub fn version_text(proc_root: &Path) -> Option<String> {
-    use std::os::unix::fs::OpenOptionsExt;
     let path = proc_root.join("driver/nvidia/version");
     let read = || -> std::io::Result<Vec<u8>> {
         // Not blocked by a FIFO where `--proc-root` points at a folder of anyone's.
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(&path)?;
+        let f = crate::capped::open_read(&path, 0)?;
         let buf = gpuctk_container::sized::read_single_record(&f, MAX_VERSION as u64)?;
         if buf.len() > MAX_VERSION {
             return Err(std::io::Error::new(
