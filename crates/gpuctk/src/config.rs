@@ -1250,7 +1250,6 @@ allow-gdrcopy = false
             (PathBuf::from("/a"), true)
         );
         // The per-user file: $XDG_CONFIG_HOME, else $HOME/.config; only when it exists.
-        // No tempfile here: this file is also compiled into the fuzzing crate.
         let d = std::env::temp_dir().join(format!("gpuctk-config-home-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
