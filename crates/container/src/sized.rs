@@ -30,7 +30,9 @@ pub fn read_sized<R: Read>(mut file: R, size: u64, cap: u64) -> io::Result<Vec<u
     if buf.is_empty() {
         // Room for what procfs' files hold, so that one read takes it and the next says the
         // end (std would otherwise probe with a few bytes and grow from there).
-        buf.reserve(usize::try_from(limit.min(4096)).unwrap_or(4096));
+        const PROC_ROOM: usize = 4096;
+        // A limit past usize (a 32-bit target) is more than the room anyway.
+        buf.reserve(usize::try_from(limit).unwrap_or(usize::MAX).min(PROC_ROOM));
     }
     file.take(limit - buf.len() as u64).read_to_end(&mut buf)?;
     Ok(buf)

@@ -402,9 +402,7 @@ fn jit(
     if !mig_edits.device_nodes.is_empty() {
         edits.append(&mig_edits);
         // A parent given whole and through its MIG devices, or shared by several, once.
-        let mut seen = std::collections::BTreeSet::new();
-        edits.device_nodes.retain(|n| seen.insert(n.path.clone()));
-        crate::plan::dedup_gids(&mut edits.additional_gids);
+        crate::plan::dedup_edits(&mut edits);
     }
     edits.append(&extra_edits(
         request,

@@ -79,14 +79,13 @@ pub fn build_imex_spec(
     for (id, node) in channels {
         let mut edits = ContainerEdits::default();
         push_node(&mut edits, node);
-        all.append(&edits);
+        push_node(&mut all, node);
         devices.push(Device {
             name: id.to_string(),
             annotations: BTreeMap::new(),
             container_edits: edits,
         });
     }
-    crate::plan::dedup_gids(&mut all.additional_gids);
     devices.push(Device {
         name: "all".to_string(),
         annotations: BTreeMap::new(),

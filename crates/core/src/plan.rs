@@ -116,10 +116,14 @@ pub fn node_group(n: &DeviceNode) -> Option<u32> {
     (n.gid != 0 && !world_rw).then_some(n.gid)
 }
 
-/// `gids` (edits' `additionalGids`) without repeats, the first of each kept in its place.
-pub fn dedup_gids(gids: &mut Vec<u32>) {
-    let mut seen = std::collections::HashSet::new();
-    gids.retain(|g| seen.insert(*g));
+/// `edits` without repeated device nodes (by container path) or `additionalGids`, the first of
+/// each kept in its place: edits appended from several devices (a MIG parent shared by several
+/// MIG devices, every card node's group) name each once.
+pub fn dedup_edits(edits: &mut ContainerEdits) {
+    let mut paths = std::collections::HashSet::new();
+    edits.device_nodes.retain(|n| paths.insert(n.path.clone()));
+    let mut gids = std::collections::HashSet::new();
+    edits.additional_gids.retain(|g| gids.insert(*g));
 }
 
 /// Add `n` to `edits`: the node, and its group to `additionalGids` when [`node_group`] says it
@@ -405,10 +409,36 @@ mod tests {
     use std::path::PathBuf;
 
     #[test]
-    fn dedup_gids_keeps_the_first_of_each_in_order() {
-        let mut g = vec![44, 5, 44, 0, 5, 7];
-        dedup_gids(&mut g);
-        assert_eq!(g, vec![44, 5, 0, 7]);
+    fn dedup_edits_keeps_the_first_of_each_in_order() {
+        let node = |path: &str, minor: i64| CdiNode {
+            path: path.to_string(),
+            minor: Some(minor),
+            ..CdiNode::default()
+        };
+        let mut e = ContainerEdits {
+            device_nodes: vec![
+                node("/dev/nvidia1", 1),
+                node("/dev/nvidia0", 0),
+                node("/dev/nvidia1", 9),
+                node("/dev/nvidiactl", 255),
+                node("/dev/nvidia0", 0),
+            ],
+            additional_gids: vec![44, 5, 44, 0, 5, 7],
+            env: vec!["A=1".to_string(), "A=1".to_string()],
+            ..ContainerEdits::default()
+        };
+        dedup_edits(&mut e);
+        assert_eq!(
+            e.device_nodes,
+            vec![
+                node("/dev/nvidia1", 1),
+                node("/dev/nvidia0", 0),
+                node("/dev/nvidiactl", 255),
+            ]
+        );
+        assert_eq!(e.additional_gids, vec![44, 5, 0, 7]);
+        // Only nodes and groups: the rest is the callers' to keep.
+        assert_eq!(e.env, vec!["A=1".to_string(), "A=1".to_string()]);
     }
 
     fn host() -> Inventory {

@@ -235,11 +235,8 @@ pub fn build_spec(inv: &Inventory, plan: &Plan, opts: &SpecOptions) -> Result<Sp
             all.append(&plan.mig[pos].edits);
             all.append(&plan.mig[pos].graphics);
         }
-        // A parent node shared by several MIG devices appears once.
-        let mut seen = std::collections::BTreeSet::new();
-        all.device_nodes.retain(|n| seen.insert(n.path.clone()));
-        // Every card node's group once.
-        crate::plan::dedup_gids(&mut all.additional_gids);
+        // A parent node shared by several MIG devices, and every card node's group, once.
+        crate::plan::dedup_edits(&mut all);
         devices.push(Device {
             name: "all".to_string(),
             annotations: BTreeMap::new(),

@@ -191,6 +191,17 @@ pub enum ConfigError {
         /// The file.
         path: PathBuf,
     },
+    /// A per-user config exists, and whether it applies (it does not for root of the host) is
+    /// unknown: the process's uid map cannot be read.
+    #[error(
+        "{path}: cannot read it ({reason}), so whether this process is root of the host (which decides whether $HOME/.config/nvidia-container-runtime/config.toml applies) is unknown; check that /proc is mounted, or name the config with GPUCTK_CONFIG"
+    )]
+    UidMap {
+        /// The uid map.
+        path: PathBuf,
+        /// Why it was not read.
+        reason: String,
+    },
     /// TOML syntax error.
     #[error(
         "{path}:{line}: {message}; fix the TOML syntax (gpuctk reads NVIDIA's config.toml keys)"
@@ -227,52 +238,78 @@ pub enum ConfigError {
 /// podman user choose a config: podman runs its runtime's `create` with `HOME` but without
 /// `XDG_CONFIG_HOME` (docs/engines.md). Root keeps NVIDIA's order, so a file in root's home
 /// never silently overrides the system config for every engine that runs as root.
-pub fn config_path(env: &dyn Fn(&str) -> Option<String>) -> (PathBuf, bool) {
-    config_path_for(env, &host_root)
+///
+/// An error only where that file exists and `/proc/self/uid_map` cannot be read: whether it
+/// applies is then unknown ([`ConfigError::UidMap`]).
+pub fn config_path(env: &dyn Fn(&str) -> Option<String>) -> Result<(PathBuf, bool), ConfigError> {
+    config_path_for(env, &|| {
+        host_root(crate::capped::euid(), Path::new(UID_MAP))
+    })
 }
 
-/// Whether this process is root of the host: uid 0 outside any user namespace. A rootless
-/// engine's runtime runs as uid 0 of the user's namespace, and is the user, not root.
-/// (procfs, not libc: this file is also compiled into the fuzzing crate.)
-fn host_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    // /proc/self belongs to the process's effective uid, as this namespace sees it.
-    if !std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
-        return false;
+/// This process's uid map, which says whether it runs in the initial user namespace.
+const UID_MAP: &str = "/proc/self/uid_map";
+
+/// The most [`UID_MAP`] is read to: a kernel's map holds at most 340 lines (Linux 4.15 and
+/// later) of three `%10u` fields, about 11 KiB; the legacy hook reads it to the same cap.
+const MAX_UID_MAP: u64 = 16 * 1024;
+
+/// Whether a process of effective uid `euid` (as its own user namespace sees it) is root of the
+/// host: uid 0 outside any user namespace, which `uid_map` (`/proc/self/uid_map`) says by mapping
+/// every uid to itself, `0 0 4294967295`. A rootless engine's runtime runs as uid 0 of the user's
+/// namespace, and is the user, not root. A map that cannot be read, or one over
+/// [`MAX_UID_MAP`], is an error naming it, never "not root".
+fn host_root(euid: u32, uid_map: &Path) -> Result<bool, ConfigError> {
+    if euid != 0 {
+        return Ok(false);
     }
-    // The initial user namespace maps every uid to itself: `0 0 4294967295`.
-    std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| {
-        let fields: Vec<&str> = m.split_whitespace().collect();
-        fields == ["0", "0", "4294967295"]
+    use crate::capped::CappedError;
+    let reason = match crate::capped::read_regular(uid_map, MAX_UID_MAP) {
+        // The file's text judged whole, as libnvidia-container and the legacy hook judge it.
+        Ok((map, _)) => {
+            return Ok(map
+                .split(u8::is_ascii_whitespace)
+                .filter(|f| !f.is_empty())
+                .eq([&b"0"[..], b"0", b"4294967295"]))
+        }
+        Err(CappedError::Io(e)) => e.to_string(),
+        Err(e @ CappedError::NotRegular) => e.to_string(),
+        Err(CappedError::TooLarge(_) | CappedError::Grew) => format!(
+            "more than {MAX_UID_MAP} bytes, where a kernel's map is at most 340 lines (about 11 KiB)"
+        ),
+    };
+    Err(ConfigError::UidMap {
+        path: uid_map.to_path_buf(),
+        reason,
     })
 }
 
 /// [`config_path`], asking `root` whether this process is root of the host only when that
-/// matters (it costs procfs reads, and the pass-through path comes here on every call).
+/// matters (it costs a procfs read, and the pass-through path comes here on every call).
 fn config_path_for(
     env: &dyn Fn(&str) -> Option<String>,
-    root: &dyn Fn() -> bool,
-) -> (PathBuf, bool) {
+    root: &dyn Fn() -> Result<bool, ConfigError>,
+) -> Result<(PathBuf, bool), ConfigError> {
     if let Some(p) = env("GPUCTK_CONFIG").filter(|p| !p.is_empty()) {
-        return (PathBuf::from(p), true);
+        return Ok((PathBuf::from(p), true));
     }
     if let Some(p) = env("NVIDIA_CTK_CONFIG_FILE_PATH").filter(|p| !p.is_empty()) {
-        return (PathBuf::from(p), true);
+        return Ok((PathBuf::from(p), true));
     }
     const PER_USER: &str = "nvidia-container-runtime/config.toml";
     match env("XDG_CONFIG_HOME").filter(|p| Path::new(p).is_absolute()) {
         Some(x) => {
             let p = Path::new(&x).join(PER_USER);
             if p.exists() {
-                return (p, false);
+                return Ok((p, false));
             }
         }
         None => {
             if let Some(h) = env("HOME").filter(|h| Path::new(h).is_absolute()) {
                 // Asked only when the file is there: the usual answer is one stat.
                 let p = Path::new(&h).join(".config").join(PER_USER);
-                if p.exists() && !root() {
-                    return (p, false);
+                if p.exists() && !root()? {
+                    return Ok((p, false));
                 }
             }
         }
@@ -285,14 +322,14 @@ fn config_path_for(
         .and_then(|e| e.parent().map(|d| d.join(INSTALLED_CONFIG)))
         .filter(|p| p.is_file())
     {
-        return (p, false);
+        return Ok((p, false));
     }
-    (PathBuf::from(DEFAULT_CONFIG), false)
+    Ok((PathBuf::from(DEFAULT_CONFIG), false))
 }
 
 /// Load the config the environment points at.
 pub fn load_from_env() -> Result<Config, ConfigError> {
-    let (path, required) = config_path(&|k| std::env::var(k).ok());
+    let (path, required) = config_path(&|k| std::env::var(k).ok())?;
     load(&path, required)
 }
 
@@ -1197,22 +1234,22 @@ allow-gdrcopy = false
             }
         };
         assert_eq!(
-            config_path(&env(&[])),
+            config_path(&env(&[])).unwrap(),
             (PathBuf::from(DEFAULT_CONFIG), false)
         );
         assert_eq!(
             config_path(&env(&[
                 ("NVIDIA_CTK_CONFIG_FILE_PATH", "/a"),
                 ("GPUCTK_CONFIG", "/b")
-            ])),
+            ]))
+            .unwrap(),
             (PathBuf::from("/b"), true)
         );
         assert_eq!(
-            config_path(&env(&[("NVIDIA_CTK_CONFIG_FILE_PATH", "/a")])),
+            config_path(&env(&[("NVIDIA_CTK_CONFIG_FILE_PATH", "/a")])).unwrap(),
             (PathBuf::from("/a"), true)
         );
         // The per-user file: $XDG_CONFIG_HOME, else $HOME/.config; only when it exists.
-        // No tempfile here: this file is also compiled into the fuzzing crate.
         let d = std::env::temp_dir().join(format!("gpuctk-config-home-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
@@ -1220,19 +1257,19 @@ allow-gdrcopy = false
         let xdg: &'static str = Box::leak(format!("{home}/.config").into_boxed_str());
         let vars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([("HOME", home)]));
         assert_eq!(
-            config_path_for(&env(vars), &|| false),
+            config_path_for(&env(vars), &|| Ok(false)).unwrap(),
             (PathBuf::from(DEFAULT_CONFIG), false)
         );
         let file = d.join(".config/nvidia-container-runtime/config.toml");
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, "").unwrap();
         assert_eq!(
-            config_path_for(&env(vars), &|| false),
+            config_path_for(&env(vars), &|| Ok(false)).unwrap(),
             (file.clone(), false)
         );
         // Root reads $HOME/.config only when XDG_CONFIG_HOME names it, as NVIDIA.
         assert_eq!(
-            config_path_for(&env(vars), &|| true),
+            config_path_for(&env(vars), &|| Ok(true)).unwrap(),
             (PathBuf::from(DEFAULT_CONFIG), false)
         );
         let xvars: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
@@ -1240,19 +1277,76 @@ allow-gdrcopy = false
             ("HOME", "/nonexistent"),
         ]));
         assert_eq!(
-            config_path_for(&env(xvars), &|| false),
+            config_path_for(&env(xvars), &|| Ok(false)).unwrap(),
             (file.clone(), false)
         );
-        assert_eq!(config_path_for(&env(xvars), &|| true), (file, false));
+        assert_eq!(
+            config_path_for(&env(xvars), &|| Ok(true)).unwrap(),
+            (file, false)
+        );
         // A relative XDG_CONFIG_HOME is ignored, as the spec says.
         let rel: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
             ("XDG_CONFIG_HOME", "rel"),
             ("HOME", "/nonexistent"),
         ]));
         assert_eq!(
-            config_path(&env(rel)),
+            config_path(&env(rel)).unwrap(),
             (PathBuf::from(DEFAULT_CONFIG), false)
         );
+        // Whether the file in $HOME/.config applies is unknown when the uid map cannot be
+        // read: an error, not the file (as "not root" would give); asked only then.
+        let missing = d.join("no-uid_map");
+        let unreadable = || host_root(0, &missing);
+        let e = config_path_for(&env(vars), &unreadable).unwrap_err();
+        assert!(matches!(e, ConfigError::UidMap { .. }), "{e}");
+        let named = format!("{}: cannot read it (", missing.display());
+        assert!(e.to_string().starts_with(&named), "{e}");
+        assert!(config_path_for(&env(xvars), &unreadable).is_ok());
+        assert!(config_path_for(&env(&[]), &unreadable).is_ok());
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Review finding: the uid map was read uncapped and a read error meant "not root"; it is
+    /// read to [`MAX_UID_MAP`] and judged whole, and a read error or a longer map names the file.
+    #[test]
+    fn host_root_reads_the_uid_map_capped_and_names_it_when_it_cannot() {
+        let t = tempfile::tempdir().unwrap();
+        let map = t.path().join("uid_map");
+        let judge = |text: &[u8]| {
+            std::fs::write(&map, text).unwrap();
+            host_root(0, &map).unwrap()
+        };
+        // As the kernel writes it (`%10u %10u %10u`).
+        assert!(judge(b"         0          0 4294967295\n"));
+        assert!(!judge(b"         0       1000          1\n"));
+        assert!(!judge(
+            b"         0          0 4294967295\n      1000       1000          1\n"
+        ));
+        assert!(!judge(b""));
+        // The kernel's most, 340 lines, is within the cap; a line more than the cap is not.
+        let line = b"4294967294 4294967294          1\n";
+        assert!(!judge(&line.repeat(340)));
+        std::fs::write(&map, line.repeat(500)).unwrap();
+        let e = host_root(0, &map).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: cannot read it (more than 16384 bytes",
+                map.display()
+            )),
+            "{e}"
+        );
+        // Missing, or a directory: an error naming it, never "not root".
+        for bad in [t.path().join("missing"), t.path().to_path_buf()] {
+            let e = host_root(0, &bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("{}: cannot read it (", bad.display()))
+                    && e.contains("GPUCTK_CONFIG"),
+                "{e}"
+            );
+        }
+        // Not uid 0: nothing to read.
+        assert!(!host_root(1000, &t.path().join("missing")).unwrap());
+        // This process's own map reads.
+        host_root(0, Path::new(UID_MAP)).unwrap();
     }
 }

@@ -287,7 +287,10 @@ fn delete_and_forget(mut cmd: std::process::Command, record: &Record, parsed: &R
 /// `[nvidia-container-runtime] runtimes` of the config the environment points at, or the
 /// defaults when it cannot be read (see the module doc).
 pub fn runtimes() -> Vec<String> {
-    let (path, _required) = config::config_path(&|k| std::env::var(k).ok());
+    // A config whose place is unknown (an unreadable uid map) is one that cannot be read.
+    let Ok((path, _required)) = config::config_path(&|k| std::env::var(k).ok()) else {
+        return Config::default().runtimes;
+    };
     let Ok(text) = config::read_text(&path) else {
         return Config::default().runtimes;
     };

@@ -319,3 +319,38 @@ fn missing_gpu_nodes_are_named() {
         assert!(last.contains(needle), "{needle}: {}", r.stderr);
     }
 }
+
+/// Review finding: a `/proc/self/uid_map` that could not be read meant "not root", so root of
+/// the host took a config.toml from its home's `.config`, which is never root's. Now it is an
+/// error naming the file. `/proc` is hidden under a tmpfs in a private mount namespace.
+#[test]
+fn an_unreadable_uid_map_is_an_error_naming_it_not_a_user_config() {
+    let t = TestDir::new();
+    let cfg = t.join(".config/nvidia-container-runtime/config.toml");
+    fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    fs::write(
+        &cfg,
+        "[nvidia-container-runtime]\nruntimes = [\"in-home\"]\n",
+    )
+    .unwrap();
+    let r: Run = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount -t tmpfs none /proc && exec "$@""#)
+        .args(["sh", GPUCTK, "config"])
+        .env_clear()
+        .env("HOME", t.path())
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .output()
+        .expect("unshare (util-linux)")
+        .into();
+    assert_ne!(r.code, 0, "stdout: {}\nstderr: {}", r.stdout, r.stderr);
+    assert!(!r.stdout.contains("in-home"), "{}", r.stdout);
+    one_line(&r);
+    assert!(
+        r.stderr
+            .contains("/proc/self/uid_map: cannot read it (No such file or directory")
+            && r.stderr.contains("GPUCTK_CONFIG"),
+        "{}",
+        r.stderr
+    );
+}

@@ -124,6 +124,22 @@ pub(crate) fn deb() -> &'static Path {
     &packages().0
 }
 
+/// The .deb's files (`dpkg-deb -x`), unpacked once per test run next to the packages, for the
+/// tests that only read them (ship's, arm64's).
+pub(crate) fn unpacked_deb() -> &'static Path {
+    static UNPACKED: OnceLock<PathBuf> = OnceLock::new();
+    UNPACKED.get_or_init(|| {
+        let x = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deb-unpacked");
+        match fs::remove_dir_all(&x) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("{}: {e}", x.display()),
+        }
+        must(Command::new("dpkg-deb").arg("-x").arg(deb()).arg(&x));
+        x
+    })
+}
+
 /// The RPM built with the .deb (same files, same binary).
 pub(crate) fn rpm() -> &'static Path {
     &packages().1

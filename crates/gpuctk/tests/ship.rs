@@ -8,9 +8,8 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
-use crate::package::{must, out, package_sh, repo, rpm};
+use crate::package::{must, out, package_sh, repo, rpm, unpacked_deb};
 use crate::util::*;
 
 /// The static release binary the packages ship (built by scripts/static.sh, once: the packages'
@@ -26,27 +25,6 @@ fn static_bin() -> PathBuf {
     }
     let r = must(&mut c);
     PathBuf::from(r.stdout.lines().last().unwrap_or("").trim())
-}
-
-/// The .deb's files (`dpkg-deb -x`), unpacked once per test run next to the packages, for the
-/// tests that only read them.
-fn unpacked_deb() -> &'static Path {
-    static UNPACKED: OnceLock<PathBuf> = OnceLock::new();
-    UNPACKED.get_or_init(|| {
-        let x = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deb-unpacked");
-        match fs::remove_dir_all(&x) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => panic!("{}: {e}", x.display()),
-        }
-        must(
-            Command::new("dpkg-deb")
-                .arg("-x")
-                .arg(crate::package::deb())
-                .arg(&x),
-        );
-        x
-    })
 }
 
 /// Every file under `root` whose name is a C library or a dynamic loader.

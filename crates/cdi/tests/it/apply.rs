@@ -177,6 +177,14 @@ fn apply_to_runc_config() {
         "equal depth keeps the original order"
     );
     assert_eq!(dests.len(), 7 + 8);
+    // In the order NVIDIA's runtime gave them (its CDI library's stable sort by depth).
+    let theirs: Vec<&str> = nvidia["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["destination"].as_str().unwrap())
+        .collect();
+    assert_eq!(dests, theirs);
     let smi = &config["mounts"][pos("/usr/bin/nvidia-smi")];
     assert_eq!(
         smi,

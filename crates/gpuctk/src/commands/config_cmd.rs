@@ -156,7 +156,7 @@ pub fn run(a: ConfigCmdArgs) -> anyhow::Result<ExitCode> {
     }
     let path: PathBuf = match &a.config_file {
         Some(p) => p.clone(),
-        None => config::config_path(&|k| std::env::var(k).ok()).0,
+        None => config::config_path(&|k| std::env::var(k).ok())?.0,
     };
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,

@@ -10,12 +10,15 @@ use crate::config::{self, Config};
 /// Load the config as the runtime does (or the file `--config` names); its check is pushed.
 pub(super) fn check_config(a: &DoctorArgs, c: &mut Checks) -> Config {
     const G: &str = "toolkit";
-    let (path, required) = match &a.config {
-        Some(p) => (p.clone(), false),
+    let found = match &a.config {
+        Some(p) => Ok((p.clone(), false)),
         None => config::config_path(&|k| std::env::var(k).ok()),
     };
-    let exists = path.exists();
-    match config::load(&path, required) {
+    let loaded = found.and_then(|(path, required)| {
+        let exists = path.exists();
+        config::load(&path, required).map(|cfg| (path, exists, cfg))
+    });
+    match loaded {
         Err(e) => {
             c.fail(
                 G,
@@ -25,7 +28,7 @@ pub(super) fn check_config(a: &DoctorArgs, c: &mut Checks) -> Config {
             );
             Config::default()
         }
-        Ok(cfg) if !exists => {
+        Ok((path, exists, cfg)) if !exists => {
             c.ok(
                 G,
                 "config",
@@ -33,7 +36,7 @@ pub(super) fn check_config(a: &DoctorArgs, c: &mut Checks) -> Config {
             );
             cfg
         }
-        Ok(cfg) if !cfg.unknown_keys.is_empty() => {
+        Ok((path, _, cfg)) if !cfg.unknown_keys.is_empty() => {
             c.warn(
                 G,
                 "config",
@@ -46,7 +49,7 @@ pub(super) fn check_config(a: &DoctorArgs, c: &mut Checks) -> Config {
             );
             cfg
         }
-        Ok(cfg) if !cfg.not_applied.is_empty() => {
+        Ok((path, _, cfg)) if !cfg.not_applied.is_empty() => {
             c.warn(
                 G,
                 "config",
@@ -60,7 +63,7 @@ pub(super) fn check_config(a: &DoctorArgs, c: &mut Checks) -> Config {
             );
             cfg
         }
-        Ok(cfg) if !cfg.at_default.is_empty() => {
+        Ok((path, _, cfg)) if !cfg.at_default.is_empty() => {
             c.ok(
                 G,
                 "config",
@@ -72,7 +75,7 @@ pub(super) fn check_config(a: &DoctorArgs, c: &mut Checks) -> Config {
             );
             cfg
         }
-        Ok(cfg) => {
+        Ok((path, _, cfg)) => {
             c.ok(
                 G,
                 "config",
