@@ -509,7 +509,10 @@ fn probe_platform(cfg: &Config, driver: Option<&DriverVersion>) -> anyhow::Resul
     })
 }
 
-/// Whether the host under `cfg`'s roots is a WSL2 one, as [`LiveHost::platform`] tells it.
-pub fn on_wsl(cfg: &Config) -> anyhow::Result<bool> {
-    Ok(LiveHost::new(cfg, None).platform()? == Platform::Wsl)
+/// The kind of host under `cfg`'s roots, as [`LiveHost::platform`] tells it, with the running
+/// driver (`None`: no version file) as it read it, for a command's discovery to take.
+pub fn probe_host(cfg: &Config) -> anyhow::Result<(Platform, Option<RunningDriver>)> {
+    let mut host = LiveHost::new(cfg, None);
+    let platform = host.platform()?;
+    Ok((platform, host.driver()?.cloned()))
 }

@@ -892,7 +892,8 @@ fn version_opens(trace: &Path) -> Vec<String> {
 
 /// Review finding (session 9): on a host without the NVIDIA driver the create's platform probe
 /// read the version file twice (`running_driver`, then `driver_loaded` behind `is_wsl`); and
-/// `cdi generate --mode auto` read it in its probe and again in discovery.
+/// `cdi generate --mode auto` and `nvidia-container-cli info` and `list` read it in their
+/// probe and again in discovery.
 #[test]
 fn the_version_file_is_read_once_per_create_and_per_generate() {
     let w = wsl();
@@ -925,6 +926,28 @@ fn the_version_file_is_read_once_per_create_and_per_generate() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let opens = version_opens(&trace);
     assert_eq!(opens.len(), 1, "{opens:?}");
+
+    // `nvidia-container-cli info` and `list`: the WSL2 probe and discovery share one read.
+    let cli = t.join("bin/nvidia-container-cli");
+    fs::create_dir_all(cli.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
+    let config = t.join("config.toml");
+    h.write_cli_config(&config, "");
+    for cmd in ["info", "list"] {
+        let trace = t.join(&format!("{cmd}.trace"));
+        let mut c = Command::new("strace");
+        c.arg("-f")
+            .arg("-o")
+            .arg(&trace)
+            .arg("--")
+            .arg(&cli)
+            .arg(cmd);
+        c.env("GPUCTK_CONFIG", &config);
+        let r: Run = c.output().unwrap().into();
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let opens = version_opens(&trace);
+        assert_eq!(opens.len(), 1, "{cmd}: {opens:?}");
+    }
 }
 
 /// Review finding (session 9): a version file that is there but names no version was "no
