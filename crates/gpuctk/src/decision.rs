@@ -127,8 +127,17 @@ impl<'a> LiveHost<'a> {
     /// costs no other call), then WSL2's signs, then the Jetson markers. A sign that is there
     /// but cannot be read, or a version file that names no version, is an error naming it.
     pub fn platform(&mut self) -> anyhow::Result<Platform> {
+        use gpuctk_host::PlatformError;
         let driver = self.driver()?.map(|d| d.version.clone());
-        probe_platform(self.cfg, driver.as_ref())
+        let r = roots(self.cfg);
+        gpuctk_host::platform::probe(driver.as_ref(), &r.driver_root, &r.dev_root).map_err(|e| {
+            match e {
+                PlatformError::Tegra(_) => anyhow::anyhow!(
+                    "{e}: fix it (on a Jetson, [nvidia-container-runtime] mode = \"csv\" skips this test)"
+                ),
+                PlatformError::Wsl(_) => anyhow::anyhow!("{e}: fix it"),
+            }
+        })
     }
 }
 
@@ -493,19 +502,6 @@ pub fn wsl_injection(
         ops: planned.ops.into_iter().enumerate().collect(),
         edits,
         origin: gpuctk_core::Origin::JustInTime,
-    })
-}
-
-/// The kind of host under `cfg`'s roots for `driver` (the running driver's version, as read
-/// once), as [`gpuctk_host::platform::probe`] asks it, its errors with the fix.
-fn probe_platform(cfg: &Config, driver: Option<&DriverVersion>) -> anyhow::Result<Platform> {
-    use gpuctk_host::PlatformError;
-    let r = roots(cfg);
-    gpuctk_host::platform::probe(driver, &r.driver_root, &r.dev_root).map_err(|e| match e {
-        PlatformError::Tegra(_) => anyhow::anyhow!(
-            "{e}: fix it (on a Jetson, [nvidia-container-runtime] mode = \"csv\" skips this test)"
-        ),
-        PlatformError::Wsl(_) => anyhow::anyhow!("{e}: fix it"),
     })
 }
 

@@ -10,9 +10,9 @@ use gpuctk_cdi::spec::{write_spec, Format, Spec};
 use gpuctk_core::{
     build_spec, plan, CapabilitySet, InRootOp, NameStrategy, PlanOptions, SpecOptions,
 };
+use gpuctk_host::{Platform, RunningDriver};
 
 use crate::cli::{GenerateArgs, ListArgs, SpecFormat, Strategy, ValidateArgs};
-use gpuctk_host::{Platform, RunningDriver};
 
 /// The spec a `cdi generate` with these arguments writes.
 /// Our hooks, by the names `--disable-hook` takes.
