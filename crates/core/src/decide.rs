@@ -11,7 +11,9 @@
 use gpuctk_cdi::registry::{Registry, ResolveError};
 use gpuctk_cdi::spec::ContainerEdits;
 use gpuctk_host::mig::{MigDevice, MigError};
-use gpuctk_host::{CapsError, DeviceNode, DiscoverError, DriverVersion, Inventory, MigCapability};
+use gpuctk_host::{
+    CapsError, DeviceNode, DiscoverError, DriverVersion, Inventory, MigCapability, VersionFileError,
+};
 
 use crate::ops::InRootOp;
 use crate::request::{Delivery, DeviceId, Devices, Request};
@@ -29,8 +31,9 @@ pub trait HostView {
     fn inventory(&mut self, graphics: bool) -> Result<Inventory, DiscoverError>;
     /// The CDI specs in the spec dirs that may define devices of these vendors.
     fn registry(&mut self, vendors: &[&str]) -> Registry;
-    /// The running driver's version (procfs), to tell a stale static spec.
-    fn running_driver(&mut self) -> Option<DriverVersion>;
+    /// The running driver's version (procfs), to tell a stale static spec: `None` without
+    /// the version file; an error naming it where it is there but says no version.
+    fn running_driver(&mut self) -> Result<Option<DriverVersion>, VersionFileError>;
     /// The first of these host paths (each with what it is) that is gone, as "what path".
     fn first_missing(&mut self, paths: &[(&str, &str)]) -> Option<String>;
     /// A remark worth a line in the log (a spec file that failed to load, a stale spec).
@@ -219,7 +222,7 @@ pub fn decide(
             source,
         })?;
     // The running driver, read once: for staleness and for the requirements.
-    let running = host.running_driver();
+    let running = host.running_driver().map_err(DiscoverError::from)?;
     match stale(
         &reg,
         &resolved.spec_paths,
@@ -703,8 +706,17 @@ containerEdits:
                 spec,
             }])
         }
-        fn running_driver(&mut self) -> Option<DriverVersion> {
+        fn running_driver(&mut self) -> Result<Option<DriverVersion>, VersionFileError> {
+            // `running` is what the version file says: "" for no file, else a version.
+            if self.running.is_empty() {
+                return Ok(None);
+            }
             DriverVersion::parse(self.running)
+                .map(Some)
+                .ok_or_else(|| VersionFileError {
+                    file: "/proc/driver/nvidia/version".into(),
+                    why: format!("no version in {:?}", self.running),
+                })
         }
         fn first_missing(&mut self, _paths: &[(&str, &str)]) -> Option<String> {
             self.missing.map(|p| format!("device node {p}"))
@@ -1056,6 +1068,20 @@ containerEdits:
         let e = decide(&other, &settings(Mode::Auto, Delivery::Shim), &mut h).unwrap_err();
         assert!(matches!(e, DecideError::Unresolved { .. }), "{e}");
         assert!(e.to_string().starts_with("NVIDIA_VISIBLE_DEVICES"), "{e}");
+
+        // A version file that names no version is an error naming it, not "no driver" (which
+        // would skip the staleness check); no version file at all is no driver.
+        let mut h = fake();
+        h.running = "garbage";
+        let e = decide(&cdi, &settings(Mode::Auto, Delivery::Shim), &mut h).unwrap_err();
+        assert!(
+            e.to_string().starts_with("/proc/driver/nvidia/version: "),
+            "{e}"
+        );
+        let mut h = fake();
+        h.running = "";
+        let d = decide(&cdi, &settings(Mode::Auto, Delivery::Shim), &mut h).unwrap();
+        assert!(matches!(&d, Decision::Inject(i) if i.origin == Origin::Registry));
     }
 
     #[test]

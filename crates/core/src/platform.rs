@@ -142,18 +142,9 @@ pub fn csv_edits(host: &CsvHost, hook_path: &str) -> PlatformEdits {
     platform_edits(&host.devices, mounts, links, folders, hook_path)
 }
 
-/// What kind of host a request routed just in time is on, as the caller probes it: no NVIDIA
-/// kernel driver in procfs, then WSL2's signs before a Jetson's (NVIDIA's `ResolvePlatform`
-/// asks dxcore first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Platform {
-    /// WSL2: `/dev/dxg` or `libdxcore.so`, no NVIDIA kernel driver.
-    Wsl,
-    /// A Jetson: the Tegra markers, no NVIDIA kernel driver.
-    Tegra,
-    /// A host with the NVIDIA kernel driver, or with no sign of either: discovery serves it.
-    Other,
-}
+/// What kind of host a request routed just in time is on: [`gpuctk_host::platform::probe`]
+/// tells it, in the one order every delivery and `cdi generate --mode auto` share.
+pub use gpuctk_host::platform::Platform;
 
 /// The platform mode whose edits serve a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use gpuctk_core::request::Delivery;
 use gpuctk_core::{Decision, HostView, InRootOp, Injection, Request, Settings, Version};
 use gpuctk_host::{
     CapsError, DeviceNode, DiscoverError, DiscoverOptions, DriverVersion, Inventory, MigCapability,
-    Roots,
+    Roots, RunningDriver, VersionFileError,
 };
 
 use crate::config::Config;
@@ -20,8 +20,10 @@ use crate::config::Config;
 pub struct LiveHost<'a> {
     cfg: &'a Config,
     rootfs: Option<&'a Path>,
-    /// The procfs version file's text, read once per create (`None`: not read yet).
-    version: Option<Option<String>>,
+    /// The running driver as the procfs version file says, read once per create (`None`: not
+    /// read yet): the platform probe, the static spec's staleness, the snapshot's key and
+    /// discovery all take it from here.
+    driver: Option<Result<Option<RunningDriver>, VersionFileError>>,
     /// Whether a discovery snapshot may be read (not after one lied).
     read_snapshot: bool,
     /// When the inventory came from a discovery snapshot: the files it vouches for.
@@ -49,7 +51,7 @@ impl<'a> LiveHost<'a> {
         LiveHost {
             cfg,
             rootfs,
-            version: None,
+            driver: None,
             read_snapshot: true,
             snapshot_used: None,
             gpus: None,
@@ -67,12 +69,17 @@ impl<'a> LiveHost<'a> {
         }
     }
 
-    /// The procfs version file's text, read once.
-    fn version_text(&mut self) -> Option<&str> {
+    /// The running driver, its version file read once: `None` without one; an error naming
+    /// it where it cannot be read or names no version.
+    fn driver(&mut self) -> Result<Option<&RunningDriver>, VersionFileError> {
         let proc_root = &self.cfg.proc_root;
-        self.version
-            .get_or_insert_with(|| crate::snapshot::version_text(proc_root))
-            .as_deref()
+        match self
+            .driver
+            .get_or_insert_with(|| crate::snapshot::running_driver(proc_root))
+        {
+            Ok(d) => Ok(d.as_ref()),
+            Err(e) => Err(e.clone()),
+        }
     }
 
     /// The GPUs (minor, bus id) of this create's inventory; where no discovery ran (a static
@@ -93,9 +100,13 @@ impl<'a> LiveHost<'a> {
     fn current(&mut self) -> Option<&Current> {
         if self.current.is_none() {
             let mut found = None;
-            if let (true, Some(dir)) = (self.read_snapshot, self.cfg.snapshot_dir()) {
+            // Without a driver no snapshot holds; a version file that says none is the
+            // decision's error to tell (`running_driver`).
+            let driver = self.driver().ok().flatten().cloned();
+            if let (true, Some(dir), Some(driver)) =
+                (self.read_snapshot, self.cfg.snapshot_dir(), driver)
+            {
                 let roots = roots(self.cfg);
-                let version = self.version_text().map(str::to_string);
                 let shapes = [false, true].map(|skip_graphics| {
                     let opts = DiscoverOptions {
                         skip_graphics,
@@ -103,34 +114,29 @@ impl<'a> LiveHost<'a> {
                     };
                     crate::snapshot::Snapshot::new(&dir, &roots, &opts)
                 });
-                found =
-                    crate::snapshot::Snapshot::first_current(&shapes, &roots, version.as_deref())
-                        .map(|(inv, vouched)| (gpu_ids(&inv), vouched));
+                found = crate::snapshot::Snapshot::first_current(&shapes, &roots, &driver)
+                    .map(|(inv, vouched)| (gpu_ids(&inv), vouched));
             }
             self.current = Some(found);
         }
         self.current.as_ref().and_then(Option::as_ref)
     }
 
-    /// What kind of host this is for the platform modes: one with the NVIDIA kernel driver
-    /// (its version file, read once, answers without more calls), else WSL2 (`/dev/dxg` or
-    /// `libdxcore.so`), else a Jetson (the Tegra markers under the driver root). A sign that is
-    /// there but cannot be read is an error naming it.
+    /// What kind of host this is for the platform modes, as [`gpuctk_host::platform::probe`]
+    /// asks it: the driver's version file (read once for the create, so a host with the driver
+    /// costs no other call), then WSL2's signs, then the Jetson markers. A sign that is there
+    /// but cannot be read, or a version file that names no version, is an error naming it.
     pub fn platform(&mut self) -> anyhow::Result<Platform> {
-        if self.running_driver().is_some() {
-            return Ok(Platform::Other);
-        }
-        if on_wsl(self.cfg)? {
-            return Ok(Platform::Wsl);
-        }
+        use gpuctk_host::PlatformError;
+        let driver = self.driver()?.map(|d| d.version.clone());
         let r = roots(self.cfg);
-        let tegra = gpuctk_host::csv::is_tegra(&r.driver_root, &r.driver_root).map_err(|e| {
-            anyhow::anyhow!("{e}; cannot tell whether this is a Jetson: fix it (on a Jetson, [nvidia-container-runtime] mode = \"csv\" skips this test)")
-        })?;
-        Ok(if tegra {
-            Platform::Tegra
-        } else {
-            Platform::Other
+        gpuctk_host::platform::probe(driver.as_ref(), &r.driver_root, &r.dev_root).map_err(|e| {
+            match e {
+                PlatformError::Tegra(_) => anyhow::anyhow!(
+                    "{e}: fix it (on a Jetson, [nvidia-container-runtime] mode = \"csv\" skips this test)"
+                ),
+                PlatformError::Wsl(_) => anyhow::anyhow!("{e}: fix it"),
+            }
         })
     }
 }
@@ -159,13 +165,17 @@ impl HostView for LiveHost<'_> {
             ..Default::default()
         };
         let roots = roots(self.cfg);
-        let inv = match self.cfg.snapshot_dir() {
-            None => gpuctk_host::discover(&roots, &opts)?,
-            Some(dir) => {
+        let driver = self.driver()?.cloned();
+        let inv = match (self.cfg.snapshot_dir(), driver) {
+            // No snapshot, or no driver (discovery says so, the file not read again).
+            (None, driver) | (_, driver @ None) => {
+                let version = driver.map(|d| d.version);
+                gpuctk_host::Discovery::run_with_driver(&roots, &opts, version.as_ref())?.inventory
+            }
+            (Some(dir), Some(driver)) => {
                 let snapshot = crate::snapshot::Snapshot::new(&dir, &roots, &opts);
                 let read = self.read_snapshot;
-                let version = self.version_text().map(str::to_string);
-                let (inv, vouched) = snapshot.inventory(&roots, &opts, version.as_deref(), read)?;
+                let (inv, vouched) = snapshot.inventory(&roots, &opts, &driver, read)?;
                 if vouched.is_some() {
                     self.snapshot_used = vouched;
                 }
@@ -185,9 +195,8 @@ impl HostView for LiveHost<'_> {
             }
         }
     }
-    fn running_driver(&mut self) -> Option<DriverVersion> {
-        let text = self.version_text()?;
-        gpuctk_host::procfs::parse_version(text).ok()
+    fn running_driver(&mut self) -> Result<Option<DriverVersion>, VersionFileError> {
+        Ok(self.driver()?.map(|d| d.version.clone()))
     }
     fn first_missing(&mut self, paths: &[(&str, &str)]) -> Option<String> {
         // What a current snapshot vouches for is there: a `stat` of its folders, not of each.
@@ -378,9 +387,9 @@ fn decode_hooks(edits: &ContainerEdits) -> Vec<(usize, InRootOp)> {
 /// `request` served by a platform mode's edits (Jetson CSV, WSL2) instead of discovery, as
 /// [`gpuctk_core::platform::platform_mode`] decides for the shim and the legacy hook alike:
 /// `Ok(None)` where discovery, the registry or the prestart hook serves it (the host is only
-/// probed for a request routed just in time, or not at all under `mode = "csv"`);
-/// `Ok(Some(None))` when the container asks for nothing. `all_csv`:
-/// `NVIDIA_REQUIRE_JETPACK=csv-mounts=all`.
+/// probed for a request routed just in time, and not at all under `mode = "csv"`, which
+/// serves the request as it is asked, unrouted); `Ok(Some(None))` when a container under
+/// `mode = "csv"` asks for nothing. `all_csv`: `NVIDIA_REQUIRE_JETPACK=csv-mounts=all`.
 pub fn platform_injection(
     request: &Request,
     cfg: &Config,
@@ -389,43 +398,44 @@ pub fn platform_injection(
     all_csv: bool,
 ) -> anyhow::Result<Option<Option<Injection>>> {
     use gpuctk_core::platform::{platform_mode, PlatformMode};
+    use gpuctk_core::request::Devices;
     use gpuctk_core::route::{route, Mode, Route};
     // The prestart hook serves a legacy-mode request as `auto` would, as `decide` does.
     let mode = match (cfg.mode, delivery) {
         (Mode::Legacy, Delivery::PrestartHook) => Mode::Auto,
         (m, _) => m,
     };
-    if mode != Mode::Csv
-        && !matches!(
-            route(request, mode, &cfg.default_kind)?,
-            Route::JustInTime(_)
-        )
-    {
-        return Ok(None);
-    }
-    match platform_mode(cfg.mode, || host.platform())? {
-        None => Ok(None),
-        Some(PlatformMode::Csv) => Ok(Some(csv_injection(request, cfg, all_csv)?)),
-        Some(PlatformMode::Wsl) => wsl_injection(request, cfg, mode),
-    }
+    // The request is routed once; the platform modes plan from its ids.
+    let ids = if mode == Mode::Csv {
+        match &request.devices {
+            Devices::Unrequested => return Ok(Some(None)),
+            Devices::NoGpus => Vec::new(),
+            Devices::Ids(ids) => ids.clone(),
+        }
+    } else {
+        match route(request, mode, &cfg.default_kind)? {
+            Route::JustInTime(ids) => ids,
+            _ => return Ok(None),
+        }
+    };
+    Ok(match platform_mode(mode, || host.platform())? {
+        None => None,
+        Some(PlatformMode::Csv) => Some(Some(csv_injection(request, cfg, &ids, all_csv)?)),
+        Some(PlatformMode::Wsl) => Some(Some(wsl_injection(request, cfg, &ids)?)),
+    })
 }
 
-/// `mode = "csv"` (Jetson): the edits for `request` from the CSV files under
+/// CSV mode (Jetson): the edits for `ids`, `request`'s devices, from the CSV files under
 /// `modes.csv.mount-spec-path`, the three base files or, with `all_files`
-/// (`NVIDIA_REQUIRE_JETPACK=csv-mounts=all`), every `*.csv` there. `None` when the container
-/// asks for nothing; `none` (or `void`) gets the driver files without device nodes. CSV mode
-/// has one device: `0`, `all`, or a CDI name of either.
+/// (`NVIDIA_REQUIRE_JETPACK=csv-mounts=all`), every `*.csv` there. No ids (`none`, `void`) get
+/// the driver files without device nodes. CSV mode has one device: `0`, `all`, or a CDI name
+/// of either.
 pub fn csv_injection(
     request: &Request,
     cfg: &Config,
+    ids: &[gpuctk_core::request::DeviceId],
     all_files: bool,
-) -> anyhow::Result<Option<Injection>> {
-    use gpuctk_core::request::Devices;
-    let ids = match &request.devices {
-        Devices::Unrequested => return Ok(None),
-        Devices::NoGpus => Vec::new(),
-        Devices::Ids(ids) => ids.clone(),
-    };
+) -> anyhow::Result<Injection> {
     let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
     if let Some(bad) = ids
         .iter()
@@ -454,30 +464,22 @@ pub fn csv_injection(
     if !ids.is_empty() {
         edits.device_nodes = planned.device.device_nodes;
     }
-    Ok(Some(Injection {
+    Ok(Injection {
         ops: planned.ops.into_iter().enumerate().collect(),
         edits,
         origin: gpuctk_core::Origin::JustInTime,
-    }))
+    })
 }
 
-/// A request routed under `mode` on a WSL2 host (no NVIDIA kernel
-/// driver, `/dev/dxg` or `libdxcore.so` present): the WSL edits for it, planned just in time as
-/// NVIDIA's `jit-cdi` plans them there (`--mode wsl`). `Ok(None)` when the request is not for
-/// just in time (the registry serves CDI names under `auto`); `Ok(Some(None))` when the
-/// container asks for nothing. `none` (or `void`) gets the driver files without `/dev/dxg`.
-/// WSL has one device: `all`, `0`, or a CDI name of either.
+/// A request routed just in time on a WSL2 host (no NVIDIA kernel driver, `/dev/dxg` or
+/// `libdxcore.so` present): the WSL edits for its `ids`, planned as NVIDIA's `jit-cdi` plans
+/// them there (`--mode wsl`). No ids (`none`, `void`) get the driver files without
+/// `/dev/dxg`. WSL has one device: `all`, `0`, or a CDI name of either.
 pub fn wsl_injection(
     request: &Request,
     cfg: &Config,
-    mode: gpuctk_core::route::Mode,
-) -> anyhow::Result<Option<Option<Injection>>> {
-    use gpuctk_core::route::{route, Route};
-    let ids = match route(request, mode, &cfg.default_kind)? {
-        Route::Untouched => return Ok(Some(None)),
-        Route::JustInTime(ids) => ids,
-        _ => return Ok(None),
-    };
+    ids: &[gpuctk_core::request::DeviceId],
+) -> anyhow::Result<Injection> {
     let kinds = [cfg.default_kind.as_str(), gpuctk_core::route::RUNTIME_KIND];
     if let Some(bad) = ids
         .iter()
@@ -496,19 +498,17 @@ pub fn wsl_injection(
     if !ids.is_empty() {
         edits.device_nodes = planned.device.device_nodes;
     }
-    Ok(Some(Some(Injection {
+    Ok(Injection {
         ops: planned.ops.into_iter().enumerate().collect(),
         edits,
         origin: gpuctk_core::Origin::JustInTime,
-    })))
+    })
 }
 
-/// Whether the host under `cfg`'s roots is a WSL2 one.
-pub fn on_wsl(cfg: &Config) -> anyhow::Result<bool> {
-    let r = roots(cfg);
-    Ok(gpuctk_host::wsl::is_wsl(
-        &r.driver_root,
-        &r.dev_root,
-        &r.proc_root,
-    )?)
+/// The kind of host under `cfg`'s roots, as [`LiveHost::platform`] tells it, with the running
+/// driver (`None`: no version file) as it read it, for a command's discovery to take.
+pub fn probe_host(cfg: &Config) -> anyhow::Result<(Platform, Option<RunningDriver>)> {
+    let mut host = LiveHost::new(cfg, None);
+    let platform = host.platform()?;
+    Ok((platform, host.driver()?.cloned()))
 }

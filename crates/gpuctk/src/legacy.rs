@@ -589,11 +589,16 @@ fn configure(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn inventory(cfg: &Config) -> anyhow::Result<gpuctk_host::Inventory> {
-    crate::discover::discover(
+fn inventory(
+    cfg: &Config,
+    driver: Option<&gpuctk_host::RunningDriver>,
+) -> anyhow::Result<gpuctk_host::Inventory> {
+    crate::discover::discovery_with_driver(
+        driver.map(|d| &d.version),
         &crate::decision::roots(cfg),
         &gpuctk_host::DiscoverOptions::default(),
     )
+    .map(|d| d.inventory)
 }
 
 /// PCI bus id with the 32-bit domain, as NVML and libnvidia-container print it.
@@ -606,10 +611,12 @@ fn bus32(bus: &str) -> String {
 
 fn info(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     let csv = args.iter().any(|a| a == "--csv");
-    if crate::decision::on_wsl(cfg)? {
+    // The version file read once: the probe's answer is discovery's.
+    let (platform, driver) = crate::decision::probe_host(cfg)?;
+    if platform == gpuctk_host::Platform::Wsl {
         return wsl_info(cfg, csv);
     }
-    let inv = inventory(cfg)?;
+    let inv = inventory(cfg, driver.as_ref())?;
     let cuda = inv
         .cuda_version
         .map(|c| c.to_string())
@@ -758,10 +765,12 @@ fn parse_list(args: &[String]) -> anyhow::Result<ListArgs> {
 }
 
 fn list(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
-    if crate::decision::on_wsl(cfg)? {
+    // The version file read once: the probe's answer is discovery's.
+    let (platform, driver) = crate::decision::probe_host(cfg)?;
+    if platform == gpuctk_host::Platform::Wsl {
         return wsl_list(cfg, args);
     }
-    let inv = inventory(cfg)?;
+    let inv = inventory(cfg, driver.as_ref())?;
     let ListArgs {
         device,
         libs,

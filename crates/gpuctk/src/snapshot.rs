@@ -239,38 +239,33 @@ impl Snapshot {
         Snapshot { path, shape }
     }
 
-    /// The key as the host is now; `None` without a readable version file (no driver: discovery
-    /// says why).
-    fn key_now(&self, roots: &Roots, version: Option<&str>) -> Option<Key> {
-        let version = match version {
-            Some(v) => v.to_string(),
-            None => version_text(&roots.proc_root)?,
-        };
-        Some(Key {
+    /// The key as the host is now, with the driver as the caller read it.
+    fn key_now(&self, roots: &Roots, driver: &gpuctk_host::RunningDriver) -> Key {
+        Key {
+            version: driver.text.clone(),
             shape: self.shape.clone(),
-            version,
             ldcache: FileId::of(&roots.driver_root.join("etc/ld.so.cache")),
             dev: FileId::of(&roots.dev_root.join("dev")),
             gpus_nlink: std::fs::metadata(roots.proc_root.join("driver/nvidia/gpus"))
                 .ok()
                 .map(|m| m.nlink()),
-        })
+        }
     }
 
     /// The inventory of `roots` with `opts`: the snapshot's when it holds for the host as it
-    /// is now (`read`), else discovered and written back. `version` is the version file's text
-    /// when the caller read it already. With the inventory, what the snapshot vouches for when
-    /// it was used (`None`: discovered).
+    /// is now (`read`), else discovered and written back; `driver` is the running driver as the
+    /// caller read it. With the inventory, what the snapshot vouches for when it was used
+    /// (`None`: discovered).
     pub fn inventory(
         &self,
         roots: &Roots,
         opts: &DiscoverOptions,
-        version: Option<&str>,
+        driver: &gpuctk_host::RunningDriver,
         read: bool,
     ) -> Result<(Inventory, Option<Vouched>), gpuctk_host::DiscoverError> {
-        let key = self.key_now(roots, version);
-        if let (true, Some(key)) = (read, &key) {
-            match self.load(key, Some(&roots.dev_root.join("dev"))) {
+        let key = self.key_now(roots, driver);
+        if read {
+            match self.load(&key, Some(&roots.dev_root.join("dev"))) {
                 Ok((inv, vouched)) => {
                     tracing::debug!(
                         "{}: discovery snapshot used ({} files vouched for by their folders)",
@@ -288,10 +283,9 @@ impl Snapshot {
         }
         // The key is taken before discovery: a driver changing meanwhile leaves a snapshot
         // under the old key, which the next create rebuilds.
-        let inv = gpuctk_host::discover(roots, opts)?;
-        if let Some(key) = key {
-            self.store(key, &inv);
-        }
+        let inv =
+            gpuctk_host::Discovery::run_with_driver(roots, opts, Some(&driver.version))?.inventory;
+        self.store(key, &inv);
         Ok((inv, None))
     }
 
@@ -303,9 +297,9 @@ impl Snapshot {
     pub fn first_current(
         snapshots: &[Snapshot],
         roots: &Roots,
-        version: Option<&str>,
+        driver: &gpuctk_host::RunningDriver,
     ) -> Option<(Inventory, Vouched)> {
-        let mut key = snapshots.first()?.key_now(roots, version)?;
+        let mut key = snapshots.first()?.key_now(roots, driver);
         let dev = roots.dev_root.join("dev");
         snapshots.iter().find_map(|s| {
             key.shape.clone_from(&s.shape);
@@ -385,11 +379,10 @@ impl Snapshot {
         write_cache(&self.path, &bytes)
     }
 
-    /// Write the snapshot of an inventory discovered just now (`cdi generate`).
-    pub fn write(&self, roots: &Roots, inv: &Inventory) {
-        if let Some(key) = self.key_now(roots, None) {
-            self.store(key, inv);
-        }
+    /// Write the snapshot of an inventory discovered just now (`cdi generate`) for `driver`, as
+    /// read before discovery.
+    pub fn write(&self, roots: &Roots, inv: &Inventory, driver: &gpuctk_host::RunningDriver) {
+        self.store(self.key_now(roots, driver), inv);
     }
 }
 
@@ -429,11 +422,15 @@ fn folders_of(inv: &Inventory) -> Result<Vec<Folder>, String> {
     Ok(out)
 }
 
-/// The procfs version file's text under `proc_root`; `None` where there is none, it cannot be
-/// read, or it is larger than 64 KiB (not a driver's; a debug line says so). Read
-/// until a read returns nothing, with no `stat`: procfs says its files are empty.
-pub fn version_text(proc_root: &Path) -> Option<String> {
-    let path = proc_root.join("driver/nvidia/version");
+/// The running driver under `proc_root`, its version file read once for a command or a create
+/// (the platform probe, the static spec's staleness, the snapshot's key and discovery all take
+/// it from here): `None` where the file is absent; an error naming it where it cannot be read,
+/// is larger than 64 KiB (not a driver's) or names no version. Read until a read comes back
+/// short, with no `stat`: procfs says its files are empty.
+pub fn running_driver(
+    proc_root: &Path,
+) -> Result<Option<gpuctk_host::RunningDriver>, gpuctk_host::VersionFileError> {
+    let path = gpuctk_host::platform::version_file(proc_root);
     let read = || -> std::io::Result<Vec<u8>> {
         // Not blocked by a FIFO where `--proc-root` points at a folder of anyone's.
         let f = crate::capped::open_read(&path, 0)?;
@@ -441,22 +438,12 @@ pub fn version_text(proc_root: &Path) -> Option<String> {
         if buf.len() > MAX_VERSION {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("larger than {MAX_VERSION} bytes; not the NVIDIA driver's version file"),
+                format!("larger than {MAX_VERSION} bytes"),
             ));
         }
         Ok(buf)
     };
-    match read().and_then(|b| {
-        String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-    }) {
-        Ok(text) => Some(text),
-        Err(e) => {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::debug!("{}: not read: {e}", path.display());
-            }
-            None
-        }
-    }
+    gpuctk_host::platform::running_driver(proc_root, read())
 }
 
 /// Writes a cache file of ours (this snapshot, the CDI spec cache): atomically, mode 0600, in
@@ -583,22 +570,37 @@ mod tests {
     }
 
     /// The version file is read whole in pieces (procfs says it is empty), up to 64 KiB; a
-    /// larger one, or none, is no version.
+    /// larger one, or one that names no version, is an error naming it; none is no driver.
     #[test]
-    fn version_text_is_read_whole_and_capped() {
+    fn the_version_file_is_read_whole_and_capped() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("driver/nvidia");
-        assert_eq!(version_text(d.path()), None);
+        assert_eq!(running_driver(d.path()), Ok(None));
         std::fs::create_dir_all(&dir).unwrap();
         let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06\n".repeat(300);
         assert!(text.len() > 4096 && text.len() <= MAX_VERSION);
         std::fs::write(dir.join("version"), &text).unwrap();
-        assert_eq!(version_text(d.path()).as_deref(), Some(text.as_str()));
-        std::fs::write(dir.join("version"), vec![b'x'; MAX_VERSION]).unwrap();
-        assert_eq!(version_text(d.path()).map(|t| t.len()), Some(MAX_VERSION));
-        std::fs::write(dir.join("version"), vec![b'x'; MAX_VERSION + 1]).unwrap();
-        assert_eq!(version_text(d.path()), None);
-        std::fs::write(dir.join("version"), b"\xff\xfe").unwrap();
-        assert_eq!(version_text(d.path()), None);
+        let got = running_driver(d.path()).unwrap().unwrap();
+        assert_eq!(got.text, text);
+        let mut full = "NVRM version: 570.124.06 ".to_string();
+        full.extend(std::iter::repeat_n('x', MAX_VERSION - full.len()));
+        std::fs::write(dir.join("version"), &full).unwrap();
+        assert_eq!(
+            running_driver(d.path()).unwrap().unwrap().text.len(),
+            MAX_VERSION
+        );
+        let file = dir.join("version").display().to_string();
+        for (bytes, needle) in [
+            (vec![b'x'; MAX_VERSION + 1], "larger than"),
+            (b"\xff\xfe".to_vec(), "UTF-8"),
+            (b"garbage".to_vec(), "NVRM version"),
+        ] {
+            std::fs::write(dir.join("version"), bytes).unwrap();
+            let e = running_driver(d.path()).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("{file}: ")) && e.contains(needle),
+                "{e}"
+            );
+        }
     }
 }

@@ -817,3 +817,190 @@ fn podman_runs_the_wsl_spec() {
     let r = podman_with_spec(&args, "wsl.gpuctk.test", WSL_SCRIPT);
     assert_wsl_gpu(r.code, &r.stdout, &r.stderr);
 }
+
+// ------------------------------------------------------------------ the version file, once
+
+/// A shim `create` on the host at `root` of a container with `env`, under `mode_line` (empty:
+/// auto) and with the test's `cdi` folder as its spec dir; `/bin/true` stands for the runtime
+/// (only the shim's edits are looked at). Under `strace -f` writing `trace`, when given. The
+/// exit code and stderr.
+fn shim_create(
+    t: &TestDir,
+    root: &str,
+    env: &[&str],
+    mode_line: &str,
+    trace: Option<&Path>,
+) -> (i32, String) {
+    let bundle = t.join("bundle");
+    let _ = fs::remove_dir_all(&bundle);
+    fs::create_dir_all(bundle.join("rootfs")).unwrap();
+    let spec = json!({
+        "ociVersion": "1.0.2",
+        "process": {"args": ["true"], "cwd": "/", "env": env},
+        "root": {"path": "rootfs"},
+    });
+    fs::write(bundle.join("config.json"), spec.to_string()).unwrap();
+    let config = t.join("config.toml");
+    fs::write(
+        &config,
+        format!(
+            "[nvidia-container-cli]\nroot = \"{root}\"\n\n[nvidia-container-runtime]\n{mode_line}runtimes = [\"/bin/true\"]\n\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [\"{cdi}\"]\n\n[nvidia-container-runtime.modes.csv]\nmount-spec-path = \"{root}/etc/nvidia-container-runtime/host-files-for-container.d\"\n\n[gpuctk]\ndev-root = \"{root}\"\nproc-root = \"{root}/proc\"\nhook-path = \"{GPUCTK}\"\n",
+            cdi = t.join("cdi").display(),
+        ),
+    )
+    .unwrap();
+    let shim = t.join("bin/nvidia-container-runtime");
+    if !shim.exists() {
+        fs::create_dir_all(shim.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(GPUCTK, &shim).unwrap();
+    }
+    let mut c = match trace {
+        Some(log) => {
+            let mut c = Command::new("strace");
+            c.arg("-f").arg("-o").arg(log).arg("--").arg(&shim);
+            c
+        }
+        None => Command::new(&shim),
+    };
+    c.env("GPUCTK_CONFIG", &config)
+        .arg("--root")
+        .arg(t.join("state"))
+        .args(["create", "--bundle", bundle.to_str().unwrap(), "c"]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NVIDIA_") || k.starts_with("GPUCTK_") {
+            c.env_remove(k);
+        }
+    }
+    let out = c
+        .output()
+        .unwrap_or_else(|e| panic!("{e} (install strace: scripts/setup.sh)"));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The opens of the driver's version file in an `strace -f` log.
+fn version_opens(trace: &Path) -> Vec<String> {
+    fs::read_to_string(trace)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("open") && l.contains("/driver/nvidia/version\""))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Review finding (session 9): on a host without the NVIDIA driver the create's platform probe
+/// read the version file twice (`running_driver`, then `driver_loaded` behind `is_wsl`); and
+/// `cdi generate --mode auto` and `nvidia-container-cli info` and `list` read it in their
+/// probe and again in discovery.
+#[test]
+fn the_version_file_is_read_once_per_create_and_per_generate() {
+    let w = wsl();
+    let trace = w.t.join("create.trace");
+    let (code, stderr) = shim_create(
+        &w.t,
+        &w.root,
+        &["NVIDIA_VISIBLE_DEVICES=all"],
+        "",
+        Some(&trace),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let spec: Value =
+        serde_json::from_slice(&fs::read(w.t.join("bundle/config.json")).unwrap()).unwrap();
+    assert!(spec.to_string().contains("/dev/dxg"), "{spec}");
+    let opens = version_opens(&trace);
+    assert_eq!(opens.len(), 1, "{opens:?}");
+
+    // `cdi generate --mode auto` on a host with the driver: the probe and discovery share
+    // one read.
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 1, "570.124.06", "debian");
+    let trace = t.join("generate.trace");
+    let out = t.join("nvidia.yaml");
+    let mut c = Command::new("strace");
+    c.arg("-f").arg("-o").arg(&trace).arg("--").arg(GPUCTK);
+    c.args(["cdi", "generate", "--output", out.to_str().unwrap()])
+        .args(h.roots());
+    let r: Run = c.output().unwrap().into();
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let opens = version_opens(&trace);
+    assert_eq!(opens.len(), 1, "{opens:?}");
+
+    // `nvidia-container-cli info` and `list`: the WSL2 probe and discovery share one read.
+    let cli = t.join("bin/nvidia-container-cli");
+    fs::create_dir_all(cli.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(GPUCTK, &cli).unwrap();
+    let config = t.join("config.toml");
+    h.write_cli_config(&config, "");
+    for cmd in ["info", "list"] {
+        let trace = t.join(&format!("{cmd}.trace"));
+        let mut c = Command::new("strace");
+        c.arg("-f")
+            .arg("-o")
+            .arg(&trace)
+            .arg("--")
+            .arg(&cli)
+            .arg(cmd);
+        c.env("GPUCTK_CONFIG", &config);
+        let r: Run = c.output().unwrap().into();
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let opens = version_opens(&trace);
+        assert_eq!(opens.len(), 1, "{cmd}: {opens:?}");
+    }
+}
+
+/// Review finding (session 9): a version file that is there but names no version was "no
+/// driver" to the create's probe (so a Jetson's markers made it CSV mode, and a static spec's
+/// staleness went unchecked) and "a driver" to `cdi generate`'s. It is an error naming the
+/// file, on every route: just in time on a Jetson and on a WSL2 host, a static spec, and
+/// `cdi generate --mode auto` on either.
+#[test]
+fn a_malformed_version_file_is_an_error_naming_it_on_every_route() {
+    let garbage = |root: &str| {
+        let f = format!("{root}/proc/driver/nvidia/version");
+        fs::create_dir_all(Path::new(&f).parent().unwrap()).unwrap();
+        fs::write(&f, "garbage\n").unwrap();
+        f
+    };
+    let j = jetson();
+    let w = wsl();
+    // A static spec for the WSL2 host, made while its version file was still absent.
+    let cdi = w.t.join("cdi");
+    fs::create_dir_all(&cdi).unwrap();
+    let mut args = vec!["cdi", "generate", "--mode", "wsl", "--output"];
+    let spec = cdi.join("nvidia.yaml");
+    args.push(spec.to_str().unwrap());
+    let roots = w.roots();
+    ok(&with(&args, &roots));
+    let (code, stderr) = shim_create(
+        &w.t,
+        &w.root,
+        &["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all"],
+        "",
+        None,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    for (t, root, roots, env) in [
+        (&j.t, &j.root, j.roots(), "NVIDIA_VISIBLE_DEVICES=all"),
+        (&w.t, &w.root, w.roots(), "NVIDIA_VISIBLE_DEVICES=all"),
+        (
+            &w.t,
+            &w.root,
+            w.roots(),
+            "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all",
+        ),
+    ] {
+        let f = garbage(root);
+        let (code, stderr) = shim_create(t, root, &[env], "", None);
+        assert_ne!(code, 0, "{root} {env}: {stderr}");
+        assert!(
+            stderr.contains(&f) && stderr.contains("NVRM version"),
+            "{root} {env}: {stderr}"
+        );
+        fails(
+            &with(&["cdi", "generate", "--format", "json"], &roots),
+            &[&f, "NVRM version"],
+        );
+    }
+}

@@ -76,6 +76,9 @@ pub enum DiscoverError {
         /// Why.
         source: io::Error,
     },
+    /// The driver's version file is there but cannot be read, or names no version.
+    #[error(transparent)]
+    VersionFile(#[from] crate::platform::VersionFileError),
     /// Reading a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -108,14 +111,6 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> DiscoverError + '_ {
     }
 }
 
-fn read_text(path: &Path) -> Result<String, DiscoverError> {
-    let bytes = read_capped(path, MAX_PROC_FILE).map_err(io_err(path))?;
-    String::from_utf8(bytes).map_err(|_| DiscoverError::BadProcFile {
-        file: path.to_path_buf(),
-        source: ProcError::NotText,
-    })
-}
-
 /// Discover the host.
 pub fn discover(roots: &Roots, opts: &DiscoverOptions) -> Result<Inventory, DiscoverError> {
     Discovery::run(roots, opts).map(|d| d.inventory)
@@ -142,7 +137,17 @@ fn graphics_only(c: Capability) -> bool {
 impl Discovery {
     /// Discover the host, as [`discover`].
     pub fn run(roots: &Roots, opts: &DiscoverOptions) -> Result<Discovery, DiscoverError> {
-        discover_marked(roots, opts)
+        discover_marked(roots, opts, None)
+    }
+
+    /// [`Discovery::run`] for the running driver the caller read already from the version
+    /// file (`None`: absent, no NVIDIA kernel module), which is not read again.
+    pub fn run_with_driver(
+        roots: &Roots,
+        opts: &DiscoverOptions,
+        driver: Option<&DriverVersion>,
+    ) -> Result<Discovery, DiscoverError> {
+        discover_marked(roots, opts, Some(driver))
     }
 
     /// The inventory [`discover`] gives with `skip_graphics` set (and the same other options),
@@ -168,22 +173,21 @@ impl Discovery {
     }
 }
 
-fn discover_marked(roots: &Roots, opts: &DiscoverOptions) -> Result<Discovery, DiscoverError> {
+/// Discovery; `known`: the running driver as the caller read it (`None`: read here).
+fn discover_marked(
+    roots: &Roots,
+    opts: &DiscoverOptions,
+    known: Option<Option<&DriverVersion>>,
+) -> Result<Discovery, DiscoverError> {
     if !roots.driver_root.is_dir() {
         return Err(DiscoverError::DriverRootMissing(roots.driver_root.clone()));
     }
-    let version_file = roots.proc_root.join("driver/nvidia/version");
     // Read, not stat'ed first: a file that is not there is the open's ENOENT.
-    let text = match read_text(&version_file) {
-        Err(DiscoverError::Io { source, .. }) if is_absent(&source) => {
-            return Err(DiscoverError::NoDriver(version_file))
-        }
-        r => r?,
-    };
-    let version = procfs::parse_version(&text).map_err(|source| DiscoverError::BadProcFile {
-        file: version_file.clone(),
-        source,
-    })?;
+    let version = match known {
+        Some(driver) => driver.cloned(),
+        None => crate::platform::read_running_driver(&roots.proc_root)?.map(|d| d.version),
+    }
+    .ok_or_else(|| DiscoverError::NoDriver(crate::platform::version_file(&roots.proc_root)))?;
     let mut warnings = Vec::new();
 
     let majors = crate::checks::char_majors(&roots.proc_root)

@@ -15,6 +15,7 @@ pub mod mig;
 pub mod nodes;
 #[allow(unsafe_code)] // calls into the NVML library it loads
 pub mod nvml;
+pub mod platform;
 pub mod procfs;
 pub mod resolve;
 #[allow(unsafe_code)]
@@ -28,23 +29,8 @@ pub use cuda::{cuda_version_for_branch, cuda_version_known, CudaVersion};
 pub use discover::{discover, DiscoverError, DiscoverOptions, Discovery};
 pub use gated::GatedMode;
 pub use inventory::{DeviceNode, DrmLink, ElfAbi, Gpu, HostFile, Inventory, Library, Roots};
+pub use platform::{Platform, PlatformError, RunningDriver, VersionFileError};
 pub use procfs::DriverVersion;
-
-/// Whether the NVIDIA kernel driver is loaded under `proc_root`: its
-/// `<proc_root>/driver/nvidia/version` is there (its text is not needed). Absent is "no"; a
-/// file that is there but cannot be read is an error naming it, never a "no": the platform
-/// probes (WSL2, Jetson) would take the host for another kind unseen.
-pub fn driver_loaded(proc_root: &std::path::Path) -> std::io::Result<bool> {
-    let file = proc_root.join("driver/nvidia/version");
-    match discover::read_capped(&file, discover::MAX_PROC_FILE) {
-        Ok(_) => Ok(true),
-        Err(e) if resolve::is_absent(&e) => Ok(false),
-        Err(e) => Err(std::io::Error::new(
-            e.kind(),
-            format!("{}: {e}", file.display()),
-        )),
-    }
-}
 
 /// The first of `paths` (each with what it is, e.g. `"mount source"`) that does not exist on
 /// the host, as `"<what> <path>"`: a static spec naming it no longer fits the host.

@@ -55,9 +55,6 @@ pub enum WslError {
         /// Why.
         source: io::Error,
     },
-    /// The driver's procfs version file is there but cannot be read (the error names it).
-    #[error("{0}; cannot tell whether the NVIDIA driver is loaded, so whether this is a WSL2 host: fix the file or the proc root")]
-    Driver(#[source] io::Error),
     /// No store folder holds libcuda.
     #[error("{}: no driver store folder holds {STORE_MARKER}; is the NVIDIA driver installed on the Windows host (and --driver-root right)?", dir.display())]
     NoStore {
@@ -246,14 +243,11 @@ pub fn discover(driver_root: &Path, dev_root: &Path) -> Result<WslHost, WslError
     })
 }
 
-/// Whether the host under these roots is a WSL2 one, as NVIDIA's `auto` tells it (dxcore
-/// present), taking `/dev/dxg` as a sign too: no NVIDIA kernel driver in procfs, and
-/// `libdxcore.so` under the driver root or `/dev/dxg` under the dev root. An error reading
-/// either is an error, not "no".
-pub fn is_wsl(driver_root: &Path, dev_root: &Path, proc_root: &Path) -> Result<bool, WslError> {
-    if crate::driver_loaded(proc_root).map_err(WslError::Driver)? {
-        return Ok(false);
-    }
+/// Whether these roots show WSL2's signs, as NVIDIA's `auto` tells it (dxcore present), taking
+/// `/dev/dxg` as a sign too: `libdxcore.so` under the driver root or `/dev/dxg` under the dev
+/// root. An error reading either is an error, not "no". Whether the NVIDIA kernel driver is
+/// loaded is asked first, by [`crate::platform::probe`].
+pub fn has_signs(driver_root: &Path, dev_root: &Path) -> Result<bool, WslError> {
     Ok(dxg_node(dev_root)?.is_some()
         || regular_file(driver_root, &format!("{WSL_LIB_DIR}/{DXCORE}"))?.is_some())
 }
@@ -319,14 +313,7 @@ mod tests {
                 format!("{s}/nvxdapix.dll"),
             ]
         );
-        assert!(is_wsl(r, r, &r.join("proc")).unwrap());
-        fs::create_dir_all(r.join("proc/driver/nvidia")).unwrap();
-        fs::write(
-            r.join("proc/driver/nvidia/version"),
-            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06  Wed Feb 26 2025\n",
-        )
-        .unwrap();
-        assert!(!is_wsl(r, r, &r.join("proc")).unwrap());
+        assert!(has_signs(r, r).unwrap());
         fs::remove_file(nv.join("libcuda.so.1.1")).unwrap();
         let e = discover(r, r).unwrap_err().to_string();
         assert!(
@@ -350,7 +337,7 @@ mod tests {
     #[test]
     fn not_wsl_without_its_signs() {
         let t = tempfile::tempdir().unwrap();
-        assert!(!is_wsl(t.path(), t.path(), t.path()).unwrap());
+        assert!(!has_signs(t.path(), t.path()).unwrap());
     }
 
     /// Review finding (session 8, a sibling of `is_tegra`'s): a driver version file that
@@ -366,13 +353,16 @@ mod tests {
         // A folder where the file belongs: it opens, and reading it fails (EISDIR).
         let version = r.join("proc/driver/nvidia/version");
         fs::create_dir_all(&version).unwrap();
-        let e = is_wsl(r, r, &r.join("proc")).unwrap_err().to_string();
+        let e = crate::platform::read_running_driver(&r.join("proc"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(&version.display().to_string()), "{e}");
-        assert!(
-            e.contains("cannot tell whether the NVIDIA driver is loaded"),
-            "{e}"
-        );
         fs::remove_dir(&version).unwrap();
-        assert!(is_wsl(r, r, &r.join("proc")).unwrap());
+        let driver = crate::platform::read_running_driver(&r.join("proc")).unwrap();
+        assert_eq!(driver, None);
+        assert_eq!(
+            crate::platform::probe(None, r, r).unwrap(),
+            crate::platform::Platform::Wsl
+        );
     }
 }

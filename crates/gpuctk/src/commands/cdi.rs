@@ -10,6 +10,7 @@ use gpuctk_cdi::spec::{write_spec, Format, Spec};
 use gpuctk_core::{
     build_spec, plan, CapabilitySet, InRootOp, NameStrategy, PlanOptions, SpecOptions,
 };
+use gpuctk_host::{Platform, RunningDriver};
 
 use crate::cli::{GenerateArgs, ListArgs, SpecFormat, Strategy, ValidateArgs};
 
@@ -100,21 +101,35 @@ pub fn generated_spec(a: &GenerateArgs) -> anyhow::Result<(Spec, Option<String>)
     if let Some(spec) = devices_mode_spec(a)? {
         return validated(spec).map(|s| (s, None));
     }
-    // NVIDIA's `auto` asks for WSL (dxcore) before Tegra.
-    if a.mode == "wsl" || (a.mode == "auto" && auto_is_wsl(a)?) {
+    // The driver's version file, read once where a mode needs it: `--mode auto`'s probe,
+    // discovery and the snapshots' keys take it from here.
+    let driver = match a.mode.as_str() {
+        "wsl" | "csv" => None,
+        _ => crate::snapshot::running_driver(&a.roots.roots()?.proc_root)?,
+    };
+    let platform = match a.mode.as_str() {
+        "auto" => auto_platform(a, driver.as_ref())?,
+        _ => Platform::Other,
+    };
+    if a.mode == "wsl" || platform == Platform::Wsl {
         if !a.csv_files.is_empty() || !a.csv_ignore_patterns.is_empty() {
             bail!("--csv.*: only for --mode csv (Jetson); this is a WSL2 host");
         }
         return wsl_spec(a);
     }
-    if a.mode == "csv" || (a.mode == "auto" && auto_is_tegra(a)?) {
+    if a.mode == "csv" || platform == Platform::Tegra {
         return csv_spec(a);
     }
     if !a.csv_files.is_empty() || !a.csv_ignore_patterns.is_empty() {
         bail!("--csv.*: only for --mode csv (Jetson); --mode auto found no Jetson under the driver root");
     }
-    let found = a.roots.discovery_with_configs(&a.config_search_paths)?;
-    a.roots.write_snapshots(&found, &a.config_search_paths);
+    let found = a
+        .roots
+        .discovery_with_configs(&a.config_search_paths, driver.as_ref())?;
+    if let Some(driver) = &driver {
+        a.roots
+            .write_snapshots(&found, &a.config_search_paths, driver);
+    }
     let inv = found.inventory;
     // A spec without the driver's libcuda gives containers GPUs that CUDA cannot use: almost
     // always a wrong driver root.
@@ -249,32 +264,16 @@ fn without_additional_gids(spec: &mut Spec) {
     spec.cdi_version = gpuctk_cdi::version::minimum_version(spec).to_string();
 }
 
-/// `--mode auto` on a Jetson: Tegra markers under the driver root (`/etc/nv_tegra_release`,
-/// `/sys/devices/soc0/family`) and no NVIDIA kernel driver in procfs, NVIDIA's rule for CSV.
-fn auto_is_tegra(a: &GenerateArgs) -> anyhow::Result<bool> {
+/// The kind of host `--mode auto` generates for, as the runtime tells it
+/// ([`gpuctk_host::platform::probe`]): `driver` is the running driver, as read once.
+fn auto_platform(a: &GenerateArgs, driver: Option<&RunningDriver>) -> anyhow::Result<Platform> {
     let roots = a.roots.roots()?;
-    Ok(
-        gpuctk_host::csv::is_tegra(&roots.driver_root, &roots.driver_root).map_err(|e| {
-            anyhow::anyhow!(
-                "{e}; cannot tell whether this is a Jetson for --mode auto: fix it or pass --mode"
-            )
-        })? && !gpuctk_host::driver_loaded(&roots.proc_root).map_err(|e| {
-            anyhow::anyhow!(
-                "{e}; cannot tell whether the NVIDIA driver is loaded for --mode auto: fix it or pass --mode"
-            )
-        })?,
-    )
-}
-
-/// `--mode auto` on WSL2: no NVIDIA kernel driver in procfs, and `libdxcore.so` under the
-/// driver root or `/dev/dxg` under the dev root.
-fn auto_is_wsl(a: &GenerateArgs) -> anyhow::Result<bool> {
-    let roots = a.roots.roots()?;
-    Ok(gpuctk_host::wsl::is_wsl(
+    gpuctk_host::platform::probe(
+        driver.map(|d| &d.version),
         &roots.driver_root,
         &roots.dev_root,
-        &roots.proc_root,
-    )?)
+    )
+    .map_err(|e| anyhow::anyhow!("{e} for --mode auto: fix it or pass --mode"))
 }
 
 /// `--mode wsl`: the spec of a WSL2 host's `/dev/dxg` and driver store.

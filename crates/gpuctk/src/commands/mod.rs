@@ -120,7 +120,13 @@ impl RootArgs {
     /// `config_search_paths`, when these are the runtime's roots and the discovery is the one
     /// the runtime does (no search paths of our own): the one a graphics container reads, and
     /// the one without graphics, taken from the same discovery (which used to be done again).
-    pub fn write_snapshots(&self, found: &Discovery, config_search_paths: &[String]) {
+    /// `driver` is the running driver as read before discovery: the snapshots' key.
+    pub fn write_snapshots(
+        &self,
+        found: &Discovery,
+        config_search_paths: &[String],
+        driver: &gpuctk_host::RunningDriver,
+    ) {
         if !config_search_paths.is_empty() || !self.library_search_paths.is_empty() {
             return;
         }
@@ -134,13 +140,16 @@ impl RootArgs {
             return;
         };
         let full = DiscoverOptions::default();
-        crate::snapshot::Snapshot::new(&dir, &roots, &full).write(&roots, inv);
+        crate::snapshot::Snapshot::new(&dir, &roots, &full).write(&roots, inv, driver);
         let compute = DiscoverOptions {
             skip_graphics: true,
             ..Default::default()
         };
-        crate::snapshot::Snapshot::new(&dir, &roots, &compute)
-            .write(&roots, &found.without_graphics());
+        crate::snapshot::Snapshot::new(&dir, &roots, &compute).write(
+            &roots,
+            &found.without_graphics(),
+            driver,
+        );
     }
 
     /// The NVML helper config.toml names (`[gpuctk] nvml-helper`: `--config`, else the one the
@@ -168,22 +177,27 @@ impl RootArgs {
 
     /// Discover the host these flags point at, logging discovery's warnings.
     pub fn discover(&self) -> anyhow::Result<Inventory> {
-        self.discovery_with_configs(&[]).map(|d| d.inventory)
+        let driver = crate::snapshot::running_driver(&self.roots()?.proc_root)?;
+        self.discovery_with_configs(&[], driver.as_ref())
+            .map(|d| d.inventory)
     }
 
     /// [`Self::discover`], with the loaders' vendor files looked up in `config_search_paths`
     /// (inside the driver root) instead of the defaults when it is not empty, keeping what tells
-    /// the graphics-only parts apart (for [`Self::write_snapshots`]).
+    /// the graphics-only parts apart (for [`Self::write_snapshots`]); `driver` is the running
+    /// driver as the caller read it (`None`: no version file), not read again.
     pub fn discovery_with_configs(
         &self,
         config_search_paths: &[String],
+        driver: Option<&gpuctk_host::RunningDriver>,
     ) -> anyhow::Result<Discovery> {
         for d in config_search_paths {
             if !d.starts_with('/') {
                 anyhow::bail!("--config-search-path {d:?}: not an absolute path; give the directory as it is inside the driver root, e.g. /usr/share");
             }
         }
-        crate::discover::discovery(
+        crate::discover::discovery_with_driver(
+            driver.map(|d| &d.version),
             &self.roots()?,
             &DiscoverOptions {
                 library_search_paths: self.library_search_paths.clone(),
