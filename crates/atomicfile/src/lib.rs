@@ -510,7 +510,8 @@ impl Temp {
         cleanup_first: Option<&dyn Fn()>,
     ) -> Result<Temp, (&'p Path, io::Error)> {
         // One system call (std's `OpenOptions` under musl adds an `fcntl` to `O_CLOEXEC`).
-        let unnamed = rustix::fs::open(
+        let unnamed = rustix::fs::openat(
+            rustix::fs::CWD,
             dir,
             rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::from_raw_mode(mode),

@@ -87,7 +87,8 @@ fn read_accepted(
 /// kernels older than 2.6.23: one call more on each file the create path reads.)
 pub fn open_read(path: &Path, flags: i32) -> std::io::Result<std::fs::File> {
     let all = flags | libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
-    let fd = rustix::fs::open(
+    let fd = rustix::fs::openat(
+        rustix::fs::CWD,
         path,
         rustix::fs::OFlags::from_bits_retain(all as u32),
         rustix::fs::Mode::empty(),

@@ -25,7 +25,7 @@ pub fn init(level: Level) {
 fn open_append(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     use rustix::fs::{Mode, OFlags};
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::APPEND | OFlags::CLOEXEC;
-    Ok(rustix::fs::open(path, flags, Mode::from_raw_mode(0o666))?.into())
+    Ok(rustix::fs::openat(rustix::fs::CWD, path, flags, Mode::from_raw_mode(0o666))?.into())
 }
 
 /// Log to `path` (appended), or stderr when it cannot be opened: `nvidia-container-cli --debug`.
