@@ -1485,11 +1485,10 @@ impl<'r> Dir<'r> {
     }
 }
 
-/// Host directories that are never a container's root: `/` and the system directories a
+/// Host directories that are never a container's root (besides `/`): the system directories a
 /// confused or hostile engine (or a wrong `--container-spec`) could hand us. Compared by device
 /// and inode, so `/bin` and `/usr/bin` on a merged-/usr host, or a bind mount of one, are caught.
 const HOST_DIRS: &[&str] = &[
-    "/",
     "/bin",
     "/boot",
     "/dev",
@@ -1540,11 +1539,12 @@ fn check_not_host_dir(path: &Path, md: &Metadata) -> Result<(), RootError> {
             .map(|m| m.dev() == md.dev && m.ino() == md.ino)
             .unwrap_or(false)
     };
-    // Our own root, as this process sees it (a chroot included).
-    if same(Path::new("/proc/self/root")) {
+    // Our own root, as this process sees it (a chroot included): `/` is resolved from the
+    // process's root, so `/proc/self/root` would name the same folder or not be there.
+    if same(Path::new("/")) {
         return Err(RootError::not_container_root(
             path,
-            "it is this process's own root directory".into(),
+            "it is this process's own root directory (/)".into(),
         ));
     }
     let arch = std::env::consts::ARCH;

@@ -279,6 +279,63 @@ fn rootfs_of(spec: &serde_json::Value, bundle: &Path) -> Option<PathBuf> {
     })
 }
 
+/// The destinations of the spec's `mounts` worth resolving in the image: not one inside an
+/// earlier mount of a file system the kernel or the runtime makes (the runtime's `/dev/pts`
+/// inside its `/dev`), which the runtime resolves inside that mount, not in the image, and which
+/// covers only what the earlier one does, as written and as resolved. Linear in the spec: each
+/// destination's own prefixes are looked up, however many mounts there are.
+fn dests_to_resolve<'s>(spec_mounts: &[&'s serde_json::Value]) -> Vec<&'s str> {
+    let mut made: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for m in spec_mounts {
+        let Some(d) = m.get("destination").and_then(|d| d.as_str()) else {
+            continue;
+        };
+        let plain = is_plain_path(d);
+        let d = if plain { d.trim_end_matches('/') } else { d };
+        let inside_made = plain
+            && d.match_indices('/')
+                .map(|(i, _)| &d[..i])
+                .chain([d])
+                .any(|prefix| made.contains(prefix));
+        if !inside_made {
+            out.push(d);
+        }
+        if plain && made_by_runtime(m) {
+            made.insert(d);
+        }
+    }
+    out
+}
+
+/// Whether spec mount `m` is of a file system the kernel or the runtime makes, empty or of the
+/// kernel's own making (procfs, sysfs, a tmpfs, devpts, mqueue, cgroup), not a bind mount of a
+/// host folder, whose links could lead a mount inside it anywhere.
+fn made_by_runtime(m: &serde_json::Value) -> bool {
+    let kind = m.get("type").and_then(|t| t.as_str()).unwrap_or_default();
+    let bind = m
+        .get("options")
+        .and_then(|o| o.as_array())
+        .into_iter()
+        .flatten()
+        .any(|o| matches!(o.as_str(), Some("bind" | "rbind")));
+    !bind
+        && matches!(
+            kind,
+            "proc" | "sysfs" | "tmpfs" | "devpts" | "mqueue" | "cgroup" | "cgroup2"
+        )
+}
+
+/// An absolute container path with no `.` or `..` component and no empty one, so that a
+/// prefix of it as written is a prefix of it as walked.
+fn is_plain_path(p: &str) -> bool {
+    p.strip_prefix('/').is_some_and(|rest| {
+        rest.trim_end_matches('/')
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+    })
+}
+
 /// Whether a mount at `dest` hides container path `path` (or is it).
 fn covers(dest: &str, path: &str) -> bool {
     let dest = dest.trim_end_matches('/');
@@ -323,14 +380,19 @@ fn shim_choice(
         .into_iter()
         .filter(|(_, o)| !o.needs_live_container())
         .collect();
-    let dests: Vec<&str> = spec
+    let spec_mounts: Vec<&serde_json::Value> = spec
         .get("mounts")
         .and_then(|m| m.as_array())
         .into_iter()
         .flatten()
+        .collect();
+    let dests: Vec<&str> = spec_mounts
+        .iter()
         .filter_map(|m| m.get("destination").and_then(|d| d.as_str()))
         .chain(edits.mounts.iter().map(|m| m.container_path.as_str()))
         .collect();
+    let mut resolve_dests = dests_to_resolve(&spec_mounts);
+    resolve_dests.extend(edits.mounts.iter().map(|m| m.container_path.as_str()));
     // The paths the hooks work on, and whether each is followed to its end.
     let paths: Vec<(String, bool)> = ops.iter().flat_map(|(_, op)| op.paths()).collect();
     // A mount over one of them as the two are written (the runtime's `/dev` over a static
@@ -366,14 +428,14 @@ fn shim_choice(
         )
         .collect();
     resolver.expect(
-        dests
+        resolve_dests
             .iter()
             .copied()
             .chain(walked.iter().flatten().map(|(w, _)| *w)),
     );
     let mut resolved = |p: &str| resolver.resolve(p);
     let mut mounts: Vec<String> = Vec::new();
-    for d in dests {
+    for d in resolve_dests {
         let Some(r) = resolved(d) else {
             return ShimChoice::Hooks(format!("mount {d} does not resolve in the root"));
         };
@@ -743,6 +805,96 @@ mod tests {
                 .as_deref(),
             Some("/etc/file")
         );
+    }
+
+    /// The runtime's own mounts inside its `/dev`, `/sys` (and any mount inside an earlier
+    /// procfs, sysfs, tmpfs, devpts, mqueue or cgroup mount) are not resolved in the image:
+    /// they land inside that mount. A bind mount's inside, a mount before its parent, and a
+    /// path with `..` are resolved as before.
+    #[test]
+    fn mounts_inside_a_runtime_mount_are_not_resolved_in_the_image() {
+        let m = |d: &str, t: &str, o: &[&str]| serde_json::json!({"destination": d, "type": t, "source": t, "options": o});
+        let mounts = [
+            m("/proc", "proc", &[]),
+            m("/dev", "tmpfs", &["nosuid"]),
+            m("/dev/pts", "devpts", &[]),
+            m("/dev/shm/", "tmpfs", &[]),
+            m("/dev/mqueue", "mqueue", &[]),
+            m("/sys", "sysfs", &["ro"]),
+            m("/sys/fs/cgroup", "cgroup", &["ro"]),
+            m("/data", "none", &["rbind"]),
+            m("/data/x", "tmpfs", &[]),
+            m("/run/y", "tmpfs", &[]),
+            m("/run", "tmpfs", &[]),
+            m("/dev/../etc", "tmpfs", &[]),
+            m("/dev//x", "tmpfs", &[]),
+            m("/proc/x/.", "tmpfs", &[]),
+            m("/devices", "tmpfs", &[]),
+        ];
+        let refs: Vec<&serde_json::Value> = mounts.iter().collect();
+        assert_eq!(
+            dests_to_resolve(&refs),
+            [
+                "/proc",
+                "/dev",
+                "/sys",
+                "/data",
+                "/data/x",
+                "/run/y",
+                "/run",
+                "/dev/../etc",
+                "/dev//x",
+                "/proc/x/.",
+                "/devices"
+            ]
+        );
+    }
+
+    /// Regression (issue 21): an image whose `/dev/pts` is a link to `/etc` no longer sends
+    /// the hooks to the runtime: the runtime's devpts lands in its own `/dev` tmpfs, not where
+    /// the image's hidden link points. (Before, each such mount also cost a lookup per create.)
+    #[test]
+    fn an_image_link_under_the_runtimes_dev_does_not_leave_the_hooks_to_the_runtime() {
+        let t = tempfile::tempdir().unwrap();
+        let rootfs = t.path().join("rootfs");
+        for d in ["dev", "etc", "usr/lib/x86_64-linux-gnu"] {
+            std::fs::create_dir_all(rootfs.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("../etc", rootfs.join("dev/pts")).unwrap();
+        let spec = serde_json::json!({
+            "root": {"path": rootfs},
+            "mounts": [
+                {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+                {"destination": "/dev/pts", "type": "devpts", "source": "devpts"},
+            ],
+        });
+        let ops = vec![(
+            0,
+            InRootOp::UpdateLdcache {
+                folders: vec!["/usr/lib/x86_64-linux-gnu".into()],
+            },
+        )];
+        let choice = shim_choice(&spec, t.path(), &ContainerEdits::default(), ops.clone());
+        assert!(
+            matches!(choice, ShimChoice::Shim { .. }),
+            "{:?}",
+            match choice {
+                ShimChoice::Hooks(why) => why,
+                ShimChoice::Shim { .. } => String::new(),
+            }
+        );
+        // The same link under a bind mount's destination still sends them to the runtime.
+        let spec = serde_json::json!({
+            "root": {"path": rootfs},
+            "mounts": [
+                {"destination": "/dev", "type": "bind", "source": "/dev", "options": ["rbind"]},
+                {"destination": "/dev/pts", "type": "devpts", "source": "devpts"},
+            ],
+        });
+        assert!(matches!(
+            shim_choice(&spec, t.path(), &ContainerEdits::default(), ops),
+            ShimChoice::Hooks(_)
+        ));
     }
 
     fn os(v: &[&str]) -> Vec<OsString> {
