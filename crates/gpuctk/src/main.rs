@@ -22,6 +22,10 @@ use gpuctk::Mode;
 #[global_allocator]
 static ALLOC: gpuctk_alloc::Alloc = gpuctk_alloc::Alloc::new();
 
+// The musl build's `memcpy` and friends (`gpuctk_mem`'s header says why): linked for its symbols.
+#[cfg(target_arch = "x86_64")]
+use gpuctk_mem as _;
+
 fn basename(argv0: &OsString) -> String {
     Path::new(argv0)
         .file_name()

@@ -74,6 +74,27 @@ fn static_binary_runs_in_a_root_without_any_libc() {
                 .unwrap(),
         )
     };
+    // In a musl build (musl's start-up is `_start_c`), `memcpy` and friends are ours
+    // (crates/mem): musl's `memcpy`, whose helper `__memcpy_fwd` its `memmove` also calls, is
+    // not linked at all.
+    let symbols = must(Command::new("nm").arg(&bin)).stdout;
+    let defines = |name: &str| {
+        symbols
+            .lines()
+            .any(|l| l.split_whitespace().last() == Some(name))
+    };
+    if defines("_start_c") {
+        assert!(
+            defines("memcpy") && defines("memcmp"),
+            "no memcpy in {}",
+            bin.display()
+        );
+        assert!(
+            !defines("__memcpy_fwd"),
+            "musl's memcpy is in {}",
+            bin.display()
+        );
+    }
     let v = chroot(&["--version"]);
     assert_eq!(v.code, 0, "{}", v.stderr);
     assert_eq!(v.stdout, ok(&["--version"]).stdout);
