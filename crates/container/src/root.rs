@@ -668,6 +668,15 @@ impl Root {
                 path: path.to_string(),
             });
         }
+        // Below a kept folder (one the resolver walked, `/etc`): the missing rest made from
+        // it, each name opened following nothing, with no walk and no resolution from the root.
+        if let Some(fd) = self.mkdir_below_kept(path, mode) {
+            return Ok(Dir {
+                root: self,
+                fd: DirFd::new(fd, false),
+                path: path.to_string(),
+            });
+        }
         let fd = match self.open_symlink_free_dir(path) {
             Some(fd) => fd,
             None => {
@@ -685,6 +694,40 @@ impl Root {
             fd: DirFd::new(fd, false),
             path: path.to_string(),
         })
+    }
+
+    /// [`Root::mkdir_all_open`] from the longest kept folder that is a proper prefix of `path`:
+    /// each further name made (`mkdirat`, one that is there already is fine) and opened as one
+    /// name following nothing. `None` where `path` has no kept prefix, a component that is not
+    /// plain, or a name on the way that is not a folder (a symlink): the caller then walks, and
+    /// the folders made here are those the walk would have made.
+    fn mkdir_below_kept(&self, path: &str, mode: u32) -> Option<OwnedFd> {
+        if self.kept.is_empty() {
+            return None;
+        }
+        let key = path.trim_start_matches('/').trim_end_matches('/');
+        let comps: Vec<&str> = key.split('/').collect();
+        if comps
+            .iter()
+            .any(|c| c.is_empty() || *c == "." || *c == "..")
+        {
+            return None;
+        }
+        let (base, rest) = (1..comps.len())
+            .rev()
+            .find_map(|n| Some((self.kept.get(&comps[..n].join("/"))?, &comps[n..])))?;
+        let mut fd: Option<OwnedFd> = None;
+        for c in rest {
+            let cname = CString::new(*c).ok()?;
+            let at = fd.as_ref().map_or(base.fd.as_fd(), |f| f.as_fd());
+            match sys::mkdirat(at, &cname, mode) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(_) => return None,
+            }
+            fd = Some(walk::open_child_dir(at, OsStr::new(c)).ok()?);
+        }
+        fd
     }
 
     /// Folder `path` when it exists with no symlink on its way: where the walk would find it,
@@ -777,6 +820,12 @@ impl Root {
         if let Err((op, e)) = written {
             // Failure to remove it is harmless: a temporary name, swept later.
             let _ = sys::unlinkat(dfd, &ctmp, false);
+            if op == "rename" && e.raw_os_error() == Some(libc::EISDIR) {
+                return Err(RootError::IsDirectory {
+                    root: self.path.clone(),
+                    path: path.to_string(),
+                });
+            }
             return Err(self.io_err(path, op, e));
         }
         Ok(())
@@ -817,24 +866,24 @@ impl Root {
         ctarget: &CStr,
         link: &str,
     ) -> Result<LinkOutcome, RootError> {
-        // One call for what is most often there: a link (a container started again on the same
-        // root) or nothing. Only a name that is neither is looked at again for its kind.
+        // One call for what a new container's root holds there: nothing (engines give every
+        // new container a new root; one started again on its old root pays a `readlink` more).
+        let cname = name_cstring(name, link)?;
+        let made = match sys::symlinkat(ctarget, dfd, &cname) {
+            Ok(()) => return Ok(LinkOutcome::Created),
+            Err(e) => e,
+        };
         match readlinkat(dfd, name) {
             Ok(current) if current.as_bytes() == ctarget.to_bytes() => {
-                return Ok(LinkOutcome::Unchanged)
+                // There already: nothing to write (on a read-only root too).
+                return Ok(LinkOutcome::Unchanged);
+            }
+            _ if made.raw_os_error() != Some(libc::EEXIST) => {
+                return Err(self.io_err(link, "symlink", made));
             }
             Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                let cname = name_cstring(name, link)?;
-                let Err(e) = sys::symlinkat(ctarget, dfd, &cname) else {
-                    return Ok(LinkOutcome::Created);
-                };
-                if e.raw_os_error() != Some(libc::EEXIST) {
-                    return Err(self.io_err(link, "symlink", e));
-                }
-                // Something appeared meanwhile: fall through and replace it.
-                self.refuse_directory(dfd, name, link)?;
-            }
+            // Gone meanwhile: the rename below puts the link there all the same.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             // Not a symlink: a directory is refused, anything else replaced.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => match fstatat_nofollow(dfd, name) {
                 Ok(m) if m.kind == FileKind::Dir => {
@@ -844,7 +893,6 @@ impl Root {
                     })
                 }
                 Ok(_) => {}
-                // Gone meanwhile: the rename below puts the link there all the same.
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
                 Err(e) => return Err(self.io_err(link, "lstat", e)),
             },
@@ -1014,8 +1062,15 @@ fn temp_name(name: &OsStr) -> OsString {
     // Keep the name short enough for NAME_MAX even for long final names.
     let bytes = name.as_bytes();
     t.push(OsStr::from_bytes(&bytes[..bytes.len().min(200)]));
-    t.push(format!(".gpuctk-{}-{n}", std::process::id()));
+    t.push(format!(".gpuctk-{}-{n}", process_id()));
     t
+}
+
+/// This process's id, asked once: musl keeps no copy, so every `getpid` is a system call, and
+/// a create names two or three temp files. (The binary never forks without an exec.)
+fn process_id() -> u32 {
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID.get_or_init(std::process::id)
 }
 
 /// The crate's one `openat2(2)`: `path` relative to `dirfd` with the `RESOLVE_*` bits in
@@ -1335,12 +1390,19 @@ impl<'r> Dir<'r> {
         current: Option<(&Metadata, &[u8])>,
     ) -> Result<bool, RootError> {
         self.single_name(name)?;
+        let path = self.child(name);
         if let Some((seen, old)) = current {
             if seen.kind == FileKind::File && seen.mode == mode && old == bytes {
                 return Ok(false);
             }
+            // A file read moments ago, and not these bytes: replaced with no second look (a
+            // folder put there meanwhile fails the rename, `EISDIR`).
+            if seen.kind == FileKind::File {
+                self.root
+                    .replace_at(self.fd.as_fd(), OsStr::new(name), &path, bytes, mode)?;
+                return Ok(true);
+            }
         }
-        let path = self.child(name);
         let there = match self.lstat(name)? {
             Some(m) if m.kind == FileKind::Dir => {
                 return Err(RootError::IsDirectory {

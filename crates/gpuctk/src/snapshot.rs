@@ -451,13 +451,20 @@ pub fn running_driver(
 /// to it. Why not, otherwise.
 pub(crate) fn write_cache(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let dir = path.parent().ok_or("no directory")?;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    // One `stat` where the folder is there (every write but the first after a boot).
+    let md = match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::metadata(dir)
+        }
+        md => md,
+    }
+    .map_err(|e| format!("{}: {e}", dir.display()))?;
     // A folder others may write to is not where a cache of ours lives.
-    let md = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if md.uid() != crate::capped::euid() || md.mode() & 0o022 != 0 {
         return Err(format!(
             "{}: not a folder of ours writable by us only",
@@ -465,9 +472,12 @@ pub(crate) fn write_cache(path: &Path, bytes: &[u8]) -> Result<(), String> {
         ));
     }
     // tmpfs, and rebuilt whenever missing: no fsync.
+    // The folder is ours alone: one temp name per file, and no listing of the folder for
+    // stale ones on every write (`lazy_cleanup`: a killed writer's is swept by the next write).
     let opts = gpuctk_atomicfile::Options {
         mode: Some(0o600),
         no_sync: true,
+        lazy_cleanup: true,
         ..Default::default()
     };
     gpuctk_atomicfile::replace(path, bytes, &opts).map_err(|e| e.to_string())

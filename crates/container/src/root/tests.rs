@@ -252,6 +252,33 @@ fn write_refuses_to_replace_a_directory_and_keeps_old_file_on_error() {
     ));
 }
 
+/// A file read moments before is replaced with no second look; a folder put in its place
+/// meanwhile is still refused by name (the rename's `EISDIR`), and no temp file is left.
+#[test]
+fn a_file_read_before_is_replaced_and_a_folder_swapped_in_refused() {
+    let f = fixture();
+    let r = Root::open(&f.root).unwrap();
+    let etc = r.open_dir("/etc").unwrap();
+    std::fs::write(f.root.join("etc/c"), b"old").unwrap();
+    let seen = etc.lstat("c").unwrap().unwrap();
+    assert!(etc
+        .write_file_if_changed("c", b"new", 0o644, Some((&seen, b"old")))
+        .unwrap());
+    assert_eq!(std::fs::read(f.root.join("etc/c")).unwrap(), b"new");
+    std::fs::remove_file(f.root.join("etc/c")).unwrap();
+    std::fs::create_dir(f.root.join("etc/c")).unwrap();
+    let e = etc
+        .write_file_if_changed("c", b"newer", 0o644, Some((&seen, b"old")))
+        .unwrap_err();
+    assert!(matches!(e, RootError::IsDirectory { .. }), "{e}");
+    let left: Vec<_> = std::fs::read_dir(f.root.join("etc"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains("gpuctk"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 /// A folder's own `symlink_force` makes a link of one name in it, never through a path.
 #[test]
 fn dir_symlink_force_takes_one_name() {
@@ -274,6 +301,45 @@ fn dir_symlink_force_takes_one_name() {
         Err(RootError::InvalidPath { .. })
     ));
     assert_eq!(snapshot(&f.host), before);
+}
+
+/// A link that is there already is `Unchanged` where nothing may be written (a read-only root:
+/// the link is made first, and only its failure reads what is there), and any other failure
+/// to make it is still an error naming it. The check runs in this test binary again, in a
+/// mount namespace of its own where the root is a read-only bind mount.
+#[test]
+fn an_existing_link_on_a_read_only_root_is_unchanged() {
+    if let Some(root) = std::env::var_os("GPUCTK_TEST_RO_ROOT") {
+        let r = Root::open(Path::new(&root)).unwrap();
+        assert_eq!(
+            r.symlink_force("a", "/etc/l").unwrap(),
+            LinkOutcome::Unchanged
+        );
+        let e = r.symlink_force("b", "/etc/l").unwrap_err().to_string();
+        assert!(e.contains("/etc/l") && e.contains("symlink"), "{e}");
+        let e = r.symlink_force("a", "/etc/new").unwrap_err().to_string();
+        assert!(e.contains("/etc/new") && e.contains("Read-only"), "{e}");
+        println!("checked on a read-only root");
+        return;
+    }
+    let f = fixture();
+    symlink("a", f.root.join("etc/l")).unwrap();
+    let root = f.root.display().to_string();
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$1\" \"$1\" && mount -o remount,bind,ro \"$1\" && exec \"$2\" --exact root::tests::an_existing_link_on_a_read_only_root_is_unchanged --nocapture")
+        .args(["sh", &root])
+        .arg(std::env::current_exe().unwrap())
+        .env("GPUCTK_TEST_RO_ROOT", &root)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("checked on a read-only root"), "{text}");
 }
 
 #[test]
@@ -836,6 +902,39 @@ fn kept_folders_are_opened_without_a_resolution() {
         OPENAT2_PATH_BYTES.with(|c| c.set(0));
         assert_eq!(root.open_dir("/opt").unwrap().names(10).unwrap(), ["x"]);
         assert!(bytes() > 0, "/opt (emulated: {force})");
+        opath::FORCE.with(|c| c.set(false));
+    }
+}
+
+/// Folders made below a kept one are made from it, one name at a time, with no resolution from
+/// the root (the old way: a failed open of the whole path, a walk, and the whole path again); a symlink on the way is walked as ever (its folder made where it leads, inside).
+#[test]
+fn folders_below_a_kept_one_are_made_without_a_resolution() {
+    let f = fixture();
+    let r = &f.root;
+    symlink("/opt", r.join("etc/link")).unwrap();
+    let bytes = || OPENAT2_PATH_BYTES.with(|c| c.get());
+    for force in [false, true] {
+        opath::FORCE.with(|c| c.set(force));
+        let _ = std::fs::remove_dir_all(r.join("etc/nvidia"));
+        let _ = std::fs::remove_dir_all(r.join("opt"));
+        let mut root = Root::open(r).unwrap();
+        let mut resolver = LexicalResolver::new(&mut root);
+        resolver.resolve("/etc/ld.so.cache").unwrap();
+        resolver.keep_folders();
+        OPENAT2_PATH_BYTES.with(|c| c.set(0));
+        // Only the two new names are opened, each alone: "nvidia", "rc.d".
+        let made = root.mkdir_all_open("/etc/nvidia/rc.d", 0o755).unwrap();
+        assert_eq!(bytes(), 10, "resolved from the root (emulated: {force})");
+        assert!(r.join("etc/nvidia/rc.d").is_dir());
+        assert_eq!(made.lstat("x").unwrap(), None);
+        // There already: opened the same way.
+        root.mkdir_all_open("/etc/nvidia/rc.d", 0o755).unwrap();
+        assert_eq!(bytes(), 20, "resolved from the root (emulated: {force})");
+        root.mkdir_all_open("/etc/link/y", 0o755).unwrap();
+        assert!(bytes() > 0, "a link walked (emulated: {force})");
+        assert!(r.join("opt/y").is_dir(), "emulated: {force}");
+        assert!(!f.host.join("y").exists());
         opath::FORCE.with(|c| c.set(false));
     }
 }
