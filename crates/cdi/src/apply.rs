@@ -242,6 +242,16 @@ fn intel_rdt_value(r: &IntelRdt) -> Value {
 
 /// Apply `edits` to an OCI config. On error the config is unchanged.
 pub fn apply_edits(config: &mut Value, edits: &ContainerEdits) -> Result<(), ApplyError> {
+    let mut work = config.clone();
+    apply_edits_in_place(&mut work, edits)?;
+    *config = work;
+    Ok(())
+}
+
+/// [`apply_edits`] with no copy of the config: on error it may hold some of the edits, so it is
+/// for a caller that drops the config then (the runtime shim, which writes nothing on an
+/// error), and spares the copy of a whole spec on every create.
+pub fn apply_edits_in_place(config: &mut Value, edits: &ContainerEdits) -> Result<(), ApplyError> {
     // Fill device nodes first: this is the only step that can fail for reasons outside the config.
     let mut nodes = edits.device_nodes.clone();
     for n in &mut nodes {
@@ -256,8 +266,7 @@ pub fn apply_edits(config: &mut Value, edits: &ContainerEdits) -> Result<(), App
             name: h.hook_name.clone(),
         });
     }
-    let mut work = config.clone();
-    let root = work
+    let root = config
         .as_object_mut()
         .ok_or_else(|| ApplyError::NotAnObject {
             field: "the top level".into(),
@@ -284,7 +293,6 @@ pub fn apply_edits(config: &mut Value, edits: &ContainerEdits) -> Result<(), App
     if edits.additional_gids.iter().any(|g| *g != 0) {
         apply_additional_gids(root, &edits.additional_gids)?;
     }
-    *config = work;
     Ok(())
 }
 

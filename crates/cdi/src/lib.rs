@@ -17,7 +17,7 @@ pub mod transform;
 pub mod validate;
 pub mod version;
 
-pub use apply::{apply_edits, fill_from_host, ApplyError};
+pub use apply::{apply_edits, apply_edits_in_place, fill_from_host, ApplyError};
 pub use names::{is_qualified_name, parse_qualified_name, LabelError, NameError, QualifiedName};
 pub use registry::{Registry, ResolveError, Resolved, DEFAULT_SPEC_DIRS};
 pub use spec::{

@@ -163,6 +163,48 @@ pub fn other_gpus_as_mounts(
     Ok(dirs.len())
 }
 
+/// Whether container path `p` is a GPU's node, `/dev/nvidiaN`.
+fn is_gpu_node(p: &str) -> bool {
+    p.strip_prefix("/dev/nvidia")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// [`gpu_minors_in_spec`] of `spec` once `nodes` (filled from the host) are applied to it, as
+/// `apply_edits` does (a node takes the place of the spec's device of its path), without
+/// making that spec: the shim's create asks it before it edits the spec for good.
+pub fn gpu_minors_with_nodes(
+    spec: &serde_json::Value,
+    nodes: &[gpuctk_cdi::spec::DeviceNode],
+) -> Vec<u32> {
+    let mut minors: Vec<u32> = spec
+        .pointer("/linux/devices")
+        .and_then(|d| d.as_array())
+        .into_iter()
+        .flatten()
+        .filter(|d| d.get("type").and_then(|t| t.as_str()) == Some("c"))
+        .filter(|d| {
+            d.get("path")
+                .and_then(|p| p.as_str())
+                .is_some_and(|p| is_gpu_node(p) && !nodes.iter().any(|n| n.path == p))
+        })
+        .filter_map(|d| d.get("minor").and_then(|m| m.as_u64()))
+        .filter_map(|m| u32::try_from(m).ok())
+        .chain(
+            nodes
+                .iter()
+                .enumerate()
+                // A later node of the same path takes this one's place.
+                .filter(|(i, n)| !nodes[i + 1..].iter().any(|m| m.path == n.path))
+                .map(|(_, n)| n)
+                .filter(|n| n.r#type.as_deref() == Some("c") && is_gpu_node(&n.path))
+                .filter_map(|n| u32::try_from(n.minor.unwrap_or(0)).ok()),
+        )
+        .collect();
+    minors.sort_unstable();
+    minors.dedup();
+    minors
+}
+
 /// The minors of the `/dev/nvidiaN` character devices `spec` has the runtime make (what
 /// `update-application-profile` finds in the created container's `/dev`), sorted.
 pub fn gpu_minors_in_spec(spec: &serde_json::Value) -> Vec<u32> {
@@ -175,8 +217,7 @@ pub fn gpu_minors_in_spec(spec: &serde_json::Value) -> Vec<u32> {
         .filter(|d| {
             d.get("path")
                 .and_then(|p| p.as_str())
-                .and_then(|p| p.strip_prefix("/dev/nvidia"))
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                .is_some_and(is_gpu_node)
         })
         .filter_map(|d| d.get("minor").and_then(|m| m.as_u64()))
         .filter_map(|m| u32::try_from(m).ok())
@@ -341,6 +382,62 @@ mod tests {
         std::fs::remove_file(&info).unwrap();
         std::fs::remove_dir(info.parent().unwrap()).unwrap();
         assert!(mask_other_gpus(&mut bad, &h.proc_root, None).is_err());
+    }
+
+    /// The minors once the edits' nodes are in, asked without applying them, are those of the
+    /// spec they make: a node takes the place of the spec's device of its path.
+    #[test]
+    fn gpu_minors_with_nodes_are_those_of_the_applied_spec() {
+        use gpuctk_cdi::spec::{ContainerEdits, DeviceNode};
+        let node = |path: &str, t: &str, minor: Option<i64>| DeviceNode {
+            path: path.into(),
+            r#type: Some(t.into()),
+            major: Some(195),
+            minor,
+            ..Default::default()
+        };
+        let spec = serde_json::json!({"process": {"env": []}, "linux": {"devices": [
+            {"path": "/dev/nvidia3", "type": "c", "major": 195, "minor": 3},
+            {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
+            {"path": "/dev/nvidia9", "type": "b", "major": 8, "minor": 9},
+            {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}
+        ]}});
+        for nodes in [
+            vec![],
+            vec![
+                node("/dev/nvidia0", "c", Some(0)),
+                node("/dev/nvidiactl", "c", Some(255)),
+            ],
+            // Its path given a new minor, and a block device where the spec had a GPU.
+            vec![
+                node("/dev/nvidia3", "c", Some(5)),
+                node("/dev/nvidia1", "b", Some(1)),
+            ],
+            vec![
+                node("/dev/nvidia9", "c", Some(9)),
+                node("/dev/nvidia2", "c", None),
+            ],
+            vec![
+                node("/dev/nvidia4", "c", Some(-1)),
+                node("/dev/nvidia4", "c", Some(4)),
+            ],
+            vec![
+                node("/dev/nvidia4", "c", Some(4)),
+                node("/dev/nvidia4", "c", Some(6)),
+            ],
+        ] {
+            let mut made = spec.clone();
+            let edits = ContainerEdits {
+                device_nodes: nodes.clone(),
+                ..Default::default()
+            };
+            gpuctk_cdi::apply::apply_edits(&mut made, &edits).unwrap();
+            assert_eq!(
+                gpu_minors_with_nodes(&spec, &nodes),
+                gpu_minors_in_spec(&made),
+                "{nodes:?}"
+            );
+        }
     }
 
     #[test]

@@ -241,7 +241,8 @@ fn modify_bundle_once(
         }
     }
     let edits = &injection.edits;
-    gpuctk_cdi::apply::apply_edits(&mut spec, edits)
+    // On an error nothing is written and the spec is dropped: no copy to roll back to.
+    gpuctk_cdi::apply::apply_edits_in_place(&mut spec, edits)
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     crate::guard::mask_other_gpus(&mut spec, &cfg.proc_root, host.known_gpus())?;
     if !edits.hooks.is_empty() {
@@ -498,9 +499,10 @@ fn hooks_in_shim(
     for n in &mut edits.device_nodes {
         gpuctk_cdi::apply::fill_from_host(n).map_err(in_spec)?;
     }
-    let mut made = spec.clone();
-    gpuctk_cdi::apply::apply_edits(&mut made, edits).map_err(in_spec)?;
-    pending.set_gpu_minors(crate::guard::gpu_minors_in_spec(&made));
+    pending.set_gpu_minors(crate::guard::gpu_minors_with_nodes(
+        spec,
+        &edits.device_nodes,
+    ));
     // Discovery's libraries with what `update-ldcache` needs of them: soname and cache flags.
     let known: std::collections::HashMap<(&Path, &str), (&str, i32)> = libraries
         .iter()
