@@ -340,11 +340,35 @@ fn is_plain_path(p: &str) -> bool {
     })
 }
 
-/// Whether a mount at `dest` hides container path `path` (or is it).
+/// Whether a mount at `dest` hides container path `path` (or is it): what [`Covering`] answers
+/// for many at once (kept as the rule it is checked against).
+#[cfg(test)]
 fn covers(dest: &str, path: &str) -> bool {
     let dest = dest.trim_end_matches('/');
     let path = path.trim_end_matches('/');
     dest.is_empty() || dest == path || path.strip_prefix(dest).is_some_and(|r| r.starts_with('/'))
+}
+
+/// Mount destinations, each as [`covers`] compares it: whether any covers a path is a lookup
+/// per prefix of the path, not a comparison per mount (a create asks it for every path the
+/// hooks work on, of a spec with dozens of mounts).
+#[derive(Default)]
+struct Covering<'d>(std::collections::HashSet<&'d str>);
+
+impl<'d> Covering<'d> {
+    fn add(&mut self, dest: &'d str) {
+        self.0.insert(dest.trim_end_matches('/'));
+    }
+
+    /// The first destination that [`covers`] `path`.
+    fn any_covers(&self, path: &str) -> bool {
+        let path = path.trim_end_matches('/');
+        self.0.contains("")
+            || self.0.contains(path)
+            || path
+                .match_indices('/')
+                .any(|(i, _)| i > 0 && self.0.contains(&path[..i]))
+    }
 }
 
 /// Where our createContainer hooks run: left to the runtime (and why), or done by the shim.
@@ -401,10 +425,11 @@ fn shim_choice(
     let paths: Vec<(String, bool)> = ops.iter().flat_map(|(_, op)| op.paths()).collect();
     // A mount over one of them as the two are written (the runtime's `/dev` over a static
     // spec's DRM links): known without opening the root and walking it.
-    if let Some((p, _)) = paths
-        .iter()
-        .find(|(p, _)| dests.iter().any(|d| covers(d, p)))
-    {
+    let mut written = Covering::default();
+    for d in &dests {
+        written.add(d);
+    }
+    if let Some((p, _)) = paths.iter().find(|(p, _)| written.any_covers(p)) {
         return ShimChoice::Hooks(format!("a spec mount covers {p}"));
     }
     let Some(rootfs) = rootfs_of(spec, bundle) else {
@@ -439,12 +464,19 @@ fn shim_choice(
     );
     let mut resolved = |p: &str| resolver.resolve(p);
     let mut mounts: Vec<String> = Vec::new();
-    for d in resolve_dests {
+    for d in &resolve_dests {
         let Some(r) = resolved(d) else {
             return ShimChoice::Hooks(format!("mount {d} does not resolve in the root"));
         };
-        mounts.push(d.to_string());
         mounts.push(r);
+    }
+    let mut covering = Covering::default();
+    for d in resolve_dests
+        .iter()
+        .copied()
+        .chain(mounts.iter().map(String::as_str))
+    {
+        covering.add(d);
     }
     for ((p, _), walk) in paths.iter().zip(&walked) {
         let r = walk.and_then(|(walk, last)| {
@@ -456,7 +488,7 @@ fn shim_choice(
         let Some(r) = r else {
             return ShimChoice::Hooks(format!("{p} does not resolve in the root"));
         };
-        if mounts.iter().any(|d| covers(d, p) || covers(d, &r)) {
+        if covering.any_covers(p) || covering.any_covers(&r) {
             return ShimChoice::Hooks(format!("a spec mount covers {p} ({r})"));
         }
     }
@@ -504,7 +536,8 @@ fn hooks_in_shim(
         &edits.device_nodes,
     ));
     // Discovery's libraries with what `update-ldcache` needs of them: soname and cache flags.
-    let known: std::collections::HashMap<(&Path, &str), (&str, i32)> = libraries
+    // By the host path's bytes: hashing a `Path` parses its components.
+    let known: std::collections::HashMap<(&std::ffi::OsStr, &str), (&str, i32)> = libraries
         .iter()
         .filter_map(|l| {
             let abi = l.elf?;
@@ -515,7 +548,7 @@ fn hooks_in_shim(
             };
             let flags = gpuctk_container::elf::cache_flags_for(abi.machine, class, abi.flags)?;
             Some((
-                (l.host_path.as_path(), l.path.as_str()),
+                (l.host_path.as_os_str(), l.path.as_str()),
                 (l.soname.as_deref()?, flags),
             ))
         })
@@ -524,7 +557,10 @@ fn hooks_in_shim(
     let from_snapshot = snapshot.is_some();
     for m in &edits.mounts {
         let name = m.container_path.rsplit('/').next().unwrap_or_default();
-        let library = known.get(&(Path::new(&m.host_path), m.container_path.as_str()));
+        let library = known.get(&(
+            std::ffi::OsStr::new(&m.host_path),
+            m.container_path.as_str(),
+        ));
         if library.is_none() && gpuctk_container::hooks::is_dso_name(name) {
             // A library discovery did not read (a CDI spec's own mount): its ELF is read.
             let file = match std::fs::File::open(&m.host_path) {
@@ -900,6 +936,49 @@ mod tests {
             shim_choice(&spec, t.path(), &ContainerEdits::default(), ops),
             ShimChoice::Hooks(_)
         ));
+    }
+
+    /// The set's answer is the rule's, for every pair of odd and plain paths.
+    #[test]
+    fn covering_agrees_with_covers() {
+        let all = [
+            "",
+            "/",
+            "//",
+            "/dev",
+            "/dev/",
+            "//dev",
+            "/dev/pts",
+            "/dev/pts/",
+            "/devices",
+            "dev",
+            "dev/x",
+            "/dev/../etc",
+            "/etc",
+            "/etc/ld.so.cache",
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib",
+            "/usr/lib/",
+            "/usr//lib/x",
+        ];
+        for d in all {
+            let mut c = Covering::default();
+            c.add(d);
+            for p in all {
+                assert_eq!(c.any_covers(p), covers(d, p), "{d:?} over {p:?}");
+            }
+        }
+        let mut c = Covering::default();
+        for d in ["/dev", "/proc", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"] {
+            c.add(d);
+        }
+        for p in all {
+            let want = ["/dev", "/proc", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]
+                .iter()
+                .any(|d| covers(d, p));
+            assert_eq!(c.any_covers(p), want, "{p:?}");
+        }
     }
 
     fn os(v: &[&str]) -> Vec<OsString> {

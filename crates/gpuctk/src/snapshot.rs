@@ -162,13 +162,25 @@ impl Folder {
 /// The host paths a used snapshot names in folders it vouches for, each with its kind: the
 /// create needs no `stat` of them ([`first_gone`], the shim's hook work).
 #[derive(Debug, Default)]
-pub struct Vouched(HashMap<PathBuf, Kind>);
+pub struct Vouched(HashMap<std::ffi::OsString, Kind>);
 
 impl Vouched {
-    /// What `path` is, when the snapshot vouches that it is there.
+    /// What `path` is, when the snapshot vouches that it is there. Paths as discovery wrote them
+    /// (by their bytes: hashing a `Path` parses its components, which showed in the create's
+    /// profile); one written otherwise is not vouched for, and is looked at.
     pub fn kind(&self, path: &Path) -> Option<Kind> {
-        self.0.get(path).copied()
+        self.0.get(path.as_os_str()).copied()
     }
+}
+
+/// The folder part of `path` as written, the bytes before its last `/` (none without one): for
+/// discovery's own absolute, normalized paths, its parent, with no parse of its components.
+fn folder_of(path: &Path) -> &[u8] {
+    use std::os::unix::ffi::OsStrExt;
+    let b = path.as_os_str().as_bytes();
+    b.iter()
+        .rposition(|c| *c == b'/')
+        .map_or(&[][..], |i| &b[..i])
 }
 
 /// The driver's identity and the discovery's shape: a snapshot is used only under the same key.
@@ -324,7 +336,14 @@ impl Snapshot {
         };
         let named = named(&file.inventory);
         let mut vouched = Vouched::default();
+        // Each named file with its folder, found once.
+        let named: Vec<(&Path, Kind, &[u8])> = named
+            .iter()
+            .map(|(p, k)| (p.as_ref(), *k, folder_of(p)))
+            .collect();
         for f in &file.folders {
+            use std::os::unix::ffi::OsStrExt;
+            let folder = f.path.as_os_str().as_bytes();
             let same = match &key.dev {
                 Some(id) if f.path == dev => {
                     (id.dev, id.ino, id.ctime, id.ctime_nsec)
@@ -337,13 +356,13 @@ impl Snapshot {
                 // it gone itself.
                 let gone = named
                     .iter()
-                    .filter(|(p, _)| p.parent() == Some(f.path.as_path()))
-                    .find(|(p, _)| {
+                    .filter(|(_, _, d)| *d == folder)
+                    .find(|(p, _, _)| {
                         std::fs::symlink_metadata(p)
                             .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
                     });
                 return Err(match gone {
-                    Some((p, _)) => NotUsed::Lied(Lied(p.to_path_buf())),
+                    Some((p, _, _)) => NotUsed::Lied(Lied(p.to_path_buf())),
                     None => other(&format_args!("{}: folder changed", f.path.display())),
                 });
             }
@@ -351,8 +370,8 @@ impl Snapshot {
                 vouched.0.extend(
                     named
                         .iter()
-                        .filter(|(p, _)| p.parent() == Some(f.path.as_path()))
-                        .map(|(p, k)| (p.to_path_buf(), *k)),
+                        .filter(|(_, _, d)| *d == folder)
+                        .map(|(p, k, _)| (p.as_os_str().to_owned(), *k)),
                 );
             }
         }
