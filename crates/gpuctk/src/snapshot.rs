@@ -339,7 +339,7 @@ impl Snapshot {
         // Each named file with its folder, found once.
         let named: Vec<(&Path, Kind, &[u8])> = named
             .iter()
-            .map(|(p, k)| (p.as_ref(), *k, folder_of(p)))
+            .map(|(p, k)| (*p, *k, folder_of(p)))
             .collect();
         for f in &file.folders {
             use std::os::unix::ffi::OsStrExt;
