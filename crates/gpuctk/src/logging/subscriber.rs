@@ -349,7 +349,7 @@ mod tests {
     fn emit() {
         let path = std::path::Path::new("/etc/cdi/nvidia.yaml");
         let leaf = io::Error::new(io::ErrorKind::NotFound, "no such file");
-        let outer = Outer(io::Error::new(io::ErrorKind::Other, "gone"));
+        let outer = Outer(io::Error::other("gone"));
         tracing::trace!("too verbose: {}", 1);
         tracing::debug!("{}: CDI spec cache used", path.display());
         tracing::info!("injected {} mounts, {} device nodes", 3, 8);
@@ -432,69 +432,6 @@ mod tests {
              \x1b[33m WARN\x1b[0m chained error \x1b[3merr\x1b[0m\x1b[2m=\x1b[0mcannot read \\x1b[1mit \x1b[3merr\x1b[0m\x1b[3m.sources\x1b[0m\x1b[2m=\x1b[0m[gone]\n\
              \x1b[31mERROR\x1b[0m \n"
         );
-    }
-
-    /// The same events through tracing-subscriber's `fmt` as `logging` configured it, and ours.
-    #[test]
-    fn same_bytes_as_tracing_subscriber() {
-        for (max, time, ansi) in [
-            (Level::DEBUG, true, false),
-            (Level::WARN, false, false),
-            (Level::TRACE, false, true),
-            (Level::INFO, true, true),
-        ] {
-            let out = Captured::default();
-            let w = out.clone();
-            let builder = tracing_subscriber::fmt()
-                .with_writer(move || w.clone())
-                .with_max_level(max)
-                .with_target(false)
-                .with_ansi(ansi);
-            if time {
-                tracing::subscriber::with_default(builder.finish(), emit);
-            } else {
-                tracing::subscriber::with_default(builder.without_time().finish(), emit);
-            }
-            let theirs = out.text();
-            assert!(theirs.lines().count() >= 6, "{theirs}");
-            let mine = ours(
-                max,
-                time.then_some(SystemTime::now as fn() -> SystemTime),
-                ansi,
-            );
-            let (theirs, mine) = if time {
-                (strip_times(&theirs, ansi), strip_times(&mine, ansi))
-            } else {
-                (theirs, mine)
-            };
-            assert_eq!(mine, theirs, "{max} time {time} ansi {ansi}");
-        }
-    }
-
-    /// Each line's timestamp (checked for its shape) replaced by `T`.
-    fn strip_times(text: &str, ansi: bool) -> String {
-        let mut out = String::new();
-        for line in text.split_inclusive('\n') {
-            let (pre, rest) = if ansi {
-                (line.get(..4).unwrap(), line.get(4..).unwrap())
-            } else {
-                ("", line)
-            };
-            if pre == "\x1b[2m" || (!ansi && rest.as_bytes().get(4) == Some(&b'-')) {
-                let t = rest.get(..27).unwrap();
-                assert!(
-                    t.len() == 27 && t.ends_with('Z') && &t[10..11] == "T",
-                    "{t:?}"
-                );
-                out.push_str(pre);
-                out.push('T');
-                out.push_str(&rest[27..]);
-            } else {
-                // The second line of a message with a newline in it.
-                out.push_str(line);
-            }
-        }
-        out
     }
 
     fn at(secs: i64, nanos: u32) -> String {
