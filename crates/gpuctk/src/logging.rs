@@ -1,5 +1,10 @@
 //! Logging to stderr with `tracing`; `-v`/`--debug` raise the level, `--quiet` lowers it.
 
+mod subscriber;
+
+use std::time::SystemTime;
+
+use subscriber::Logger;
 use tracing::Level;
 
 /// Colour on stderr only for a terminal, and never with `NO_COLOR` set to anything
@@ -9,15 +14,14 @@ fn color() -> bool {
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// Install the stderr subscriber once.
+/// Install a subscriber; the first one installed in a process stays (tests init again).
+fn install(logger: impl tracing::Subscriber + Send + Sync + 'static) {
+    let _ = tracing::subscriber::set_global_default(logger);
+}
+
+/// Install the stderr subscriber once: lines without a time.
 pub fn init(level: Level) {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .with_target(false)
-        .with_ansi(color())
-        .without_time()
-        .try_init();
+    install(Logger::new(std::io::stderr(), level, None, color()));
 }
 
 /// A log file opened to append, created where missing (mode 0666 less the umask, as std's
@@ -32,12 +36,7 @@ fn open_append(path: &std::path::Path) -> std::io::Result<std::fs::File> {
 pub fn init_file(path: &std::path::Path, level: Level) {
     match open_append(path) {
         Ok(f) => {
-            let _ = tracing_subscriber::fmt()
-                .with_writer(std::sync::Mutex::new(f))
-                .with_max_level(level)
-                .with_ansi(false)
-                .with_target(false)
-                .try_init();
+            install(Logger::new(f, level, Some(SystemTime::now), false));
         }
         Err(_) => init(level),
     }
@@ -55,12 +54,7 @@ pub fn init_runtime(cfg: &crate::config::Config) {
     };
     if let Some(path) = &cfg.debug_log {
         if let Ok(f) = open_append(path) {
-            let _ = tracing_subscriber::fmt()
-                .with_writer(std::sync::Mutex::new(f))
-                .with_max_level(level)
-                .with_ansi(false)
-                .with_target(false)
-                .try_init();
+            install(Logger::new(f, level, Some(SystemTime::now), false));
             return;
         }
     }

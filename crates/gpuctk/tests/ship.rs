@@ -14,7 +14,7 @@ use crate::util::*;
 
 /// The static release binary the packages ship (built by scripts/static.sh, once: the packages'
 /// build has made it already when this runs after them, and cargo reuses it).
-fn static_bin() -> PathBuf {
+pub(crate) fn static_bin() -> PathBuf {
     let _ = rpm();
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let mut c = Command::new(repo().join("scripts/static.sh"));

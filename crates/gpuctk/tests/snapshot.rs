@@ -1196,3 +1196,38 @@ fn a_create_asks_no_euid_reads_the_version_once_and_lists_the_library_folder() {
         .collect();
     assert!(probed.is_empty(), "{probed:?}");
 }
+
+/// The shipped static binary's shim create, logging at debug level to a file (issue 21): no
+/// `brk` and no signal mask changed, i.e. musl's own malloc never used. tracing-subscriber's
+/// thread-local buffer had std register thread-local destructors (`pthread_key_create`) on
+/// the first event: two `rt_sigprocmask`, two `brk` and two `mmap` per create.
+#[test]
+fn the_static_shims_create_with_a_debug_log_leaves_musls_malloc_alone() {
+    let s = Snap::new();
+    fs::remove_file(&s.bed.shim).unwrap();
+    std::os::unix::fs::symlink(crate::ship::static_bin(), &s.bed.shim).unwrap();
+    s.create();
+    let trace = s.bed.t.join("create.trace");
+    let lines = s.create_with(|c| under_strace(c, &trace));
+    assert!(used(&lines), "{lines:?}");
+    let text = fs::read_to_string(&trace).unwrap();
+    // The shim's own calls: those before it execs the runtime (`/bin/true` here).
+    let shim: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.contains("execve(\"/bin/true\""))
+        .collect();
+    assert!(shim.len() > 50, "{text}");
+    let musl: Vec<&&str> = shim
+        .iter()
+        .filter(|l| l.contains(" brk(") || l.contains(" rt_sigprocmask("))
+        .collect();
+    assert!(musl.is_empty(), "{musl:?}\n{text}");
+    // Its lines as tracing-subscriber wrote them: `2026-12-05T04:52:19.931608Z DEBUG ...`.
+    let log = fs::read_to_string(&s.log).unwrap();
+    assert!(log.contains("Z DEBUG "), "{log}");
+    for l in log.lines() {
+        let (t, rest) = l.split_at_checked(27).unwrap_or(("", l));
+        let shape = t.len() == 27 && &t[4..5] == "-" && &t[10..11] == "T" && t.ends_with('Z');
+        assert!(shape && rest.starts_with(' '), "{l:?}");
+    }
+}
