@@ -391,7 +391,9 @@ impl Listing {
             .map(|(r, kind)| (self.bytes.get(r.clone()).unwrap_or_default(), *kind))
     }
 
-    /// Entry `name` is now of `kind`: added, or its kind changed.
+    /// Entry `name` is now of `kind`: added, or its kind changed. (Where the file system gives
+    /// no `d_type`, a reading would say `DT_UNKNOWN`, and the reader look; the kind we just made
+    /// it is what that look finds.)
     fn set(&mut self, name: &[u8], kind: rustix::fs::FileType) {
         let bytes = &self.bytes;
         match self
