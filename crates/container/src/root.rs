@@ -370,6 +370,9 @@ impl DirFd {
 /// The image's folder may change under us meanwhile by other processes: true as well of the two
 /// readings this saves one of, a few milliseconds apart in one create; a listing is kept on a
 /// descriptor only, which lives no longer than the work on the root it was opened for.
+/// Changes made with raw `*at` calls on descriptors of their own (legacy injection's mount
+/// points, its sweep of leftovers) are not counted: they are made where no kept folder is in
+/// play (only the shim keeps folders), and a folder opened anew carries no listing.
 #[derive(Clone, Debug)]
 pub(crate) struct Listing {
     changes: u64,
