@@ -32,7 +32,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use crate::sys;
 
@@ -308,6 +308,8 @@ thread_local! {
     static OPENAT2_PATH_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// Names this thread handed to [`fstatat_nofollow`] (`lstat`s).
     pub(crate) static LSTATS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Folders this thread read with `getdents64` ([`for_each_listed`]), not from a kept listing.
+    pub(crate) static LISTINGS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// An open container root filesystem.
@@ -319,6 +321,11 @@ pub struct Root {
     /// ([`LexicalResolver::keep_folders`]) so that [`Root::open_dir`], [`Root::mkdir_all_open`]
     /// and [`Dir::open_dir`] take them instead of resolving the path again.
     kept: HashMap<String, Arc<DirFd>>,
+    /// Changes made to the root's names other than through a folder's own descriptor (by path:
+    /// a resolution from the root may reach any folder, under any name), and through one (which
+    /// another descriptor of the same folder may have listed): a listing kept on a [`DirFd`]
+    /// holds as long as this count is the one it was read (or updated) at.
+    changes: AtomicU64,
 }
 
 /// A folder's descriptor, shared by the [`Dir`]s of that folder (a [`Root`] keeps some open).
@@ -331,6 +338,10 @@ pub(crate) struct DirFd {
     listed: AtomicBool,
     /// Its device and inode, once asked ([`Dir::id`]).
     id: std::sync::OnceLock<(u64, u64)>,
+    /// Its whole listing, kept from the first reading to its end ([`for_each_listed`]), so that
+    /// a later reader of this descriptor (the shim's mount-cover walk lists the library folder,
+    /// `update-ldcache` then scans it) reads no folder again.
+    listing: std::sync::Mutex<Option<Arc<Listing>>>,
 }
 
 impl DirFd {
@@ -340,8 +351,110 @@ impl DirFd {
             readable,
             listed: AtomicBool::new(false),
             id: std::sync::OnceLock::new(),
+            listing: std::sync::Mutex::new(None),
         })
     }
+
+    /// The listing kept on it, where nothing changed the root's names since (`changes`, the
+    /// root's count now).
+    fn kept_listing(&self, changes: u64) -> Option<Arc<Listing>> {
+        let kept = self.listing.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.as_ref().filter(|l| l.changes == changes).cloned()
+    }
+}
+
+/// A folder's entries (not `.` and `..`) as one reading of it to its end gave them, with their
+/// `d_type`s, and the root's count of changes ([`Root::changes`]) it holds at: every name in
+/// one buffer, so that keeping a library folder of 300 names costs a few allocations, not 300.
+///
+/// The image's folder may change under us meanwhile by other processes: true as well of the two
+/// readings this saves one of, a few milliseconds apart in one create; a listing is kept on a
+/// descriptor only, which lives no longer than the work on the root it was opened for.
+/// Changes made with raw `*at` calls on descriptors of their own (legacy injection's mount
+/// points, its sweep of leftovers) are not counted: they are made where no kept folder is in
+/// play (only the shim keeps folders), and a folder opened anew carries no listing.
+#[derive(Clone, Debug)]
+pub(crate) struct Listing {
+    changes: u64,
+    bytes: Vec<u8>,
+    /// Each entry: where its name lies in `bytes`, and its kind.
+    entries: Vec<(std::ops::Range<usize>, rustix::fs::FileType)>,
+}
+
+impl Listing {
+    fn push(&mut self, name: &[u8], kind: rustix::fs::FileType) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(name);
+        self.entries.push((start..self.bytes.len(), kind));
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], rustix::fs::FileType)> {
+        self.entries
+            .iter()
+            .map(|(r, kind)| (self.bytes.get(r.clone()).unwrap_or_default(), *kind))
+    }
+
+    /// Entry `name` is now of `kind`: added, or its kind changed. (Where the file system gives
+    /// no `d_type`, a reading would say `DT_UNKNOWN`, and the reader look; the kind we just made
+    /// it is what that look finds.)
+    fn set(&mut self, name: &[u8], kind: rustix::fs::FileType) {
+        let bytes = &self.bytes;
+        match self
+            .entries
+            .iter_mut()
+            .find(|(r, _)| bytes.get(r.clone()) == Some(name))
+        {
+            Some((_, k)) => *k = kind,
+            None => self.push(name, kind),
+        }
+    }
+}
+
+/// Calls `f` with each entry (name, `d_type`) of folder `fd` (opened for reading), never `.` or
+/// `..`, until it says stop: from the listing kept on `fd` where the root's names did not change
+/// since it was read ([`Root::changes`]; changes made through `fd` itself update it), else read
+/// by `getdents64`, and kept when read to its end with at most [`walk::MAX_LISTED`] entries (a
+/// folder that hit a reader's cap is not kept: its next reader reads it again, as before).
+fn for_each_listed<B>(
+    root: &Root,
+    fd: &DirFd,
+    mut f: impl FnMut(&[u8], rustix::fs::FileType) -> ControlFlow<B>,
+) -> io::Result<Option<B>> {
+    let changes = root.changes.load(Ordering::SeqCst);
+    if let Some(kept) = fd.kept_listing(changes) {
+        for (name, kind) in kept.iter() {
+            if let ControlFlow::Break(b) = f(name, kind) {
+                return Ok(Some(b));
+            }
+        }
+        return Ok(None);
+    }
+    #[cfg(test)]
+    LISTINGS.with(|c| c.set(c.get() + 1));
+    let rewind = fd.listed.swap(true, Ordering::Relaxed);
+    let mut keep = Some(Listing {
+        changes,
+        bytes: Vec::new(),
+        entries: Vec::new(),
+    });
+    let stopped = sys::for_each_entry(fd.as_fd(), rewind, |name, kind| {
+        let bytes = name.to_bytes();
+        if bytes == b"." || bytes == b".." {
+            return ControlFlow::Continue(());
+        }
+        if let Some(l) = keep.as_mut() {
+            if l.entries.len() < walk::MAX_LISTED {
+                l.push(bytes, kind);
+            } else {
+                keep = None;
+            }
+        }
+        f(bytes, kind)
+    })?;
+    if let (None, Some(l)) = (&stopped, keep) {
+        *fd.listing.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(l));
+    }
+    Ok(stopped)
 }
 
 impl AsFd for DirFd {
@@ -366,6 +479,7 @@ impl Root {
             fd,
             path,
             kept: HashMap::new(),
+            changes: AtomicU64::new(0),
         })
     }
 
@@ -744,11 +858,35 @@ impl Root {
         .ok()
     }
 
+    /// Counts a change of the root's names: every listing kept on a folder's descriptor is
+    /// stale from now on ([`Root::changes`]). Called after the change, whether it was made in
+    /// whole or in part: a listing read meanwhile holds the count from before.
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// The walk of [`Root::mkdir_all`].
     fn mkdir_all_walk(&self, path: &str, mode: u32) -> Result<(), RootError> {
         let found = self.walk(path, true)?;
         let mut fd = self.open_canonical_dir(&found.existing, path)?;
-        for c in found.missing {
+        if !found.missing.is_empty() {
+            // Made in folders opened by path, not through the descriptors kept listings are on.
+            let made = self.mkdir_missing(&mut fd, found.missing, path, mode);
+            self.changed();
+            made?;
+        }
+        Ok(())
+    }
+
+    /// Makes the folders `missing`, one in the other, in folder `fd`, which ends on the last.
+    fn mkdir_missing(
+        &self,
+        fd: &mut OwnedFd,
+        missing: Vec<OsString>,
+        path: &str,
+        mode: u32,
+    ) -> Result<(), RootError> {
+        for c in missing {
             let cname = name_cstring(&c, path)?;
             if let Err(e) = sys::mkdirat(fd.as_fd(), &cname, mode) {
                 if e.raw_os_error() != Some(libc::EEXIST) {
@@ -757,7 +895,7 @@ impl Root {
             }
             // Open the one new name without following anything: if something raced a
             // symlink into place, this fails instead of escaping.
-            fd = walk::open_child_dir(fd.as_fd(), &c)
+            *fd = walk::open_child_dir(fd.as_fd(), &c)
                 .map_err(|e| self.io_err(path, "open directory", e))?;
         }
         Ok(())
@@ -789,7 +927,10 @@ impl Root {
         let (dir, name) = self.parent_dir(path)?;
         let dfd = dir.as_fd();
         self.refuse_directory(dfd, &name, path)?;
-        self.replace_at(dfd, &name, path, bytes, mode)
+        let replaced = self.replace_at(dfd, &name, path, bytes, mode);
+        // In a folder opened by path (see [`Root::changes`]).
+        self.changed();
+        replaced
     }
 
     /// The atomic replace of [`Root::write_file_atomic`] in the open folder `dfd`, once a
@@ -855,7 +996,12 @@ impl Root {
     pub fn symlink_force(&self, target: &str, link: &str) -> Result<LinkOutcome, RootError> {
         let ctarget = symlink_target(target)?;
         let (dir, name) = self.parent_dir(link)?;
-        self.symlink_force_at(dir.as_fd(), &name, &ctarget, link)
+        let linked = self.symlink_force_at(dir.as_fd(), &name, &ctarget, link);
+        if !matches!(linked, Ok(LinkOutcome::Unchanged)) {
+            // In a folder opened by path (see [`Root::changes`]).
+            self.changed();
+        }
+        linked
     }
 
     /// [`Root::symlink_force`] of `name` in the open folder `dfd`; `link` names it in messages.
@@ -923,6 +1069,7 @@ impl Root {
     /// single name (a swap to a symlink between the check and the call is
     /// the one window left, on old kernels only).
     pub fn chmod(&self, path: &str, mode: u32) -> Result<(), RootError> {
+        // A mode changes no name and no entry's kind: the kept listings hold.
         self.chmod_impl(path, mode, true)
     }
 
@@ -1238,12 +1385,7 @@ impl<'r> Dir<'r> {
         let err = |op, e| self.root.io_err(&self.path, op, e);
         let mut names = Vec::new();
         let mut seen = 0usize;
-        let rewind = self.fd.listed.swap(true, Ordering::Relaxed);
-        let result = sys::for_each_entry(self.fd.as_fd(), rewind, |name, kind| {
-            let bytes = name.to_bytes();
-            if bytes == b"." || bytes == b".." {
-                return ControlFlow::Continue(());
-            }
+        let result = for_each_listed(self.root, &self.fd, |bytes, kind| {
             if let Ok(s) = std::str::from_utf8(bytes) {
                 if seen >= cap {
                     return ControlFlow::Break(Stop::Cap);
@@ -1347,8 +1489,39 @@ impl<'r> Dir<'r> {
                     "a link in a folder must be a file name (not empty, `.`, `..` or with a `/`)",
             });
         }
-        self.root
-            .symlink_force_at(self.fd.as_fd(), OsStr::new(name), &ctarget, &link)
+        let linked = self
+            .root
+            .symlink_force_at(self.fd.as_fd(), OsStr::new(name), &ctarget, &link);
+        match linked {
+            Ok(LinkOutcome::Unchanged) => {}
+            Ok(LinkOutcome::Created | LinkOutcome::Replaced) => {
+                self.changed(name, Some(rustix::fs::FileType::Symlink))
+            }
+            Err(_) => self.changed(name, None),
+        }
+        linked
+    }
+
+    /// After a change made through this folder's descriptor: entry `name` is now of kind `now`
+    /// (`None`: not known, a change that failed part way), and the listing kept on the
+    /// descriptor, where it was current, is updated to say so (or dropped). Every other listing
+    /// of the root is stale ([`Root::changes`]): another descriptor of this same folder may
+    /// hold one.
+    fn changed(&self, name: &str, now: Option<rustix::fs::FileType>) {
+        let mut kept = self
+            .fd
+            .listing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = self.root.changes.fetch_add(1, Ordering::SeqCst);
+        match (kept.as_mut(), now) {
+            (Some(l), Some(kind)) if l.changes == before => {
+                let l = Arc::make_mut(l);
+                l.set(name.as_bytes(), kind);
+                l.changes = before + 1;
+            }
+            _ => *kept = None,
+        }
     }
 
     /// A single name of this folder, checked to be one: `*at` calls on it must resolve nothing.
@@ -1370,8 +1543,18 @@ impl<'r> Dir<'r> {
         let path = self.child(name);
         let dfd = self.fd.as_fd();
         self.root.refuse_directory(dfd, OsStr::new(name), &path)?;
-        self.root
-            .replace_at(dfd, OsStr::new(name), &path, bytes, mode)
+        let replaced = self
+            .root
+            .replace_at(dfd, OsStr::new(name), &path, bytes, mode);
+        self.replaced(name, &replaced);
+        replaced
+    }
+
+    /// [`Dir::changed`] after a file `name` was written over by [`Root::replace_at`] (or not:
+    /// its temporary name may be left behind).
+    fn replaced(&self, name: &str, outcome: &Result<(), RootError>) {
+        let now = outcome.is_ok().then_some(rustix::fs::FileType::RegularFile);
+        self.changed(name, now);
     }
 
     /// [`Dir::write_file_atomic`], unless entry `name` is a regular file holding `bytes` with
@@ -1429,9 +1612,11 @@ impl<'r> Dir<'r> {
                 return Ok(false);
             }
         }
-        self.root
-            .replace_at(self.fd.as_fd(), OsStr::new(name), &path, bytes, mode)?;
-        Ok(true)
+        let replaced = self
+            .root
+            .replace_at(self.fd.as_fd(), OsStr::new(name), &path, bytes, mode);
+        self.replaced(name, &replaced);
+        replaced.map(|()| true)
     }
 
     /// Opens sub-folder `name` (the kernel resolving it in the root when it is a symlink) for

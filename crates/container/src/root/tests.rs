@@ -955,6 +955,15 @@ fn a_dir_listed_twice_gives_every_name_twice() {
     let first = d.names_and_kinds(1000).unwrap();
     assert_eq!(first.len(), 302);
     assert_eq!(d.names(1000).unwrap().len(), 302);
+    // A change by path makes the listing kept on the descriptor stale: read again, from the
+    // first entry.
+    r.write_file_atomic("/d/new", b"", 0o644).unwrap();
+    LISTINGS.with(|c| c.set(0));
+    assert_eq!(d.names(1000).unwrap().len(), 303);
+    assert_eq!(LISTINGS.with(|c| c.get()), 1);
+    std::fs::remove_file(dir.join("new")).unwrap();
+    r.write_file_atomic("/d/new", b"", 0o644).unwrap();
+    std::fs::remove_file(dir.join("new")).unwrap();
     // Stopped at its cap, then read whole: from the first entry again.
     assert!(matches!(
         d.names(10),
@@ -965,4 +974,153 @@ fn a_dir_listed_twice_gives_every_name_twice() {
     assert_eq!(kind("link"), Some(FileKind::Symlink));
     assert_eq!(kind("sub"), Some(FileKind::Dir));
     assert_eq!(kind("file-with-a-longish-name-007"), Some(FileKind::File));
+}
+
+/// A library folder with `n` files, and the paths of a shim's walk ending in it (enough to list
+/// it), resolved and kept ([`LexicalResolver::keep_folders`]) as the shim does before its ops.
+fn walked_and_kept(r: &Path, n: usize) -> Root {
+    let lib = r.join("usr/lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(lib.join("sub")).unwrap();
+    for i in 0..n {
+        std::fs::write(lib.join(format!("libimage{i}.so.1")), b"").unwrap();
+    }
+    std::fs::write(lib.join("libcuda.so.570.1"), b"").unwrap();
+    std::fs::write(lib.join("libplain.so"), b"").unwrap();
+    let mut root = Root::open(r).unwrap();
+    let mut resolver = LexicalResolver::new(&mut root);
+    let paths: Vec<String> = (0..10)
+        .map(|i| format!("/usr/lib/x86_64-linux-gnu/libnvidia-{i}.so.570.1"))
+        .collect();
+    resolver.expect(paths.iter().map(String::as_str));
+    for p in &paths {
+        resolver.resolve(p).unwrap();
+    }
+    resolver.keep_folders();
+    root
+}
+
+/// What a fresh root reads of the library folder (no listing kept anywhere).
+fn listed_afresh(r: &Path) -> Vec<(String, Option<FileKind>)> {
+    let before = LISTINGS.with(|c| c.get());
+    let root = Root::open(r).unwrap();
+    let d = root.open_dir("/usr/lib/x86_64-linux-gnu").unwrap();
+    let names = d.names_and_kinds(10_000).unwrap();
+    // Not counted: the listings counted are those of the root under test.
+    LISTINGS.with(|c| c.set(before));
+    names
+}
+
+/// Regression (issue 21): the shim's walk lists the library folder, and `update-ldcache`'s scan
+/// of the same kept folder then takes that listing (every name, with its kind), with no second
+/// `getdents64` of it.
+#[test]
+fn a_kept_folder_listed_by_the_walk_is_not_read_again_by_the_scan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path();
+    for force in [false, true] {
+        opath::FORCE.with(|c| c.set(force));
+        LISTINGS.with(|c| c.set(0));
+        let root = walked_and_kept(r, 300);
+        assert_eq!(LISTINGS.with(|c| c.get()), 1, "the walk lists it");
+        let d = root.open_dir("/usr/lib/x86_64-linux-gnu").unwrap();
+        let got = d.names_and_kinds(10_000).unwrap();
+        assert_eq!(LISTINGS.with(|c| c.get()), 1, "emulated: {force}");
+        assert_eq!(got, listed_afresh(r));
+        assert_eq!(got.len(), 303);
+        // A reader's cap still holds on a kept listing.
+        assert!(matches!(
+            d.names(100),
+            Err(RootError::TooManyEntries { cap: 100, .. })
+        ));
+        assert_eq!(LISTINGS.with(|c| c.get()), 1, "emulated: {force}");
+        opath::FORCE.with(|c| c.set(false));
+    }
+}
+
+/// Regression (issue 21): the ops' changes between the walk's listing and the scan's are seen
+/// by the scan: links created (the fresh container's `libcuda.so.1`) and files replaced through
+/// the kept folder update its listing (no reading again); a change made another way (by path,
+/// through another descriptor of the folder, a failed change) makes it read again, and a name
+/// removed meanwhile is then gone from it.
+#[test]
+fn changes_between_two_listings_of_a_kept_folder_are_seen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path();
+    symlink("usr/lib", r.join("lib")).unwrap();
+    let root = walked_and_kept(r, 20);
+    let lib = r.join("usr/lib/x86_64-linux-gnu");
+    let count = || LISTINGS.with(|c| c.get());
+    LISTINGS.with(|c| c.set(0));
+    let kind = |names: &[(String, Option<FileKind>)], n: &str| {
+        names.iter().find(|(m, _)| m == n).map(|(_, k)| *k)
+    };
+    // Through the kept folder, as `create-symlinks` and `update-ldcache` do: kept up to date.
+    let d = root
+        .mkdir_all_open("/usr/lib/x86_64-linux-gnu", 0o755)
+        .unwrap();
+    assert_eq!(
+        d.symlink_force("libcuda.so.570.1", "libcuda.so.1").unwrap(),
+        LinkOutcome::Created
+    );
+    assert_eq!(
+        d.symlink_force("libimage0.so.1", "libplain.so").unwrap(),
+        LinkOutcome::Replaced
+    );
+    assert_eq!(
+        d.symlink_force("libimage0.so.1", "libplain.so").unwrap(),
+        LinkOutcome::Unchanged
+    );
+    d.write_file_atomic("libnew.so.1", b"x", 0o644).unwrap();
+    assert!(d
+        .write_file_if_changed("libimage1.so.1", b"y", 0o644, None)
+        .unwrap());
+    let scan = root.open_dir("/usr/lib/x86_64-linux-gnu").unwrap();
+    let got = scan.names_and_kinds(10_000).unwrap();
+    assert_eq!(count(), 0, "the kept listing, updated, is read");
+    assert_eq!(got, listed_afresh(r));
+    assert_eq!(kind(&got, "libcuda.so.1"), Some(Some(FileKind::Symlink)));
+    assert_eq!(kind(&got, "libplain.so"), Some(Some(FileKind::Symlink)));
+    assert_eq!(kind(&got, "libnew.so.1"), Some(Some(FileKind::File)));
+    assert!(got.iter().all(|(n, _)| !n.contains("gpuctk")), "{got:?}");
+
+    // By path (another name for the folder): read again, with what changed meanwhile.
+    std::fs::remove_file(lib.join("libimage2.so.1")).unwrap();
+    root.symlink_force("libcuda.so.1", "/lib/x86_64-linux-gnu/libcuda.so")
+        .unwrap();
+    let got = scan.names_and_kinds(10_000).unwrap();
+    assert_eq!(count(), 1);
+    assert_eq!(got, listed_afresh(r));
+    assert_eq!(kind(&got, "libcuda.so"), Some(Some(FileKind::Symlink)));
+    assert_eq!(kind(&got, "libimage2.so.1"), None, "a removed name is gone");
+
+    // Through another descriptor of the same folder: the kept one's listing is stale.
+    let other = root.open_dir("/lib/x86_64-linux-gnu").unwrap();
+    other
+        .write_file_atomic("libother.so.1", b"", 0o644)
+        .unwrap();
+    std::fs::remove_file(lib.join("libimage3.so.1")).unwrap();
+    let got = scan.names_and_kinds(10_000).unwrap();
+    assert_eq!(count(), 2);
+    assert_eq!(got, listed_afresh(r));
+    assert_eq!(kind(&got, "libother.so.1"), Some(Some(FileKind::File)));
+    assert_eq!(kind(&got, "libimage3.so.1"), None);
+
+    // A change that fails drops the listing; a folder made by path makes it stale.
+    assert!(matches!(
+        d.symlink_force("x", "sub"),
+        Err(RootError::IsDirectory { .. })
+    ));
+    std::fs::remove_file(lib.join("libimage4.so.1")).unwrap();
+    assert_eq!(scan.names_and_kinds(10_000).unwrap(), listed_afresh(r));
+    assert_eq!(count(), 3);
+    root.mkdir_all("/lib/x86_64-linux-gnu/newdir", 0o755)
+        .unwrap();
+    let got = scan.names_and_kinds(10_000).unwrap();
+    assert_eq!(count(), 4);
+    assert_eq!(kind(&got, "newdir"), Some(Some(FileKind::Dir)));
+    // A mode changes no name: the listing holds.
+    root.chmod("/usr/lib/x86_64-linux-gnu/libnew.so.1", 0o600)
+        .unwrap();
+    assert_eq!(scan.names_and_kinds(10_000).unwrap(), listed_afresh(r));
+    assert_eq!(count(), 4);
 }

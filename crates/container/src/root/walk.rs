@@ -25,8 +25,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use super::{
-    components, cstring, dirent_kind, fstat, fstatat_nofollow, openat2, readlinkat, sys, DirFd,
-    FileKind, Root, RootError, MAX_SYMLINKS,
+    components, cstring, dirent_kind, for_each_listed, fstat, fstatat_nofollow, openat2,
+    readlinkat, DirFd, FileKind, Root, RootError, MAX_SYMLINKS,
 };
 
 /// Most path components one walk takes in, the path's own and those of every symlink target it
@@ -202,7 +202,7 @@ impl Walker<'_> {
         let listing = memo
             .listings
             .entry(folder)
-            .or_insert_with(|| list(&cur, expected))
+            .or_insert_with(|| list(self.root, &cur, expected))
             .as_ref()?;
         match listing.get(name) {
             None => Some(Seen::Missing),
@@ -304,17 +304,18 @@ fn join_raw<'c>(comps: impl IntoIterator<Item = &'c OsStr>) -> OsString {
 
 /// The names among `wanted` that folder `fd` holds, with the kinds their entries give; `None`
 /// where it holds more than [`MAX_LISTED`] names or could not be read to its end. (Only the
-/// wanted ones are kept: a folder such as `/usr/bin` holds hundreds.)
-fn list(fd: &DirFd, wanted: &HashSet<OsString>) -> Option<HashMap<OsString, Option<FileKind>>> {
+/// wanted ones are kept here: a folder such as `/usr/bin` holds hundreds. The whole listing is
+/// kept on the descriptor, for the work on the root that takes the folder next, such as
+/// `update-ldcache`'s scan: see [`for_each_listed`].)
+fn list(
+    root: &Root,
+    fd: &DirFd,
+    wanted: &HashSet<OsString>,
+) -> Option<HashMap<OsString, Option<FileKind>>> {
     use std::ops::ControlFlow;
-    let rewind = fd.listed.swap(true, std::sync::atomic::Ordering::Relaxed);
     let mut names = HashMap::new();
     let mut count = 0usize;
-    let stopped = sys::for_each_entry(fd.as_fd(), rewind, |name, kind| {
-        let bytes = name.to_bytes();
-        if bytes == b"." || bytes == b".." {
-            return ControlFlow::Continue(());
-        }
+    let stopped = for_each_listed(root, fd, |bytes, kind| {
         count += 1;
         if count > MAX_LISTED {
             return ControlFlow::Break(());
