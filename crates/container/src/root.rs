@@ -835,7 +835,14 @@ impl Root {
             let cname = CString::new(*c).ok()?;
             let at = fd.as_ref().map_or(base.fd.as_fd(), |f| f.as_fd());
             match sys::mkdirat(at, &cname, mode) {
-                Ok(()) => {}
+                // Made in the kept folder: its kept listing says so; made deeper, in a folder
+                // opened here: the root's other listings are stale all the same.
+                Ok(()) if fd.is_none() => {
+                    self.changed_in(base, c, Some(rustix::fs::FileType::Directory))
+                }
+                Ok(()) => {
+                    self.changes.fetch_add(1, Ordering::SeqCst);
+                }
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
                 Err(_) => return None,
             }
@@ -863,6 +870,20 @@ impl Root {
     /// whole or in part: a listing read meanwhile holds the count from before.
     fn changed(&self) {
         self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// [`Dir::changed`] for folder descriptor `fd`: entry `name` of it is now of kind `now`.
+    fn changed_in(&self, fd: &DirFd, name: &str, now: Option<rustix::fs::FileType>) {
+        let mut kept = fd.listing.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = self.changes.fetch_add(1, Ordering::SeqCst);
+        match (kept.as_mut(), now) {
+            (Some(l), Some(kind)) if l.changes == before => {
+                let l = Arc::make_mut(l);
+                l.set(name.as_bytes(), kind);
+                l.changes = before + 1;
+            }
+            _ => *kept = None,
+        }
     }
 
     /// The walk of [`Root::mkdir_all`].
@@ -996,7 +1017,7 @@ impl Root {
     pub fn symlink_force(&self, target: &str, link: &str) -> Result<LinkOutcome, RootError> {
         let ctarget = symlink_target(target)?;
         let (dir, name) = self.parent_dir(link)?;
-        let linked = self.symlink_force_at(dir.as_fd(), &name, &ctarget, link);
+        let linked = self.symlink_force_at(dir.as_fd(), &name, &ctarget, link, false);
         if !matches!(linked, Ok(LinkOutcome::Unchanged)) {
             // In a folder opened by path (see [`Root::changes`]).
             self.changed();
@@ -1005,29 +1026,51 @@ impl Root {
     }
 
     /// [`Root::symlink_force`] of `name` in the open folder `dfd`; `link` names it in messages.
+    /// `listed`: a current listing of the folder holds `name`.
     fn symlink_force_at(
         &self,
         dfd: BorrowedFd<'_>,
         name: &OsStr,
         ctarget: &CStr,
         link: &str,
+        listed: bool,
     ) -> Result<LinkOutcome, RootError> {
-        // One call for what a new container's root holds there: nothing (engines give every
-        // new container a new root; one started again on its old root pays a `readlink` more).
+        // One call for what is there: in a new container's root (engines give every new
+        // container a new one), nothing, so the link is made first; where a listing shows the
+        // name (a container started again on its old root), it is read first.
         let cname = name_cstring(name, link)?;
-        let made = match sys::symlinkat(ctarget, dfd, &cname) {
-            Ok(()) => return Ok(LinkOutcome::Created),
-            Err(e) => e,
+        let made = if listed {
+            None
+        } else {
+            match sys::symlinkat(ctarget, dfd, &cname) {
+                Ok(()) => return Ok(LinkOutcome::Created),
+                Err(e) => Some(e),
+            }
         };
         match readlinkat(dfd, name) {
             Ok(current) if current.as_bytes() == ctarget.to_bytes() => {
                 // There already: nothing to write (on a read-only root too).
                 return Ok(LinkOutcome::Unchanged);
             }
-            _ if made.raw_os_error() != Some(libc::EEXIST) => {
-                return Err(self.io_err(link, "symlink", made));
+            _ if made
+                .as_ref()
+                .is_some_and(|e| e.raw_os_error() != Some(libc::EEXIST)) =>
+            {
+                let e = made.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EIO));
+                return Err(self.io_err(link, "symlink", e));
             }
             Ok(_) => {}
+            // Not there after all (the listing is older): made now.
+            Err(e) if made.is_none() && e.raw_os_error() == Some(libc::ENOENT) => {
+                let Err(e) = sys::symlinkat(ctarget, dfd, &cname) else {
+                    return Ok(LinkOutcome::Created);
+                };
+                if e.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(self.io_err(link, "symlink", e));
+                }
+                // Something appeared meanwhile: replaced below, unless a folder.
+                self.refuse_directory(dfd, name, link)?;
+            }
             // Gone meanwhile: the rename below puts the link there all the same.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             // Not a symlink: a directory is refused, anything else replaced.
@@ -1489,9 +1532,13 @@ impl<'r> Dir<'r> {
                     "a link in a folder must be a file name (not empty, `.`, `..` or with a `/`)",
             });
         }
-        let linked = self
-            .root
-            .symlink_force_at(self.fd.as_fd(), OsStr::new(name), &ctarget, &link);
+        let listed = self
+            .fd
+            .kept_listing(self.root.changes.load(Ordering::SeqCst))
+            .is_some_and(|l| l.iter().any(|(n, _)| n == name.as_bytes()));
+        let linked =
+            self.root
+                .symlink_force_at(self.fd.as_fd(), OsStr::new(name), &ctarget, &link, listed);
         match linked {
             Ok(LinkOutcome::Unchanged) => {}
             Ok(LinkOutcome::Created | LinkOutcome::Replaced) => {
@@ -1508,20 +1555,7 @@ impl<'r> Dir<'r> {
     /// of the root is stale ([`Root::changes`]): another descriptor of this same folder may
     /// hold one.
     fn changed(&self, name: &str, now: Option<rustix::fs::FileType>) {
-        let mut kept = self
-            .fd
-            .listing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let before = self.root.changes.fetch_add(1, Ordering::SeqCst);
-        match (kept.as_mut(), now) {
-            (Some(l), Some(kind)) if l.changes == before => {
-                let l = Arc::make_mut(l);
-                l.set(name.as_bytes(), kind);
-                l.changes = before + 1;
-            }
-            _ => *kept = None,
-        }
+        self.root.changed_in(&self.fd, name, now);
     }
 
     /// A single name of this folder, checked to be one: `*at` calls on it must resolve nothing.
@@ -1581,9 +1615,11 @@ impl<'r> Dir<'r> {
             // A file read moments ago, and not these bytes: replaced with no second look (a
             // folder put there meanwhile fails the rename, `EISDIR`).
             if seen.kind == FileKind::File {
-                self.root
-                    .replace_at(self.fd.as_fd(), OsStr::new(name), &path, bytes, mode)?;
-                return Ok(true);
+                let replaced =
+                    self.root
+                        .replace_at(self.fd.as_fd(), OsStr::new(name), &path, bytes, mode);
+                self.replaced(name, &replaced);
+                return replaced.map(|()| true);
             }
         }
         let there = match self.lstat(name)? {

@@ -337,10 +337,8 @@ impl Snapshot {
         let named = named(&file.inventory);
         let mut vouched = Vouched::default();
         // Each named file with its folder, found once.
-        let named: Vec<(&Path, Kind, &[u8])> = named
-            .iter()
-            .map(|(p, k)| (*p, *k, folder_of(p)))
-            .collect();
+        let named: Vec<(&Path, Kind, &[u8])> =
+            named.iter().map(|(p, k)| (*p, *k, folder_of(p))).collect();
         for f in &file.folders {
             use std::os::unix::ffi::OsStrExt;
             let folder = f.path.as_os_str().as_bytes();

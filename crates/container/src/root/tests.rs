@@ -939,6 +939,58 @@ fn folders_below_a_kept_one_are_made_without_a_resolution() {
     }
 }
 
+/// A link in a kept folder whose listing shows its name is read first, else made first; either
+/// way the outcome is what is there: the same link, another, none (gone since the listing, by
+/// another process), or a folder, refused.
+#[test]
+fn links_in_a_listed_folder_have_ln_sf_outcomes_whatever_the_listing_says() {
+    let f = fixture();
+    let r = &f.root;
+    let lib = r.join("usr/lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(lib.join("dir")).unwrap();
+    for n in ["same", "other", "gone"] {
+        symlink("t", lib.join(n)).unwrap();
+    }
+    for i in 0..8 {
+        std::fs::write(lib.join(format!("f{i}")), b"").unwrap();
+    }
+    let mut root = Root::open(r).unwrap();
+    let mut resolver = LexicalResolver::new(&mut root);
+    let names: Vec<String> = ["same", "other", "gone", "dir", "new"]
+        .iter()
+        .chain(&["f0", "f1", "f2", "f3", "f4", "f5", "f6", "f7"])
+        .map(|n| format!("/usr/lib/x86_64-linux-gnu/{n}"))
+        .collect();
+    resolver.expect(names.iter().map(String::as_str));
+    for n in &names {
+        resolver.resolve(n).unwrap();
+    }
+    resolver.keep_folders();
+    std::fs::remove_file(lib.join("gone")).unwrap();
+    let d = root.open_dir("/usr/lib/x86_64-linux-gnu").unwrap();
+    assert_eq!(
+        d.symlink_force("t", "same").unwrap(),
+        LinkOutcome::Unchanged
+    );
+    assert_eq!(
+        d.symlink_force("u", "other").unwrap(),
+        LinkOutcome::Replaced
+    );
+    assert_eq!(d.symlink_force("t", "gone").unwrap(), LinkOutcome::Created);
+    assert_eq!(d.symlink_force("t", "new").unwrap(), LinkOutcome::Created);
+    assert!(matches!(
+        d.symlink_force("t", "dir"),
+        Err(RootError::IsDirectory { .. })
+    ));
+    for (n, t) in [("same", "t"), ("other", "u"), ("gone", "t"), ("new", "t")] {
+        assert_eq!(
+            std::fs::read_link(lib.join(n)).unwrap(),
+            PathBuf::from(t),
+            "{n}"
+        );
+    }
+}
+
 /// A folder is listed on its own descriptor (no copy of it): a second listing of the same
 /// `Dir` starts again from its first entry, and the kinds are those of the entries.
 #[test]
