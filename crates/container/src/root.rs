@@ -834,19 +834,15 @@ impl Root {
         for c in rest {
             let cname = CString::new(*c).ok()?;
             let at = fd.as_ref().map_or(base.fd.as_fd(), |f| f.as_fd());
-            match sys::mkdirat(at, &cname, mode) {
-                // Made in the kept folder: its kept listing says so; made deeper, in a folder
-                // opened here: the root's other listings are stale all the same.
-                Ok(()) if fd.is_none() => {
-                    self.changed_in(base, c, Some(rustix::fs::FileType::Directory))
-                }
-                Ok(()) => {
-                    self.changes.fetch_add(1, Ordering::SeqCst);
-                }
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-                Err(_) => return None,
+            let (next, made) = mkdir_step(at, OsStr::new(c), &cname, mode).ok()?;
+            // Made in the kept folder: its kept listing says so; made deeper, in a folder
+            // opened here: the root's other listings are stale all the same.
+            match (made, fd.is_none()) {
+                (true, true) => self.changed_in(base, c, Some(rustix::fs::FileType::Directory)),
+                (true, false) => self.changed(),
+                (false, _) => {}
             }
-            fd = Some(walk::open_child_dir(at, OsStr::new(c)).ok()?);
+            fd = Some(next);
         }
         fd
     }
@@ -909,15 +905,9 @@ impl Root {
     ) -> Result<(), RootError> {
         for c in missing {
             let cname = name_cstring(&c, path)?;
-            if let Err(e) = sys::mkdirat(fd.as_fd(), &cname, mode) {
-                if e.raw_os_error() != Some(libc::EEXIST) {
-                    return Err(self.io_err(path, "mkdir", e));
-                }
-            }
-            // Open the one new name without following anything: if something raced a
-            // symlink into place, this fails instead of escaping.
-            *fd = walk::open_child_dir(fd.as_fd(), &c)
-                .map_err(|e| self.io_err(path, "open directory", e))?;
+            *fd = mkdir_step(fd.as_fd(), &c, &cname, mode)
+                .map_err(|(op, e)| self.io_err(path, op, e))?
+                .0;
         }
         Ok(())
     }
@@ -1039,7 +1029,7 @@ impl Root {
         // container a new one), nothing, so the link is made first; where a listing shows the
         // name (a container started again on its old root), it is read first.
         let cname = name_cstring(name, link)?;
-        let made = if listed {
+        let mut made = if listed {
             None
         } else {
             match sys::symlinkat(ctarget, dfd, &cname) {
@@ -1047,18 +1037,18 @@ impl Root {
                 Err(e) => Some(e),
             }
         };
-        match readlinkat(dfd, name) {
-            Ok(current) if current.as_bytes() == ctarget.to_bytes() => {
-                // There already: nothing to write (on a read-only root too).
-                return Ok(LinkOutcome::Unchanged);
-            }
-            _ if made
-                .as_ref()
-                .is_some_and(|e| e.raw_os_error() != Some(libc::EEXIST)) =>
-            {
-                let e = made.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EIO));
-                return Err(self.io_err(link, "symlink", e));
-            }
+        let current = readlinkat(dfd, name);
+        if current
+            .as_ref()
+            .is_ok_and(|c| c.as_bytes() == ctarget.to_bytes())
+        {
+            // There already: nothing to write (on a read-only root too).
+            return Ok(LinkOutcome::Unchanged);
+        }
+        if let Some(e) = made.take_if(|e| e.raw_os_error() != Some(libc::EEXIST)) {
+            return Err(self.io_err(link, "symlink", e));
+        }
+        match current {
             Ok(_) => {}
             // Not there after all (the listing is older): made now.
             Err(e) if made.is_none() && e.raw_os_error() == Some(libc::ENOENT) => {
@@ -1254,6 +1244,24 @@ fn temp_name(name: &OsStr) -> OsString {
     t.push(OsStr::from_bytes(&bytes[..bytes.len().min(200)]));
     t.push(format!(".gpuctk-{}-{n}", process_id()));
     t
+}
+
+/// Folder `name` (`cname`) of folder `at`, made where missing (one that is there is fine), then
+/// opened as that one name following nothing: if something raced a symlink into place, this
+/// fails instead of escaping. Whether it was made; the failing step's name on an error.
+fn mkdir_step(
+    at: BorrowedFd<'_>,
+    name: &OsStr,
+    cname: &CStr,
+    mode: u32,
+) -> Result<(OwnedFd, bool), (&'static str, io::Error)> {
+    let made = match sys::mkdirat(at, cname, mode) {
+        Ok(()) => true,
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => false,
+        Err(e) => return Err(("mkdir", e)),
+    };
+    let fd = walk::open_child_dir(at, name).map_err(|e| ("open directory", e))?;
+    Ok((fd, made))
 }
 
 /// This process's id, asked once: musl keeps no copy, so every `getpid` is a system call, and

@@ -208,23 +208,7 @@ pub fn gpu_minors_with_nodes(
 /// The minors of the `/dev/nvidiaN` character devices `spec` has the runtime make (what
 /// `update-application-profile` finds in the created container's `/dev`), sorted.
 pub fn gpu_minors_in_spec(spec: &serde_json::Value) -> Vec<u32> {
-    let mut minors: Vec<u32> = spec
-        .pointer("/linux/devices")
-        .and_then(|d| d.as_array())
-        .into_iter()
-        .flatten()
-        .filter(|d| d.get("type").and_then(|t| t.as_str()) == Some("c"))
-        .filter(|d| {
-            d.get("path")
-                .and_then(|p| p.as_str())
-                .is_some_and(is_gpu_node)
-        })
-        .filter_map(|d| d.get("minor").and_then(|m| m.as_u64()))
-        .filter_map(|m| u32::try_from(m).ok())
-        .collect();
-    minors.sort_unstable();
-    minors.dedup();
-    minors
+    gpu_minors_with_nodes(spec, &[])
 }
 
 /// Takes the `disable-device-node-modification` operation out of `ops` and its hook out of

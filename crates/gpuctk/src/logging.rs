@@ -4,6 +4,7 @@ mod subscriber;
 
 use std::time::SystemTime;
 
+pub(crate) use subscriber::civil_from_days;
 use subscriber::Logger;
 use tracing::Level;
 

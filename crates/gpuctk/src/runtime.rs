@@ -37,16 +37,7 @@ fn rfc3339(time: std::time::SystemTime) -> String {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let (days, rem) = (secs / 86400, secs % 86400);
-    // Civil-from-days (Howard Hinnant's algorithm), UTC.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = crate::logging::civil_from_days(days as i64);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
@@ -289,7 +280,7 @@ fn rootfs_of(spec: &serde_json::Value, bundle: &Path) -> Option<PathBuf> {
 /// covers only what the earlier one does, as written and as resolved. Linear in the spec: each
 /// destination's own prefixes are looked up, however many mounts there are.
 fn dests_to_resolve<'s>(spec_mounts: &[&'s serde_json::Value]) -> Vec<&'s str> {
-    let mut made: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut made = Covering::default();
     let mut out = Vec::new();
     for m in spec_mounts {
         let Some(d) = m.get("destination").and_then(|d| d.as_str()) else {
@@ -297,16 +288,11 @@ fn dests_to_resolve<'s>(spec_mounts: &[&'s serde_json::Value]) -> Vec<&'s str> {
         };
         let plain = is_plain_path(d);
         let d = if plain { d.trim_end_matches('/') } else { d };
-        let inside_made = plain
-            && d.match_indices('/')
-                .map(|(i, _)| &d[..i])
-                .chain([d])
-                .any(|prefix| made.contains(prefix));
-        if !inside_made {
+        if !(plain && made.any_covers(d)) {
             out.push(d);
         }
         if plain && made_by_runtime(m) {
-            made.insert(d);
+            made.add(d);
         }
     }
     out
@@ -360,7 +346,7 @@ impl<'d> Covering<'d> {
         self.0.insert(dest.trim_end_matches('/'));
     }
 
-    /// The first destination that [`covers`] `path`.
+    /// Whether any of the destinations [`covers`] `path`.
     fn any_covers(&self, path: &str) -> bool {
         let path = path.trim_end_matches('/');
         self.0.contains("")
@@ -414,11 +400,6 @@ fn shim_choice(
         .into_iter()
         .flatten()
         .collect();
-    let dests: Vec<&str> = spec_mounts
-        .iter()
-        .filter_map(|m| m.get("destination").and_then(|d| d.as_str()))
-        .chain(edits.mounts.iter().map(|m| m.container_path.as_str()))
-        .collect();
     let mut resolve_dests = dests_to_resolve(&spec_mounts);
     resolve_dests.extend(edits.mounts.iter().map(|m| m.container_path.as_str()));
     // The paths the hooks work on, and whether each is followed to its end.
@@ -426,7 +407,11 @@ fn shim_choice(
     // A mount over one of them as the two are written (the runtime's `/dev` over a static
     // spec's DRM links): known without opening the root and walking it.
     let mut written = Covering::default();
-    for d in &dests {
+    for d in spec_mounts
+        .iter()
+        .filter_map(|m| m.get("destination").and_then(|d| d.as_str()))
+        .chain(edits.mounts.iter().map(|m| m.container_path.as_str()))
+    {
         written.add(d);
     }
     if let Some((p, _)) = paths.iter().find(|(p, _)| written.any_covers(p)) {
