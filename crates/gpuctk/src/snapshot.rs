@@ -157,6 +157,15 @@ impl Folder {
         nanos(self.taken, self.taken_nsec) - nanos(self.ctime, self.ctime_nsec)
             >= SETTLED.as_nanos() as i128
     }
+
+    /// Whether this folder, unchanged but not vouched for when its identity was taken, has
+    /// settled since (`now`: a moment after its `stat` now): taken again, it would vouch.
+    fn settled_by(&self, now: SystemTime) -> bool {
+        let now = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        !self.vouches() && now - nanos(self.ctime, self.ctime_nsec) >= SETTLED.as_nanos() as i128
+    }
 }
 
 /// The host paths a used snapshot names in folders it vouches for, each with its kind: the
@@ -205,6 +214,19 @@ struct File {
     /// The folders of the files the inventory names, sorted.
     folders: Vec<Folder>,
     inventory: Inventory,
+}
+
+/// A snapshot that holds for the host as it is now.
+struct Loaded {
+    inventory: Inventory,
+    /// The files its folders vouch for.
+    vouched: Vouched,
+    /// A folder it did not vouch for, being changed moments before its identity was taken (a
+    /// driver installed just before `cdi generate` or the first create), has settled since:
+    /// the snapshot is written again, with each folder and the files it names taken again, so
+    /// that later creates take the folder's word for them rather than a `stat` each, from then
+    /// on rather than until the driver next changes.
+    settled: bool,
 }
 
 /// Why a snapshot was not used.
@@ -278,13 +300,20 @@ impl Snapshot {
         let key = self.key_now(roots, driver);
         if read {
             match self.load(&key, Some(&roots.dev_root.join("dev"))) {
-                Ok((inv, vouched)) => {
+                Ok(Loaded {
+                    inventory,
+                    vouched,
+                    settled,
+                }) => {
                     tracing::debug!(
                         "{}: discovery snapshot used ({} files vouched for by their folders)",
                         self.path.display(),
                         vouched.0.len()
                     );
-                    return Ok((inv, Some(vouched)));
+                    if settled {
+                        self.store(key, &inventory);
+                    }
+                    return Ok((inventory, Some(vouched)));
                 }
                 Err(NotUsed::Lied(lied)) => tracing::warn!("{lied}"),
                 Err(NotUsed::Other(why)) => tracing::debug!(
@@ -315,14 +344,18 @@ impl Snapshot {
         let dev = roots.dev_root.join("dev");
         snapshots.iter().find_map(|s| {
             key.shape.clone_from(&s.shape);
-            s.load(&key, Some(&dev)).ok()
+            let loaded = s.load(&key, Some(&dev)).ok()?;
+            if loaded.settled {
+                s.store(key.clone(), &loaded.inventory);
+            }
+            Some((loaded.inventory, loaded.vouched))
         })
     }
 
     /// The snapshot's inventory when it is ours, made under `key` and, with `dev` (the dev
     /// root's `/dev`, as the key took it now), its folders are unchanged, with the files it
     /// vouches for; why not otherwise.
-    fn load(&self, key: &Key, dev: Option<&Path>) -> Result<(Inventory, Vouched), NotUsed> {
+    fn load(&self, key: &Key, dev: Option<&Path>) -> Result<Loaded, NotUsed> {
         let other = |e: &dyn std::fmt::Display| NotUsed::Other(e.to_string());
         let euid = crate::capped::euid();
         let buf =
@@ -332,10 +365,15 @@ impl Snapshot {
             return Err(other(&"made for another driver or configuration"));
         }
         let Some(dev) = dev else {
-            return Ok((file.inventory, Vouched::default()));
+            return Ok(Loaded {
+                inventory: file.inventory,
+                vouched: Vouched::default(),
+                settled: false,
+            });
         };
         let named = named(&file.inventory);
         let mut vouched = Vouched::default();
+        let mut settled = false;
         // Each named file with its folder, found once.
         let named: Vec<(&Path, Kind, &[u8])> =
             named.iter().map(|(p, k)| (*p, *k, folder_of(p))).collect();
@@ -371,9 +409,15 @@ impl Snapshot {
                         .filter(|(_, _, d)| *d == folder)
                         .map(|(p, k, _)| (p.as_os_str().to_owned(), *k)),
                 );
+            } else {
+                settled |= f.settled_by(SystemTime::now());
             }
         }
-        Ok((file.inventory, vouched))
+        Ok(Loaded {
+            inventory: file.inventory,
+            vouched,
+            settled,
+        })
     }
 
     /// Write the snapshot, replacing any (a failure is one debug line: it is a cache).

@@ -443,6 +443,44 @@ fn settled_folders_vouch_for_their_files() {
     }
 }
 
+/// How many files the create's snapshot vouched for, from its debug line; `None` where it used
+/// none.
+fn vouched_count(lines: &[String]) -> Option<usize> {
+    lines.iter().find_map(|l| {
+        let (_, rest) = l.split_once("discovery snapshot used (")?;
+        rest.split(' ').next()?.parse().ok()
+    })
+}
+
+/// Regression (issue 21): a snapshot made moments after the driver's folders changed (the
+/// refresh unit's `cdi generate` right after a driver install, or the first create after it)
+/// vouches for nothing in them. Once they have settled, the next create writes it again, each
+/// folder and its files taken again, and the creates after that take the folders' word for
+/// their files. Before, every create `stat`ed each mount source until the driver next changed.
+#[test]
+fn a_snapshot_made_before_its_folders_settled_is_made_again_once_they_have() {
+    use std::os::unix::fs::MetadataExt;
+    let s = Snap::new();
+    let lib_dir = PathBuf::from(s.bed.host.driver_root()).join("usr/lib/x86_64-linux-gnu");
+    // As a package upgrade leaves the library folder just before the first create.
+    fs::write(lib_dir.join("upgrade.tmp"), b"").unwrap();
+    fs::remove_file(lib_dir.join("upgrade.tmp")).unwrap();
+    s.create();
+    let ino = || fs::metadata(s.file()).unwrap().ino();
+    let first = ino();
+    assert_eq!(vouched_count(&s.create()), Some(0));
+    assert_eq!(ino(), first, "not settled yet: not written again");
+    settle_folders();
+    // This create still looks at each file, and writes the snapshot again.
+    assert_eq!(vouched_count(&s.create()), Some(0));
+    let again = ino();
+    assert_ne!(again, first);
+    let n = vouched_count(&s.create()).unwrap();
+    assert!(n >= 10, "{n}");
+    assert_eq!(ino(), again, "written once");
+    assert_eq!(vouched_count(&s.create()), Some(n));
+}
+
 /// Regression (issue 21): a folder the snapshot vouches for that changed is a key that moved.
 /// A library removed from it is not mounted: the snapshot is not used, the create discovers
 /// again and says which file went. A file added to it rebuilds the snapshot too (a new file
