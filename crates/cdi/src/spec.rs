@@ -450,8 +450,12 @@ fn strip_location(msg: &str) -> String {
 /// Write `spec` to `path` atomically (temp file, fsync, rename) with mode 0644. The directory
 /// must exist; an existing file is left intact on any failure.
 pub fn write_spec(path: &Path, spec: &Spec, format: Format) -> Result<(), Error> {
-    let text = spec.to_format(format);
-    gpuctk_atomicfile::write(path, text.as_bytes(), Some(0o644)).map_err(|source| Error::Write {
+    write_spec_text(path, spec.to_format(format).as_bytes())
+}
+
+/// [`write_spec`] of a spec already serialized.
+pub fn write_spec_text(path: &Path, text: &[u8]) -> Result<(), Error> {
+    gpuctk_atomicfile::write(path, text, Some(0o644)).map_err(|source| Error::Write {
         path: path.to_path_buf(),
         source,
     })

@@ -136,6 +136,17 @@ pub enum OwnedFileError {
     Changed,
 }
 
+/// Whether `path` is a regular file (not a link) owned by `uid`, of mode `mode` exactly, holding
+/// `bytes` and nothing else: what an atomic write of `bytes` with that mode by `uid` would leave.
+/// Any doubt (absent, unreadable, another size) is `false`. Read only when its size matches.
+pub fn holds_exactly(path: &Path, uid: u32, mode: u32, bytes: &[u8]) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let len = bytes.len() as u64;
+    let same =
+        |md: &std::fs::Metadata| md.uid() == uid && md.mode() & 0o7777 == mode && md.len() == len;
+    read_accepted(path, libc::O_NOFOLLOW, len, same).is_ok_and(|(buf, _)| buf == bytes)
+}
+
 /// Reads a cache file we wrote: never through a symlink, never blocking on a FIFO, only a
 /// regular file owned by `uid` and writable by it only, of at most `cap` bytes, in one read of
 /// the size its stat gave (plus one byte, to see that nothing follows).

@@ -305,6 +305,63 @@ fn driver_container_8_gpus_570() {
     generate_and_check("driver-container", 8, "570.124.06");
 }
 
+/// Regression (issue 21): generating the same spec again (the refresh unit at every boot)
+/// leaves the file as it is: same inode, same times, no fsync, nothing for a CDI cache that
+/// watches the folder to reload. A spec that differs in a byte, or in its mode, is written.
+#[test]
+fn the_same_spec_again_is_not_rewritten() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TestDir::new();
+    let h = mock_host(&t, "host", 2, "570.124.06", "debian");
+    let out = t.join("nvidia.yaml");
+    let args = [
+        "cdi",
+        "generate",
+        "--output",
+        out.to_str().unwrap(),
+        "--nvidia-cdi-hook-path=/usr/bin/nvidia-cdi-hook",
+    ];
+    ok(&with(&args, &h.roots()));
+    let id = || {
+        let md = std::fs::metadata(&out).unwrap();
+        (
+            md.ino(),
+            md.mtime_nsec(),
+            md.ctime_nsec(),
+            md.mode() & 0o7777,
+        )
+    };
+    let first = id();
+    let text = std::fs::read(&out).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    ok(&with(&args, &h.roots()));
+    assert_eq!(id(), first);
+    // Another mode: written again, 0644.
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o600)).unwrap();
+    ok(&with(&args, &h.roots()));
+    let (ino, _, _, mode) = id();
+    assert_eq!(mode, 0o644);
+    assert_ne!(ino, first.0);
+    assert_eq!(std::fs::read(&out).unwrap(), text);
+    // One byte other (the same size): written again.
+    let mut edited = text.clone();
+    let at = edited.iter().rposition(|b| *b == b'a').unwrap();
+    edited[at] = b'b';
+    std::fs::write(&out, &edited).unwrap();
+    let before = id().0;
+    ok(&with(&args, &h.roots()));
+    assert_eq!(std::fs::read(&out).unwrap(), text);
+    assert_ne!(id().0, before);
+    // A link to a spec with the same bytes is replaced by the file, not followed.
+    let elsewhere = t.join("elsewhere.yaml");
+    std::fs::write(&elsewhere, &text).unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &out).unwrap();
+    ok(&with(&args, &h.roots()));
+    assert!(!std::fs::symlink_metadata(&out).unwrap().is_symlink());
+}
+
 #[test]
 fn json_by_extension_and_by_flag() {
     let t = TestDir::new();

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use gpuctk_cdi::registry::Registry;
-use gpuctk_cdi::spec::{write_spec, Format, Spec};
+use gpuctk_cdi::spec::{write_spec, write_spec_text, Format, Spec};
 use gpuctk_core::{
     build_spec, plan, CapabilitySet, InRootOp, NameStrategy, PlanOptions, SpecOptions,
 };
@@ -432,13 +432,27 @@ pub fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
                     )
                 })?;
             }
-            write_spec(&path, &spec, format)?;
-            tracing::info!(
-                "wrote {} ({} devices, cdiVersion {})",
-                path.display(),
-                spec.devices.len(),
-                spec.cdi_version
-            );
+            let text = spec.to_format(format);
+            // The same spec again (the refresh unit at every boot, a driver event that changed
+            // nothing it says): the file is left as it is, so no fsync waits on the disk, a CDI
+            // cache watching the folder (containerd's, CRI-O's) reloads nothing, and our
+            // runtime's parsed-spec cache, keyed by the file's identity, stays good.
+            if crate::capped::holds_exactly(&path, crate::capped::euid(), 0o644, text.as_bytes()) {
+                tracing::info!(
+                    "{} unchanged ({} devices, cdiVersion {}): not rewritten",
+                    path.display(),
+                    spec.devices.len(),
+                    spec.cdi_version
+                );
+            } else {
+                write_spec_text(&path, text.as_bytes())?;
+                tracing::info!(
+                    "wrote {} ({} devices, cdiVersion {})",
+                    path.display(),
+                    spec.devices.len(),
+                    spec.cdi_version
+                );
+            }
         }
     }
     if let Some(w) = warning {
