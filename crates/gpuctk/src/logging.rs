@@ -22,7 +22,7 @@ fn install(logger: impl tracing::Subscriber + Send + Sync + 'static) {
 
 /// Install the stderr subscriber once: lines without a time.
 pub fn init(level: Level) {
-    install(Logger::new(std::io::stderr(), level, None, color()));
+    install(Logger::new(std::io::stderr(), level, None, color));
 }
 
 /// A log file opened to append, created where missing (mode 0666 less the umask, as std's
@@ -37,7 +37,7 @@ fn open_append(path: &std::path::Path) -> std::io::Result<std::fs::File> {
 pub fn init_file(path: &std::path::Path, level: Level) {
     match open_append(path) {
         Ok(f) => {
-            install(Logger::new(f, level, Some(SystemTime::now), false));
+            install(Logger::new(f, level, Some(SystemTime::now), || false));
         }
         Err(_) => init(level),
     }
@@ -55,7 +55,7 @@ pub fn init_runtime(cfg: &crate::config::Config) {
     };
     if let Some(path) = &cfg.debug_log {
         if let Ok(f) = open_append(path) {
-            install(Logger::new(f, level, Some(SystemTime::now), false));
+            install(Logger::new(f, level, Some(SystemTime::now), || false));
             return;
         }
     }

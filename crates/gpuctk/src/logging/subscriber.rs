@@ -24,16 +24,25 @@ pub(super) struct Logger<W> {
     max: LevelFilter,
     /// Where each line's timestamp comes from (`SystemTime::now`); none on stderr.
     clock: Option<fn() -> SystemTime>,
-    ansi: bool,
+    /// Whether lines are coloured, asked when the first line is written: a create that logs
+    /// nothing asks nothing of the terminal (`isatty` is a system call).
+    ansi: fn() -> bool,
+    ansi_now: std::sync::OnceLock<bool>,
     out: Mutex<W>,
 }
 
 impl<W: io::Write + Send + 'static> Logger<W> {
-    pub(super) fn new(out: W, max: Level, clock: Option<fn() -> SystemTime>, ansi: bool) -> Self {
+    pub(super) fn new(
+        out: W,
+        max: Level,
+        clock: Option<fn() -> SystemTime>,
+        ansi: fn() -> bool,
+    ) -> Self {
         Logger {
             max: LevelFilter::from_level(max),
             clock,
             ansi,
+            ansi_now: std::sync::OnceLock::new(),
             out: Mutex::new(out),
         }
     }
@@ -69,7 +78,8 @@ impl<W: io::Write + Send + 'static> Subscriber for Logger<W> {
     fn event(&self, event: &Event<'_>) {
         let mut line = String::with_capacity(256);
         let now = self.clock.map(|now| now());
-        if format_event(&mut line, event, now, self.ansi).is_ok() {
+        let ansi = *self.ansi_now.get_or_init(self.ansi);
+        if format_event(&mut line, event, now, ansi).is_ok() {
             // A poisoned lock still holds a usable writer; a failed write is dropped, as
             // tracing-subscriber dropped it.
             let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
@@ -380,7 +390,12 @@ mod tests {
 
     fn ours(max: Level, clock: Option<fn() -> SystemTime>, ansi: bool) -> String {
         let out = Captured::default();
-        let logger = Logger::new(out.clone(), max, clock, ansi);
+        let logger = Logger::new(
+            out.clone(),
+            max,
+            clock,
+            if ansi { || true } else { || false },
+        );
         tracing::subscriber::with_default(logger, emit);
         out.text()
     }
