@@ -16,6 +16,7 @@ pub mod spec;
 pub mod transform;
 pub mod validate;
 pub mod version;
+mod yaml_out;
 
 pub use apply::{apply_edits, apply_edits_in_place, fill_from_host, ApplyError};
 pub use names::{is_qualified_name, parse_qualified_name, LabelError, NameError, QualifiedName};

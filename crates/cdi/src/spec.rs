@@ -419,9 +419,11 @@ impl Spec {
         s
     }
 
-    /// YAML with a leading `---` document marker, like NVIDIA's writer.
+    /// YAML with a leading `---` document marker, like NVIDIA's writer. The direct writer
+    /// answers for what `cdi generate` makes; serde_norway writes the rest, to the same bytes.
     pub fn to_yaml(&self) -> String {
-        let body = serde_norway::to_string(self).unwrap_or_default();
+        let body = crate::yaml_out::spec(self)
+            .unwrap_or_else(|| serde_norway::to_string(self).unwrap_or_default());
         format!("---\n{body}")
     }
 

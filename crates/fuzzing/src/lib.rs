@@ -198,8 +198,8 @@ pub fn cdi_yaml(data: &[u8]) {
     cdi_spec(data, Format::Yaml);
 }
 
-/// Parse a spec in `format`; whatever parses validates without panicking, and comes back equal
-/// from its own JSON and YAML.
+/// Parse a spec in `format`; whatever parses validates without panicking, is written as YAML to
+/// serde_norway's bytes, and comes back equal from its own JSON and YAML.
 fn cdi_spec(data: &[u8], format: Format) {
     let Ok(spec) = Spec::from_bytes(data, Some(format)) else {
         return;
@@ -212,6 +212,13 @@ fn cdi_spec(data: &[u8], format: Format) {
     for d in &spec.devices {
         let _ = gpuctk_cdi::parse_qualified_name(&format!("{}={}", spec.kind, d.name));
     }
+    // The direct YAML writer answers with serde_norway's bytes or not at all.
+    let norway = serde_norway::to_string(&spec).expect("a parsed spec serializes");
+    assert_eq!(
+        spec.to_yaml(),
+        format!("---\n{norway}"),
+        "the two YAML writers differ"
+    );
     for out in [Format::Json, Format::Yaml] {
         let text = spec.to_format(out);
         let back = match Spec::from_bytes(text.as_bytes(), Some(out)) {
