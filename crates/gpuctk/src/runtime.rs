@@ -447,6 +447,9 @@ fn shim_choice(
             .copied()
             .chain(walked.iter().flatten().map(|(w, _)| *w)),
     );
+    // Our mounts are of files (libraries, programs, firmware, sockets): a destination a
+    // runtime made before, in a root that persists, is read as a link at once.
+    resolver.expect_files(edits.mounts.iter().map(|m| m.container_path.as_str()));
     let mut resolved = |p: &str| resolver.resolve(p);
     let mut mounts: Vec<String> = Vec::new();
     for d in &resolve_dests {
@@ -635,6 +638,12 @@ impl<'r> Resolver<'r> {
     /// ([`gpuctk_container::root::LexicalResolver::expect`]).
     fn expect<'p>(&mut self, paths: impl IntoIterator<Item = &'p str>) {
         self.0.expect(paths);
+    }
+
+    /// Which of them most likely end in a file
+    /// ([`gpuctk_container::root::LexicalResolver::expect_files`]).
+    fn expect_files<'p>(&mut self, paths: impl IntoIterator<Item = &'p str>) {
+        self.0.expect_files(paths);
     }
 
     /// Hands the folders the walks opened to the root ([`LexicalResolver::keep_folders`]).

@@ -853,6 +853,80 @@ fn a_resolver_answers_the_names_of_a_listed_folder_from_the_listing() {
     );
 }
 
+/// Issue 21: the last name of a path handed to [`LexicalResolver::expect_files`] is read as a
+/// link first, so a file there (a mount target a runtime made before, in a root that persists)
+/// costs one `readlink` and no `openat2`; the answers are [`Root::resolve_lexically`]'s for a
+/// file, links (relative, absolute, out of the root, dangling), a missing name, a folder, and
+/// a later path through a name first seen that way, which is looked up again.
+#[test]
+fn a_resolver_reads_the_last_name_of_a_file_path_as_a_link_first() {
+    let f = fixture();
+    let r = &f.root;
+    let bin = r.join("usr/bin");
+    std::fs::create_dir_all(bin.join("dir")).unwrap();
+    std::fs::write(bin.join("nvidia-smi"), b"").unwrap();
+    std::fs::write(bin.join("dir/inner"), b"").unwrap();
+    symlink("/etc", bin.join("dir/up")).unwrap();
+    symlink("nvidia-smi", bin.join("rel")).unwrap();
+    symlink("/usr/bin/nvidia-smi", bin.join("abs")).unwrap();
+    symlink("/usr/bin/dir", bin.join("todir")).unwrap();
+    symlink(&f.host, bin.join("host")).unwrap();
+    symlink("nothing", bin.join("dangling")).unwrap();
+    let host_before = snapshot(&f.host);
+    let files: Vec<String> = [
+        "nvidia-smi",
+        "rel",
+        "abs",
+        "todir",
+        "host",
+        "dangling",
+        "missing",
+        "dir",
+    ]
+    .iter()
+    .map(|n| format!("/usr/bin/{n}"))
+    .collect();
+    let after = [
+        "/usr/bin/dir/inner",
+        "/usr/bin/dir/up/x",
+        "/usr/bin/todir/up/x",
+        "/usr/bin/host/secret",
+    ];
+    for force in [false, true] {
+        opath::FORCE.with(|c| c.set(force));
+        let root = Root::open(r).unwrap();
+        for as_files in [true, false] {
+            let mut walked = Root::open(r).unwrap();
+            let mut resolver = LexicalResolver::new(&mut walked);
+            if as_files {
+                resolver.expect_files(files.iter().map(String::as_str));
+            }
+            resolver.resolve("/usr/bin").unwrap();
+            for p in files.iter().map(String::as_str).chain(after) {
+                let want = root.resolve_lexically(p).map_err(|e| e.to_string());
+                OPENAT2_PATH_BYTES.with(|c| c.set(0));
+                let got = resolver.resolve(p).map_err(|e| e.to_string());
+                let sent = OPENAT2_PATH_BYTES.with(|c| c.get());
+                assert_eq!(got, want, "{p} (emulated: {force}, files: {as_files})");
+                if p == "/usr/bin/nvidia-smi" {
+                    let want = if as_files {
+                        0
+                    } else {
+                        "nvidia-smi".len() as u64
+                    };
+                    assert_eq!(sent, want, "emulated: {force}, files: {as_files}");
+                }
+            }
+        }
+        opath::FORCE.with(|c| c.set(false));
+    }
+    assert_eq!(
+        snapshot(&f.host),
+        host_before,
+        "the host directory is left alone"
+    );
+}
+
 /// Regression (issue 21): the folders a resolver opened are handed to its root
 /// ([`LexicalResolver::keep_folders`]), which gives them to the work that follows without
 /// resolving their paths again: two `Dir`s of one kept folder each list all of it, and a path

@@ -68,6 +68,9 @@ struct Memo {
     /// not said); `None` for a folder that could not be listed whole (too many entries, or an
     /// error, which the lookups then report), whose names are looked up.
     listings: HashMap<OsString, Option<HashMap<OsString, Option<FileKind>>>>,
+    /// Paths handed to [`LexicalResolver::expect_files`], as written: their last name is most
+    /// likely a file, so it is read as a link first ([`Seen::Exists`]).
+    files: HashSet<String>,
 }
 
 /// What one name of a folder was found to be by a walk: what [`LexicalResolver`] remembers.
@@ -80,6 +83,9 @@ enum Seen {
     Dir(Arc<DirFd>, (u64, u64)),
     /// Anything else.
     Other,
+    /// There and no symlink (its `readlink` said so), of a kind not asked: a path's last name,
+    /// where that is all a resolution needs. A walk through it looks it up again.
+    Exists,
 }
 
 /// One walk in progress.
@@ -118,17 +124,35 @@ impl Walker<'_> {
 
     /// What `name` of the current directory is: looked up (`lstat`, then `readlink` for a
     /// symlink or a single-name open for a directory), or taken from the memo, which holds each
-    /// name once it has been looked up.
-    fn see(&mut self, name: &OsStr) -> Result<Seen, RootError> {
+    /// name once it has been looked up. `last`: the last name of a path expected to end in a
+    /// file ([`LexicalResolver::expect_files`]), which one `readlink` settles: a link, missing,
+    /// or [`Seen::Exists`] (where a folder's open would fail and a `readlink` follow).
+    fn see(&mut self, name: &OsStr, last: bool) -> Result<Seen, RootError> {
         let key = self.memo.is_some().then(|| self.key(name));
         if let (Some(memo), Some(k)) = (self.memo.as_deref(), key.as_ref()) {
-            if let Some(seen) = memo.seen.get(k) {
-                return Ok(seen.clone());
+            match memo.seen.get(k) {
+                // Not enough to walk through: looked up below (and remembered anew).
+                Some(Seen::Exists) if !last => {}
+                Some(seen) => return Ok(seen.clone()),
+                None => {}
             }
         }
         if key.is_some() {
             if let Some(seen) = self.listed_as(name) {
                 return Ok(self.remember(key, seen));
+            }
+            if last {
+                match readlinkat(self.dirfd(), name) {
+                    Ok(target) => return Ok(self.remember(key, Seen::Link(target))),
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        return Ok(self.remember(key, Seen::Exists))
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                        return Ok(self.remember(key, Seen::Missing))
+                    }
+                    // Another error is one the lookup below reports.
+                    Err(_) => {}
+                }
             }
             // For a resolver, a folder (most names) costs one call: opened first, following
             // nothing; only what does not open as one is looked at. Its device and inode are not
@@ -389,6 +413,7 @@ impl Root {
             w.take(1)?;
             todo.push_back(c);
         }
+        let file = w.memo.as_ref().is_some_and(|m| m.files.contains(path));
         let mut missing: Vec<OsString> = Vec::new();
         while let Some(c) = todo.pop_front() {
             if !missing.is_empty() {
@@ -405,7 +430,7 @@ impl Root {
                 w.ascend()?;
                 continue;
             }
-            match w.see(&c)? {
+            match w.see(&c, file && todo.is_empty())? {
                 Seen::Missing if allow_missing => missing.push(c),
                 Seen::Missing => {
                     return Err(self.io_err(
@@ -435,8 +460,8 @@ impl Root {
                     }
                 }
                 Seen::Dir(fd, id) => w.descend(c, fd, id),
-                Seen::Other if todo.is_empty() => w.existing.push(c),
-                Seen::Other => {
+                Seen::Other | Seen::Exists if todo.is_empty() => w.existing.push(c),
+                Seen::Other | Seen::Exists => {
                     return Err(self.io_err(
                         path,
                         "resolve",
@@ -502,6 +527,16 @@ impl<'r> LexicalResolver<'r> {
                 names.insert(name.clone());
             }
         }
+    }
+
+    /// Tells the resolver which of the paths it expects most likely end in a file (a file
+    /// mount's destination): their last name is read as a link first, one call where a
+    /// folder's open would fail first (two calls). Only a cost: the answers are the same, and a
+    /// last name that is a folder is not kept ([`LexicalResolver::keep_folders`]).
+    pub fn expect_files<'p>(&mut self, paths: impl IntoIterator<Item = &'p str>) {
+        self.memo
+            .files
+            .extend(paths.into_iter().map(str::to_string));
     }
 
     /// [`Root::resolve_lexically`] of `path`.
