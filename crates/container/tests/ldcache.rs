@@ -737,3 +737,44 @@ fn seen_libraries_give_the_cache_reading_gives() {
     assert_eq!(runs[0].1, runs[1].1);
     assert_eq!(seen.len(), 3);
 }
+
+/// Regression (issue 21): in a root that persists, the image holds a file at a pending mount's
+/// path (the mount point a runtime made before, here an ELF library of another soname, as an
+/// image's own copy would be) and the soname link to it an earlier scan made. The link leads to
+/// what the mount will hold, so the image's file is neither looked at nor read: the cache is
+/// that of the pending library alone, and no link is made for the shadowed file's soname.
+#[test]
+fn a_link_to_a_pending_mount_does_not_read_the_file_the_mount_covers() {
+    use gpuctk_container::hooks::{update_ldcache_pending, Pending};
+    let (_tmp, root, _host) = small_root();
+    let flags = gpuctk_ldcache::flags::FLAG_X8664_LIB64 | gpuctk_ldcache::flags::FLAG_ELF_LIBC6;
+    build_lib(
+        &root.join("usr/lib64/libgone.so.7.1"),
+        "libshadowed.so.9",
+        "shadowed",
+    );
+    std::os::unix::fs::symlink("libgone.so.7.1", root.join("usr/lib64/libgone.so.7")).unwrap();
+    let mut pending = Pending::default();
+    pending.add_known("/usr/lib64/libgone.so.7.1", "libgone.so.7", flags);
+    let r = Root::open(&root).unwrap();
+    let report = update_ldcache_pending(&r, &["/usr/lib64".into()], &pending).unwrap();
+    assert_eq!(
+        report.entries,
+        [gpuctk_ldcache::Entry::new(
+            "libgone.so.7",
+            "/usr/lib64/libgone.so.7",
+            flags
+        )],
+        "{:?}",
+        report.notes
+    );
+    assert!(
+        !root.join("usr/lib64/libshadowed.so.9").exists(),
+        "no link for the covered file's soname"
+    );
+    let listed = ldconfig_p(&root.join("etc/ld.so.cache"));
+    assert!(
+        !listed.iter().any(|(n, _, _)| n == "libshadowed.so.9"),
+        "{listed:?}"
+    );
+}

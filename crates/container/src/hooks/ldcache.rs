@@ -685,12 +685,12 @@ fn scan_dir(
                 Some(held) => (false, held),
                 None => continue, // no library, or changed under us: not one we can trust
             },
-            FileKind::Symlink => match near_link(&mut looks, &name)? {
+            FileKind::Symlink => match near_link(&mut looks, &name, &shadowed)? {
                 Near::File(target) => match library_file(&mut looks, &target, seen.as_ref())? {
                     Some(held) => (true, held),
                     None => continue,
                 },
-                Near::None => continue,
+                Near::None | Near::Shadowed => continue,
                 Near::Far => {
                     far += 1;
                     if far > MAX_FAR_LINKS {
@@ -979,10 +979,20 @@ enum Near {
     None,
     /// Out of the folder (a target with a `/`), or a chain longer than the kernel follows.
     Far,
+    /// A name a pending mount will cover: what the link leads to is that mount's file, which
+    /// is a candidate of its own (and, being no link, always the better one of its soname).
+    Shadowed,
 }
 
-/// Follows symlink `name` of `dir` while its target is a plain name in `dir`, one lookup each.
-fn near_link(looks: &mut Looks<'_, '_>, name: &str) -> Result<Near, HookError> {
+/// Follows symlink `name` of `dir` while its target is a plain name in `dir`, one lookup each;
+/// a library name in `shadowed` (a pending mount's) ends it unlooked at: the image's file there, often
+/// the empty mount point a runtime left in a root that persists, is not what the link will
+/// lead to.
+fn near_link(
+    looks: &mut Looks<'_, '_>,
+    name: &str,
+    shadowed: &HashSet<&str>,
+) -> Result<Near, HookError> {
     let mut cur = name.to_string();
     for _ in 0..crate::root::MAX_SYMLINKS {
         let Some(target) = looks.read_link(&cur)? else {
@@ -991,6 +1001,10 @@ fn near_link(looks: &mut Looks<'_, '_>, name: &str) -> Result<Near, HookError> {
         let Some(target) = target.to_str().filter(|t| is_plain_name(t)) else {
             return Ok(Near::Far);
         };
+        // A library name only: that pending mount is a candidate of the scan itself.
+        if shadowed.contains(target) && is_dso_name(target) {
+            return Ok(Near::Shadowed);
+        }
         let Some(kind) = looks.kind(target)? else {
             return Ok(Near::None);
         };
