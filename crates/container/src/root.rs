@@ -321,6 +321,10 @@ pub struct Root {
     /// ([`LexicalResolver::keep_folders`]) so that [`Root::open_dir`], [`Root::mkdir_all_open`]
     /// and [`Dir::open_dir`] take them instead of resolving the path again.
     kept: HashMap<String, Arc<DirFd>>,
+    /// Names a [`LexicalResolver`] found missing, by their symlink-free path, and the count of
+    /// changes ([`Root::changes`]) they were handed over at: while nothing changed the root's
+    /// names since, [`Root::open_dir`] of a path through one says so with no lookup.
+    absent: (std::collections::HashSet<String>, u64),
     /// Changes made to the root's names other than through a folder's own descriptor (by path:
     /// a resolution from the root may reach any folder, under any name), and through one (which
     /// another descriptor of the same folder may have listed): a listing kept on a [`DirFd`]
@@ -479,6 +483,7 @@ impl Root {
             fd,
             path,
             kept: HashMap::new(),
+            absent: Default::default(),
             changes: AtomicU64::new(0),
         })
     }
@@ -501,6 +506,28 @@ impl Root {
             .get(key)
             .filter(|d| d.readable || !listable)
             .cloned()
+    }
+
+    /// Whether `path`, as written, leads through a name a resolver found missing
+    /// ([`Root::absent`]) by a prefix of real folders, and nothing changed the root's names
+    /// since: then it does not resolve, as its lookup would say.
+    fn known_absent(&self, path: &str) -> bool {
+        let (names, at) = &self.absent;
+        if names.is_empty() || self.changes.load(Ordering::SeqCst) != *at {
+            return false;
+        }
+        let key = path.trim_start_matches('/').trim_end_matches('/');
+        if key
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            return false;
+        }
+        // Each prefix, shortest first: `usr`, `usr/local`, `usr/local/cuda`, ...
+        key.match_indices('/')
+            .map(|(i, _)| &key[..i])
+            .chain([key])
+            .any(|prefix| names.contains(prefix))
     }
 
     /// Drops the root without closing its descriptor and its kept folders': for a process that
@@ -645,6 +672,10 @@ impl Root {
                 fd,
                 path: path.to_string(),
             });
+        }
+        if self.known_absent(path) {
+            let e = io::Error::from_raw_os_error(libc::ENOENT);
+            return Err(self.io_err(path, "open directory", e));
         }
         let fd = self.open_in_root(
             path,

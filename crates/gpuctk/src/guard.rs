@@ -272,8 +272,11 @@ pub fn params_in_shim(
     }) else {
         return Ok(());
     };
-    let shows = container_shows_driver_procfs(spec)
-        .map_err(|e| anyhow::anyhow!("/proc/driver/nvidia: {e}"))?;
+    // Where the params read are the kernel's own (the default proc root), that read says it
+    // all: no folder, no file, nothing to guard. No `stat` of the folder first.
+    let shows = proc_root == Path::new(DEFAULT_PROC_ROOT)
+        || container_shows_driver_procfs(spec)
+            .map_err(|e| anyhow::anyhow!("/proc/driver/nvidia: {e}"))?;
     let params = if shows {
         gpuctk_container::guard::host_params(&proc_root)?
     } else {

@@ -927,6 +927,41 @@ fn a_resolver_reads_the_last_name_of_a_file_path_as_a_link_first() {
     );
 }
 
+/// Issue 21: the names a resolver found missing go to its root with its folders
+/// ([`LexicalResolver::keep_folders`]): [`Root::open_dir`] of a path through one says it is not
+/// there with no lookup, while a path that only looks alike (through a symlink) is looked up,
+/// and once the root's names change (a folder made there) the path is looked up again.
+#[test]
+fn a_root_knows_the_names_its_resolver_found_missing() {
+    let f = fixture();
+    let r = &f.root;
+    std::fs::create_dir_all(r.join("usr/local")).unwrap();
+    std::fs::create_dir_all(r.join("opt/cuda/compat")).unwrap();
+    symlink("/opt", r.join("alt")).unwrap();
+    for force in [false, true] {
+        opath::FORCE.with(|c| c.set(force));
+        let mut root = Root::open(r).unwrap();
+        let mut resolver = LexicalResolver::new(&mut root);
+        resolver.resolve("/usr/local/cuda/compat").unwrap();
+        resolver.resolve("/alt/missing").unwrap();
+        resolver.keep_folders();
+        OPENAT2_PATH_BYTES.with(|c| c.set(0));
+        let e = root.open_dir("/usr/local/cuda/compat").unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        assert!(root.open_dir("usr/local/cuda").unwrap_err().is_not_found());
+        assert_eq!(OPENAT2_PATH_BYTES.with(|c| c.get()), 0, "emulated: {force}");
+        // `opt/missing` was found missing, not `alt/missing`: looked up, and there.
+        std::fs::create_dir_all(r.join("opt/missing")).unwrap();
+        root.open_dir("/alt/missing").unwrap();
+        root.open_dir("/opt/cuda/compat").unwrap();
+        root.mkdir_all("/usr/local/cuda/compat", 0o755).unwrap();
+        root.open_dir("/usr/local/cuda/compat").unwrap();
+        std::fs::remove_dir_all(r.join("usr/local/cuda")).unwrap();
+        std::fs::remove_dir_all(r.join("opt/missing")).unwrap();
+        opath::FORCE.with(|c| c.set(false));
+    }
+}
+
 /// Regression (issue 21): the folders a resolver opened are handed to its root
 /// ([`LexicalResolver::keep_folders`]), which gives them to the work that follows without
 /// resolving their paths again: two `Dir`s of one kept folder each list all of it, and a path

@@ -554,10 +554,21 @@ impl<'r> LexicalResolver<'r> {
     /// one before, following nothing, so it is a folder inside the root as a descriptor opened
     /// by an in-root resolution is; a folder moved meanwhile is used where it is now, as a
     /// [`Dir`](super::Dir) held open would be.
+    ///
+    /// The names it found missing go with them: [`Root::open_dir`] of a path through one says
+    /// it is not there with no lookup, until something changes the root's names.
     pub fn keep_folders(self) {
+        let at = self.root.changes.load(std::sync::atomic::Ordering::SeqCst);
+        self.root.absent.1 = at;
         for (name, seen) in self.memo.seen {
-            if let (Seen::Dir(fd, _), Ok(name)) = (seen, name.into_string()) {
-                self.root.kept.insert(name, fd);
+            match (seen, name.into_string()) {
+                (Seen::Dir(fd, _), Ok(name)) => {
+                    self.root.kept.insert(name, fd);
+                }
+                (Seen::Missing, Ok(name)) => {
+                    self.root.absent.0.insert(name);
+                }
+                _ => {}
             }
         }
     }
