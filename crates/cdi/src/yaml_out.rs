@@ -376,6 +376,13 @@ mod tests {
             "NVIDIA_CTK_DEBUG=false",
             "570.124.06",
             "/usr/lib/x86_64-linux-gnu/libcuda.so.570.124.06",
+            // YAML 1.1's booleans and the like, which serde_norway (YAML 1.2) writes plain.
+            "y",
+            "Yes",
+            "NO",
+            "on",
+            "Off",
+            "1_000",
         ] {
             for sp in with_string(s) {
                 assert_eq!(spec(&sp).as_deref(), Some(norway(&sp).as_str()), "{s:?}");
