@@ -27,6 +27,7 @@
 //!   replaces `linux.intelRdt`; `netDevices` set `linux.netDevices[hostInterfaceName]`.
 //! - Either every edit is applied or, on error, the config is left unchanged.
 
+use std::collections::HashSet;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::PathBuf;
@@ -314,6 +315,12 @@ fn apply_env(root: &mut Map<String, Value>, env_edits: &[String]) -> Result<(), 
 }
 
 /// `linux.devices` (an entry at the same path replaced) and each node's cgroup allow rule.
+///
+/// As if each node removed the entries at its path and appended itself, and then appended its
+/// rule unless an equal one is there, in order: the config's entries at any node's path go, of
+/// nodes with one path the last stays, and each distinct rule is appended once. In one pass
+/// over each list, with sets of the paths and of the rules' canonical forms, where a scan per
+/// node was quadratic (64 GPUs from a static spec: 195 nodes, about 1 ms of comparisons).
 fn apply_device_nodes(
     root: &mut Map<String, Value>,
     nodes: &[DeviceNode],
@@ -321,20 +328,77 @@ fn apply_device_nodes(
     let default_uid = process_id(root, "uid");
     let default_gid = process_id(root, "gid");
     let linux = child_obj(root, "linux", "linux")?;
-    for n in nodes {
-        let dev = device_entry(n, n.uid.or(default_uid), n.gid.or(default_gid));
-        let devices = child_arr(linux, "devices", "linux.devices")?;
-        devices.retain(|d| d.get("path").and_then(Value::as_str) != Some(n.path.as_str()));
-        devices.push(Value::Object(dev));
-        if let Some(rule) = cgroup_rule(n) {
-            let resources = child_obj(linux, "resources", "linux.resources")?;
-            let rules = child_arr(resources, "devices", "linux.resources.devices")?;
-            if !rules.contains(&rule) {
+    // From the end, so the first seen of a path is the node that stays.
+    let mut paths = HashSet::with_capacity(nodes.len());
+    let mut added: Vec<Value> = nodes
+        .iter()
+        .rev()
+        .filter(|n| paths.insert(n.path.as_str()))
+        .map(|n| {
+            Value::Object(device_entry(
+                n,
+                n.uid.or(default_uid),
+                n.gid.or(default_gid),
+            ))
+        })
+        .collect();
+    added.reverse();
+    let devices = child_arr(linux, "devices", "linux.devices")?;
+    devices.retain(|d| {
+        d.get("path")
+            .and_then(Value::as_str)
+            .is_none_or(|p| !paths.contains(p))
+    });
+    devices.extend(added);
+    let mut rules_added = nodes.iter().filter_map(cgroup_rule).peekable();
+    if rules_added.peek().is_some() {
+        let resources = child_obj(linux, "resources", "linux.resources")?;
+        let rules = child_arr(resources, "devices", "linux.resources.devices")?;
+        let mut seen: HashSet<String> = rules.iter().map(canonical).collect();
+        for rule in rules_added {
+            if seen.insert(canonical(&rule)) {
                 rules.push(rule);
             }
         }
     }
     Ok(())
+}
+
+/// A JSON value as text with every object's keys in order: two values are equal
+/// (`serde_json`'s `==`, which ignores key order) exactly when these are.
+fn canonical(v: &Value) -> String {
+    fn write(v: &Value, out: &mut String) {
+        match v {
+            Value::Object(m) => {
+                let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                out.push('{');
+                for (i, (k, v)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(k.clone()).to_string());
+                    out.push(':');
+                    write(v, out);
+                }
+                out.push('}');
+            }
+            Value::Array(a) => {
+                out.push('[');
+                for (i, v) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(v, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(v, &mut out);
+    out
 }
 
 /// A node's `linux.devices` entry (its host facts already filled).
@@ -392,7 +456,7 @@ fn cgroup_rule(n: &DeviceNode) -> Option<Value> {
 fn apply_mounts(root: &mut Map<String, Value>, edits: &[Mount]) -> Result<(), ApplyError> {
     let mounts = child_arr(root, "mounts", "mounts")?;
     // From the end, so the first seen of a destination is the edit that stays.
-    let mut dests = std::collections::HashSet::with_capacity(edits.len());
+    let mut dests = HashSet::with_capacity(edits.len());
     let mut added: Vec<Value> = edits
         .iter()
         .rev()
@@ -490,6 +554,65 @@ fn apply_additional_gids(root: &mut Map<String, Value>, edits: &[u32]) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (issue 21): [`apply_device_nodes`] in one pass gives what applying the nodes
+    /// one at a time gives (each removing the entries at its path, appending itself, then its
+    /// rule unless an equal one is there): nodes sharing a path, rules equal but for their key
+    /// order or their number's type, entries with no path, a FIFO and `permissions: none`.
+    #[test]
+    fn device_nodes_in_one_pass_as_one_at_a_time() {
+        fn one_at_a_time(root: &mut Map<String, Value>, nodes: &[DeviceNode]) {
+            let linux = root.get_mut("linux").unwrap().as_object_mut().unwrap();
+            for n in nodes {
+                let devices = linux.get_mut("devices").unwrap().as_array_mut().unwrap();
+                devices.retain(|d| d.get("path").and_then(Value::as_str) != Some(n.path.as_str()));
+                devices.push(Value::Object(device_entry(n, n.uid, n.gid)));
+                if let Some(rule) = cgroup_rule(n) {
+                    let rules = linux["resources"]["devices"].as_array_mut().unwrap();
+                    if !rules.contains(&rule) {
+                        rules.push(rule);
+                    }
+                }
+            }
+        }
+        let node = |path: &str, t: &str, minor: i64, perms: Option<&str>| DeviceNode {
+            path: path.into(),
+            r#type: Some(t.into()),
+            major: Some(195),
+            minor: Some(minor),
+            permissions: perms.map(Into::into),
+            file_mode: Some(0o666),
+            ..Default::default()
+        };
+        let config: Value = serde_json::from_str(
+            r#"{"linux": {"devices": [{"path": "/dev/nvidia1", "type": "c", "major": 1, "minor": 1},
+                {"type": "c"}, {"path": "/dev/null", "type": "c", "major": 1, "minor": 3}],
+              "resources": {"devices": [{"allow": false, "access": "rwm"},
+                {"access": "rwm", "minor": 0, "major": 195, "type": "c", "allow": true},
+                {"allow": true, "type": "c", "major": 195.0, "minor": 2, "access": "rwm"}]}}}"#,
+        )
+        .unwrap();
+        let nodes = [
+            node("/dev/nvidia0", "c", 0, None),
+            node("/dev/nvidia1", "c", 1, Some("rw")),
+            node("/dev/nvidia2", "c", 2, None),
+            node("/dev/nvidia1", "c", 1, None),
+            node("/dev/fifo", "p", 0, None),
+            node("/dev/nvidia3", "c", 3, Some("none")),
+            node("/dev/nvidia0", "c", 0, None),
+            node("/dev/nvidia4", "u", 4, Some("")),
+        ];
+        for len in 0..=nodes.len() {
+            let (mut want, mut got) = (config.clone(), config.clone());
+            one_at_a_time(want.as_object_mut().unwrap(), &nodes[..len]);
+            apply_device_nodes(got.as_object_mut().unwrap(), &nodes[..len]).unwrap();
+            assert_eq!(
+                serde_json::to_string(&got).unwrap(),
+                serde_json::to_string(&want).unwrap(),
+                "{len} nodes"
+            );
+        }
+    }
     use crate::spec::{Hook, Mount, NetDevice};
     use serde_json::json;
 

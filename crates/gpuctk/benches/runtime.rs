@@ -229,8 +229,25 @@ fn main() {
                 .expect("mock host (run as root)");
             let cdi = t.join(format!("cdi{gpus}"));
             fs::create_dir_all(&cdi).unwrap();
+            // The runtime's config, as the refresh unit's `cdi generate` reads it on a node: its
+            // discovery snapshot lands where the runtime's creates look for it.
+            let generate_config = t.join(format!("generate{gpus}.toml"));
+            fs::write(
+                &generate_config,
+                format!(
+                    "[nvidia-container-cli]\nroot = \"{}\"\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nhook-path = \"{}\"\nsnapshot-dir = \"{}\"\n",
+                    host.driver_root.display(),
+                    host.dev_root.display(),
+                    host.proc_root.display(),
+                    exe.display(),
+                    t.join("snapshots").display()
+                ),
+            )
+            .unwrap();
             run(Command::new(&exe)
-                .args(["cdi", "generate", "--output"])
+                .args(["cdi", "generate", "--config"])
+                .arg(&generate_config)
+                .arg("--output")
                 .arg(cdi.join("nvidia.yaml"))
                 // A hook that exists: under runc the params guard stays a hook (architecture.md).
                 .arg("--nvidia-cdi-hook-path")

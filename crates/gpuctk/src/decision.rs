@@ -370,13 +370,15 @@ fn decode_hooks(edits: &ContainerEdits) -> Vec<(usize, InRootOp)> {
                 .and_then(|a| std::path::Path::new(a).file_name())
                 .is_some_and(|n| n == "nvidia-cdi-hook" || n == "nvidia-ctk")
     };
+    let mut decoder = None;
     edits
         .hooks
         .iter()
         .enumerate()
         .filter(|(_, h)| ours(h))
         .filter_map(|(i, h)| {
-            crate::hook::decode(&h.args)
+            let cmd = decoder.get_or_insert_with(crate::hook::decoder);
+            crate::hook::decode_with(cmd, &h.args)
                 .ok()
                 .flatten()
                 .map(|op| (i, op))

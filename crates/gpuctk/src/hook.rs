@@ -216,17 +216,40 @@ impl Hook {
     }
 }
 
+/// [`decode_with`] with a command of its own, each answer checked against that of one command
+/// reused for every call, as the shim uses it.
+#[cfg(test)]
+fn decode(args: &[String]) -> Result<Option<InRootOp>, OpError> {
+    thread_local! {
+        static REUSED: std::cell::RefCell<clap::Command> = std::cell::RefCell::new(decoder());
+    }
+    let fresh = decode_with(&mut decoder(), args);
+    let reused = REUSED.with(|c| decode_with(&mut c.borrow_mut(), args));
+    assert_eq!(fresh, reused, "{args:?}");
+    fresh
+}
+
+/// The hook's command line as clap builds it, for many [`decode_with`] calls: a static spec of
+/// 64 GPUs holds 65 of our hooks, and building the command anew for each cost about 1 ms.
+pub fn decoder() -> clap::Command {
+    <HookCli as clap::CommandFactory>::command()
+}
+
 /// The one decoder of our hook entries, the hook's own command line: a spec hook's `args`
 /// (`args[0]` is the program name; NVIDIA's older `nvidia-ctk hook NAME` form too) as a typed
 /// operation. `Ok(None)` for what is not one of our operations as we know them (another
 /// subcommand, an unknown flag, `noop`, a test's `--container-spec`): it stays a hook process.
-/// `Err` for one of ours with a malformed value, which the hook would refuse too.
-pub fn decode(args: &[String]) -> Result<Option<InRootOp>, OpError> {
+/// `Err` for one of ours with a malformed value, which the hook would refuse too. `cmd` comes
+/// from [`decoder`]; clap builds it on its first use, and it is reused after.
+pub fn decode_with(cmd: &mut clap::Command, args: &[String]) -> Result<Option<InRootOp>, OpError> {
     let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
     if args.get(1) == Some(&"hook") {
         args.remove(1);
     }
-    let Ok(cli) = HookCli::try_parse_from(&args) else {
+    let Ok(mut matches) = cmd.try_get_matches_from_mut(&args) else {
+        return Ok(None);
+    };
+    let Ok(cli) = <HookCli as clap::FromArgMatches>::from_arg_matches_mut(&mut matches) else {
         return Ok(None);
     };
     Ok(match cli.hook.into_op()? {
