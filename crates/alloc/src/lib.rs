@@ -9,9 +9,9 @@
 //! - a request of up to [`LARGE`] bytes is rounded up to a size class (multiples of 16 up to
 //!   1 KiB, then powers of two); a freed block goes on its class's free list and is handed out
 //!   again for the same class, so memory in use never grows past the peak of each class;
-//! - blocks are carved from chunks mapped on demand: a first one of 256 KiB made present by
-//!   its `mmap` (`MAP_POPULATE`: one call instead of a page fault per page), then 1 MiB ones;
-//!   nothing is unmapped;
+//! - blocks are carved from chunks mapped on demand: a first one of 32 KiB, then one of 256 KiB
+//!   made present by its `mmap` (`MAP_POPULATE`: one call instead of a page fault per page),
+//!   then 1 MiB ones; nothing is unmapped;
 //! - a larger request is its own mapping, unmapped when freed and grown with `mremap`.
 //!
 //! Rust hands the size and alignment back on every free, so a block carries no header. One
@@ -36,8 +36,10 @@ pub const LARGE: usize = SMALL_MAX << POW2_CLASSES;
 const CLASSES: usize = SMALL_CLASSES + POW2_CLASSES;
 /// What is mapped at a time to carve class blocks from.
 const CHUNK: usize = 1 << 20;
-/// The first chunk, made present by its `mmap`: about what a create of 8 GPUs touches.
-const FIRST_CHUNK: usize = 256 << 10;
+/// The first chunk: about what a pass-through call touches.
+const FIRST_CHUNK: usize = 32 << 10;
+/// The second, made present by its `mmap`: about what the rest of a create of 8 GPUs touches.
+const PRESENT_CHUNK: usize = 256 << 10;
 const PAGE: usize = 4096;
 
 /// The class of a block of `size` bytes (at least 1, at most [`LARGE`]), and the class's size.
@@ -59,6 +61,8 @@ struct State {
     /// The unused rest of the current chunk.
     next: usize,
     end: usize,
+    /// Chunks mapped so far.
+    chunks: usize,
 }
 
 /// The allocator: put `#[global_allocator] static A: Alloc = Alloc::new();` in the binary.
@@ -78,6 +82,7 @@ impl Alloc {
                 free: [null_mut(); CLASSES],
                 next: 0,
                 end: 0,
+                chunks: 0,
             }),
         }
     }
@@ -142,21 +147,24 @@ impl State {
         let align = block_align(size);
         let mut start = (self.next + align - 1) & !(align - 1);
         if self.next == 0 || start + size > self.end {
-            // The first chunk is smaller and made present at once: a create of 8 GPUs touches
-            // most of it, and one `mmap` filling it costs far less than a page fault per page
-            // (a trap, on a VM an exit: 55 faults and about 0.25 ms of CPU fewer a create). Not
-            // more: zeroing pages no one touches costs too (a whole 1 MiB chunk so made cost a
-            // pass-through call 0.3 ms).
-            let first = self.next == 0;
-            let len = if first { FIRST_CHUNK } else { CHUNK };
-            let chunk = if first {
-                map_with(len, libc::MAP_POPULATE)
-            } else {
-                map(len)
+            // A small first chunk, enough for a pass-through call, then one made present by
+            // its `mmap`, about what the rest of a create of 8 GPUs touches: one call filling
+            // it costs less than a page fault per page (a trap; on a VM, an exit: a create
+            // takes 46 faults and about 0.2 ms of CPU fewer), and a call that needs little pays
+            // none of it (zeroing pages no one touches costs too: a whole 1 MiB chunk made
+            // present cost a pass-through call 0.3 ms). Then 1 MiB chunks.
+            let (len, flags) = match self.chunks {
+                0 => (FIRST_CHUNK, 0),
+                1 => (PRESENT_CHUNK, libc::MAP_POPULATE),
+                _ => (CHUNK, 0),
             };
+            // A class block is at most LARGE, a page multiple: one fits in a chunk this long.
+            let len = len.max(size);
+            let chunk = map_with(len, flags);
             if chunk.is_null() {
                 return null_mut();
             }
+            self.chunks += 1;
             self.next = chunk as usize;
             self.end = self.next + len;
             start = self.next;
