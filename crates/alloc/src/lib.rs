@@ -303,6 +303,30 @@ mod tests {
         assert_eq!(last, (CLASSES - 1, LARGE));
     }
 
+    /// The first chunks are smaller than a class's largest block: a first request of any class
+    /// size gets a chunk that holds it, and the blocks after it come from the next chunks.
+    #[test]
+    fn a_first_block_larger_than_the_first_chunks_fits() {
+        for first in [FIRST_CHUNK + 1, PRESENT_CHUNK, LARGE] {
+            let a = Alloc::new();
+            let mut live = Vec::new();
+            for size in [first, 16, FIRST_CHUNK, LARGE, 100, LARGE] {
+                let layout = Layout::from_size_align(size, 4096).unwrap();
+                let p = unsafe { a.alloc(layout) };
+                assert!(
+                    !p.is_null() && p as usize % 4096 == 0,
+                    "{first} then {size}"
+                );
+                unsafe { ptr::write_bytes(p, 0xa5, size) };
+                live.push((p as usize, size));
+            }
+            live.sort_unstable();
+            for w in live.windows(2) {
+                assert!(w[0].0 + w[0].1 <= w[1].0, "{first}: {w:?} overlap");
+            }
+        }
+    }
+
     /// Blocks of every size and alignment the allocator serves: aligned as asked, not
     /// overlapping, their contents kept through a realloc to every other size.
     #[test]
