@@ -20,26 +20,22 @@ pub(crate) fn spec(spec: &Spec) -> Option<String> {
     w.str_field(0, "cdiVersion", &spec.cdi_version)?;
     w.str_field(0, "kind", &spec.kind)?;
     w.map_field(0, "annotations", &spec.annotations)?;
+    // Always written, as serde_norway does; an empty one would be `[]`.
     if spec.devices.is_empty() {
         return None;
     }
-    w.key(0, "devices");
-    w.out.push('\n');
-    for d in &spec.devices {
-        w.item = true;
-        w.str_field(2, "name", &d.name)?;
-        w.map_field(2, "annotations", &d.annotations)?;
-        // Always written, as serde_norway does; an empty one would be `{}`.
+    w.seq(0, "devices", &spec.devices, |w, indent, d| {
+        w.str_field(indent, "name", &d.name)?;
+        w.map_field(indent, "annotations", &d.annotations)?;
+        // Always written too; empty edits would be `{}`.
         if d.container_edits.is_empty() {
             return None;
         }
-        w.key(2, "containerEdits");
-        w.out.push('\n');
-        w.edits(4, &d.container_edits)?;
-    }
+        w.block(indent, "containerEdits");
+        w.edits(indent + 2, &d.container_edits)
+    })?;
     if !spec.container_edits.is_empty() {
-        w.key(0, "containerEdits");
-        w.out.push('\n');
+        w.block(0, "containerEdits");
         w.edits(2, &spec.container_edits)?;
     }
     Some(w.out)
@@ -65,6 +61,12 @@ impl Writer {
         }
         self.out.push_str(key);
         self.out.push(':');
+    }
+
+    /// `key:` opening a block (a mapping or a sequence) on the lines below.
+    fn block(&mut self, indent: usize, key: &str) {
+        self.key(indent, key);
+        self.out.push('\n');
     }
 
     fn str_field(&mut self, indent: usize, key: &str, value: &str) -> Option<()> {
@@ -99,8 +101,7 @@ impl Writer {
         if map.is_empty() {
             return Some(());
         }
-        self.key(indent, key);
-        self.out.push('\n');
+        self.block(indent, key);
         for (k, v) in map {
             // libyaml writes a key longer than 128 as a complex key (`? k`).
             if k.len() > 128 {
@@ -121,8 +122,7 @@ impl Writer {
         if items.is_empty() {
             return Some(());
         }
-        self.key(indent, key);
-        self.out.push('\n');
+        self.block(indent, key);
         for s in items {
             self.pad(indent);
             self.out.push_str("- ");
@@ -132,48 +132,37 @@ impl Writer {
         Some(())
     }
 
-    /// The opening of a sequence of mappings under `key`, skipped when empty.
-    fn seq_key(&mut self, indent: usize, key: &str, empty: bool) -> bool {
-        if !empty {
-            self.key(indent, key);
-            self.out.push('\n');
+    /// A sequence of mappings under `key`, skipped when empty (the callers'
+    /// `skip_serializing_if`): each item's keys two deeper, its first key after the dash.
+    fn seq<T>(
+        &mut self,
+        indent: usize,
+        key: &str,
+        items: &[T],
+        item: impl Fn(&mut Self, usize, &T) -> Option<()>,
+    ) -> Option<()> {
+        if items.is_empty() {
+            return Some(());
         }
-        !empty
+        self.block(indent, key);
+        for t in items {
+            self.item = true;
+            item(self, indent + 2, t)?;
+        }
+        Some(())
     }
 
     fn edits(&mut self, indent: usize, e: &ContainerEdits) -> Option<()> {
         self.str_seq(indent, "env", &e.env)?;
-        let inner = indent + 2;
-        if self.seq_key(indent, "deviceNodes", e.device_nodes.is_empty()) {
-            for n in &e.device_nodes {
-                self.item = true;
-                self.device_node(inner, n)?;
-            }
-        }
-        if self.seq_key(indent, "netDevices", e.net_devices.is_empty()) {
-            for n in &e.net_devices {
-                self.item = true;
-                self.net_device(inner, n)?;
-            }
-        }
-        if self.seq_key(indent, "hooks", e.hooks.is_empty()) {
-            for h in &e.hooks {
-                self.item = true;
-                self.hook(inner, h)?;
-            }
-        }
-        if self.seq_key(indent, "mounts", e.mounts.is_empty()) {
-            for m in &e.mounts {
-                self.item = true;
-                self.mount(inner, m)?;
-            }
-        }
+        self.seq(indent, "deviceNodes", &e.device_nodes, Self::device_node)?;
+        self.seq(indent, "netDevices", &e.net_devices, Self::net_device)?;
+        self.seq(indent, "hooks", &e.hooks, Self::hook)?;
+        self.seq(indent, "mounts", &e.mounts, Self::mount)?;
         if let Some(rdt) = &e.intel_rdt {
             self.intel_rdt(indent, rdt)?;
         }
         if !e.additional_gids.is_empty() {
-            self.key(indent, "additionalGids");
-            self.out.push('\n');
+            self.block(indent, "additionalGids");
             for g in &e.additional_gids {
                 self.pad(indent);
                 let _ = writeln!(self.out, "- {g}");
@@ -221,8 +210,7 @@ impl Writer {
         if *r == IntelRdt::default() || r.schemata.as_ref().is_some_and(Vec::is_empty) {
             return None;
         }
-        self.key(indent, "intelRdt");
-        self.out.push('\n');
+        self.block(indent, "intelRdt");
         let inner = indent + 2;
         self.opt_str(inner, "closID", &r.clos_id)?;
         self.opt_str(inner, "l3CacheSchema", &r.l3_cache_schema)?;

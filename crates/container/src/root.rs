@@ -495,15 +495,8 @@ impl Root {
         if self.kept.is_empty() {
             return None;
         }
-        let key = path.trim_start_matches('/').trim_end_matches('/');
-        if key
-            .split('/')
-            .any(|c| c.is_empty() || c == "." || c == "..")
-        {
-            return None;
-        }
         self.kept
-            .get(key)
+            .get(plain_key(path)?)
             .filter(|d| d.readable || !listable)
             .cloned()
     }
@@ -516,13 +509,9 @@ impl Root {
         if names.is_empty() || self.changes.load(Ordering::SeqCst) != *at {
             return false;
         }
-        let key = path.trim_start_matches('/').trim_end_matches('/');
-        if key
-            .split('/')
-            .any(|c| c.is_empty() || c == "." || c == "..")
-        {
+        let Some(key) = plain_key(path) else {
             return false;
-        }
+        };
         // Each prefix, shortest first: `usr`, `usr/local`, `usr/local/cuda`, ...
         key.match_indices('/')
             .map(|(i, _)| &key[..i])
@@ -850,14 +839,7 @@ impl Root {
         if self.kept.is_empty() {
             return None;
         }
-        let key = path.trim_start_matches('/').trim_end_matches('/');
-        let comps: Vec<&str> = key.split('/').collect();
-        if comps
-            .iter()
-            .any(|c| c.is_empty() || *c == "." || *c == "..")
-        {
-            return None;
-        }
+        let comps: Vec<&str> = plain_key(path)?.split('/').collect();
         let (base, rest) = (1..comps.len())
             .rev()
             .find_map(|n| Some((self.kept.get(&comps[..n].join("/"))?, &comps[n..])))?;
@@ -1194,6 +1176,17 @@ impl Root {
         let cname = name_cstring(&name, path)?;
         sys::fchmodat(dir.as_fd(), &cname, mode).map_err(|e| self.io_err(path, "chmod", e))
     }
+}
+
+/// `path` as the key of the folders and missing names a [`LexicalResolver`] hands its root
+/// (`usr/lib`, by symlink-free path); `None` for the root itself and for a path with an empty,
+/// `.` or `..` component, which is resolved as ever.
+fn plain_key(path: &str) -> Option<&str> {
+    let key = path.trim_start_matches('/').trim_end_matches('/');
+    let plain = !key
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..");
+    plain.then_some(key)
 }
 
 /// Path components without empty ones and `.`; `..` kept.

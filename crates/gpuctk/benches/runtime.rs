@@ -90,6 +90,24 @@ fn cpu_of(cmd: &mut Command) -> Duration {
     children_cpu().saturating_sub(before)
 }
 
+/// A config.toml for mock host `host` (the hook `exe`, the snapshots under `t`), with
+/// `runtime_tables` between its `[nvidia-container-cli]` and `[gpuctk]` tables.
+fn config_text(
+    host: &gpuctk_mockhost::MockHost,
+    exe: &Path,
+    t: &Path,
+    runtime_tables: &str,
+) -> String {
+    format!(
+        "[nvidia-container-cli]\nroot = \"{}\"\n{runtime_tables}[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nhook-path = \"{}\"\nsnapshot-dir = \"{}\"\n",
+        host.driver_root.display(),
+        host.dev_root.display(),
+        host.proc_root.display(),
+        exe.display(),
+        t.join("snapshots").display()
+    )
+}
+
 /// A command for `bin` with the environment both sides get.
 fn cmd(bin: &Path, config: &Path) -> Command {
     let mut c = Command::new(bin);
@@ -232,18 +250,7 @@ fn main() {
             // The runtime's config, as the refresh unit's `cdi generate` reads it on a node: its
             // discovery snapshot lands where the runtime's creates look for it.
             let generate_config = t.join(format!("generate{gpus}.toml"));
-            fs::write(
-                &generate_config,
-                format!(
-                    "[nvidia-container-cli]\nroot = \"{}\"\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nhook-path = \"{}\"\nsnapshot-dir = \"{}\"\n",
-                    host.driver_root.display(),
-                    host.dev_root.display(),
-                    host.proc_root.display(),
-                    exe.display(),
-                    t.join("snapshots").display()
-                ),
-            )
-            .unwrap();
+            fs::write(&generate_config, config_text(&host, &exe, t, "")).unwrap();
             run(Command::new(&exe)
                 .args(["cdi", "generate", "--config"])
                 .arg(&generate_config)
@@ -283,20 +290,12 @@ fn main() {
             .enumerate()
             .map(|(i, h)| {
                 let p = t.join(format!("config-{runtime}-{i}.toml"));
-                fs::write(
-                    &p,
-                    format!(
-                        "[nvidia-container-cli]\nroot = \"{}\"\n[nvidia-container-runtime]\nruntimes = [\"{}\"]\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [\"{}\"]\n[gpuctk]\ndev-root = \"{}\"\nproc-root = \"{}\"\nhook-path = \"{}\"\nsnapshot-dir = \"{}\"\n",
-                        h.host.driver_root.display(),
-                        rt.display(),
-                        h.cdi.display(),
-                        h.host.dev_root.display(),
-                        h.host.proc_root.display(),
-                        exe.display(),
-                        t.join("snapshots").display()
-                    ),
-                )
-                .unwrap();
+                let runtime_tables = format!(
+                    "[nvidia-container-runtime]\nruntimes = [\"{}\"]\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [\"{}\"]\n",
+                    rt.display(),
+                    h.cdi.display(),
+                );
+                fs::write(&p, config_text(&h.host, &exe, t, &runtime_tables)).unwrap();
                 p
             })
             .collect();
@@ -359,18 +358,21 @@ fn main() {
             // One more create, traced, with /bin/true as the runtime (after the warm-up, so the
             // discovery snapshot is there as for every create above), less /bin/true's own.
             fs::write(&p, &pristine).unwrap();
-            let create_args = |c: &mut Command| {
-                c.arg("--root")
-                    .arg(&state)
-                    .args(["create", "--bundle"])
-                    .arg(&shim_bundle)
-                    .arg(format!("sc{ci}"));
+            // The shim's create with `/bin/true` as the runtime, and `/bin/true` alone with the
+            // same arguments.
+            let true_pair = |id: &str| {
+                [shim.as_path(), Path::new("/bin/true")].map(|bin| {
+                    let mut c = cmd(bin, &true_configs[case.host]);
+                    c.arg("--root")
+                        .arg(&state)
+                        .args(["create", "--bundle"])
+                        .arg(&shim_bundle)
+                        .arg(id);
+                    c
+                })
             };
             let trace = t.join("strace.txt");
-            let mut sc = cmd(&shim, &true_configs[case.host]);
-            create_args(&mut sc);
-            let mut tc = cmd(Path::new("/bin/true"), &true_configs[case.host]);
-            create_args(&mut tc);
+            let [mut sc, mut tc] = true_pair(&format!("sc{ci}"));
             let calls = syscalls(&mut sc, &trace)
                 .zip(syscalls(&mut tc, &trace))
                 .map(|(s, t)| s.saturating_sub(t));
@@ -383,17 +385,7 @@ fn main() {
                 fs::write(&p, &pristine).unwrap();
                 // A new id each time, as an engine gives: the shim records each container's
                 // runtime under its id.
-                let args = |c: &mut Command| {
-                    c.arg("--root")
-                        .arg(&state)
-                        .args(["create", "--bundle"])
-                        .arg(&shim_bundle)
-                        .arg(format!("cpu{ci}-{i}"));
-                };
-                let mut sc = cmd(&shim, &true_configs[case.host]);
-                args(&mut sc);
-                let mut tc = cmd(Path::new("/bin/true"), &true_configs[case.host]);
-                args(&mut tc);
+                let [mut sc, mut tc] = true_pair(&format!("cpu{ci}-{i}"));
                 let (s, t) = if i % 2 == 0 {
                     let s = cpu_of(&mut sc);
                     (s, cpu_of(&mut tc))
