@@ -190,20 +190,23 @@ pub fn app_profile(minors: &[u32]) -> Option<String> {
 /// for its GPU nodes (folder 0555, file 0444). Returns the minors it names.
 pub fn update_application_profile(root: &Root) -> Result<Vec<u32>, RootError> {
     let minors = gpu_minors(root)?;
-    write_app_profile(root, &minors)?;
+    write_app_profile(root, &minors, None)?;
     Ok(minors)
 }
 
 /// Writes the profile for `minors` into `root` (nothing when there are none).
-pub fn write_app_profile(root: &Root, minors: &[u32]) -> Result<(), RootError> {
+pub fn write_app_profile(
+    root: &Root,
+    minors: &[u32],
+    seen: Option<&mut crate::hooks::SeenLibraries>,
+) -> Result<(), RootError> {
     let Some(profile) = app_profile(minors) else {
         return Ok(());
     };
     let dir = root.mkdir_all_open(APP_PROFILE_DIR, 0o555)?;
     let name = APP_PROFILE_FILE.rsplit('/').next().unwrap_or_default();
     // A container started again on its root finds the same profile: left as it is.
-    dir.write_file_if_changed(name, profile.as_bytes(), 0o444, None)
-        .map(drop)
+    crate::hooks::write_file_if_changed_seen(&dir, name, profile.as_bytes(), 0o444, seen).map(drop)
 }
 
 #[cfg(test)]
@@ -333,7 +336,7 @@ mod tests {
         let first = std::fs::metadata(&f).unwrap().ino();
         assert_eq!(update_application_profile(&root).unwrap(), [1, 3]);
         assert_eq!(std::fs::metadata(&f).unwrap().ino(), first);
-        write_app_profile(&root, &[2]).unwrap();
+        write_app_profile(&root, &[2], None).unwrap();
         assert_ne!(std::fs::metadata(&f).unwrap().ino(), first);
         assert!(std::fs::read_to_string(&f).unwrap().contains("0x4]"));
         // No GPU node, no /dev: nothing written.

@@ -28,7 +28,8 @@ pub enum Outcome {
 pub fn run(root: &Root, op: &InRootOp, pending: &mut Pending) -> Result<Outcome, HookError> {
     Ok(match op {
         InRootOp::CreateSymlinks { links } => {
-            pending.add_links(hooks::create_symlinks_placed(root, links)?);
+            let placed = hooks::create_symlinks_placed(root, links, pending.seen_mut())?;
+            pending.add_links(placed);
             Outcome::Links(links.len())
         }
         InRootOp::EnableCudaCompat {
@@ -48,10 +49,10 @@ pub fn run(root: &Root, op: &InRootOp, pending: &mut Pending) -> Result<Outcome,
             hooks::chmod(root, *mode, paths)?;
             Outcome::Chmod
         }
-        InRootOp::UpdateApplicationProfile => match pending.gpu_minors() {
+        InRootOp::UpdateApplicationProfile => match pending.gpu_minors().map(<[u32]>::to_vec) {
             Some(minors) => {
-                crate::guard::write_app_profile(root, minors)?;
-                Outcome::AppProfile(minors.to_vec())
+                crate::guard::write_app_profile(root, &minors, pending.seen_mut())?;
+                Outcome::AppProfile(minors)
             }
             None => Outcome::AppProfile(crate::guard::update_application_profile(root)?),
         },

@@ -1519,8 +1519,14 @@ impl<'r> Dir<'r> {
         if let Some(id) = self.fd.id.get() {
             return Ok(*id);
         }
+        self.metadata().map(|m| (m.dev, m.ino))
+    }
+
+    /// What the folder is now (its `fstat`), which also gives [`Dir::id`] from then on.
+    pub fn metadata(&self) -> Result<Metadata, RootError> {
         let m = fstat(self.fd.as_fd()).map_err(|e| self.root.io_err(&self.path, "stat", e))?;
-        Ok(*self.fd.id.get_or_init(|| (m.dev, m.ino)))
+        self.fd.id.get_or_init(|| (m.dev, m.ino));
+        Ok(m)
     }
 
     /// The target of symlink entry `name`, not followed; `None` when it does not exist or is
@@ -1654,15 +1660,26 @@ impl<'r> Dir<'r> {
                 return replaced.map(|()| true);
             }
         }
-        let there = match self.lstat(name)? {
-            Some(m) if m.kind == FileKind::Dir => {
-                return Err(RootError::IsDirectory {
-                    root: self.root.path.clone(),
-                    path,
-                })
-            }
-            there => there,
-        };
+        self.write_file_if_changed_as(name, bytes, mode, current, self.lstat(name)?)
+    }
+
+    /// [`Dir::write_file_if_changed`] with the entry's `lstat` taken already (`there`).
+    pub fn write_file_if_changed_as(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        mode: u32,
+        current: Option<(&Metadata, &[u8])>,
+        there: Option<Metadata>,
+    ) -> Result<bool, RootError> {
+        self.single_name(name)?;
+        let path = self.child(name);
+        if there.as_ref().is_some_and(|m| m.kind == FileKind::Dir) {
+            return Err(RootError::IsDirectory {
+                root: self.root.path.clone(),
+                path,
+            });
+        }
         if let Some(m) = there
             .filter(|m| m.kind == FileKind::File && m.mode == mode && m.size == bytes.len() as u64)
         {
@@ -1725,7 +1742,17 @@ impl<'r> Dir<'r> {
         name: &str,
         cap: u64,
     ) -> Result<Option<(Vec<u8>, Metadata)>, RootError> {
-        let Some(seen) = self.lstat(name)? else {
+        self.read_file_as(name, self.lstat(name)?, cap)
+    }
+
+    /// [`Dir::read_file`] with the entry's `lstat` taken already (`there`).
+    pub fn read_file_as(
+        &self,
+        name: &str,
+        there: Option<Metadata>,
+        cap: u64,
+    ) -> Result<Option<(Vec<u8>, Metadata)>, RootError> {
+        let Some(seen) = there else {
             return Ok(None);
         };
         let Some(file) = self.open_file(name, &seen)? else {

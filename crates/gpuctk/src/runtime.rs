@@ -587,12 +587,18 @@ fn hooks_in_shim(
             Err(_) => {}
         }
     }
-    // The image's libraries as earlier containers' scans found them (`cache_dir`, beside the
-    // discovery snapshot): those of an image seen before are not read again.
-    let scans = ops
-        .iter()
-        .any(|(_, op)| matches!(op, InRootOp::UpdateLdcache { .. }));
-    if let (true, Some(dir)) = (scans, cache_dir) {
+    // The image's libraries as earlier containers' scans found them, and what they found in
+    // place in a root that persists (`cache_dir`, beside the discovery snapshot): those of an
+    // image seen before are not read again, nor what is in place looked at again.
+    let memo = ops.iter().any(|(_, op)| {
+        matches!(
+            op,
+            InRootOp::UpdateLdcache { .. }
+                | InRootOp::CreateSymlinks { .. }
+                | InRootOp::UpdateApplicationProfile
+        )
+    });
+    if let (true, Some(dir)) = (memo, cache_dir) {
         pending.set_seen(crate::seen_libraries::load(dir));
     }
     for (_, op) in &ops {

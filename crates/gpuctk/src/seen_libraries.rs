@@ -4,11 +4,17 @@
 //! cost one `lstat` each on a create instead of an open and three reads: a real image's
 //! library folder holds 50 to 300 of them (issue 21).
 //!
+//! It also keeps what earlier creates found in place in a root that persists (a folder holding
+//! every link asked of it, a file holding what would be written: [`SeenLibraries::in_place`]),
+//! so that a container started again on its old root looks at none of it again.
+//!
 //! One line per file: `inode size mtime mtime-ns ctime ctime-ns flags soname`, or `-` for both
-//! where the file is no library. A cache, never a trust boundary: a file that is not ours,
-//! too large, or not in this shape is ignored (a debug line) and replaced by what this create
-//! learns. Its worst case is a wrong entry in a container's own `ld.so.cache`, which a file of
-//! the same inode, size and both times would need (the status-change time is the kernel's).
+//! where the file is no library; one per folder or file found in place: `= inode size mtime
+//! mtime-ns ctime ctime-ns digest`, the digest in hex. A cache, never a trust boundary: a file
+//! that is not ours, too large, or not in this shape is ignored (a debug line) and replaced by
+//! what this create learns. Its worst case is a wrong entry, or one missing, in a container's
+//! own `ld.so.cache`, links or application profile, which a file or folder of the same inode,
+//! size and both times would need (the status-change time is the kernel's).
 
 use std::path::Path;
 
@@ -18,7 +24,7 @@ use gpuctk_container::hooks::{FileKey, SeenLibraries, MAX_SEEN_LIBRARIES};
 const FILE: &str = "image-libraries";
 
 /// Its first line: what shape the rest has.
-const HEADER: &str = "gpuctk image libraries 1";
+const HEADER: &str = "gpuctk image libraries 2";
 
 /// Largest file read: [`MAX_SEEN_LIBRARIES`] lines of at most about 120 bytes each.
 const MAX_FILE: u64 = 4 << 20;
@@ -76,7 +82,11 @@ fn parse(text: &str) -> Result<SeenLibraries, String> {
                 n + 2
             )
         };
-        let mut fields = line.splitn(8, ' ');
+        let (found, line) = match line.strip_prefix("= ") {
+            Some(rest) => (true, rest),
+            None => (false, line),
+        };
+        let mut fields = line.splitn(if found { 7 } else { 8 }, ' ');
         let mut next = || fields.next().ok_or_else(bad);
         let mut key = [0u64; 6];
         let mut secs = [0i64; 2];
@@ -95,14 +105,19 @@ fn parse(text: &str) -> Result<SeenLibraries, String> {
             mtime: (secs[0], key[3]),
             ctime: (secs[1], key[5]),
         };
+        if seen.len() == MAX_SEEN_LIBRARIES {
+            break;
+        }
+        if found {
+            let digest = u64::from_str_radix(next()?, 16).map_err(|_| bad())?;
+            seen.insert_in_place(key, digest);
+            continue;
+        }
         let (flags, soname) = (next()?, next()?);
         let library = match (flags, soname) {
             ("-", "-") => None,
             (flags, soname) => Some((soname.to_string(), flags.parse::<i32>().map_err(|_| bad())?)),
         };
-        if seen.len() == MAX_SEEN_LIBRARIES {
-            break;
-        }
         seen.insert(key, library);
     }
     Ok(seen)
@@ -119,12 +134,22 @@ fn format(seen: &SeenLibraries) -> String {
             Some((soname, flags)) => (flags.to_string(), soname.as_str()),
             None => ("-".to_string(), "-"),
         };
-        out.push_str(&format!(
-            "{} {} {} {} {} {} {flags} {soname}\n",
-            k.ino, k.size, k.mtime.0, k.mtime.1, k.ctime.0, k.ctime.1
-        ));
+        out.push_str(&format!("{} {flags} {soname}\n", key_text(k)));
+    }
+    let mut found: Vec<_> = seen.iter_in_place().collect();
+    found.sort_unstable();
+    for (k, digest) in found {
+        out.push_str(&format!("= {} {digest:x}\n", key_text(k)));
     }
     out
+}
+
+/// A key's six fields as a line holds them.
+fn key_text(k: &FileKey) -> String {
+    format!(
+        "{} {} {} {} {} {}",
+        k.ino, k.size, k.mtime.0, k.mtime.1, k.ctime.0, k.ctime.1
+    )
 }
 
 #[cfg(test)]
@@ -154,13 +179,25 @@ mod tests {
             assert_eq!(back.get(&key(k)), seen.get(&key(k)), "{text}");
         }
         assert_eq!(back.get(&key(4)), None);
+        // What was found in place reads back too, by key and digest.
+        seen.insert_in_place(key(5), 0xdead_beef_0123_4567);
+        seen.insert_in_place(key(1), 7);
+        let text = format(&seen);
+        let back = parse(&text).unwrap();
+        assert!(back.in_place(&key(5), 0xdead_beef_0123_4567), "{text}");
+        assert!(back.in_place(&key(1), 7), "{text}");
+        assert!(!back.in_place(&key(5), 7), "{text}");
+        assert_eq!(back.len(), 5, "{text}");
         for bad in [
             "",
-            "gpuctk image libraries 0\n",
-            "gpuctk image libraries 1\n1 2 3 4 5 6\n",
-            "gpuctk image libraries 1\n1 2 3 4 5 x 7 libx.so\n",
-            "gpuctk image libraries 1\n1 2 3 4 5 6 z libx.so\n",
-            "gpuctk image libraries 1\n1 2 99999999999999999999 4 5 6 7 libx.so\n",
+            "gpuctk image libraries 1\n1 2 3 4 5 6 7 libx.so\n",
+            "gpuctk image libraries 2\n1 2 3 4 5 6\n",
+            "gpuctk image libraries 2\n1 2 3 4 5 x 7 libx.so\n",
+            "gpuctk image libraries 2\n1 2 3 4 5 6 z libx.so\n",
+            "gpuctk image libraries 2\n1 2 99999999999999999999 4 5 6 7 libx.so\n",
+            "gpuctk image libraries 2\n= 1 2 3 4 5 6\n",
+            "gpuctk image libraries 2\n= 1 2 3 4 5 6 xyz\n",
+            "gpuctk image libraries 2\n= 1 2 3 4 5 6 7 8\n",
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }

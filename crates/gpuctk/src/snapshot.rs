@@ -249,12 +249,8 @@ pub struct Snapshot {
     shape: String,
 }
 
-/// 64-bit FNV-1a: a stable name for a shape (std's hasher may change between releases).
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
+/// A stable name for a shape (std's hasher may change between releases).
+pub(crate) use gpuctk_container::hooks::fnv1a64 as fnv1a;
 
 impl Snapshot {
     /// The snapshot of discovering `roots` with `opts`, in `dir`.

@@ -1098,6 +1098,68 @@ fn an_images_libraries_are_read_once() {
     assert!(lines.iter().any(|l| l.ends_with(" libc.so.6")), "{lines:?}");
 }
 
+/// Regression (issue 21): in a root that persists (a container started again on its old root,
+/// enroot's), what the shim's create found in place is kept beside the snapshot
+/// (`image-libraries`, its `=` lines: the library folder holding every link asked of it, the
+/// `ld.so.cache` holding our entries, the application profile), once each had not changed for
+/// 2 s; a later create then reads none of them (no `readlinkat` of a link, no open of the cache
+/// or the profile). Whatever changed there since (a link removed, the cache or the profile
+/// replaced) has another key, and is done again.
+#[test]
+fn what_a_root_that_persists_holds_in_place_is_not_looked_at_again() {
+    let s = Snap::new();
+    s.create();
+    let rootfs = s.bed.bundle.join("rootfs");
+    let libs = rootfs.join("usr/lib/x86_64-linux-gnu");
+    let cache_path = rootfs.join("etc/ld.so.cache");
+    let profile = rootfs.join("etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf");
+    let link = libs.join("libcuda.so.1");
+    let target = fs::read_link(&link).unwrap();
+    let (cache, prof) = (fs::read(&cache_path).unwrap(), fs::read(&profile).unwrap());
+    let in_place = || {
+        fs::read_to_string(s.dir.join("image-libraries"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("= "))
+            .count()
+    };
+    // Made just now: not kept as found in place by the create that finds them so at once.
+    s.create();
+    assert_eq!(in_place(), 0);
+    settle_folders();
+    s.create();
+    assert_eq!(in_place(), 3);
+    let trace = s.bed.t.join("trace");
+    s.create_with(|c| under_strace(c, &trace));
+    let text = fs::read_to_string(&trace).unwrap();
+    let looked: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            (l.contains("readlinkat(") && l.contains("\"libcuda.so.1\""))
+                || (l.contains("open") && l.contains("\"ld.so.cache\""))
+                || (l.contains("open") && l.contains("\"10-container.conf\""))
+        })
+        .collect();
+    assert!(looked.is_empty(), "{looked:?}");
+    assert_eq!(fs::read_link(&link).unwrap(), target);
+    assert_eq!(fs::read(&cache_path).unwrap(), cache);
+    assert_eq!(fs::read(&profile).unwrap(), prof);
+    // Changed since: the link removed, the cache and the profile replaced by others.
+    fs::remove_file(&link).unwrap();
+    let mut other = gpuctk_ldcache::parse(&cache).unwrap();
+    other.entries.retain(|e| e.key != "libcuda.so.1");
+    for (path, bytes) in [(&cache_path, other.to_bytes()), (&profile, b"{}".to_vec())] {
+        let tmp = path.with_extension("new");
+        fs::write(&tmp, bytes).unwrap();
+        fs::set_permissions(&tmp, fs::metadata(path).unwrap().permissions()).unwrap();
+        fs::rename(&tmp, path).unwrap();
+    }
+    s.create();
+    assert_eq!(fs::read_link(&link).unwrap(), target);
+    assert_eq!(fs::read(&cache_path).unwrap(), cache);
+    assert_eq!(fs::read(&profile).unwrap(), prof);
+}
+
 /// Regression (issue 21): where a mount covers a path the hooks work on as the two are
 /// written (the runtime's `/dev` over the DRM links of a container given graphics), the shim
 /// leaves the hooks to the runtime without opening the rootfs, checking it against the host's

@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 use std::fmt;
 
 use super::{
-    join, normalize_dir, unusable, HookError, COMPAT_CONF_PREFIX, CUDA_FWD_COMPAT_SECTION,
+    fnv1a64, join, normalize_dir, unusable, HookError, COMPAT_CONF_PREFIX, CUDA_FWD_COMPAT_SECTION,
     CUDA_NOTE_OWNER, LD_SO_CONF_D, MAX_DIR_ENTRIES,
 };
 use crate::elf;
@@ -245,13 +245,6 @@ fn note_field<'a>(note: &'a serde_json::Value, key: &str) -> Option<&'a serde_js
         obj.iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(key))
             .map(|(_, v)| v)
-    })
-}
-
-/// 64-bit FNV-1a, for a stable drop-in name per compat directory.
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
 

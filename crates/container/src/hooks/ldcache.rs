@@ -2,6 +2,7 @@
 //! `ldconfig` would, without running the image's `ldconfig`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::{Duration, SystemTime};
 
 use gpuctk_ldcache::{Cache, Entry};
 
@@ -70,7 +71,7 @@ pub struct FileKey {
 }
 
 impl FileKey {
-    fn of(m: &Metadata) -> FileKey {
+    pub(super) fn of(m: &Metadata) -> FileKey {
         FileKey {
             ino: m.ino,
             size: m.size,
@@ -80,24 +81,82 @@ impl FileKey {
     }
 }
 
-/// Most libraries [`SeenLibraries`] holds: past it, what a scan reads is not added.
+/// Most entries [`SeenLibraries`] holds: past it, what a scan reads is not added.
 pub const MAX_SEEN_LIBRARIES: usize = 16 << 10;
+
+/// How long before a look began a folder's or file's status-change time must be for what the
+/// look found to be kept by its key ([`SeenLibraries::in_place`]). The kernel stamps that time
+/// from a coarse clock (a tick, or a second where the file system keeps no finer time): a
+/// change in the same tick as the stamp, after the look, would keep the key. One at least this
+/// much older than the look is out of reach of such a change.
+const SETTLED: Duration = Duration::from_secs(2);
+
+/// Whether `m`'s status-change time was at least [`SETTLED`] before `began`.
+fn settled(m: &Metadata, began: SystemTime) -> bool {
+    let ctime = u64::try_from(m.ctime.0)
+        .ok()
+        .map(|s| SystemTime::UNIX_EPOCH + Duration::new(s, m.ctime.1.min(999_999_999) as u32));
+    ctime.is_some_and(|c| began.duration_since(c).is_ok_and(|d| d >= SETTLED))
+}
 
 /// What reading the image libraries of earlier containers gave, by [`FileKey`]: a library's
 /// soname and cache flags, or `None` for a file that is no library (a linker script, an object
 /// without a soname). The caller keeps it between containers (the shim, under `/run`), so
 /// that the libraries of an image seen before cost one `lstat` each, not an open and three
 /// reads; what a scan reads anew is added to it.
+///
+/// It also holds what earlier creates found in place in a root that persists (a container
+/// started again on its old root, enroot's): a folder all of whose links were there, a file
+/// holding what would have been written ([`SeenLibraries::in_place`]), so that a create finding
+/// the same key looks at nothing more.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SeenLibraries {
     map: HashMap<FileKey, Option<(String, i32)>>,
+    /// Keys of folders and files found in place, each with the digest of what was found
+    /// ([`super::fnv1a64`] of the caller's own text of it).
+    found: BTreeSet<(FileKey, u64)>,
     learned: usize,
 }
 
 impl SeenLibraries {
-    /// Adds what a file is, unless [`MAX_SEEN_LIBRARIES`] are held; whether it was new.
+    /// Adds what a file is, unless [`MAX_SEEN_LIBRARIES`] entries are held; whether it was new.
     pub fn insert(&mut self, key: FileKey, library: Option<(String, i32)>) -> bool {
-        self.map.len() < MAX_SEEN_LIBRARIES && self.map.insert(key, library).is_none()
+        self.len() < MAX_SEEN_LIBRARIES && self.map.insert(key, library).is_none()
+    }
+
+    /// Adds that the folder or file of `key` was found in place for `digest`, unless
+    /// [`MAX_SEEN_LIBRARIES`] entries are held; whether it was new.
+    pub fn insert_in_place(&mut self, key: FileKey, digest: u64) -> bool {
+        self.len() < MAX_SEEN_LIBRARIES && self.found.insert((key, digest))
+    }
+
+    /// Whether an earlier create found the folder or file of `key` in place for `digest`: a
+    /// key is the same only while nothing was made, removed or written there since (its
+    /// status-change time is the kernel's to set), and it is kept only once that time had
+    /// settled ([`settled`]).
+    pub fn in_place(&self, key: &FileKey, digest: u64) -> bool {
+        self.found.contains(&(*key, digest))
+    }
+
+    /// Whether an earlier create found the folder or file of `key` in place for any digest.
+    pub fn any_in_place(&self, key: &FileKey) -> bool {
+        self.found
+            .range((*key, 0)..=(*key, u64::MAX))
+            .next()
+            .is_some()
+    }
+
+    /// Every folder and file found in place, with its digest.
+    pub fn iter_in_place(&self) -> impl Iterator<Item = &(FileKey, u64)> {
+        self.found.iter()
+    }
+
+    /// Records what [`SeenLibraries::in_place`] will answer for `m`, found in place for
+    /// `digest` by a look that began at `began`, where `m`'s status-change time had settled.
+    pub(super) fn note_in_place(&mut self, m: &Metadata, digest: u64, began: SystemTime) {
+        if settled(m, began) && self.insert_in_place(FileKey::of(m), digest) {
+            self.learned += 1;
+        }
     }
 
     /// What the file of `key` was found to be, if it was.
@@ -115,14 +174,14 @@ impl SeenLibraries {
         self.map.iter()
     }
 
-    /// How many entries it holds.
+    /// How many entries it holds, libraries and what was found in place.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.map.len() + self.found.len()
     }
 
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 
     fn learn(&mut self, key: FileKey, library: Option<(String, i32)>) {
@@ -130,6 +189,38 @@ impl SeenLibraries {
             self.learned += 1;
         }
     }
+}
+
+/// [`Dir::write_file_if_changed`] of entry `name` of `dir`, taking what earlier creates found in
+/// place (`seen`): a file an earlier create found holding `bytes` with `mode`, unchanged since,
+/// is not read again; one found holding them now is added to `seen`. Returns whether it wrote.
+pub fn write_file_if_changed_seen(
+    dir: &Dir<'_>,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+    seen: Option<&mut SeenLibraries>,
+) -> Result<bool, RootError> {
+    let Some(seen) = seen else {
+        return dir.write_file_if_changed(name, bytes, mode, None);
+    };
+    let began = SystemTime::now();
+    let there = dir.lstat(name)?;
+    let mut text = format!("file {mode:o}\0").into_bytes();
+    text.extend_from_slice(bytes);
+    let digest = super::fnv1a64(&text);
+    let same_kind =
+        |m: &Metadata| m.kind == FileKind::File && m.mode == mode && m.size == bytes.len() as u64;
+    if let Some(m) = there.as_ref().filter(|m| same_kind(m)) {
+        if seen.in_place(&FileKey::of(m), digest) {
+            return Ok(false);
+        }
+    }
+    let wrote = dir.write_file_if_changed_as(name, bytes, mode, None, there)?;
+    if let Some(m) = there.filter(|m| !wrote && same_kind(m)) {
+        seen.note_in_place(&m, digest, began);
+    }
+    Ok(wrote)
 }
 
 /// Library files the runtime will bind-mount into the container after we have run (the shim
@@ -200,6 +291,11 @@ impl Pending {
         self.seen.get_mut().take()
     }
 
+    /// The [`SeenLibraries`] given, if any, for an operation to consult and add to.
+    pub fn seen_mut(&mut self) -> Option<&mut SeenLibraries> {
+        self.seen.get_mut().as_mut()
+    }
+
     /// Links left in place by an earlier operation of the same run: the folders holding them
     /// are not asked again what these names are.
     pub fn add_links(&mut self, placed: Placed) {
@@ -243,49 +339,34 @@ pub fn update_ldcache_pending(
     // link), and for anything in it but a plain file, the full paths are resolved in the root
     // as ever, which says what is wrong.
     let etc = root.open_dir("/etc").ok();
-    // The cache as read from `/etc` (its lstat and bytes): written back only if it changed.
-    let mut current = None;
-    let mut elsewhere = None;
-    let read: Result<&[u8], RootError> = match etc
-        .as_ref()
-        .map(|d| d.read_file(base(LD_SO_CACHE), MAX_CACHE))
-    {
-        Some(Ok(Some((bytes, seen)))) => Ok(&current.insert((seen, bytes)).1),
-        Some(Err(e)) => Err(e),
-        Some(Ok(None)) | None => match root.read_to_vec(LD_SO_CACHE, MAX_CACHE) {
-            Ok(bytes) => Ok(elsewhere.insert(bytes)),
-            Err(e) => Err(e),
-        },
+    // Where earlier creates' findings are at hand (the shim's), the cache is looked at first,
+    // and read only where no earlier create found it in place for what this one makes of it
+    // (a container started again on its old root). One no earlier create found in place at
+    // all is read first, as ever: one the image damaged fails the container before anything
+    // is made in the root.
+    let began = SystemTime::now();
+    let mut there = match (&etc, pending.seen.borrow().is_some()) {
+        (Some(d), true) => Some(d.lstat(base(LD_SO_CACHE))),
+        _ => None,
     };
-    let mut cache = match read {
-        // What a power cut can leave of a cache renamed into place unsynced; the loader ignores
-        // it too. Start afresh rather than refuse the container forever.
-        Ok([]) => {
-            report
-                .notes
-                .push(format!("{LD_SO_CACHE}: empty in the image; starting empty"));
-            Cache::new()
-        }
-        Ok(bytes) => gpuctk_ldcache::parse(bytes).map_err(|source| HookError::CorruptCache {
-            root: root.host_path().to_path_buf(),
-            source,
-        })?,
-        Err(e) if e.is_not_found() => {
-            report
-                .notes
-                .push(format!("{LD_SO_CACHE}: none in the image; starting empty"));
-            Cache::new()
-        }
-        // A FIFO, socket or device where the cache belongs, or a link through a magic link
-        // (`/proc/self/root/...`): never read; replaced by the new cache, as ldconfig's
-        // rename would replace it.
-        Err(e) if unusable(&e) => {
-            report
-                .notes
-                .push(format!("{e}; not read, replaced by a new cache"));
-            Cache::new()
-        }
-        Err(e) => return Err(e.into()),
+    let in_place = |m: &Metadata, digest: Option<u64>| {
+        m.kind == FileKind::File
+            && m.mode == 0o644
+            && pending.seen.borrow().as_ref().is_some_and(|s| {
+                let key = FileKey::of(m);
+                digest.map_or_else(|| s.any_in_place(&key), |d| s.in_place(&key, d))
+            })
+    };
+    let maybe_in_place = matches!(&there, Some(Ok(Some(m))) if in_place(m, None));
+    let mut read = if maybe_in_place {
+        None
+    } else {
+        Some(read_cache(
+            root,
+            etc.as_ref(),
+            there.take(),
+            &mut report.notes,
+        )?)
     };
 
     let conf_d = read_conf_d(root, etc.as_ref(), &mut report.notes)?;
@@ -356,59 +437,50 @@ pub fn update_ldcache_pending(
         }
     }
 
-    // Our entries replace the image's with the same soname, ABI and hwcap: one pass over the
-    // cache (Cache::add per entry would be quadratic on a large image cache).
-    let ours: HashSet<(&str, i32, u64)> = report
-        .entries
-        .iter()
-        .map(|e| (e.key.as_str(), e.flags, e.hwcap))
-        .collect();
-    let before = cache.entries.len();
-    cache
-        .entries
-        .retain(|o| !ours.contains(&(o.key.as_str(), o.flags, o.hwcap)));
-    report.replaced = before - cache.entries.len();
-    // The image's entries into a folder we read whole that our scan did not find again are
-    // stale: a library gone, or the empty mount point an earlier injection left in a root that
-    // persists (enroot), which the loader would take for a "file too short". ldconfig, which
-    // rebuilds from scratch, drops them too.
-    let our_paths: HashSet<&str> = report.entries.iter().map(|e| e.value.as_str()).collect();
-    let before = cache.entries.len();
-    cache.entries.retain(|o| {
-        let dir = o.value.rsplit_once('/').map_or("", |(d, _)| d);
-        let dir = if dir.is_empty() { "/" } else { dir };
-        !scanned.contains(dir) || our_paths.contains(o.value.as_str())
-    });
-    let stale = before - cache.entries.len();
-    if stale > 0 {
-        report.notes.push(format!(
-            "{stale} entries of the image's cache into the folders read no longer name a library; dropped"
-        ));
-    }
-    cache.entries.extend(report.entries.iter().cloned());
-    if cache.generator.is_none() {
-        cache.generator = Some(GENERATOR.to_string());
-    }
-    report.total_entries = cache.entries.len();
-    // An `/etc` the image leads through a magic link cannot be written in-root: noted, and
-    // the container keeps the loader's default search path.
-    let etc = match etc {
-        Some(d) => Ok(d),
-        None => root.mkdir_all_open("/etc", 0o755),
-    };
-    let bytes = cache.to_bytes();
-    let written = etc.and_then(|etc| {
-        let current = current.as_ref().map(|(seen, old)| (seen, &old[..]));
-        etc.write_file_if_changed(base(LD_SO_CACHE), &bytes, 0o644, current)?;
-        Ok(etc)
-    });
-    let etc = match written {
-        Ok(etc) => etc,
-        Err(e) if unusable(&e) => {
-            report.notes.push(format!("{e}; no cache written"));
-            return Ok(report);
+    let digest = cache_digest(&report.entries, &scanned);
+    let found = matches!(&there, Some(Ok(Some(m))) if in_place(m, Some(digest)));
+    let etc = match (found, etc) {
+        (true, Some(etc)) => {
+            report.notes.push(format!(
+                "{LD_SO_CACHE}: as an earlier create found it, with these entries; not read"
+            ));
+            etc
         }
-        Err(e) => return Err(e.into()),
+        (_, etc) => {
+            let (mut cache, current) = match read.take() {
+                Some(r) => r,
+                None => read_cache(root, etc.as_ref(), there.take(), &mut report.notes)?,
+            };
+            merge(&mut cache, &mut report, &scanned);
+            // An `/etc` the image leads through a magic link cannot be written in-root: noted,
+            // and the container keeps the loader's default search path.
+            let etc = match etc {
+                Some(d) => Ok(d),
+                None => root.mkdir_all_open("/etc", 0o755),
+            };
+            let bytes = cache.to_bytes();
+            let written = etc.and_then(|etc| {
+                let current = current.as_ref().map(|(seen, old)| (seen, &old[..]));
+                let wrote = etc.write_file_if_changed(base(LD_SO_CACHE), &bytes, 0o644, current)?;
+                // As it was: kept as found in place, for a later create on this root.
+                if let (false, Some((m, _))) = (wrote, current) {
+                    if m.kind == FileKind::File && m.mode == 0o644 {
+                        if let Some(seen) = pending.seen.borrow_mut().as_mut() {
+                            seen.note_in_place(m, digest, began);
+                        }
+                    }
+                }
+                Ok(etc)
+            });
+            match written {
+                Ok(etc) => etc,
+                Err(e) if unusable(&e) => {
+                    report.notes.push(format!("{e}; no cache written"));
+                    return Ok(report);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     };
     match etc.lstat(base(LD_SO_CONF)) {
         Ok(None) => {
@@ -450,6 +522,118 @@ pub fn update_ldcache_pending(
         }
     }
     Ok(report)
+}
+
+/// The image's cache, parsed (empty where there is none, or what is there is no file to read),
+/// with its `lstat` and bytes where it was read from `/etc` (`etc`; `there`: its `lstat` there,
+/// taken already).
+#[allow(clippy::type_complexity)]
+fn read_cache(
+    root: &Root,
+    etc: Option<&Dir<'_>>,
+    there: Option<Result<Option<Metadata>, RootError>>,
+    notes: &mut Vec<String>,
+) -> Result<(Cache, Option<(Metadata, Vec<u8>)>), HookError> {
+    let mut current = None;
+    let mut elsewhere = None;
+    let read: Result<&[u8], RootError> = match etc.map(|d| match there {
+        Some(looked) => looked.and_then(|m| d.read_file_as(base(LD_SO_CACHE), m, MAX_CACHE)),
+        None => d.read_file(base(LD_SO_CACHE), MAX_CACHE),
+    }) {
+        Some(Ok(Some((bytes, seen)))) => Ok(&current.insert((seen, bytes)).1),
+        Some(Err(e)) => Err(e),
+        Some(Ok(None)) | None => match root.read_to_vec(LD_SO_CACHE, MAX_CACHE) {
+            Ok(bytes) => Ok(elsewhere.insert(bytes)),
+            Err(e) => Err(e),
+        },
+    };
+    let cache = match read {
+        // What a power cut can leave of a cache renamed into place unsynced; the loader ignores
+        // it too. Start afresh rather than refuse the container forever.
+        Ok([]) => {
+            notes.push(format!("{LD_SO_CACHE}: empty in the image; starting empty"));
+            Cache::new()
+        }
+        Ok(bytes) => gpuctk_ldcache::parse(bytes).map_err(|source| HookError::CorruptCache {
+            root: root.host_path().to_path_buf(),
+            source,
+        })?,
+        Err(e) if e.is_not_found() => {
+            notes.push(format!("{LD_SO_CACHE}: none in the image; starting empty"));
+            Cache::new()
+        }
+        // A FIFO, socket or device where the cache belongs, or a link through a magic link
+        // (`/proc/self/root/...`): never read; replaced by the new cache, as ldconfig's
+        // rename would replace it.
+        Err(e) if unusable(&e) => {
+            notes.push(format!("{e}; not read, replaced by a new cache"));
+            Cache::new()
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok((cache, current))
+}
+
+/// Our entries (`report`'s) into the image's `cache`, as ldconfig would have it had it scanned
+/// the folders read whole (`scanned`).
+fn merge(cache: &mut Cache, report: &mut LdcacheReport, scanned: &HashSet<String>) {
+    // Our entries replace the image's with the same soname, ABI and hwcap: one pass over the
+    // cache (Cache::add per entry would be quadratic on a large image cache).
+    let ours: HashSet<(&str, i32, u64)> = report
+        .entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.flags, e.hwcap))
+        .collect();
+    let before = cache.entries.len();
+    cache
+        .entries
+        .retain(|o| !ours.contains(&(o.key.as_str(), o.flags, o.hwcap)));
+    report.replaced = before - cache.entries.len();
+    // The image's entries into a folder we read whole that our scan did not find again are
+    // stale: a library gone, or the empty mount point an earlier injection left in a root that
+    // persists (enroot), which the loader would take for a "file too short". ldconfig, which
+    // rebuilds from scratch, drops them too.
+    let our_paths: HashSet<&str> = report.entries.iter().map(|e| e.value.as_str()).collect();
+    let before = cache.entries.len();
+    cache.entries.retain(|o| {
+        let dir = o.value.rsplit_once('/').map_or("", |(d, _)| d);
+        let dir = if dir.is_empty() { "/" } else { dir };
+        !scanned.contains(dir) || our_paths.contains(o.value.as_str())
+    });
+    let stale = before - cache.entries.len();
+    if stale > 0 {
+        report.notes.push(format!(
+            "{stale} entries of the image's cache into the folders read no longer name a library; dropped"
+        ));
+    }
+    cache.entries.extend(report.entries.iter().cloned());
+    if cache.generator.is_none() {
+        cache.generator = Some(GENERATOR.to_string());
+    }
+    report.total_entries = cache.entries.len();
+}
+
+/// The digest of what merging makes of a cache ([`SeenLibraries::in_place`]): our entries in
+/// order, the folders read whole (whose other entries are dropped) and the generator a cache
+/// without one gets. Merging the same into a cache that such a merge made changes nothing.
+fn cache_digest(entries: &[Entry], scanned: &HashSet<String>) -> u64 {
+    let mut text = format!("ld.so.cache {GENERATOR}\0").into_bytes();
+    for e in entries {
+        let numbers = format!("{} {} {}", e.flags, e.hwcap, e.osversion);
+        for part in [e.key.as_bytes(), e.value.as_bytes(), numbers.as_bytes()] {
+            text.extend_from_slice(part);
+            text.push(0);
+        }
+    }
+    // Folder names hold no NUL: a second NUL ends the entries.
+    text.push(0);
+    let mut dirs: Vec<&String> = scanned.iter().collect();
+    dirs.sort_unstable();
+    for d in dirs {
+        text.extend_from_slice(d.as_bytes());
+        text.push(0);
+    }
+    super::fnv1a64(&text)
 }
 
 /// The `*.conf` files of `/etc/ld.so.conf.d` (sorted by name) with the

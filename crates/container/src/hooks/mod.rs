@@ -72,6 +72,15 @@ pub const MAX_CANDIDATES: usize = 4 << 10;
 pub const MAX_FAR_LINKS: usize = 256;
 /// Most entries in a compat directory we scan (`/usr/local/cuda/compat` holds about 15).
 pub const MAX_COMPAT_DIR_ENTRIES: usize = 256;
+
+/// 64-bit FNV-1a: a name that stays the same between releases (a drop-in per compat
+/// directory, a cache file per configuration), and the digests of what a create found in place
+/// ([`SeenLibraries::in_place`]).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
 /// Always searched by glibc's loader, never worth listing.
 pub(super) const TRUSTED_DIRS: &[&str] = &["/lib", "/usr/lib"];
 
