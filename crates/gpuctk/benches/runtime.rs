@@ -13,6 +13,13 @@
 //! the targets are printed beside them, never asserted.
 //! `GPUCTK_BENCH_BIN` measures another gpuctk binary (a static build, say);
 //! `GPUCTK_BENCH_ITERS` changes the number of runs (default 40).
+//!
+//! Bundles and state dirs are on tmpfs, where every engine keeps them (under `/run`: containerd's
+//! task dirs and runc roots, CRI-O's and Podman's `userdata`, the shim's runtime records): `/run`
+//! where it is a tmpfs, else `/dev/shm` (a container's `/run` is often its disk). On ext4, each
+//! new inode (the shim's `config.json` and its runtime record, runc's `state.json`) can cost a
+//! tenth of a millisecond once many have been deleted (the allocator skips recently freed
+//! inodes), which no engine's create pays.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -71,6 +78,28 @@ fn syscalls(cmd: &mut Command, out: &Path) -> Option<u64> {
     // `100.00  0.004884  2  1640  118 total`: the calls are the fourth column.
     let total = text.lines().find(|l| l.trim_end().ends_with(" total"))?;
     ok.then(|| total.split_whitespace().nth(3)?.parse().ok())?
+}
+
+/// A temp dir on tmpfs (see the header): under `/run` or `/dev/shm`, whichever is one first;
+/// the default temp dir, said so, where neither is.
+fn tmpfs_tempdir() -> tempfile::TempDir {
+    let tmpfs = |d: &str| {
+        let c = std::ffi::CString::new(d).expect("no NUL");
+        // SAFETY: statfs fills the plain struct it is given.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+        rc == 0 && st.f_type == libc::TMPFS_MAGIC
+    };
+    match ["/run", "/dev/shm"].into_iter().find(|d| tmpfs(d)) {
+        Some(d) => {
+            println!("bundles and state dirs on tmpfs, under {d}");
+            tempfile::tempdir_in(d).expect("temp dir on tmpfs")
+        }
+        None => {
+            println!("no tmpfs at /run or /dev/shm: bundles and state dirs on the temp dir's file system");
+            tempfile::tempdir().expect("temp dir")
+        }
+    }
 }
 
 /// CPU time (user + system) of the children waited for so far.
@@ -234,7 +263,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(40);
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tmpfs_tempdir();
     let t = tmp.path();
     let shim = t.join("nvidia-container-runtime");
     symlink(&exe, &shim).unwrap();
