@@ -524,16 +524,19 @@ pub fn update_ldcache_pending(
     Ok(report)
 }
 
+/// The image's cache as [`read_cache`] found it: parsed, and its `lstat` and bytes where it was
+/// read from `/etc` (what is written back only if it changed).
+type ReadCache = (Cache, Option<(Metadata, Vec<u8>)>);
+
 /// The image's cache, parsed (empty where there is none, or what is there is no file to read),
 /// with its `lstat` and bytes where it was read from `/etc` (`etc`; `there`: its `lstat` there,
 /// taken already).
-#[allow(clippy::type_complexity)]
 fn read_cache(
     root: &Root,
     etc: Option<&Dir<'_>>,
     there: Option<Result<Option<Metadata>, RootError>>,
     notes: &mut Vec<String>,
-) -> Result<(Cache, Option<(Metadata, Vec<u8>)>), HookError> {
+) -> Result<ReadCache, HookError> {
     let mut current = None;
     let mut elsewhere = None;
     let read: Result<&[u8], RootError> = match etc.map(|d| match there {
