@@ -165,6 +165,26 @@ mod tests {
         }
     }
 
+    /// What was found in place is held up to its own cap, past which it starts afresh: the
+    /// libraries stay, and so does what was just added.
+    #[test]
+    fn what_was_found_in_place_is_capped_apart_from_the_libraries() {
+        use gpuctk_container::hooks::MAX_IN_PLACE;
+        let mut seen = SeenLibraries::default();
+        seen.insert(key(1), None);
+        for i in 0..MAX_IN_PLACE as u64 {
+            assert!(seen.insert_in_place(key(i + 10), i));
+        }
+        assert_eq!(seen.len(), MAX_IN_PLACE + 1);
+        // Held already: nothing dropped.
+        assert!(!seen.insert_in_place(key(10), 0));
+        assert_eq!(seen.len(), MAX_IN_PLACE + 1);
+        assert!(seen.insert_in_place(key(1), 7));
+        assert_eq!(seen.len(), 2);
+        assert!(seen.in_place(&key(1), 7) && !seen.in_place(&key(10), 0));
+        assert_eq!(seen.get(&key(1)), Some(&None));
+    }
+
     #[test]
     fn what_is_written_reads_back_and_bad_files_are_refused() {
         let mut seen = SeenLibraries::default();

@@ -84,6 +84,10 @@ impl FileKey {
 /// Most entries [`SeenLibraries`] holds: past it, what a scan reads is not added.
 pub const MAX_SEEN_LIBRARIES: usize = 16 << 10;
 
+/// Most folders and files found in place [`SeenLibraries`] holds (three for a root that
+/// persists: the library folder, the cache, the profile); past it, they are started afresh.
+pub const MAX_IN_PLACE: usize = 1 << 10;
+
 /// How long before a look began a folder's or file's status-change time must be for what the
 /// look found to be kept by its key ([`SeenLibraries::in_place`]). The kernel stamps that time
 /// from a coarse clock (a tick, or a second where the file system keeps no finer time): a
@@ -125,8 +129,13 @@ impl SeenLibraries {
     }
 
     /// Adds that the folder or file of `key` was found in place for `digest`, unless
-    /// [`MAX_SEEN_LIBRARIES`] entries are held; whether it was new.
+    /// [`MAX_SEEN_LIBRARIES`] entries are held; whether it was new. Past [`MAX_IN_PLACE`] of
+    /// them, those held are dropped first: each root that persists adds a few, and the file
+    /// holding them is read by every create.
     pub fn insert_in_place(&mut self, key: FileKey, digest: u64) -> bool {
+        if self.found.len() >= MAX_IN_PLACE && !self.found.contains(&(key, digest)) {
+            self.found.clear();
+        }
         self.len() < MAX_SEEN_LIBRARIES && self.found.insert((key, digest))
     }
 
