@@ -113,19 +113,59 @@ fn settled(m: &Metadata, began: SystemTime) -> bool {
 /// started again on its old root, enroot's): a folder all of whose links were there, a file
 /// holding what would have been written ([`SeenLibraries::in_place`]), so that a create finding
 /// the same key looks at nothing more.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone)]
 pub struct SeenLibraries {
     map: HashMap<FileKey, Option<(String, i32)>>,
     /// Keys of folders and files found in place, each with the digest of what was found
     /// ([`super::fnv1a64`] of the caller's own text of it).
     found: BTreeSet<(FileKey, u64)>,
+    /// What the caller kept from earlier containers, looked up where asked ([`SeenBase`]).
+    base: Option<std::sync::Arc<dyn SeenBase>>,
+    /// The base's folders and files found in place were dropped ([`MAX_IN_PLACE`]).
+    base_in_place_dropped: bool,
     learned: usize,
 }
 
+/// What a [`SeenLibraries`] was given from earlier containers, looked up key by key: the shim
+/// keeps thousands of lines, and a create asks about a few.
+pub trait SeenBase: std::fmt::Debug + Send + Sync {
+    /// What the file of `key` was found to be, if it was.
+    fn library(&self, key: &FileKey) -> Option<Option<(String, i32)>>;
+    /// Whether the folder or file of `key` was found in place for `digest`.
+    fn in_place(&self, key: &FileKey, digest: u64) -> bool;
+    /// Whether the folder or file of `key` was found in place for any digest.
+    fn any_in_place(&self, key: &FileKey) -> bool;
+    /// How many libraries and how many folders and files found in place it holds.
+    fn counts(&self) -> (usize, usize);
+    /// Every library, and every folder and file found in place.
+    #[allow(clippy::type_complexity)]
+    fn entries(&self) -> (Vec<(FileKey, Option<(String, i32)>)>, Vec<(FileKey, u64)>);
+}
+
 impl SeenLibraries {
+    /// What earlier containers' creates found, looked up in `base` where asked; what this one
+    /// adds is held apart from it.
+    pub fn with_base(base: std::sync::Arc<dyn SeenBase>) -> SeenLibraries {
+        SeenLibraries {
+            base: Some(base),
+            ..SeenLibraries::default()
+        }
+    }
+
     /// Adds what a file is, unless [`MAX_SEEN_LIBRARIES`] entries are held; whether it was new.
     pub fn insert(&mut self, key: FileKey, library: Option<(String, i32)>) -> bool {
-        self.len() < MAX_SEEN_LIBRARIES && self.map.insert(key, library).is_none()
+        self.len() < MAX_SEEN_LIBRARIES
+            && self.get(&key).is_none()
+            && self.map.insert(key, library).is_none()
+    }
+
+    /// How many folders and files found in place it holds.
+    fn in_place_len(&self) -> usize {
+        let base = match (&self.base, self.base_in_place_dropped) {
+            (Some(b), false) => b.counts().1,
+            _ => 0,
+        };
+        self.found.len() + base
     }
 
     /// Adds that the folder or file of `key` was found in place for `digest`, unless
@@ -133,10 +173,19 @@ impl SeenLibraries {
     /// them, those held are dropped first: each root that persists adds a few, and the file
     /// holding them is read by every create.
     pub fn insert_in_place(&mut self, key: FileKey, digest: u64) -> bool {
-        if self.found.len() >= MAX_IN_PLACE && !self.found.contains(&(key, digest)) {
+        if self.in_place(&key, digest) {
+            return false;
+        }
+        if self.in_place_len() >= MAX_IN_PLACE {
             self.found.clear();
+            self.base_in_place_dropped = true;
         }
         self.len() < MAX_SEEN_LIBRARIES && self.found.insert((key, digest))
+    }
+
+    /// The base, where its folders and files found in place still count.
+    fn base_in_place(&self) -> Option<&dyn SeenBase> {
+        self.base.as_deref().filter(|_| !self.base_in_place_dropped)
     }
 
     /// Whether an earlier create found the folder or file of `key` in place for `digest`: a
@@ -145,6 +194,9 @@ impl SeenLibraries {
     /// settled ([`settled`]).
     pub fn in_place(&self, key: &FileKey, digest: u64) -> bool {
         self.found.contains(&(*key, digest))
+            || self
+                .base_in_place()
+                .is_some_and(|b| b.in_place(key, digest))
     }
 
     /// Whether an earlier create found the folder or file of `key` in place for any digest.
@@ -153,11 +205,24 @@ impl SeenLibraries {
             .range((*key, 0)..=(*key, u64::MAX))
             .next()
             .is_some()
+            || self.base_in_place().is_some_and(|b| b.any_in_place(key))
     }
 
-    /// Every folder and file found in place, with its digest.
-    pub fn iter_in_place(&self) -> impl Iterator<Item = &(FileKey, u64)> {
-        self.found.iter()
+    /// Every library and every folder and file found in place it holds, the base's included
+    /// (for writing them all back), each in key order.
+    #[allow(clippy::type_complexity)]
+    pub fn entries(&self) -> (Vec<(FileKey, Option<(String, i32)>)>, Vec<(FileKey, u64)>) {
+        let (mut libs, mut found) = self.base.as_ref().map(|b| b.entries()).unwrap_or_default();
+        if self.base_in_place_dropped {
+            found.clear();
+        }
+        libs.retain(|(k, _)| !self.map.contains_key(k));
+        libs.extend(self.map.iter().map(|(k, l)| (*k, l.clone())));
+        libs.sort_by_key(|(k, _)| *k);
+        found.extend(self.found.iter().copied());
+        found.sort_unstable();
+        found.dedup();
+        (libs, found)
     }
 
     /// Records what [`SeenLibraries::in_place`] will answer for `m`, found in place for
@@ -169,8 +234,11 @@ impl SeenLibraries {
     }
 
     /// What the file of `key` was found to be, if it was.
-    pub fn get(&self, key: &FileKey) -> Option<&Option<(String, i32)>> {
-        self.map.get(key)
+    pub fn get(&self, key: &FileKey) -> Option<Option<(String, i32)>> {
+        match self.map.get(key) {
+            Some(l) => Some(l.clone()),
+            None => self.base.as_ref().and_then(|b| b.library(key)),
+        }
     }
 
     /// How many entries the scans added (not counting what [`SeenLibraries::insert`] put in).
@@ -178,14 +246,10 @@ impl SeenLibraries {
         self.learned
     }
 
-    /// Every entry.
-    pub fn iter(&self) -> impl Iterator<Item = (&FileKey, &Option<(String, i32)>)> {
-        self.map.iter()
-    }
-
-    /// How many entries it holds, libraries and what was found in place.
+    /// How many entries it holds, libraries and what was found in place, the base's included.
     pub fn len(&self) -> usize {
-        self.map.len() + self.found.len()
+        let base_libs = self.base.as_ref().map_or(0, |b| b.counts().0);
+        self.map.len() + base_libs + self.in_place_len()
     }
 
     /// Whether it holds none.
@@ -1064,9 +1128,7 @@ fn library_file(
             return Ok(None);
         }
         if let Some(library) = seen.get(&FileKey::of(&m)) {
-            return Ok(library
-                .clone()
-                .map(|(soname, flags)| Held::Seen(soname, flags)));
+            return Ok(library.map(|(soname, flags)| Held::Seen(soname, flags)));
         }
     }
     // The key is the open file's: what is read is what it names.
