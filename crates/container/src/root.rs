@@ -247,6 +247,12 @@ pub struct Metadata {
 }
 
 impl Metadata {
+    /// Whether this is a regular file of permission bits `mode` and `len` bytes: one that may
+    /// hold what is about to be written with that mode ([`Dir::write_file_if_changed`]).
+    pub fn may_hold(&self, len: usize, mode: u32) -> bool {
+        self.kind == FileKind::File && self.mode == mode && self.size == len as u64
+    }
+
     fn from_stat(st: &sys::Stat) -> Metadata {
         Metadata {
             kind: FileKind::from_mode(st.st_mode),
@@ -1680,9 +1686,7 @@ impl<'r> Dir<'r> {
                 path,
             });
         }
-        if let Some(m) = there
-            .filter(|m| m.kind == FileKind::File && m.mode == mode && m.size == bytes.len() as u64)
-        {
+        if let Some(m) = there.filter(|m| m.may_hold(bytes.len(), mode)) {
             let same = match current {
                 // Read moments ago, and not these bytes (above).
                 Some((seen, _)) if seen.same_inode(&m) => false,

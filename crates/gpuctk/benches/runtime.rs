@@ -16,10 +16,10 @@
 //!
 //! Bundles and state dirs are on tmpfs, where every engine keeps them (under `/run`: containerd's
 //! task dirs and runc roots, CRI-O's and Podman's `userdata`, the shim's runtime records): `/run`
-//! where it is a tmpfs, else `/dev/shm` (a container's `/run` is often its disk). On ext4, each
-//! new inode (the shim's `config.json` and its runtime record, runc's `state.json`) can cost a
-//! tenth of a millisecond once many have been deleted (the allocator skips recently freed
-//! inodes), which no engine's create pays.
+//! where it is a tmpfs, else `/dev/shm` (a container's `/run` is often its disk). On ext4, the
+//! new inodes of a create (the shim's `config.json` and its runtime record, runc's `state.json`)
+//! cost tenths of a millisecond once many have been deleted (the allocator skips recently
+//! freed inodes: docs/performance.md, round ten), which no engine's create pays.
 
 use std::ffi::OsStr;
 use std::fs;

@@ -16,7 +16,12 @@
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
+
+// How much older than the moment its identity was taken a folder's ctime must be for the
+// snapshot to vouch for its files (`Folder::vouches`): the same reason, and so the same time,
+// as for what a create found in place in a root.
+use gpuctk_container::hooks::SETTLED;
 
 use gpuctk_host::{DiscoverOptions, Inventory, Roots};
 
@@ -30,10 +35,6 @@ const FORMAT: u32 = 3;
 
 /// Largest procfs version file read: the driver's is about 200 bytes; a larger one is not it.
 const MAX_VERSION: usize = 64 * 1024;
-
-/// How much older than the moment its identity was taken a folder's ctime must be for the
-/// snapshot to vouch for its files ([`Folder::vouches`]).
-const SETTLED: Duration = Duration::from_secs(2);
 
 /// What a file was when the snapshot was made.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -249,9 +250,6 @@ pub struct Snapshot {
     shape: String,
 }
 
-/// A stable name for a shape (std's hasher may change between releases).
-pub(crate) use gpuctk_container::hooks::fnv1a64 as fnv1a;
-
 impl Snapshot {
     /// The snapshot of discovering `roots` with `opts`, in `dir`.
     pub fn new(dir: &Path, roots: &Roots, opts: &DiscoverOptions) -> Snapshot {
@@ -265,7 +263,10 @@ impl Snapshot {
             opts.library_search_paths,
             opts.config_search_paths,
         );
-        let path = dir.join(format!("snapshot-{:016x}.json", fnv1a(shape.as_bytes())));
+        let path = dir.join(format!(
+            "snapshot-{:016x}.json",
+            gpuctk_container::hooks::fnv1a64(shape.as_bytes())
+        ));
         Snapshot { path, shape }
     }
 
@@ -565,6 +566,7 @@ pub fn first_gone(edits: &gpuctk_cdi::spec::ContainerEdits, vouched: &Vouched) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn shape_names_the_file() {
@@ -580,7 +582,7 @@ mod tests {
         );
         assert_ne!(a.path, b.path);
         assert!(a.path.starts_with("/x"));
-        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(gpuctk_container::hooks::fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
     }
 
     /// A folder stamped just before its identity was taken is not vouched for: a change in the

@@ -63,7 +63,7 @@ pub fn registry(cache_dir: &Path, spec_dirs: &[PathBuf], vendors: &[&str], read:
     );
     let path = cache_dir.join(format!(
         "cdi-specs-{:016x}.json",
-        crate::snapshot::fnv1a(shape.as_bytes())
+        gpuctk_container::hooks::fnv1a64(shape.as_bytes())
     ));
     // The key is taken before the files are read: a spec changing meanwhile leaves a cache
     // under the old key, which the next create rebuilds.

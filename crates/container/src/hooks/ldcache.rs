@@ -2,15 +2,15 @@
 //! `ldconfig` would, without running the image's `ldconfig`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use gpuctk_ldcache::{Cache, Entry};
 
 use super::{
-    join, normalize_dir, unusable, HookError, Placed, COMPAT_CONF_PREFIX, GENERATOR, GPUCTK_CONF,
-    LD_SO_CACHE, LD_SO_CONF, LD_SO_CONF_D, MAX_CACHE, MAX_CANDIDATES, MAX_COMPAT_DIRS,
-    MAX_COMPAT_DIR_ENTRIES, MAX_CONF, MAX_CONF_FILES, MAX_DIR_ENTRIES, MAX_DIR_SCAN, MAX_FAR_LINKS,
-    TRUSTED_DIRS,
+    join, normalize_dir, unusable, FileKey, HookError, Placed, SeenLibraries, COMPAT_CONF_PREFIX,
+    GENERATOR, GPUCTK_CONF, LD_SO_CACHE, LD_SO_CONF, LD_SO_CONF_D, MAX_CACHE, MAX_CANDIDATES,
+    MAX_COMPAT_DIRS, MAX_COMPAT_DIR_ENTRIES, MAX_CONF, MAX_CONF_FILES, MAX_DIR_ENTRIES,
+    MAX_DIR_SCAN, MAX_FAR_LINKS, TRUSTED_DIRS,
 };
 use crate::elf::{self, ElfError};
 use crate::root::{Dir, FileKind, LinkLook, LinkOutcome, Metadata, Root, RootError};
@@ -52,248 +52,6 @@ pub struct LdcacheReport {
 /// later `ldconfig` in the container keeps them.
 pub fn update_ldcache(root: &Root, folders: &[String]) -> Result<LdcacheReport, HookError> {
     update_ldcache_pending(root, folders, &Pending::default())
-}
-
-/// An image's library file by what the kernel says of it: inode, size, modification and
-/// status-change times. Not its device: an overlay mount's is new for every container, while
-/// a layer's file keeps its inode and times in all of them. The status-change time is the
-/// kernel's alone to set, so a file written, replaced or copied up has a new key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FileKey {
-    /// Inode number.
-    pub ino: u64,
-    /// Size in bytes.
-    pub size: u64,
-    /// Modification time (seconds, nanoseconds).
-    pub mtime: (i64, u64),
-    /// Status-change time (seconds, nanoseconds).
-    pub ctime: (i64, u64),
-}
-
-impl FileKey {
-    pub(super) fn of(m: &Metadata) -> FileKey {
-        FileKey {
-            ino: m.ino,
-            size: m.size,
-            mtime: m.mtime,
-            ctime: m.ctime,
-        }
-    }
-}
-
-/// Most entries [`SeenLibraries`] holds: past it, what a scan reads is not added.
-pub const MAX_SEEN_LIBRARIES: usize = 16 << 10;
-
-/// Most folders and files found in place [`SeenLibraries`] holds (three for a root that
-/// persists: the library folder, the cache, the profile); past it, they are started afresh.
-pub const MAX_IN_PLACE: usize = 1 << 10;
-
-/// How long before a look began a folder's or file's status-change time must be for what the
-/// look found to be kept by its key ([`SeenLibraries::in_place`]). The kernel stamps that time
-/// from a coarse clock (a tick, or a second where the file system keeps no finer time): a
-/// change in the same tick as the stamp, after the look, would keep the key. One at least this
-/// much older than the look is out of reach of such a change.
-const SETTLED: Duration = Duration::from_secs(2);
-
-/// Whether `m`'s status-change time was at least [`SETTLED`] before `began`.
-fn settled(m: &Metadata, began: SystemTime) -> bool {
-    let ctime = u64::try_from(m.ctime.0)
-        .ok()
-        .map(|s| SystemTime::UNIX_EPOCH + Duration::new(s, m.ctime.1.min(999_999_999) as u32));
-    ctime.is_some_and(|c| began.duration_since(c).is_ok_and(|d| d >= SETTLED))
-}
-
-/// What reading the image libraries of earlier containers gave, by [`FileKey`]: a library's
-/// soname and cache flags, or `None` for a file that is no library (a linker script, an object
-/// without a soname). The caller keeps it between containers (the shim, under `/run`), so
-/// that the libraries of an image seen before cost one `lstat` each, not an open and three
-/// reads; what a scan reads anew is added to it.
-///
-/// It also holds what earlier creates found in place in a root that persists (a container
-/// started again on its old root, enroot's): a folder all of whose links were there, a file
-/// holding what would have been written ([`SeenLibraries::in_place`]), so that a create finding
-/// the same key looks at nothing more.
-#[derive(Debug, Default, Clone)]
-pub struct SeenLibraries {
-    map: HashMap<FileKey, Option<(String, i32)>>,
-    /// Keys of folders and files found in place, each with the digest of what was found
-    /// ([`super::fnv1a64`] of the caller's own text of it).
-    found: BTreeSet<(FileKey, u64)>,
-    /// What the caller kept from earlier containers, looked up where asked ([`SeenBase`]).
-    base: Option<std::sync::Arc<dyn SeenBase>>,
-    /// The base's folders and files found in place were dropped ([`MAX_IN_PLACE`]).
-    base_in_place_dropped: bool,
-    learned: usize,
-}
-
-/// What a [`SeenLibraries`] was given from earlier containers, looked up key by key: the shim
-/// keeps thousands of lines, and a create asks about a few.
-pub trait SeenBase: std::fmt::Debug + Send + Sync {
-    /// What the file of `key` was found to be, if it was.
-    fn library(&self, key: &FileKey) -> Option<Option<(String, i32)>>;
-    /// Whether the folder or file of `key` was found in place for `digest`.
-    fn in_place(&self, key: &FileKey, digest: u64) -> bool;
-    /// Whether the folder or file of `key` was found in place for any digest.
-    fn any_in_place(&self, key: &FileKey) -> bool;
-    /// How many libraries and how many folders and files found in place it holds.
-    fn counts(&self) -> (usize, usize);
-    /// Every library, and every folder and file found in place.
-    #[allow(clippy::type_complexity)]
-    fn entries(&self) -> (Vec<(FileKey, Option<(String, i32)>)>, Vec<(FileKey, u64)>);
-}
-
-impl SeenLibraries {
-    /// What earlier containers' creates found, looked up in `base` where asked; what this one
-    /// adds is held apart from it.
-    pub fn with_base(base: std::sync::Arc<dyn SeenBase>) -> SeenLibraries {
-        SeenLibraries {
-            base: Some(base),
-            ..SeenLibraries::default()
-        }
-    }
-
-    /// Adds what a file is, unless [`MAX_SEEN_LIBRARIES`] entries are held; whether it was new.
-    pub fn insert(&mut self, key: FileKey, library: Option<(String, i32)>) -> bool {
-        self.len() < MAX_SEEN_LIBRARIES
-            && self.get(&key).is_none()
-            && self.map.insert(key, library).is_none()
-    }
-
-    /// How many folders and files found in place it holds.
-    fn in_place_len(&self) -> usize {
-        let base = match (&self.base, self.base_in_place_dropped) {
-            (Some(b), false) => b.counts().1,
-            _ => 0,
-        };
-        self.found.len() + base
-    }
-
-    /// Adds that the folder or file of `key` was found in place for `digest`, unless
-    /// [`MAX_SEEN_LIBRARIES`] entries are held; whether it was new. Past [`MAX_IN_PLACE`] of
-    /// them, those held are dropped first: each root that persists adds a few, and the file
-    /// holding them is read by every create.
-    pub fn insert_in_place(&mut self, key: FileKey, digest: u64) -> bool {
-        if self.in_place(&key, digest) {
-            return false;
-        }
-        if self.in_place_len() >= MAX_IN_PLACE {
-            self.found.clear();
-            self.base_in_place_dropped = true;
-        }
-        self.len() < MAX_SEEN_LIBRARIES && self.found.insert((key, digest))
-    }
-
-    /// The base, where its folders and files found in place still count.
-    fn base_in_place(&self) -> Option<&dyn SeenBase> {
-        self.base.as_deref().filter(|_| !self.base_in_place_dropped)
-    }
-
-    /// Whether an earlier create found the folder or file of `key` in place for `digest`: a
-    /// key is the same only while nothing was made, removed or written there since (its
-    /// status-change time is the kernel's to set), and it is kept only once that time had
-    /// settled ([`settled`]).
-    pub fn in_place(&self, key: &FileKey, digest: u64) -> bool {
-        self.found.contains(&(*key, digest))
-            || self
-                .base_in_place()
-                .is_some_and(|b| b.in_place(key, digest))
-    }
-
-    /// Whether an earlier create found the folder or file of `key` in place for any digest.
-    pub fn any_in_place(&self, key: &FileKey) -> bool {
-        self.found
-            .range((*key, 0)..=(*key, u64::MAX))
-            .next()
-            .is_some()
-            || self.base_in_place().is_some_and(|b| b.any_in_place(key))
-    }
-
-    /// Every library and every folder and file found in place it holds, the base's included
-    /// (for writing them all back), each in key order.
-    #[allow(clippy::type_complexity)]
-    pub fn entries(&self) -> (Vec<(FileKey, Option<(String, i32)>)>, Vec<(FileKey, u64)>) {
-        let (mut libs, mut found) = self.base.as_ref().map(|b| b.entries()).unwrap_or_default();
-        if self.base_in_place_dropped {
-            found.clear();
-        }
-        libs.retain(|(k, _)| !self.map.contains_key(k));
-        libs.extend(self.map.iter().map(|(k, l)| (*k, l.clone())));
-        libs.sort_by_key(|(k, _)| *k);
-        found.extend(self.found.iter().copied());
-        found.sort_unstable();
-        found.dedup();
-        (libs, found)
-    }
-
-    /// Records what [`SeenLibraries::in_place`] will answer for `m`, found in place for
-    /// `digest` by a look that began at `began`, where `m`'s status-change time had settled.
-    pub(super) fn note_in_place(&mut self, m: &Metadata, digest: u64, began: SystemTime) {
-        if settled(m, began) && self.insert_in_place(FileKey::of(m), digest) {
-            self.learned += 1;
-        }
-    }
-
-    /// What the file of `key` was found to be, if it was.
-    pub fn get(&self, key: &FileKey) -> Option<Option<(String, i32)>> {
-        match self.map.get(key) {
-            Some(l) => Some(l.clone()),
-            None => self.base.as_ref().and_then(|b| b.library(key)),
-        }
-    }
-
-    /// How many entries the scans added (not counting what [`SeenLibraries::insert`] put in).
-    pub fn learned(&self) -> usize {
-        self.learned
-    }
-
-    /// How many entries it holds, libraries and what was found in place, the base's included.
-    pub fn len(&self) -> usize {
-        let base_libs = self.base.as_ref().map_or(0, |b| b.counts().0);
-        self.map.len() + base_libs + self.in_place_len()
-    }
-
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn learn(&mut self, key: FileKey, library: Option<(String, i32)>) {
-        if self.insert(key, library) {
-            self.learned += 1;
-        }
-    }
-}
-
-/// [`Dir::write_file_if_changed`] of entry `name` of `dir`, taking what earlier creates found in
-/// place (`seen`): a file an earlier create found holding `bytes` with `mode`, unchanged since,
-/// is not read again; one found holding them now is added to `seen`. Returns whether it wrote.
-pub fn write_file_if_changed_seen(
-    dir: &Dir<'_>,
-    name: &str,
-    bytes: &[u8],
-    mode: u32,
-    seen: Option<&mut SeenLibraries>,
-) -> Result<bool, RootError> {
-    let Some(seen) = seen else {
-        return dir.write_file_if_changed(name, bytes, mode, None);
-    };
-    let began = SystemTime::now();
-    let there = dir.lstat(name)?;
-    let mut text = format!("file {mode:o}\0").into_bytes();
-    text.extend_from_slice(bytes);
-    let digest = super::fnv1a64(&text);
-    let same_kind =
-        |m: &Metadata| m.kind == FileKind::File && m.mode == mode && m.size == bytes.len() as u64;
-    if let Some(m) = there.as_ref().filter(|m| same_kind(m)) {
-        if seen.in_place(&FileKey::of(m), digest) {
-            return Ok(false);
-        }
-    }
-    let wrote = dir.write_file_if_changed_as(name, bytes, mode, None, there)?;
-    if let Some(m) = there.filter(|m| !wrote && same_kind(m)) {
-        seen.note_in_place(&m, digest, began);
-    }
-    Ok(wrote)
 }
 
 /// Library files the runtime will bind-mount into the container after we have run (the shim
@@ -422,9 +180,10 @@ pub fn update_ldcache_pending(
         (Some(d), true) => Some(d.lstat(base(LD_SO_CACHE))),
         _ => None,
     };
+    // Only a cache as we write it is kept as found in place.
+    let ours = |m: &Metadata| m.kind == FileKind::File && m.mode == 0o644;
     let in_place = |m: &Metadata, digest: Option<u64>| {
-        m.kind == FileKind::File
-            && m.mode == 0o644
+        ours(m)
             && pending.seen.borrow().as_ref().is_some_and(|s| {
                 let key = FileKey::of(m);
                 digest.map_or_else(|| s.any_in_place(&key), |d| s.in_place(&key, d))
@@ -536,11 +295,9 @@ pub fn update_ldcache_pending(
                 let current = current.as_ref().map(|(seen, old)| (seen, &old[..]));
                 let wrote = etc.write_file_if_changed(base(LD_SO_CACHE), &bytes, 0o644, current)?;
                 // As it was: kept as found in place, for a later create on this root.
-                if let (false, Some((m, _))) = (wrote, current) {
-                    if m.kind == FileKind::File && m.mode == 0o644 {
-                        if let Some(seen) = pending.seen.borrow_mut().as_mut() {
-                            seen.note_in_place(m, digest, began);
-                        }
+                if let (false, Some((m, _))) = (wrote, current.filter(|(m, _)| ours(m))) {
+                    if let Some(seen) = pending.seen.borrow_mut().as_mut() {
+                        seen.note_in_place(m, digest, began);
                     }
                 }
                 Ok(etc)

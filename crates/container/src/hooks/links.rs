@@ -89,7 +89,7 @@ pub fn create_symlinks_placed(
             .insert(name.clone(), &l.target);
         split.push((parent, name, l));
     }
-    let digests: HashMap<String, u64> = asked.iter().map(|(p, l)| (p.clone(), digest(l))).collect();
+    let digests: HashMap<String, u64> = asked.into_iter().map(|(p, l)| (p, digest(&l))).collect();
     // Most links share one folder: it is made and opened once, and every link of it is made
     // through that descriptor (one name each, nothing walked; the descriptor stays inside the
     // root whatever the image's links do meanwhile). A link that replaced something may have

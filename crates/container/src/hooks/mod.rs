@@ -26,11 +26,13 @@ mod chmod;
 mod compat;
 mod ldcache;
 mod links;
+mod seen;
 
 pub use chmod::*;
 pub use compat::*;
 pub use ldcache::*;
 pub use links::*;
+pub use seen::*;
 
 pub use gpuctk_core::ops::{DEFAULT_COMPAT_ROOT, LD_SO_CACHE, LD_SO_CONF, LD_SO_CONF_D};
 
