@@ -39,6 +39,15 @@ case "$target" in /*) ;; *) target=$root/$target ;; esac
 # and friends) with a link-time warning; here that warning fails the build. (Its dlopen gets no
 # such warning here: the check for NVML's code below keeps dlopen out.)
 flags='-C target-feature=+crt-static -C link-arg=-Wl,--fatal-warnings'
+# The functions the shim's calls and the hooks run, laid out together at the start of the code
+# (scripts/hot-text.ld, written by scripts/hot-text.sh, which says how): an exec faults in a few
+# pages of code where they were scattered over 6 MB. v0 mangling spells out each generic
+# function's type arguments, which the script's patterns name.
+case "$root" in *[[:space:]]*)
+    echo "static.sh: the checkout's path has white space, which RUSTFLAGS cannot carry: $root" >&2
+    exit 1 ;;
+esac
+flags="$flags -C symbol-mangling-version=v0 -C link-arg=-Wl,-T,$root/scripts/hot-text.ld"
 # -z pack-relative-relocs (amd64, a static-pie): its own start-up applies its ~8,500 relative
 # relocations from a RELR table of 2 KB instead of a 200 KB RELA one (binutils >= 2.38 at build
 # time; musl >= 1.2.4 or glibc >= 2.36, whose code that reads it is linked in): about ten page faults fewer on

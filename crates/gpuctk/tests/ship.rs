@@ -131,6 +131,144 @@ fn static_binary_runs_in_a_root_without_any_libc() {
     );
 }
 
+/// Whether `name` matches `pattern`, whose `*` stands for any run of characters (as in a linker
+/// script's section patterns).
+fn glob(pattern: &str, name: &str) -> bool {
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    // Where the last `*` was, and where in `name` its run ends so far.
+    let mut star: Option<(usize, usize)> = None;
+    while j < n.len() {
+        if i < p.len() && p[i] == b'*' {
+            star = Some((i, j));
+            i += 1;
+        } else if i < p.len() && p[i] == n[j] {
+            i += 1;
+            j += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == b'*')
+}
+
+#[test]
+fn glob_matches_as_a_linker_script_does() {
+    assert!(glob(
+        "_RNvNtCs*_6gpuctk7runtime7main_as",
+        "_RNvNtCsab12_6gpuctk7runtime7main_as"
+    ));
+    assert!(glob("a*b*c", "aXbYbc"));
+    assert!(glob("*", ""));
+    assert!(!glob(
+        "_RNvNtCs*_6gpuctk7runtime7main_as",
+        "_RNvNtCsab12_6gpuctk7runtime7main_as0"
+    ));
+    assert!(!glob("a*b", "aXc"));
+}
+
+/// The shipped binary's hot code (issue 21, scripts/hot-text.ld): the functions the runtime
+/// shim's calls and the hooks run lie together at the start of its code, where an exec faults
+/// them in a few pages at a time, and the script's patterns still name this build's functions
+/// (a rename on a hot path leaves it among the rest: rerun scripts/hot-text.sh).
+#[test]
+fn the_shims_hot_functions_lie_together_at_the_start_of_the_code() {
+    let bin = static_bin();
+    let sections = must(Command::new("readelf").arg("-SW").arg(&bin)).stdout;
+    let hot = sections
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let at = f.iter().position(|w| *w == ".text.gpuctk_hot")?;
+            let addr = u64::from_str_radix(f.get(at + 2)?, 16).ok()?;
+            let size = u64::from_str_radix(f.get(at + 4)?, 16).ok()?;
+            Some(addr..addr + size)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no .text.gpuctk_hot section in {}:\n{sections}",
+                bin.display()
+            )
+        });
+    let text = sections
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let at = f.iter().position(|w| *w == ".text")?;
+            u64::from_str_radix(f.get(at + 4)?, 16).ok()
+        })
+        .expect("a .text section");
+    // Functions: (address, name).
+    let symbols: Vec<(u64, String)> = must(Command::new("nm").arg(&bin))
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f[..] {
+                [addr, kind, name] if "tTwW".contains(kind) => {
+                    Some((u64::from_str_radix(addr, 16).ok()?, name.to_string()))
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    // The runtime shim's entry and its pass-through, the create's decision and in-root work,
+    // and the hooks' entry (v0 names, whose paths end so).
+    for path in [
+        "6gpuctk7runtime7main_as",
+        "6gpuctk11passthrough4exec",
+        "6gpuctk7runtime18modify_bundle_once",
+        "11gpuctk_core6decide3jit",
+        "16gpuctk_container3ops3run",
+        "6gpuctk4hook4main",
+    ] {
+        let at: Vec<u64> = symbols
+            .iter()
+            .filter(|(_, n)| n.starts_with("_R") && n.ends_with(path))
+            .map(|(a, _)| *a)
+            .collect();
+        assert!(
+            !at.is_empty(),
+            "no function ending in {path} in {}",
+            bin.display()
+        );
+        assert!(
+            at.iter().all(|a| hot.contains(a)),
+            "{path} at {at:x?}, outside the hot code {hot:x?}"
+        );
+    }
+    // The hot code is a small part of the whole.
+    assert!(
+        hot.end - hot.start < (hot.end - hot.start + text) / 2,
+        "hot code {hot:x?} against {text:#x} of the rest"
+    );
+    let script = fs::read_to_string(repo().join("scripts/hot-text.ld")).unwrap();
+    let patterns: Vec<&str> = script
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("*(.text.")?.split_whitespace().next())
+        .collect();
+    assert!(patterns.len() > 300, "{} patterns", patterns.len());
+    let stale: Vec<&&str> = patterns
+        .iter()
+        .filter(|p| {
+            // The literal after the last `*` first: a cheap filter before the full match.
+            let tail = p.rsplit('*').next().unwrap_or("");
+            !symbols.iter().any(|(_, n)| n.ends_with(tail) && glob(p, n))
+        })
+        .collect();
+    assert!(
+        stale.len() * 5 <= patterns.len(),
+        "{} of the {} functions in scripts/hot-text.ld are not in this build (run scripts/hot-text.sh): {:?}",
+        stale.len(),
+        patterns.len(),
+        &stale[..stale.len().min(10)]
+    );
+}
+
 // ------------------------------------------------------------------------------------ RPM
 
 fn rpm_q(args: &[&str], pkg: &Path) -> String {
