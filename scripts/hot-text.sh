@@ -95,10 +95,12 @@ bundle() { # bundle DIR ENV...
 EOF
 }
 ln -s "$bin" "$tmp/nvidia-container-runtime"
-shim() { # shim NAME CONFIG ARGS...: one shim call under callgrind, its data up to the runtime's exec
+cg() { # cg NAME CONFIG PROGRAM ARGS...: one call under callgrind (up to the exec of the runtime)
     GPUCTK_CONFIG=$2 valgrind --tool=callgrind --demangle=no --dump-before=execve \
-        --callgrind-out-file="$tmp/cg/$1" "$tmp/nvidia-container-runtime" "${@:3}" \
-        >/dev/null 2>>"$tmp/valgrind.log"
+        --callgrind-out-file="$tmp/cg/$1" "${@:3}" >/dev/null 2>>"$tmp/valgrind.log"
+}
+shim() { # shim NAME CONFIG ARGS...: one call of the runtime shim
+    cg "$1" "$2" "$tmp/nvidia-container-runtime" "${@:3}"
 }
 
 # --root: what the shim records of a container lands in the temp dir, not in /run.
@@ -121,16 +123,13 @@ mkdir -p "$tmp/cdi"
     --nvidia-cdi-hook-path "$tmp/hookbin/hook" --driver-root "$driver_root" \
     --dev-root "$dev_root" --proc-root "$proc_root" >/dev/null
 bundle "$tmp/static" NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all
-GPUCTK_CONFIG=$tmp/runc.toml valgrind --tool=callgrind --demangle=no --dump-before=execve \
-    --callgrind-out-file="$tmp/cg/4-create-static" "$tmp/nvidia-container-runtime" \
-    --root "$tmp/state" create --bundle "$tmp/static" hot-cdi >/dev/null 2>>"$tmp/valgrind.log"
-GPUCTK_CONFIG=$tmp/runc.toml valgrind --tool=callgrind --demangle=no \
-    --callgrind-out-file="$tmp/cg/5-generate" "$bin" cdi generate --config "$tmp/runc.toml" \
+shim 4-create-static "$tmp/runc.toml" "${rs[@]}" create --bundle "$tmp/static" hot-cdi
+cg 5-generate "$tmp/runc.toml" "$bin" cdi generate --config "$tmp/runc.toml" \
     --output "$tmp/generated.yaml" --driver-root "$driver_root" --dev-root "$dev_root" \
-    --proc-root "$proc_root" >/dev/null 2>>"$tmp/valgrind.log"
+    --proc-root "$proc_root"
 
-# Each run's functions in the order callgrind met them, the runs in the order above (callgrind
-# numbers its dumps: NAME.1 for --dump-before).
+# Each run's functions as callgrind lists them (not in the order they ran), the runs in the
+# order above; callgrind numbers a dump made before an exec NAME.1.
 files=$(cd "$tmp/cg" && ls | sort)
 n=$(echo "$files" | wc -l)
 if [ "$n" -lt 9 ] || ! echo "$files" | grep -q '^4-hook-'; then
@@ -173,6 +172,4 @@ EOF
 } >"$out.tmp"
 mv "$out.tmp" "$out"
 echo "hot-text.sh: $(grep -c '^    \*(' "$out") functions in $out" >&2
-# static.sh does not see a change of the script's text: relink.
-touch crates/gpuctk/src/main.rs
 scripts/static.sh >/dev/null

@@ -43,11 +43,15 @@ flags='-C target-feature=+crt-static -C link-arg=-Wl,--fatal-warnings'
 # (scripts/hot-text.ld, written by scripts/hot-text.sh, which says how): an exec faults in a few
 # pages of code where they were scattered over 6 MB. v0 mangling spells out each generic
 # function's type arguments, which the script's patterns name.
-case "$root" in *[[:space:]]*)
-    echo "static.sh: the checkout's path has white space, which RUSTFLAGS cannot carry: $root" >&2
+case "$target" in *[[:space:]]*)
+    echo "static.sh: the target dir's path has white space, which RUSTFLAGS cannot carry: $target" >&2
     exit 1 ;;
 esac
-flags="$flags -C symbol-mangling-version=v0 -C link-arg=-Wl,-T,$root/scripts/hot-text.ld"
+# The script is linked from a copy named by its digest: cargo does not look at a linker
+# script's text, but sees RUSTFLAGS change, so a new list (hot-text.sh, a pull) is linked in.
+hot=$target/hot-text-$(sha256sum scripts/hot-text.ld | cut -c1-16).ld
+[ -e "$hot" ] || { mkdir -p "$target" && cp scripts/hot-text.ld "$hot.tmp" && mv "$hot.tmp" "$hot"; }
+flags="$flags -C symbol-mangling-version=v0 -C link-arg=-Wl,-T,$hot"
 # -z pack-relative-relocs (amd64, a static-pie): its own start-up applies its ~8,500 relative
 # relocations from a RELR table of 2 KB instead of a 200 KB RELA one (binutils >= 2.38 at build
 # time; musl >= 1.2.4 or glibc >= 2.36, whose code that reads it is linked in): about ten page faults fewer on

@@ -179,29 +179,24 @@ fn glob_matches_as_a_linker_script_does() {
 fn the_shims_hot_functions_lie_together_at_the_start_of_the_code() {
     let bin = static_bin();
     let sections = must(Command::new("readelf").arg("-SW").arg(&bin)).stdout;
-    let hot = sections
-        .lines()
-        .find_map(|l| {
+    // A section's addresses, from its line: `[Nr] Name Type Address Off Size ...`.
+    let section = |name: &str| {
+        sections.lines().find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            let at = f.iter().position(|w| *w == ".text.gpuctk_hot")?;
+            let at = f.iter().position(|w| *w == name)?;
             let addr = u64::from_str_radix(f.get(at + 2)?, 16).ok()?;
             let size = u64::from_str_radix(f.get(at + 4)?, 16).ok()?;
             Some(addr..addr + size)
         })
-        .unwrap_or_else(|| {
-            panic!(
-                "no .text.gpuctk_hot section in {}:\n{sections}",
-                bin.display()
-            )
-        });
-    let text = sections
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let at = f.iter().position(|w| *w == ".text")?;
-            u64::from_str_radix(f.get(at + 4)?, 16).ok()
-        })
-        .expect("a .text section");
+    };
+    let hot = section(".text.gpuctk_hot").unwrap_or_else(|| {
+        panic!(
+            "no .text.gpuctk_hot section in {}:\n{sections}",
+            bin.display()
+        )
+    });
+    let text = section(".text").expect("a .text section");
+    let text = text.end - text.start;
     // Functions: (address, name).
     let symbols: Vec<(u64, String)> = must(Command::new("nm").arg(&bin))
         .stdout
