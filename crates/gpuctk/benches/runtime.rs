@@ -4,7 +4,15 @@
 //! and 64 GPUs from a static CDI spec. The baseline runs the config.json our shim produced, so
 //! the ratio is the shim's own cost. Both sides are exec'ed directly (no wrapper) with the same
 //! environment (`GPUCTK_CONFIG` is set on both; the runtime ignores it). Also a pass-through
-//! call (`state`), shim vs runtime. Needs root, runc, crun.
+//! call (`state`), shim vs runtime. Needs root, runc, crun, and gcc (`scripts/setup.sh`
+//! installs it); x86_64 or aarch64.
+//!
+//! A third side, the exec floor, runs the same lifecycle through the least any shim can be: a
+//! static program without libc, built here with `cc -nostdlib`, whose first instructions exec
+//! the runtime (argv as the shim passes it). What it costs over the runtime alone is the price of
+//! one more exec per call, which no shim exec'ed by an engine avoids; shim / floor is what our
+//! work adds on top. (Not a static glibc program: its start-up asks the CPU for its features,
+//! `cpuid`, which traps to the hypervisor on a VM, and costs more than all of our shim's.)
 //!
 //! Prints medians and p90s, and the system calls of the shim's own create (`strace -f -c` of
 //! one create with `/bin/true` as the runtime, less `/bin/true`'s own; `n/a` without strace)
@@ -137,6 +145,68 @@ fn config_text(
     )
 }
 
+/// The exec floor (see the header): `_start` hands the stack to `start`, which execs the
+/// runtime with the arguments and environment found there, or exits 127.
+const FLOOR_C: &str = r#"
+#if defined(__x86_64__)
+__asm__(".globl _start\n_start:\n mov %rsp, %rdi\n and $-16, %rsp\n call start\n hlt\n");
+#define SYS_EXECVE 59
+#define SYS_EXIT 60
+static long sys3(long n, long a, long b, long c) {
+  long r;
+  __asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+  return r;
+}
+#elif defined(__aarch64__)
+__asm__(".globl _start\n_start:\n mov x0, sp\n bl start\n");
+#define SYS_EXECVE 221
+#define SYS_EXIT 93
+static long sys3(long n, long a, long b, long c) {
+  register long x8 __asm__("x8") = n, x0 __asm__("x0") = a, x1 __asm__("x1") = b,
+                x2 __asm__("x2") = c;
+  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2) : "memory");
+  return x0;
+}
+#else
+#error "the exec floor is written for x86_64 and aarch64"
+#endif
+__attribute__((used, noreturn)) void start(long *sp) {
+  long argc = sp[0];
+  char **argv = (char **)(sp + 1);
+  argv[0] = (char *)RUNTIME; /* as the shim sets it: crun reads its personality there */
+  sys3(SYS_EXECVE, (long)RUNTIME, (long)argv, (long)(argv + argc + 1));
+  for (;;) sys3(SYS_EXIT, 127, 0, 0);
+}
+"#;
+
+/// The exec floor for runtime `rt`, built in `dir`.
+fn exec_floor(dir: &Path, rt: &Path) -> PathBuf {
+    let name = rt
+        .file_name()
+        .expect("runtime path has a name")
+        .to_string_lossy();
+    let src = dir.join(format!("exec-floor-{name}.c"));
+    let out = dir.join(format!("exec-floor-{name}"));
+    fs::write(&src, FLOOR_C).unwrap();
+    let st = Command::new("cc")
+        .args([
+            "-O2",
+            "-static",
+            "-nostdlib",
+            "-fno-stack-protector",
+            "-fno-pie",
+            "-no-pie",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(&src)
+        .arg(format!("-DRUNTIME=\"{}\"", rt.display()))
+        .status()
+        .expect("the exec floor needs a C compiler, cc (apt-get install gcc)");
+    assert!(st.success(), "cc {} failed ({st})", src.display());
+    out
+}
+
 /// A command for `bin` with the environment both sides get.
 fn cmd(bin: &Path, config: &Path) -> Command {
     let mut c = Command::new(bin);
@@ -144,8 +214,17 @@ fn cmd(bin: &Path, config: &Path) -> Command {
     c
 }
 
-/// create, start and delete of one container; the time of each.
-fn lifecycle(bin: &Path, config: &Path, state: &Path, bundle: &Path, id: &str) -> [Duration; 3] {
+/// One lifecycle: the wall time of its create, start and delete, and the CPU time of all three
+/// (user + system, with the children they waited for: not the container's process, which
+/// outlives `create`).
+struct Life {
+    phases: [Duration; 3],
+    cpu: Duration,
+}
+
+/// create, start and delete of one container.
+fn lifecycle(bin: &Path, config: &Path, state: &Path, bundle: &Path, id: &str) -> Life {
+    let cpu = children_cpu();
     let step = |args: &[&OsStr]| {
         let t = Instant::now();
         run(cmd(bin, config).arg("--root").arg(state).args(args));
@@ -159,7 +238,10 @@ fn lifecycle(bin: &Path, config: &Path, state: &Path, bundle: &Path, id: &str) -
     ]);
     let start = step(&[OsStr::new("start"), OsStr::new(id)]);
     let delete = step(&[OsStr::new("delete"), OsStr::new("--force"), OsStr::new(id)]);
-    [create, start, delete]
+    Life {
+        phases: [create, start, delete],
+        cpu: children_cpu().saturating_sub(cpu),
+    }
 }
 
 struct Host {
@@ -299,6 +381,7 @@ fn main() {
         .collect();
     let state = t.join("state");
     let mut table = Vec::new();
+    let mut floor_table = Vec::new();
     println!(
         "{} ({}), create+start+delete of /bin/true, {iters} runs each, interleaved",
         exe.display(),
@@ -314,6 +397,7 @@ fn main() {
             .map(|d| Path::new(d).join(runtime))
             .find(|p| p.exists())
             .unwrap_or_else(|| panic!("{runtime} not installed"));
+        let floor = exec_floor(t, &rt);
         let configs: Vec<PathBuf> = hosts
             .iter()
             .enumerate()
@@ -345,8 +429,10 @@ fn main() {
             let config = &configs[case.host];
             let shim_bundle = t.join(format!("{runtime}-shim{ci}"));
             let base_bundle = t.join(format!("{runtime}-base{ci}"));
+            let floor_bundle = t.join(format!("{runtime}-floor{ci}"));
             let pristine = bundle(&shim_bundle, &["/bin/true"], case.env);
             bundle(&base_bundle, &["/bin/true"], case.env);
+            bundle(&floor_bundle, &["/bin/true"], case.env);
             let p = shim_bundle.join("config.json");
             // The baseline gets exactly what the shim writes.
             lifecycle(&shim, config, &state, &shim_bundle, "warm-s");
@@ -354,8 +440,10 @@ fn main() {
             let edited = fs::read(&p).unwrap();
             assert_eq!(gpu_nodes(&edited), case.gpus, "{}", case.name);
             fs::write(base_bundle.join("config.json"), &edited).unwrap();
+            fs::write(floor_bundle.join("config.json"), &edited).unwrap();
             lifecycle(&rt, config, &state, &base_bundle, "warm-b");
-            let (mut ours, mut base) = (Vec::new(), Vec::new());
+            lifecycle(&floor, config, &state, &floor_bundle, "warm-f");
+            let (mut ours, mut base, mut floors) = (Vec::new(), Vec::new(), Vec::new());
             for i in 0..iters {
                 fs::write(&p, &pristine).unwrap();
                 let mut s = || {
@@ -376,13 +464,32 @@ fn main() {
                         &format!("b{ci}-{i}"),
                     ))
                 };
-                // Alternate who goes first, so neither always runs on a cache the other warmed.
-                if i % 2 == 0 {
-                    s();
-                    b();
-                } else {
-                    b();
-                    s();
+                let mut f = || {
+                    floors.push(lifecycle(
+                        &floor,
+                        config,
+                        &state,
+                        &floor_bundle,
+                        &format!("f{ci}-{i}"),
+                    ))
+                };
+                // Rotate who goes first, so none always runs on a cache another warmed.
+                match i % 3 {
+                    0 => {
+                        s();
+                        b();
+                        f();
+                    }
+                    1 => {
+                        b();
+                        f();
+                        s();
+                    }
+                    _ => {
+                        f();
+                        s();
+                        b();
+                    }
                 }
             }
             // One more create, traced, with /bin/true as the runtime (after the warm-up, so the
@@ -433,12 +540,15 @@ fn main() {
             }
             cpu.sort_by(f64::total_cmp);
             let cpu = cpu[cpu.len() / 2];
-            let total = |v: &[[Duration; 3]]| v.iter().map(|d| d.iter().sum()).collect::<Vec<_>>();
-            let phase = |v: &[[Duration; 3]], k: usize| {
-                stats(&v.iter().map(|d| d[k]).collect::<Vec<_>>()).0
-            };
+            let total = |v: &[Life]| v.iter().map(|l| l.phases.iter().sum()).collect::<Vec<_>>();
+            let phase =
+                |v: &[Life], k: usize| stats(&v.iter().map(|l| l.phases[k]).collect::<Vec<_>>()).0;
+            let lcpu = |v: &[Life]| stats(&v.iter().map(|l| l.cpu).collect::<Vec<_>>()).0;
             let (om, op) = stats(&total(&ours));
             let (bm, bp) = stats(&total(&base));
+            let (fm, _) = stats(&total(&floors));
+            let (oc, bc, fc) = (lcpu(&ours), lcpu(&base), lcpu(&floors));
+            floor_table.push((runtime, case.name, fm, fm / bm, om / fm, [oc, bc, fc]));
             table.push((
                 runtime,
                 case.name,
@@ -470,6 +580,17 @@ fn main() {
             calls.map_or("n/a".to_string(), |c| c.to_string())
         );
     }
+    println!();
+    println!("the exec floor (a static program without libc that execs the runtime; see the header), and the lifecycle's CPU time (medians):");
+    println!("| runtime | case | floor median | floor / runtime alone | shim / floor | CPU: shim | CPU: runtime alone | CPU: floor | CPU ratio: shim / runtime alone | CPU ratio: floor / runtime alone |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (rt, name, fm, fb, sf, [oc, bc, fc]) in &floor_table {
+        println!(
+            "| {rt} | {name} | {fm:.2} ms | {fb:.3} | {sf:.3} | {oc:.2} ms | {bc:.2} ms | {fc:.2} ms | {:.3} | {:.3} |",
+            oc / bc,
+            fc / bc
+        );
+    }
     for (rt, name, _, _, _, _, _, calls, _) in &table {
         if name.starts_with("8 GPUs, just in time") {
             if let Some(c) = calls {
@@ -497,6 +618,15 @@ fn main() {
             );
         }
     }
+    for (rt, name, _, fb, sf, [oc, bc, fc]) in &floor_table {
+        if name.starts_with("8 GPUs, just in time") {
+            println!(
+                "  the exec floor alone with 8 GPUs just in time on {rt}: {fb:.3} of the runtime alone; the shim {sf:.3} of the floor; in CPU time the shim {:.3} and the floor {:.3} of the runtime alone",
+                oc / bc,
+                fc / bc
+            );
+        }
+    }
 
     // A pass-through call: the shim's fixed cost on every runtime call.
     println!();
@@ -504,8 +634,8 @@ fn main() {
         "pass-through `state` of a created container, {} runs each, interleaved:",
         5 * iters / 2
     );
-    println!("| runtime | shim median | shim p90 | runtime alone median | runtime alone p90 | difference median | difference p90 |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| runtime | shim median | shim p90 | runtime alone median | runtime alone p90 | difference median | difference p90 | exec floor: difference median |");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut targets = Vec::new();
     for runtime in ["runc", "crun"] {
         let rt = ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"]
@@ -513,6 +643,7 @@ fn main() {
             .map(|d| Path::new(d).join(runtime))
             .find(|p| p.exists())
             .unwrap();
+        let floor = t.join(format!("exec-floor-{runtime}"));
         let config = t.join(format!("config-{runtime}-0.toml"));
         let b = t.join(format!("passthrough-{runtime}"));
         bundle(&b, &["/bin/sleep", "60"], "");
@@ -533,21 +664,21 @@ fn main() {
         };
         time_state(&shim);
         time_state(&rt);
-        let (mut o, mut r) = (Vec::new(), Vec::new());
+        time_state(&floor);
+        let (mut o, mut r, mut f) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..5 * iters / 2 {
-            if i % 2 == 0 {
-                o.push(time_state(&shim));
-                r.push(time_state(&rt));
-            } else {
-                r.push(time_state(&rt));
-                o.push(time_state(&shim));
+            let mut arms = [(&shim, &mut o), (&rt, &mut r), (&floor, &mut f)];
+            arms.rotate_left(i % 3);
+            for (bin, v) in arms {
+                v.push(time_state(bin));
             }
         }
-        let ((om, op), (rm, rp)) = (stats(&o), stats(&r));
+        let ((om, op), (rm, rp), (fm, _)) = (stats(&o), stats(&r), stats(&f));
         println!(
-            "| {runtime} | {om:.2} ms | {op:.2} ms | {rm:.2} ms | {rp:.2} ms | {:+.2} ms | {:+.2} ms |",
+            "| {runtime} | {om:.2} ms | {op:.2} ms | {rm:.2} ms | {rp:.2} ms | {:+.2} ms | {:+.2} ms | {:+.2} ms |",
             om - rm,
-            op - rp
+            op - rp,
+            fm - rm
         );
         targets.push((runtime, om - rm));
         run(cmd(&rt, &config)
