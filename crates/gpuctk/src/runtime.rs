@@ -159,7 +159,13 @@ fn modify_bundle_once(
     let path = bundle.join("config.json");
     let (bytes, md) = crate::capped::read_capped_meta(&path, MAX_CONFIG_JSON, "the OCI spec")?;
     let mode = std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o7777;
-    let mut spec: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+    let text = crate::capped::json_text(&bytes).map_err(|(line, column)| {
+        anyhow!(
+            "{}: invalid JSON at line {line} column {column}: not UTF-8",
+            path.display()
+        )
+    })?;
+    let mut spec: serde_json::Value = serde_json::from_str(text).map_err(|e| {
         anyhow!(
             "{}: invalid JSON at line {} column {}: {e}",
             path.display(),
