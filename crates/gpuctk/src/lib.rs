@@ -29,6 +29,7 @@ mod runtime;
 mod seen_libraries;
 mod self_exe;
 mod snapshot;
+mod spawn;
 mod spec_cache;
 
 /// `gpuctk` and `nvidia-ctk`: the command line, and the command it names.

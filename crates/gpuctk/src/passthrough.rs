@@ -234,12 +234,13 @@ pub fn exec(args: &[OsString], parsed: &RuncArgs) -> String {
             env!("CARGO_PKG_VERSION")
         );
     }
-    let mut cmd = std::process::Command::new(&runtime);
-    cmd.arg0(&runtime).args(args);
     if let (Some(record), Some("delete")) = (&record, parsed.command.as_deref()) {
-        return delete_and_forget(cmd, record, parsed);
+        return delete_and_forget(args, record, parsed);
     }
-    let err = cmd.exec();
+    let err = std::process::Command::new(&runtime)
+        .arg0(&runtime)
+        .args(args)
+        .exec();
     format!("exec {}: {err}", runtime.display())
 }
 
@@ -248,20 +249,11 @@ pub fn exec(args: &[OsString], parsed: &RuncArgs) -> String {
 /// created would otherwise pile up in `/run` until the next boot). The record is removed when
 /// the runtime deleted the container, or when its state (`<--root>/<id>`) is gone anyway;
 /// exits with the runtime's status.
-fn delete_and_forget(mut cmd: std::process::Command, record: &Record, parsed: &RuncArgs) -> String {
+fn delete_and_forget(args: &[OsString], record: &Record, parsed: &RuncArgs) -> String {
     use std::os::unix::process::ExitStatusExt;
     // An engine that kills the runtime it started (a timeout) kills this process: the runtime
-    // goes with it, as it would had we exec'd it.
-    // SAFETY: a raw prctl (rustix: no allocation, no lock) is async-signal-safe and touches
-    // nothing of the parent's.
-    #[allow(unsafe_code)]
-    unsafe {
-        cmd.pre_exec(|| {
-            let kill = Some(rustix::process::Signal::KILL);
-            Ok(rustix::process::set_parent_process_death_signal(kill)?)
-        });
-    }
-    let status = match cmd.status() {
+    // goes with it, as it would had we exec'd it (`run_tied`).
+    let status = match crate::spawn::run_tied(&record.runtime, args) {
         Ok(s) => s,
         Err(e) => return format!("run {}: {e}", record.runtime.display()),
     };

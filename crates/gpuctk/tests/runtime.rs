@@ -513,6 +513,28 @@ fn errors(runtime: &str) {
             bed.listed()
         );
     }
+    // A config.json that is not UTF-8 (a Latin-1 byte in an env value) is named, with where.
+    bed.set_env(&["NVIDIA_VISIBLE_DEVICES=all", "WHO=caf\u{e9}"]);
+    let path = bed.bundle.join("config.json");
+    let text = fs::read(&path).unwrap();
+    let at = text
+        .windows(5)
+        .position(|w| w == "caf\u{e9}".as_bytes())
+        .unwrap();
+    let mut latin1 = text[..at + 3].to_vec();
+    latin1.push(0xe9);
+    latin1.extend_from_slice(&text[at + 5..]);
+    fs::write(&path, &latin1).unwrap();
+    let r = bed.run("latin1");
+    assert_ne!(r.code, 0, "must fail: {}", r.stdout);
+    let line = latin1[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+    let needle = format!("config.json: invalid JSON at line {line} column ");
+    assert!(
+        r.stderr.contains(&needle) && r.stderr.contains("not UTF-8"),
+        "stderr lacks {needle:?} and not UTF-8: {}",
+        r.stderr
+    );
+    assert_eq!(fs::read(&path).unwrap(), latin1, "config.json unchanged");
 }
 
 #[test]
@@ -2448,5 +2470,103 @@ fn mofed_and_nvswitch_through_the_shim_and_the_hook() {
                 }
             }
         }
+    }
+}
+
+/// A `delete` with a runtime record waits for the runtime (to remove the record after it)
+/// instead of exec'ing it. Issue 21 made that child share the shim's memory until it execs
+/// (`clone` with `CLONE_VFORK`) instead of forking: the runtime still gets the arguments,
+/// `argv[0]`, environment and signal state an exec would give it, the shim exits with its
+/// status, and it dies with the shim (an engine's timeout kills the shim).
+#[test]
+fn a_delete_that_waits_passes_everything_on_and_its_runtime_dies_with_the_shim() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TestDir::new();
+    let out = t.join("out");
+    fs::create_dir(&out).unwrap();
+    let rt = t.join("runtime.sh");
+    fs::write(
+        &rt,
+        format!(
+            "#!/bin/sh\nO={}\necho \"$0\" > $O/argv0\nprintf '%s\\n' \"$@\" > $O/args\necho \"$FOO\" > $O/env\nwhile read -r k v; do case $k in SigBlk:|SigIgn:) echo \"$k $v\";; esac; done < /proc/$$/status > $O/sig\necho $$ > $O/pid.tmp && mv $O/pid.tmp $O/pid\n[ -e $O/hang ] && exec sleep 60\nexit 3\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&rt, fs::Permissions::from_mode(0o755)).unwrap();
+    let state = t.join("state");
+    fs::create_dir(&state).unwrap();
+    let records = t.join("state.gpuctk");
+    fs::create_dir(&records).unwrap();
+    let config = t.join("config.toml");
+    fs::write(
+        &config,
+        "[nvidia-container-runtime]\nruntimes = [\"runc\"]\n",
+    )
+    .unwrap();
+    let shim = t.join("nvidia-container-runtime");
+    symlink(GPUCTK, &shim).unwrap();
+    let delete = |id: &str| {
+        symlink(&rt, records.join(id)).unwrap();
+        let mut c = Command::new(&shim);
+        c.args(["--root", state.to_str().unwrap(), "delete", id])
+            .env("GPUCTK_CONFIG", &config)
+            .env("FOO", "bar baz")
+            .stdin(std::process::Stdio::null());
+        c
+    };
+
+    let st = delete("c1").status().unwrap();
+    assert_eq!(st.code(), Some(3), "the runtime's status");
+    let read = |f: &str| fs::read_to_string(out.join(f)).unwrap();
+    assert_eq!(read("argv0").trim(), rt.to_str().unwrap());
+    assert_eq!(
+        read("args").lines().collect::<Vec<_>>(),
+        ["--root", state.to_str().unwrap(), "delete", "c1"]
+    );
+    assert_eq!(read("env").trim(), "bar baz");
+    // SIGPIPE (13) no longer ignored as in the shim, and nothing blocked. (The script reads its
+    // own status with builtins: a `grep` forked by dash can see dash's mask of the moment.)
+    let sig = read("sig");
+    assert_eq!(sig.lines().count(), 2, "{sig}");
+    for l in sig.lines() {
+        let mask = u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap();
+        if l.starts_with("SigBlk") {
+            assert_eq!(mask, 0, "{sig}");
+        } else {
+            assert_eq!(mask & (1 << 12), 0, "SIGPIPE ignored: {sig}");
+        }
+    }
+    // The container's state is gone (it never had any): the record went too.
+    assert!(fs::symlink_metadata(records.join("c1")).is_err());
+
+    fs::write(out.join("hang"), "").unwrap();
+    fs::remove_file(out.join("pid")).unwrap();
+    let mut child = delete("c2").spawn().unwrap();
+    let pid_file = out.join("pid");
+    let t0 = std::time::Instant::now();
+    while !pid_file.exists() {
+        assert!(t0.elapsed().as_secs() < 20, "the runtime never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let pid: i32 = read("pid").trim().parse().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Gone, or a zombie waiting for whoever adopted it.
+    let alive = || {
+        fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                let state = s.rsplit(") ").next().unwrap_or("").chars().next();
+                state != Some('Z')
+            })
+            .unwrap_or(false)
+    };
+    let t0 = std::time::Instant::now();
+    while alive() {
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "the runtime (pid {pid}) outlived the shim killed while waiting for it"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
