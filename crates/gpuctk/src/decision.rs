@@ -377,8 +377,7 @@ fn decode_hooks(edits: &ContainerEdits) -> Vec<(usize, InRootOp)> {
         .enumerate()
         .filter(|(_, h)| ours(h))
         .filter_map(|(i, h)| {
-            let cmd = decoder.get_or_insert_with(crate::hook::decoder);
-            crate::hook::decode_with(cmd, &h.args)
+            crate::hook::decode_with(&mut decoder, &h.args)
                 .ok()
                 .flatten()
                 .map(|op| (i, op))

@@ -216,22 +216,29 @@ impl Hook {
     }
 }
 
-/// [`decode_with`] with a command of its own, each answer checked against that of one command
-/// reused for every call, as the shim uses it.
+/// [`decode_with`], its answer checked against clap's alone, with a command of its own and with
+/// one command reused for every call, as the shim uses it.
 #[cfg(test)]
 fn decode(args: &[String]) -> Result<Option<InRootOp>, OpError> {
     thread_local! {
-        static REUSED: std::cell::RefCell<clap::Command> = std::cell::RefCell::new(decoder());
+        static REUSED: std::cell::RefCell<Option<clap::Command>> =
+            const { std::cell::RefCell::new(None) };
     }
-    let fresh = decode_with(&mut decoder(), args);
+    let mut plain: Vec<&str> = args.iter().map(String::as_str).collect();
+    if plain.get(1) == Some(&"hook") {
+        plain.remove(1);
+    }
+    let clap_alone = decode_clap(&mut decoder(), &plain);
+    let fresh = decode_with(&mut None, args);
     let reused = REUSED.with(|c| decode_with(&mut c.borrow_mut(), args));
+    assert_eq!(fresh, clap_alone, "{args:?}");
     assert_eq!(fresh, reused, "{args:?}");
     fresh
 }
 
 /// The hook's command line as clap builds it, for many [`decode_with`] calls: a static spec of
 /// 64 GPUs holds 65 of our hooks, and building the command anew for each cost about 1 ms.
-pub fn decoder() -> clap::Command {
+fn decoder() -> clap::Command {
     <HookCli as clap::CommandFactory>::command()
 }
 
@@ -241,12 +248,47 @@ pub fn decoder() -> clap::Command {
 /// subcommand, an unknown flag, `noop`, a test's `--container-spec`): it stays a hook process.
 /// `Err` for one of ours with a malformed value, which the hook would refuse too. `cmd` comes
 /// from [`decoder`]; clap builds it on its first use, and it is reused after.
-pub fn decode_with(cmd: &mut clap::Command, args: &[String]) -> Result<Option<InRootOp>, OpError> {
+pub fn decode_with(
+    cmd: &mut Option<clap::Command>,
+    args: &[String],
+) -> Result<Option<InRootOp>, OpError> {
     let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
     if args.get(1) == Some(&"hook") {
         args.remove(1);
     }
-    let Ok(mut matches) = cmd.try_get_matches_from_mut(&args) else {
+    if let Some(op) = canonical_symlinks(&args) {
+        return Ok(Some(op));
+    }
+    decode_clap(cmd.get_or_insert_with(decoder), &args)
+}
+
+/// A `create-symlinks` written exactly as [`InRootOp::to_args`] writes it (and NVIDIA's specs
+/// hold it), `--link VALUE` pairs, decoded without clap: a spec of 64 GPUs holds one per GPU,
+/// and clap's parse of each cost about 14,000 instructions, a sixth of such a create. Taken only
+/// where the arguments are the encoding of the operation found (a value that starts with `-` is
+/// written `--link=VALUE`, so it is left to clap), which clap decodes to that same operation
+/// (`encode_then_decode_is_identity`); anything else, or a link that does not parse, goes to
+/// clap, whose answer (and error) stands.
+fn canonical_symlinks(args: &[&str]) -> Option<InRootOp> {
+    let [_, "create-symlinks", pairs @ ..] = args else {
+        return None;
+    };
+    if pairs.len() % 2 != 0 {
+        return None;
+    }
+    let links = pairs
+        .chunks_exact(2)
+        .map(|p| match p {
+            ["--link", v] if !v.is_empty() && !v.starts_with('-') => Link::parse(v).ok(),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(InRootOp::CreateSymlinks { links })
+}
+
+/// [`decode_with`] by clap, for arguments with `hook` taken out of NVIDIA's older form.
+fn decode_clap(cmd: &mut clap::Command, args: &[&str]) -> Result<Option<InRootOp>, OpError> {
+    let Ok(mut matches) = cmd.try_get_matches_from_mut(args) else {
         return Ok(None);
     };
     let Ok(cli) = <HookCli as clap::FromArgMatches>::from_arg_matches_mut(&mut matches) else {
@@ -428,6 +470,69 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// `decode` checks every answer against clap's alone; these are the edges of the
+    /// `create-symlinks` read without clap.
+    #[test]
+    fn create_symlinks_read_without_clap_agree_with_clap() {
+        let link = |v: &str| Link::parse(v).unwrap();
+        // Err: any error.
+        type Want = Result<Option<InRootOp>, ()>;
+        let cases: &[(&[&str], Want)] = &[
+            (
+                &[
+                    "--link",
+                    "a::/b",
+                    "--link",
+                    "../card0::/dev/dri/by-path/x-card",
+                ],
+                Ok(Some(InRootOp::CreateSymlinks {
+                    links: vec![link("a::/b"), link("../card0::/dev/dri/by-path/x-card")],
+                })),
+            ),
+            (&[], Ok(Some(InRootOp::CreateSymlinks { links: vec![] }))),
+            (
+                &["--link=a::/b"],
+                Ok(Some(InRootOp::CreateSymlinks {
+                    links: vec![link("a::/b")],
+                })),
+            ),
+            (
+                &["--link=-a::/b"],
+                Ok(Some(InRootOp::CreateSymlinks {
+                    links: vec![link("-a::/b")],
+                })),
+            ),
+            // Not a link clap accepts either: the hook would refuse it.
+            (&["--link", "a::b"], Err(())),
+            (&["--link", "a"], Err(())),
+            // A dangling flag, another flag, a global flag, a test's target: clap decides.
+            (&["--link"], Ok(None)),
+            (&["--link", "a::/b", "--folder", "/x"], Ok(None)),
+            (
+                &["-d", "--link", "a::/b"],
+                Ok(Some(InRootOp::CreateSymlinks {
+                    links: vec![link("a::/b")],
+                })),
+            ),
+            (
+                &["--link", "a::/b", "--container-spec", "/c.json"],
+                Ok(None),
+            ),
+        ];
+        for (flags, want) in cases {
+            for prefix in [&["nvidia-cdi-hook"][..], &["nvidia-ctk", "hook"]] {
+                let mut args = s(prefix);
+                args.push("create-symlinks".into());
+                args.extend(s(flags));
+                let got = decode(&args);
+                match want {
+                    Ok(w) => assert_eq!(&got, &Ok(w.clone()), "{args:?}"),
+                    Err(()) => assert!(got.is_err(), "{args:?}: {got:?}"),
+                }
+            }
+        }
     }
 
     #[test]
