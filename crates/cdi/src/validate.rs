@@ -158,7 +158,30 @@ fn is_abs(p: &str) -> bool {
     p.starts_with('/')
 }
 
-fn check_env(c: &mut Checker, field: &str, env: &[String]) {
+/// `{base}.{name}`, or `{base}.{name}[{index}]`: a field's name, written out only where an issue
+/// names it (a spec of 64 GPUs has over a thousand fields, and writing every name up front cost
+/// a create from it 8% of its instructions).
+struct Field<'a> {
+    base: &'a dyn fmt::Display,
+    name: &'static str,
+    index: Option<usize>,
+}
+
+impl fmt::Display for Field<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.base, self.name)?;
+        match self.index {
+            Some(i) => write!(f, "[{i}]"),
+            None => Ok(()),
+        }
+    }
+}
+
+fn field<'a>(base: &'a dyn fmt::Display, name: &'static str, index: Option<usize>) -> Field<'a> {
+    Field { base, name, index }
+}
+
+fn check_env(c: &mut Checker, field: &dyn fmt::Display, env: &[String]) {
     for (i, e) in env.iter().enumerate() {
         match e.find('=') {
             Some(0) => c.push(
@@ -175,9 +198,9 @@ fn check_env(c: &mut Checker, field: &str, env: &[String]) {
 }
 
 fn check_edits(c: &mut Checker, base: &str, e: &ContainerEdits, spec: &Spec) {
-    check_env(c, &format!("{base}.env"), &e.env);
+    check_env(c, &field(&base, "env", None), &e.env);
     for (i, n) in e.device_nodes.iter().enumerate() {
-        let f = format!("{base}.deviceNodes[{i}]");
+        let f = field(&base, "deviceNodes", Some(i));
         if n.path.is_empty() {
             c.push(
                 format!("{f}.path"),
@@ -232,7 +255,7 @@ fn check_edits(c: &mut Checker, base: &str, e: &ContainerEdits, spec: &Spec) {
     let mut host_names = BTreeSet::new();
     let mut names = BTreeSet::new();
     for (i, n) in e.net_devices.iter().enumerate() {
-        let f = format!("{base}.netDevices[{i}]");
+        let f = field(&base, "netDevices", Some(i));
         for (k, v, set) in [
             ("hostInterfaceName", &n.host_interface_name, &mut host_names),
             ("name", &n.name, &mut names),
@@ -253,7 +276,7 @@ fn check_edits(c: &mut Checker, base: &str, e: &ContainerEdits, spec: &Spec) {
         }
     }
     for (i, h) in e.hooks.iter().enumerate() {
-        let f = format!("{base}.hooks[{i}]");
+        let f = field(&base, "hooks", Some(i));
         if !HOOK_NAMES.contains(&h.hook_name.as_str()) {
             c.push(
                 format!("{f}.hookName"),
@@ -275,7 +298,7 @@ fn check_edits(c: &mut Checker, base: &str, e: &ContainerEdits, spec: &Spec) {
                 format!("{:?} is not an absolute path", h.path),
             );
         }
-        check_env(c, &format!("{f}.env"), &h.env);
+        check_env(c, &field(&f, "env", None), &h.env);
         if let Some(t) = h.timeout {
             if t <= 0 {
                 c.push(
@@ -286,7 +309,7 @@ fn check_edits(c: &mut Checker, base: &str, e: &ContainerEdits, spec: &Spec) {
         }
     }
     for (i, m) in e.mounts.iter().enumerate() {
-        let f = format!("{base}.mounts[{i}]");
+        let f = field(&base, "mounts", Some(i));
         if m.host_path.is_empty() {
             c.push(format!("{f}.hostPath"), "empty mount source");
         }
@@ -303,7 +326,7 @@ fn check_edits(c: &mut Checker, base: &str, e: &ContainerEdits, spec: &Spec) {
         }
     }
     if let Some(rdt) = &e.intel_rdt {
-        let f = format!("{base}.intelRdt");
+        let f = field(&base, "intelRdt", None);
         if let Some(id) = &rdt.clos_id {
             if id.len() >= 4096 || id == "." || id == ".." || id.contains(['/', '\n']) {
                 c.push(
