@@ -4,8 +4,9 @@
 //! The modules are private; what is public is one entry point per personality, the command
 //! line's type, and `config.toml`'s parser (which the fuzzing crate drives).
 
-// System calls are safe functions (rustix, or the library crates' `sys` modules); the two
-// `pre_exec` hooks and one `getsockopt` are allowed where they stand.
+// System calls are safe functions (rustix, or the library crates' `sys` modules); one
+// `pre_exec` hook, `spawn`'s clone of a child that execs the runtime, the auxiliary vector's
+// read and one `getsockopt` are allowed where they stand.
 #![deny(unsafe_code)]
 
 mod bounded_run;
