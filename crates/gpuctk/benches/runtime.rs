@@ -391,13 +391,20 @@ fn main() {
             "this build"
         }
     );
-    for runtime in ["runc", "crun"] {
-        let rt = ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"]
-            .iter()
-            .map(|d| Path::new(d).join(runtime))
-            .find(|p| p.exists())
-            .unwrap_or_else(|| panic!("{runtime} not installed"));
-        let floor = exec_floor(t, &rt);
+    // Each runtime's path and its exec floor.
+    let runtimes: Vec<(&str, PathBuf, PathBuf)> = ["runc", "crun"]
+        .into_iter()
+        .map(|runtime| {
+            let rt = ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"]
+                .iter()
+                .map(|d| Path::new(d).join(runtime))
+                .find(|p| p.exists())
+                .unwrap_or_else(|| panic!("{runtime} not installed"));
+            let floor = exec_floor(t, &rt);
+            (runtime, rt, floor)
+        })
+        .collect();
+    for &(runtime, ref rt, ref floor) in &runtimes {
         let configs: Vec<PathBuf> = hosts
             .iter()
             .enumerate()
@@ -441,55 +448,26 @@ fn main() {
             assert_eq!(gpu_nodes(&edited), case.gpus, "{}", case.name);
             fs::write(base_bundle.join("config.json"), &edited).unwrap();
             fs::write(floor_bundle.join("config.json"), &edited).unwrap();
-            lifecycle(&rt, config, &state, &base_bundle, "warm-b");
-            lifecycle(&floor, config, &state, &floor_bundle, "warm-f");
+            lifecycle(rt, config, &state, &base_bundle, "warm-b");
+            lifecycle(floor, config, &state, &floor_bundle, "warm-f");
             let (mut ours, mut base, mut floors) = (Vec::new(), Vec::new(), Vec::new());
             for i in 0..iters {
                 fs::write(&p, &pristine).unwrap();
-                let mut s = || {
-                    ours.push(lifecycle(
-                        &shim,
-                        config,
-                        &state,
-                        &shim_bundle,
-                        &format!("s{ci}-{i}"),
-                    ))
-                };
-                let mut b = || {
-                    base.push(lifecycle(
-                        &rt,
-                        config,
-                        &state,
-                        &base_bundle,
-                        &format!("b{ci}-{i}"),
-                    ))
-                };
-                let mut f = || {
-                    floors.push(lifecycle(
-                        &floor,
-                        config,
-                        &state,
-                        &floor_bundle,
-                        &format!("f{ci}-{i}"),
-                    ))
-                };
                 // Rotate who goes first, so none always runs on a cache another warmed.
-                match i % 3 {
-                    0 => {
-                        s();
-                        b();
-                        f();
-                    }
-                    1 => {
-                        b();
-                        f();
-                        s();
-                    }
-                    _ => {
-                        f();
-                        s();
-                        b();
-                    }
+                let mut sides = [
+                    ('s', &shim, &shim_bundle, &mut ours),
+                    ('b', rt, &base_bundle, &mut base),
+                    ('f', floor, &floor_bundle, &mut floors),
+                ];
+                sides.rotate_left(i % 3);
+                for (tag, bin, bundle, runs) in sides {
+                    runs.push(lifecycle(
+                        bin,
+                        config,
+                        &state,
+                        bundle,
+                        &format!("{tag}{ci}-{i}"),
+                    ));
                 }
             }
             // One more create, traced, with /bin/true as the runtime (after the warm-up, so the
@@ -637,18 +615,12 @@ fn main() {
     println!("| runtime | shim median | shim p90 | runtime alone median | runtime alone p90 | difference median | difference p90 | exec floor: difference median |");
     println!("|---|---|---|---|---|---|---|---|");
     let mut targets = Vec::new();
-    for runtime in ["runc", "crun"] {
-        let rt = ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"]
-            .iter()
-            .map(|d| Path::new(d).join(runtime))
-            .find(|p| p.exists())
-            .unwrap();
-        let floor = t.join(format!("exec-floor-{runtime}"));
+    for &(runtime, ref rt, ref floor) in &runtimes {
         let config = t.join(format!("config-{runtime}-0.toml"));
         let b = t.join(format!("passthrough-{runtime}"));
         bundle(&b, &["/bin/sleep", "60"], "");
         let id = format!("pt-{runtime}");
-        run(cmd(&rt, &config)
+        run(cmd(rt, &config)
             .arg("--root")
             .arg(&state)
             .args(["create", "--bundle"])
@@ -663,11 +635,11 @@ fn main() {
             t0.elapsed()
         };
         time_state(&shim);
-        time_state(&rt);
-        time_state(&floor);
+        time_state(rt);
+        time_state(floor);
         let (mut o, mut r, mut f) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..5 * iters / 2 {
-            let mut arms = [(&shim, &mut o), (&rt, &mut r), (&floor, &mut f)];
+            let mut arms = [(&shim, &mut o), (rt, &mut r), (floor, &mut f)];
             arms.rotate_left(i % 3);
             for (bin, v) in arms {
                 v.push(time_state(bin));
@@ -681,7 +653,7 @@ fn main() {
             fm - rm
         );
         targets.push((runtime, om - rm));
-        run(cmd(&rt, &config)
+        run(cmd(rt, &config)
             .arg("--root")
             .arg(&state)
             .args(["delete", "--force", id.as_str()]));

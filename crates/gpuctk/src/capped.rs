@@ -3,12 +3,45 @@
 
 use std::path::Path;
 
-/// `bytes` as text for `serde_json::from_str`: UTF-8 is checked once over the whole file, where
-/// `from_slice` checks it string by string (a tenth of the instructions of a create that reads
-/// a large spec cache). `from_slice` accepts the same inputs: JSON outside strings is ASCII.
-/// Err: the line and column (1-based; the column in bytes, as serde_json counts) of the first
-/// byte that is not UTF-8.
-pub fn json_text(bytes: &[u8]) -> Result<&str, (usize, usize)> {
+/// A JSON file's bytes that did not parse: where, and why.
+#[derive(Debug)]
+pub enum JsonError {
+    /// The line and column (1-based; the column in bytes, as serde_json counts) of the first
+    /// byte that is not UTF-8.
+    NotUtf8(usize, usize),
+    Json(serde_json::Error),
+}
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JsonError::NotUtf8(line, column) => {
+                write!(f, "invalid JSON at line {line} column {column}: not UTF-8")
+            }
+            JsonError::Json(e) => {
+                write!(
+                    f,
+                    "invalid JSON at line {} column {}: {e}",
+                    e.line(),
+                    e.column()
+                )
+            }
+        }
+    }
+}
+
+/// `bytes` parsed as JSON: UTF-8 is checked once over the whole file ([`json_text`]) and the
+/// text parsed with `serde_json::from_str`, where `from_slice` checks UTF-8 string by string (a
+/// tenth of the instructions of a create that reads a large spec cache). `from_slice` accepts
+/// the same inputs: JSON outside strings is ASCII.
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, JsonError> {
+    let text = json_text(bytes).map_err(|(line, column)| JsonError::NotUtf8(line, column))?;
+    serde_json::from_str(text).map_err(JsonError::Json)
+}
+
+/// `bytes` as text; Err: the line and column (1-based; the column in bytes, as serde_json
+/// counts) of the first byte that is not UTF-8.
+fn json_text(bytes: &[u8]) -> Result<&str, (usize, usize)> {
     std::str::from_utf8(bytes).map_err(|e| {
         let good = &bytes[..e.valid_up_to()];
         let line = good.iter().filter(|&&b| b == b'\n').count() + 1;

@@ -224,11 +224,7 @@ fn decode(args: &[String]) -> Result<Option<InRootOp>, OpError> {
         static REUSED: std::cell::RefCell<Option<clap::Command>> =
             const { std::cell::RefCell::new(None) };
     }
-    let mut plain: Vec<&str> = args.iter().map(String::as_str).collect();
-    if plain.get(1) == Some(&"hook") {
-        plain.remove(1);
-    }
-    let clap_alone = decode_clap(&mut decoder(), &plain);
+    let clap_alone = decode_clap(&mut decoder(), &plain(args));
     let fresh = decode_with(&mut None, args);
     let reused = REUSED.with(|c| decode_with(&mut c.borrow_mut(), args));
     assert_eq!(fresh, clap_alone, "{args:?}");
@@ -246,20 +242,26 @@ fn decoder() -> clap::Command {
 /// (`args[0]` is the program name; NVIDIA's older `nvidia-ctk hook NAME` form too) as a typed
 /// operation. `Ok(None)` for what is not one of our operations as we know them (another
 /// subcommand, an unknown flag, `noop`, a test's `--container-spec`): it stays a hook process.
-/// `Err` for one of ours with a malformed value, which the hook would refuse too. `cmd` comes
-/// from [`decoder`]; clap builds it on its first use, and it is reused after.
+/// `Err` for one of ours with a malformed value, which the hook would refuse too. `cmd` keeps
+/// clap's command ([`decoder`]) for the calls after: built by the first call that needs clap.
 pub fn decode_with(
     cmd: &mut Option<clap::Command>,
     args: &[String],
 ) -> Result<Option<InRootOp>, OpError> {
-    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
-    if args.get(1) == Some(&"hook") {
-        args.remove(1);
-    }
+    let args = plain(args);
     if let Some(op) = canonical_symlinks(&args) {
         return Ok(Some(op));
     }
     decode_clap(cmd.get_or_insert_with(decoder), &args)
+}
+
+/// A spec hook's `args` with `hook` taken out of NVIDIA's older `nvidia-ctk hook NAME` form.
+fn plain(args: &[String]) -> Vec<&str> {
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    if args.get(1) == Some(&"hook") {
+        args.remove(1);
+    }
+    args
 }
 
 /// A `create-symlinks` written exactly as [`InRootOp::to_args`] writes it (and NVIDIA's specs
@@ -286,7 +288,7 @@ fn canonical_symlinks(args: &[&str]) -> Option<InRootOp> {
     Some(InRootOp::CreateSymlinks { links })
 }
 
-/// [`decode_with`] by clap, for arguments with `hook` taken out of NVIDIA's older form.
+/// [`decode_with`] by clap, for arguments as [`plain`] gives them.
 fn decode_clap(cmd: &mut clap::Command, args: &[&str]) -> Result<Option<InRootOp>, OpError> {
     let Ok(mut matches) = cmd.try_get_matches_from_mut(args) else {
         return Ok(None);

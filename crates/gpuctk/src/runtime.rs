@@ -159,20 +159,8 @@ fn modify_bundle_once(
     let path = bundle.join("config.json");
     let (bytes, md) = crate::capped::read_capped_meta(&path, MAX_CONFIG_JSON, "the OCI spec")?;
     let mode = std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o7777;
-    let text = crate::capped::json_text(&bytes).map_err(|(line, column)| {
-        anyhow!(
-            "{}: invalid JSON at line {line} column {column}: not UTF-8",
-            path.display()
-        )
-    })?;
-    let mut spec: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        anyhow!(
-            "{}: invalid JSON at line {} column {}: {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        )
-    })?;
+    let mut spec: serde_json::Value =
+        crate::capped::parse_json(&bytes).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     if !spec.is_object() {
         bail!("{}: not a JSON object", path.display());
     }

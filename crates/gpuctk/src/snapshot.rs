@@ -357,8 +357,7 @@ impl Snapshot {
         let euid = crate::capped::euid();
         let buf =
             crate::capped::read_owned(&self.path, euid, MAX_SNAPSHOT).map_err(|e| other(&e))?;
-        let text = crate::capped::json_text(&buf).map_err(|_| other(&"not UTF-8"))?;
-        let file: File = serde_json::from_str(text).map_err(|e| other(&e))?;
+        let file: File = crate::capped::parse_json(&buf).map_err(|e| other(&e))?;
         if &file.key != key {
             return Err(other(&"made for another driver or configuration"));
         }

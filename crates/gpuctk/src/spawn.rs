@@ -95,16 +95,14 @@ pub fn run_tied(program: &Path, args: &[OsString]) -> io::Result<ExitStatus> {
 
 /// The child's status, once it has exited.
 fn wait(pid: c_int) -> io::Result<ExitStatus> {
-    let mut status = 0;
+    let pid = rustix::process::Pid::from_raw(pid).ok_or(io::ErrorKind::InvalidInput)?;
     loop {
-        #[allow(unsafe_code)]
-        // SAFETY: waitpid writes the status it is given a place for.
-        if unsafe { libc::waitpid(pid, &mut status, 0) } == pid {
-            return Ok(ExitStatus::from_raw(status));
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => return Ok(ExitStatus::from_raw(status.as_raw())),
+            // Without WNOHANG, waitpid returns only with a status.
+            Ok(None) => return Err(io::ErrorKind::Other.into()),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }

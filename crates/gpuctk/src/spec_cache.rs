@@ -103,8 +103,7 @@ pub fn registry(cache_dir: &Path, spec_dirs: &[PathBuf], vendors: &[&str], read:
 fn load(path: &Path, key: &Key, spec_dirs: &[PathBuf]) -> Result<Registry, String> {
     let euid = crate::capped::euid();
     let buf = crate::capped::read_owned(path, euid, MAX_CACHE).map_err(|e| e.to_string())?;
-    let text = crate::capped::json_text(&buf).map_err(|_| "not UTF-8".to_string())?;
-    let file: FileIn = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let file: FileIn = crate::capped::parse_json(&buf).map_err(|e| e.to_string())?;
     if &file.key != key {
         return Err("made for other spec files".into());
     }
