@@ -2570,3 +2570,96 @@ fn a_delete_that_waits_passes_everything_on_and_its_runtime_dies_with_the_shim()
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// Issue 21: a `delete` whose record names the runtime the config it finds names too needs no
+/// record to reach that runtime again: the record goes first and the shim becomes the runtime
+/// (no process waiting beside it), as for every other call. A delete the runtime fails is
+/// tried again on the same runtime without the record. Where the config names another runtime
+/// the shim still waits, and the record stays while the container does.
+#[test]
+fn a_delete_of_the_configured_runtime_execs_it_without_its_record() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TestDir::new();
+    let out = t.join("out");
+    fs::create_dir(&out).unwrap();
+    let state = t.join("state");
+    fs::create_dir(&state).unwrap();
+    let records = t.join("state.gpuctk");
+    fs::create_dir(&records).unwrap();
+    // Says its pid, whether the record was there when it ran, and exits with the status in
+    // `out/status` (what the test asks of this delete).
+    let rt = t.join("runtime.sh");
+    fs::write(
+        &rt,
+        format!(
+            "#!/bin/sh\nO={}\nid=$(for a; do :; done; echo \"$a\")\nif [ -L {}/$id ]; then r=kept; else r=gone; fi\necho \"$$ $r\" > $O/ran\nexit $(cat $O/status)\n",
+            out.display(),
+            records.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&rt, fs::Permissions::from_mode(0o755)).unwrap();
+    let config = |runtime: &std::path::Path| {
+        let c = t.join("config.toml");
+        fs::write(
+            &c,
+            format!("[nvidia-container-runtime]\nruntimes = [{:?}]\n", runtime),
+        )
+        .unwrap();
+        c
+    };
+    let shim = t.join("nvidia-container-runtime");
+    symlink(GPUCTK, &shim).unwrap();
+    // Runs `delete id` with the runtime exiting `status`: the shim's status, and the pid and
+    // record the runtime saw, with whether the runtime was the shim's own process.
+    let delete = |id: &str, config: &std::path::Path, status: i32| {
+        fs::write(out.join("status"), status.to_string()).unwrap();
+        let _ = fs::remove_file(out.join("ran"));
+        let mut child = Command::new(&shim)
+            .args(["--root", state.to_str().unwrap(), "delete", id])
+            .env("GPUCTK_CONFIG", config)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let shim_pid = child.id();
+        let code = child.wait().unwrap().code();
+        let ran = fs::read_to_string(out.join("ran")).unwrap();
+        let (pid, record) = ran.trim().split_once(' ').unwrap();
+        (
+            code,
+            pid.parse::<u32>().unwrap() == shim_pid,
+            record.to_string(),
+        )
+    };
+
+    // The config names the recorded runtime: exec'd, the record gone before it ran.
+    let same = config(&rt);
+    symlink(&rt, records.join("c1")).unwrap();
+    assert_eq!(
+        delete("c1", &same, 1),
+        (Some(1), true, "gone".to_string()),
+        "(status, became the runtime, record)"
+    );
+    assert!(fs::symlink_metadata(records.join("c1")).is_err());
+    // Tried again: the configured runtime, the same one.
+    assert_eq!(delete("c1", &same, 0), (Some(0), true, "gone".to_string()));
+
+    // The config names another runtime: the shim waits, the record is there while the runtime
+    // runs, and stays after a failed delete of a container whose state is still there.
+    let other = config(std::path::Path::new("/bin/true"));
+    symlink(&rt, records.join("c2")).unwrap();
+    fs::create_dir(state.join("c2")).unwrap();
+    assert_eq!(
+        delete("c2", &other, 1),
+        (Some(1), false, "kept".to_string())
+    );
+    assert!(fs::symlink_metadata(records.join("c2")).is_ok());
+    assert_eq!(
+        delete("c2", &other, 0),
+        (Some(0), false, "kept".to_string())
+    );
+    assert!(
+        fs::symlink_metadata(records.join("c2")).is_err(),
+        "the record outlived a successful delete"
+    );
+}
