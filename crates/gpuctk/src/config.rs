@@ -741,19 +741,46 @@ fn at_nvidia_default(path: &str, item: &Item) -> bool {
 }
 
 /// What [`collect_keys`] finds beyond the keys gpuctk applies.
-#[derive(Default)]
-struct Found {
+struct Found<'a> {
     unknown: Vec<String>,
     not_applied: Vec<String>,
     at_default: Vec<String>,
+    text: &'a str,
+    /// Where `text`'s lines end, found on the first key a message names: a line number is a
+    /// search in it, so that a config of many such keys costs linear time, not a count of
+    /// newlines from the start per key; and a config of keys gpuctk applies counts none.
+    newlines: Option<Vec<usize>>,
 }
 
-impl Found {
+impl<'a> Found<'a> {
+    fn new(text: &'a str) -> Self {
+        Found {
+            unknown: Vec::new(),
+            not_applied: Vec::new(),
+            at_default: Vec::new(),
+            text,
+            newlines: None,
+        }
+    }
+
+    /// The line of `item` in the text (1-based; 0 for an item without a place).
+    fn line(&mut self, item: &Item) -> usize {
+        let Some(span) = item.span() else {
+            return 0;
+        };
+        let text = self.text;
+        let newlines = self
+            .newlines
+            .get_or_insert_with(|| text.match_indices('\n').map(|(i, _)| i).collect());
+        newlines.partition_point(|&i| i < span.start) + 1
+    }
+
     /// A key gpuctk does not apply: news only when it is not at NVIDIA's default.
-    fn not_applied(&mut self, full: &str, line: usize, item: &Item) {
+    fn not_applied(&mut self, full: &str, item: &Item) {
         if at_nvidia_default(full, item) {
             self.at_default.push(full.to_string());
         } else {
+            let line = self.line(item);
             self.not_applied.push(format!("{full} (line {line})"));
         }
     }
@@ -789,28 +816,29 @@ fn keys_of(prefix: &str) -> Vec<&'static str> {
 /// name of its table, if one is close), a key it marks as not applied (or any key of a table
 /// that is not applied and does not name it as applied) is collected as such, or as at
 /// NVIDIA's default when it holds that.
-fn collect_keys(t: &Table, prefix: &str, open: bool, text: &str, found: &mut Found) {
-    let known = keys_of(prefix);
+fn collect_keys(t: &Table, prefix: &str, open: bool, found: &mut Found) {
     for (k, item) in t.iter() {
         let full = format!("{prefix}{k}");
-        let line = item.span().map(|s| line_of(text, s.start)).unwrap_or(0);
         match row(&full) {
-            None if open => found.not_applied(&full, line, item),
-            None => found.unknown.push(match did_you_mean(k, &known) {
-                Some(m) => format!("{full} (line {line}; did you mean {prefix}{m}?)"),
-                None => format!("{full} (line {line})"),
-            }),
+            None if open => found.not_applied(&full, item),
+            None => {
+                let line = found.line(item);
+                found.unknown.push(match did_you_mean(k, &keys_of(prefix)) {
+                    Some(m) => format!("{full} (line {line}; did you mean {prefix}{m}?)"),
+                    None => format!("{full} (line {line})"),
+                })
+            }
             Some((Kind::Table, _)) => {
                 if let Some(sub) = item.as_table() {
-                    collect_keys(sub, &format!("{full}."), false, text, found);
+                    collect_keys(sub, &format!("{full}."), false, found);
                 }
             }
             Some((Kind::Open(_), applied)) => {
                 if let Some(sub) = item.as_table() {
-                    collect_keys(sub, &format!("{full}."), !applied, text, found);
+                    collect_keys(sub, &format!("{full}."), !applied, found);
                 }
             }
-            Some((_, false)) => found.not_applied(&full, line, item),
+            Some((_, false)) => found.not_applied(&full, item),
             Some((_, true)) => {}
         }
     }
@@ -874,8 +902,8 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         };
         set(&mut c, key, value).map_err(|m| r.err(item, key, &m))?;
     }
-    let mut found = Found::default();
-    collect_keys(root, "", false, text, &mut found);
+    let mut found = Found::new(text);
+    collect_keys(root, "", false, &mut found);
     c.unknown_keys = found.unknown;
     c.not_applied = found.not_applied;
     c.at_default = found.at_default;
@@ -1096,6 +1124,24 @@ allow-gdrcopy = true
                 "nvidia-container-runtime.runtime (line 9; did you mean nvidia-container-runtime.runtimes?)",
             ]
         );
+    }
+
+    /// Each named key's line came from counting the newlines before it: a config of many
+    /// unknown keys took time quadratic in its size. Now one index of its lines, searched.
+    #[test]
+    fn the_lines_of_many_unknown_keys_are_found_in_one_pass() {
+        let n = 5_000;
+        let mut text = String::from("first = 1\n");
+        for i in 0..n {
+            text.push_str(&format!("k{i} = 1\n"));
+        }
+        text.push_str("last = 1");
+        let c = parse(&text, Path::new("/c.toml")).unwrap();
+        assert_eq!(c.unknown_keys.len(), n + 2);
+        assert_eq!(c.unknown_keys[0], "first (line 1)");
+        assert_eq!(c.unknown_keys[1], "k0 (line 2)");
+        assert_eq!(c.unknown_keys[n], format!("k{} (line {})", n - 1, n + 1));
+        assert_eq!(c.unknown_keys[n + 1], format!("last (line {})", n + 2));
     }
 
     /// A key gpuctk does not apply is news only away from NVIDIA's default: at it (as NVIDIA's
