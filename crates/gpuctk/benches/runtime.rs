@@ -11,7 +11,10 @@
 //! static program without libc, built here with `cc -nostdlib`, whose first instructions exec
 //! the runtime (argv as the shim passes it). What it costs over the runtime alone is the price of
 //! one more exec per call, which no shim exec'ed by an engine avoids; shim / floor is what our
-//! work adds on top. (Not a static glibc program: its start-up asks the CPU for its features,
+//! work adds on top. Beside it, the CPU time of the lifecycle (user + system, with the
+//! children each call waits for), and of each call over the runtime alone's, for the shim
+//! and for the floor: what the wall clock, which moves by a tenth between runs here, cannot
+//! resolve. (Not a static glibc program: its start-up asks the CPU for its features,
 //! `cpuid`, which traps to the hypervisor on a VM, and costs more than all of our shim's.)
 //!
 //! Prints medians and p90s, and the system calls of the shim's own create (`strace -f -c` of
@@ -214,21 +217,21 @@ fn cmd(bin: &Path, config: &Path) -> Command {
     c
 }
 
-/// One lifecycle: the wall time of its create, start and delete, and the CPU time of all three
+/// One lifecycle: the wall time of its create, start and delete, and the CPU time of each
 /// (user + system, with the children they waited for: not the container's process, which
 /// outlives `create`).
 struct Life {
     phases: [Duration; 3],
-    cpu: Duration,
+    cpu: [Duration; 3],
 }
 
 /// create, start and delete of one container.
 fn lifecycle(bin: &Path, config: &Path, state: &Path, bundle: &Path, id: &str) -> Life {
-    let cpu = children_cpu();
     let step = |args: &[&OsStr]| {
+        let cpu = children_cpu();
         let t = Instant::now();
         run(cmd(bin, config).arg("--root").arg(state).args(args));
-        t.elapsed()
+        (t.elapsed(), children_cpu().saturating_sub(cpu))
     };
     let create = step(&[
         OsStr::new("create"),
@@ -239,8 +242,8 @@ fn lifecycle(bin: &Path, config: &Path, state: &Path, bundle: &Path, id: &str) -
     let start = step(&[OsStr::new("start"), OsStr::new(id)]);
     let delete = step(&[OsStr::new("delete"), OsStr::new("--force"), OsStr::new(id)]);
     Life {
-        phases: [create, start, delete],
-        cpu: children_cpu().saturating_sub(cpu),
+        phases: [create.0, start.0, delete.0],
+        cpu: [create.1, start.1, delete.1],
     }
 }
 
@@ -521,12 +524,25 @@ fn main() {
             let total = |v: &[Life]| v.iter().map(|l| l.phases.iter().sum()).collect::<Vec<_>>();
             let phase =
                 |v: &[Life], k: usize| stats(&v.iter().map(|l| l.phases[k]).collect::<Vec<_>>()).0;
-            let lcpu = |v: &[Life]| stats(&v.iter().map(|l| l.cpu).collect::<Vec<_>>()).0;
+            let lcpu =
+                |v: &[Life]| stats(&v.iter().map(|l| l.cpu.iter().sum()).collect::<Vec<_>>()).0;
+            let pcpu =
+                |v: &[Life], k: usize| stats(&v.iter().map(|l| l.cpu[k]).collect::<Vec<_>>()).0;
+            // Each call's CPU over the runtime alone's, the shim's and the floor's.
+            let over = |v: &[Life]| [0, 1, 2].map(|k| pcpu(v, k) - pcpu(&base, k));
             let (om, op) = stats(&total(&ours));
             let (bm, bp) = stats(&total(&base));
             let (fm, _) = stats(&total(&floors));
             let (oc, bc, fc) = (lcpu(&ours), lcpu(&base), lcpu(&floors));
-            floor_table.push((runtime, case.name, fm, fm / bm, om / fm, [oc, bc, fc]));
+            floor_table.push((
+                runtime,
+                case.name,
+                fm,
+                fm / bm,
+                om / fm,
+                [oc, bc, fc],
+                [over(&ours), over(&floors)],
+            ));
             table.push((
                 runtime,
                 case.name,
@@ -560,13 +576,19 @@ fn main() {
     }
     println!();
     println!("the exec floor (a static program without libc that execs the runtime; see the header), and the lifecycle's CPU time (medians):");
-    println!("| runtime | case | floor median | floor / runtime alone | shim / floor | CPU: shim | CPU: runtime alone | CPU: floor | CPU ratio: shim / runtime alone | CPU ratio: floor / runtime alone |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    for (rt, name, fm, fb, sf, [oc, bc, fc]) in &floor_table {
+    println!("| runtime | case | floor median | floor / runtime alone | shim / floor | CPU: shim | CPU: runtime alone | CPU: floor | CPU ratio: shim / runtime alone | CPU ratio: floor / runtime alone | CPU + ms, shim (create / start / delete) | CPU + ms, floor (create / start / delete) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (rt, name, fm, fb, sf, [oc, bc, fc], [so, fo]) in &floor_table {
         println!(
-            "| {rt} | {name} | {fm:.2} ms | {fb:.3} | {sf:.3} | {oc:.2} ms | {bc:.2} ms | {fc:.2} ms | {:.3} | {:.3} |",
+            "| {rt} | {name} | {fm:.2} ms | {fb:.3} | {sf:.3} | {oc:.2} ms | {bc:.2} ms | {fc:.2} ms | {:.3} | {:.3} | {:+.2} / {:+.2} / {:+.2} | {:+.2} / {:+.2} / {:+.2} |",
             oc / bc,
-            fc / bc
+            fc / bc,
+            so[0],
+            so[1],
+            so[2],
+            fo[0],
+            fo[1],
+            fo[2]
         );
     }
     for (rt, name, _, _, _, _, _, calls, _) in &table {
@@ -596,7 +618,7 @@ fn main() {
             );
         }
     }
-    for (rt, name, _, fb, sf, [oc, bc, fc]) in &floor_table {
+    for (rt, name, _, fb, sf, [oc, bc, fc], _) in &floor_table {
         if name.starts_with("8 GPUs, just in time") {
             println!(
                 "  the exec floor alone with 8 GPUs just in time on {rt}: {fb:.3} of the runtime alone; the shim {sf:.3} of the floor; in CPU time the shim {:.3} and the floor {:.3} of the runtime alone",
