@@ -27,7 +27,7 @@
 //!   replaces `linux.intelRdt`; `netDevices` set `linux.netDevices[hostInterfaceName]`.
 //! - Either every edit is applied or, on error, the config is left unchanged.
 
-use std::collections::HashSet;
+use foldhash::{HashSet, HashSetExt};
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::PathBuf;

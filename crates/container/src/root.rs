@@ -23,7 +23,7 @@
 //! On kernels without `openat2` (before Linux 5.6) the same resolutions are made in userspace,
 //! one `O_PATH` component at a time, with every step checked (see `opath`).
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -330,7 +330,7 @@ pub struct Root {
     /// Names a [`LexicalResolver`] found missing, by their symlink-free path, and the count of
     /// changes ([`Root::changes`]) they were handed over at: while nothing changed the root's
     /// names since, [`Root::open_dir`] of a path through one says so with no lookup.
-    absent: (std::collections::HashSet<String>, u64),
+    absent: (foldhash::HashSet<String>, u64),
     /// Changes made to the root's names other than through a folder's own descriptor (by path:
     /// a resolution from the root may reach any folder, under any name), and through one (which
     /// another descriptor of the same folder may have listed): a listing kept on a [`DirFd`]

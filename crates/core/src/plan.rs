@@ -120,9 +120,9 @@ pub fn node_group(n: &DeviceNode) -> Option<u32> {
 /// each kept in its place: edits appended from several devices (a MIG parent shared by several
 /// MIG devices, every card node's group) name each once.
 pub fn dedup_edits(edits: &mut ContainerEdits) {
-    let mut paths = std::collections::HashSet::new();
+    let mut paths = foldhash::HashSet::default();
     edits.device_nodes.retain(|n| paths.insert(n.path.clone()));
-    let mut gids = std::collections::HashSet::new();
+    let mut gids = foldhash::HashSet::default();
     edits.additional_gids.retain(|g| gids.insert(*g));
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Pure: a JSON value in, a typed request or an error that names the variable out.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use gpuctk_cdi::names::QualifiedName;
 use serde_json::Value;

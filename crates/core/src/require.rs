@@ -62,8 +62,8 @@
 //! The alternative with the most conditions that hold (ties: the first), and its first
 //! condition that fails. With one alternative that is simply its first failing condition.
 
+use foldhash::{HashSet, HashSetExt};
 use std::cmp::Ordering;
-use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 

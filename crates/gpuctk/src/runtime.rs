@@ -333,7 +333,7 @@ fn covers(dest: &str, path: &str) -> bool {
 /// per prefix of the path, not a comparison per mount (a create asks it for every path the
 /// hooks work on, of a spec with dozens of mounts).
 #[derive(Default)]
-struct Covering<'d>(std::collections::HashSet<&'d str>);
+struct Covering<'d>(foldhash::HashSet<&'d str>);
 
 impl<'d> Covering<'d> {
     fn add(&mut self, dest: &'d str) {
@@ -519,7 +519,7 @@ fn hooks_in_shim(
     ));
     // Discovery's libraries with what `update-ldcache` needs of them: soname and cache flags.
     // By the host path's bytes: hashing a `Path` parses its components.
-    let known: std::collections::HashMap<(&std::ffi::OsStr, &str), (&str, i32)> = libraries
+    let known: foldhash::HashMap<(&std::ffi::OsStr, &str), (&str, i32)> = libraries
         .iter()
         .filter_map(|l| {
             let abi = l.elf?;
@@ -603,7 +603,7 @@ fn hooks_in_shim(
     }
     // The runtime is exec'd next (or the process exits): the exec closes the root's folders.
     root.close_at_exec();
-    let done: std::collections::HashSet<usize> = ops.iter().map(|(i, _)| *i).collect();
+    let done: foldhash::HashSet<usize> = ops.iter().map(|(i, _)| *i).collect();
     let mut i = 0;
     edits.hooks.retain(|_| {
         let keep = !done.contains(&i);

@@ -13,7 +13,7 @@
 //! the snapshot vouches for the folder ([`Vouched`]), else where the create path stats or opens
 //! it (`docs/security.md`).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;

@@ -5,7 +5,8 @@
 //! discovery outside it. This is for the trusted host driver root only; paths inside a container
 //! root are opened with `openat2(RESOLVE_IN_ROOT)` instead.
 
-use std::collections::{HashSet, VecDeque};
+use foldhash::{HashSet, HashSetExt};
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs::Metadata;
 use std::io;

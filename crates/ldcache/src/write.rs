@@ -12,7 +12,7 @@
 //! (deduplicated, sorted by reversed string, suffixes shared with the
 //! preceding string), so a cache ldconfig wrote comes back byte for byte.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use crate::flags::hwcap_extension_index;
 use crate::order::{c_bytes, compare, stable_sort};

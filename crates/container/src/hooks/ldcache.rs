@@ -1,7 +1,8 @@
 //! `update-ldcache`: the container's `/etc/ld.so.cache` rebuilt for the given folders, as
 //! `ldconfig` would, without running the image's `ldconfig`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
 use gpuctk_ldcache::{Cache, Entry};

@@ -1,8 +1,9 @@
 //! `create-symlinks`: `ln -sf` inside the root.
 
 use super::{FileKey, HookError, SeenLibraries};
+use foldhash::{HashMap, HashMapExt};
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use crate::root::{Dir, LinkOutcome, Metadata, Root};

@@ -11,8 +11,9 @@
 //! 15,000 of them whole cost a create 8 ms. A line not in this shape, or out of order, is one
 //! that is not found, and is dropped when the text is written again.
 
+use foldhash::HashMap;
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use super::RootError;

@@ -256,7 +256,7 @@ fn join_cgroup(
 /// mounted on (its ancestors). A cgroup2 mounted over `/sys/fs/cgroup`
 /// covers the v1 hierarchies below it, which mountinfo still lists.
 fn reachable(mounts: &[MountEntry], m: &MountEntry) -> bool {
-    let mut ancestors = std::collections::HashSet::new();
+    let mut ancestors = foldhash::HashSet::default();
     let mut parent = m.parent;
     // At most one step per mount: a loop in the ids cannot keep us here.
     for _ in 0..mounts.len() {

@@ -1,7 +1,8 @@
 //! A reused container root (enroot's, started again by pyxis `--container-name`): the empty
 //! library files and links an earlier start left are removed before this start mounts.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use foldhash::{HashMap, HashMapExt, HashSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::*;
 use crate::hooks::{is_dso_name, MAX_DIR_ENTRIES};

@@ -125,7 +125,9 @@ fn leftovers_are_empty_libraries_and_the_links_to_them() {
     let root = Root::open(tmp.path()).unwrap();
     let c = CString::new(tmp.path().as_os_str().as_bytes()).unwrap();
     let root_fd = open_path_dir(&c).unwrap();
-    let ours: std::collections::HashSet<String> = ["libnvidia-ml.so.570.124.06".to_string()].into();
+    let ours: foldhash::HashSet<String> = ["libnvidia-ml.so.570.124.06".to_string()]
+        .into_iter()
+        .collect();
     let mut notes = Vec::new();
     clear_folder(
         &root_fd,

@@ -17,7 +17,8 @@
 //! [`LexicalResolver::keep_folders`]: its folders, each opened by one name from a folder of the
 //! root following nothing, are what the root then works in.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use foldhash::{HashMap, HashMapExt, HashSet};
+use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
