@@ -7,7 +7,7 @@
 # Which functions those are is measured, not guessed: the static binary runs each path on a mock
 # host under valgrind's callgrind, which names every function that ran. The paths, in the order
 # their functions are laid out: pass-through calls (state, start, kill, delete), a create with no
-# GPU and the delete of that container (which waits for the runtime), a create of 8 GPUs just in time on a new root and again on the same root, a create from
+# GPU and the delete of that container (which drops its runtime record), a create of 8 GPUs just in time on a new root and again on the same root, a create from
 # a static CDI spec under runc with its hooks, and `cdi generate` (the refresh unit's).
 #
 # Names are written as patterns that do not depend on the build: symbols are mangled with v0
@@ -111,8 +111,8 @@ shim 0-kill "$tmp/true.toml" "${rs[@]}" kill hot 9
 shim 0-delete "$tmp/true.toml" "${rs[@]}" delete hot
 bundle "$tmp/none"
 shim 1-create-none "$tmp/true.toml" "${rs[@]}" create --bundle "$tmp/none" hot1
-# The create recorded its runtime: this delete waits for it (valgrind runs its vfork as a fork,
-# whose child dumps before its exec, and the shim dumps at its exit).
+# The create recorded its runtime, the one the config names: this delete drops the record and
+# becomes the runtime. (A record of another runtime makes the delete wait: rare, not profiled.)
 shim 1-delete-recorded "$tmp/true.toml" "${rs[@]}" delete hot1
 bundle "$tmp/jit" NVIDIA_VISIBLE_DEVICES=all
 cp "$tmp/jit/config.json" "$tmp/jit.json"

@@ -693,7 +693,6 @@ fn scan_dir(
     }
     let mut far = 0usize;
     for name in names {
-        let path = join(dir, &name);
         // One component from the open directory: the cost per file an image can multiply.
         let Some(kind) = looks.kind(&name)? else {
             continue;
@@ -714,7 +713,7 @@ fn scan_dir(
                     if far > MAX_FAR_LINKS {
                         continue;
                     }
-                    match root.open_read(&path) {
+                    match root.open_read(&join(dir, &name)) {
                         Ok(f) => (true, Held::Owned(f, None)),
                         // Dangling links and links to non-files are not libraries.
                         Err(e) if e.is_not_found() || matches!(e, RootError::NotRegular { .. }) => {

@@ -163,11 +163,14 @@ pub(super) fn normalize_dir(dir: &str, what: &'static str) -> Result<String, Hoo
 }
 
 pub(super) fn join(dir: &str, name: &str) -> String {
-    if dir == "/" {
-        format!("/{name}")
-    } else {
-        format!("{dir}/{name}")
-    }
+    // Pushed, not `format!`ted: called per library file, where the formatter's machinery cost
+    // several times the copy.
+    let dir = if dir == "/" { "" } else { dir };
+    let mut path = String::with_capacity(dir.len() + 1 + name.len());
+    path.push_str(dir);
+    path.push('/');
+    path.push_str(name);
+    path
 }
 
 /// A path the image made unusable on purpose: something other than a regular file where one

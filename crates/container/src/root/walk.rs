@@ -291,7 +291,7 @@ impl Walker<'_> {
                 _ => Err(RootError::Raced {
                     root: self.root.path.clone(),
                     path: self.path.to_string(),
-                    resolved: format!("/{}", super::join_components(&self.existing)),
+                    resolved: super::absolute_path(&self.existing),
                 }),
             };
         }
@@ -307,7 +307,7 @@ impl Walker<'_> {
             return Err(RootError::Raced {
                 root: self.root.path.clone(),
                 path: self.path.to_string(),
-                resolved: format!("/{}", super::join_components(&self.existing)),
+                resolved: super::absolute_path(&self.existing),
             });
         }
         self.cur = Some(DirFd::new(fd, false));
@@ -545,7 +545,7 @@ impl<'r> LexicalResolver<'r> {
         let walk = self.root.walk_memo(path, true, Some(&mut self.memo))?;
         let mut all = walk.existing;
         all.extend(walk.missing);
-        Ok(format!("/{}", super::join_components(&all)))
+        Ok(super::absolute_path(&all))
     }
 
     /// Hands the folders the walks opened to the root, by their symlink-free paths, where
