@@ -522,12 +522,13 @@ fn main() {
             cpu.sort_by(f64::total_cmp);
             let cpu = cpu[cpu.len() / 2];
             let total = |v: &[Life]| v.iter().map(|l| l.phases.iter().sum()).collect::<Vec<_>>();
-            let phase =
-                |v: &[Life], k: usize| stats(&v.iter().map(|l| l.phases[k]).collect::<Vec<_>>()).0;
-            let lcpu =
-                |v: &[Life]| stats(&v.iter().map(|l| l.cpu.iter().sum()).collect::<Vec<_>>()).0;
-            let pcpu =
-                |v: &[Life], k: usize| stats(&v.iter().map(|l| l.cpu[k]).collect::<Vec<_>>()).0;
+            // The median of `f` over the lifecycles.
+            let median = |v: &[Life], f: &dyn Fn(&Life) -> Duration| {
+                stats(&v.iter().map(f).collect::<Vec<_>>()).0
+            };
+            let phase = |v: &[Life], k: usize| median(v, &|l| l.phases[k]);
+            let lcpu = |v: &[Life]| median(v, &|l| l.cpu.iter().sum());
+            let pcpu = |v: &[Life], k: usize| median(v, &|l| l.cpu[k]);
             // Each call's CPU over the runtime alone's, the shim's and the floor's.
             let over = |v: &[Life]| [0, 1, 2].map(|k| pcpu(v, k) - pcpu(&base, k));
             let (om, op) = stats(&total(&ours));

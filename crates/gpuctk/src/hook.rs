@@ -249,24 +249,39 @@ pub fn decode_with(
     args: &[String],
 ) -> Result<Option<InRootOp>, OpError> {
     let args = plain(args);
-    if let Some(op) = canonical_symlinks(&args).or_else(|| canonical(&args)) {
+    if let Some(op) = canonical(&args) {
         return Ok(Some(op));
     }
     decode_clap(cmd.get_or_insert_with(decoder), &args)
 }
 
-/// `enable-cuda-compat`, `update-ldcache`, `disable-device-node-modification` and
-/// `update-application-profile` written exactly as [`InRootOp::to_args`] writes them, decoded
-/// without clap: a static spec holds one of each, and building clap's command for them cost a
-/// create from a static spec of 8 GPUs about 240,000 instructions, a tenth of it. The operation
-/// read is taken only where its own encoding is the arguments, to the byte, which clap decodes
-/// to that same operation (`encode_then_decode_is_identity`), and none of these can be a
-/// malformed value clap would refuse; anything else goes to clap.
+/// One of our operations but `chmod` written exactly as [`InRootOp::to_args`] writes it (as
+/// our specs and NVIDIA's hold them), decoded without clap, whose encoding clap decodes to that
+/// same operation (`encode_then_decode_is_identity`); anything else goes to clap, whose answer
+/// (and error) stands. A static spec of 64 GPUs holds a `create-symlinks` per GPU, whose parse by
+/// clap cost about 14,000 instructions each, and one of each of the others, for which clap's
+/// command cost a create of 8 GPUs 240,000 instructions.
 fn canonical(args: &[&str]) -> Option<InRootOp> {
     let [_, name, rest @ ..] = args else {
         return None;
     };
     let op = match *name {
+        // `--link VALUE` pairs, each link checked as it is read (encoding them all again to
+        // compare would cost what it saves): a value that starts with `-` is written
+        // `--link=VALUE`, and one that does not parse is clap's to refuse.
+        "create-symlinks" => {
+            if rest.len() % 2 != 0 {
+                return None;
+            }
+            let links = rest
+                .chunks_exact(2)
+                .map(|p| match p {
+                    ["--link", v] if !v.is_empty() && !v.starts_with('-') => Link::parse(v).ok(),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?;
+            return Some(InRootOp::CreateSymlinks { links });
+        }
         "enable-cuda-compat" => {
             let (mut driver, mut cuda, mut root) = (None, None, None);
             for a in rest {
@@ -304,6 +319,8 @@ fn canonical(args: &[&str]) -> Option<InRootOp> {
         "update-application-profile" => InRootOp::UpdateApplicationProfile,
         _ => return None,
     };
+    // The others are taken only where their own encoding is the arguments, to the byte; none
+    // of them can hold a value clap would refuse.
     op.to_args()
         .iter()
         .map(String::as_str)
@@ -318,30 +335,6 @@ fn plain(args: &[String]) -> Vec<&str> {
         args.remove(1);
     }
     args
-}
-
-/// A `create-symlinks` written exactly as [`InRootOp::to_args`] writes it (and NVIDIA's specs
-/// hold it), `--link VALUE` pairs, decoded without clap: a spec of 64 GPUs holds one per GPU,
-/// and clap's parse of each cost about 14,000 instructions, a sixth of such a create. Taken only
-/// where the arguments are the encoding of the operation found (a value that starts with `-` is
-/// written `--link=VALUE`, so it is left to clap), which clap decodes to that same operation
-/// (`encode_then_decode_is_identity`); anything else, or a link that does not parse, goes to
-/// clap, whose answer (and error) stands.
-fn canonical_symlinks(args: &[&str]) -> Option<InRootOp> {
-    let [_, "create-symlinks", pairs @ ..] = args else {
-        return None;
-    };
-    if pairs.len() % 2 != 0 {
-        return None;
-    }
-    let links = pairs
-        .chunks_exact(2)
-        .map(|p| match p {
-            ["--link", v] if !v.is_empty() && !v.starts_with('-') => Link::parse(v).ok(),
-            _ => None,
-        })
-        .collect::<Option<Vec<_>>>()?;
-    Some(InRootOp::CreateSymlinks { links })
 }
 
 /// [`decode_with`] by clap, for arguments as [`plain`] gives them.
@@ -677,7 +670,7 @@ mod tests {
         for _ in 0..2000 {
             let op = random_op(&mut r);
             let args = op.to_hook("/usr/bin/nvidia-cdi-hook").args;
-            let fast = canonical_symlinks(&plain(&args)).or_else(|| canonical(&plain(&args)));
+            let fast = canonical(&plain(&args));
             let leading_dash = |v: &str| v.is_empty() || v.starts_with('-');
             let must = match &op {
                 InRootOp::Chmod { .. } => false,

@@ -225,7 +225,7 @@ pub fn exec(args: &[OsString], parsed: &RuncArgs) -> String {
     let record = recorded_runtime(parsed);
     let runtime = match &record {
         Some(r) => r.runtime.clone(),
-        None => match find_runtime(&runtimes(), std::env::var_os("PATH").as_deref()) {
+        None => match configured_runtime() {
             Ok(r) => r,
             Err(e) => return e.to_string(),
         },
@@ -241,8 +241,7 @@ pub fn exec(args: &[OsString], parsed: &RuncArgs) -> String {
         // nothing: a delete that fails and is tried again would reach that runtime without
         // it. It goes first, and the call becomes the runtime, as every other call does
         // (waiting for the runtime cost a delete 0.15 ms more CPU, docs/performance.md).
-        let configured = find_runtime(&runtimes(), std::env::var_os("PATH").as_deref());
-        if configured.ok().as_ref() != Some(&record.runtime) {
+        if configured_runtime().ok().as_ref() != Some(&record.runtime) {
             return delete_and_forget(args, record, parsed);
         }
         forget(record);
@@ -280,6 +279,11 @@ fn delete_and_forget(args: &[OsString], record: &Record, parsed: &RuncArgs) -> S
             .code()
             .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
     );
+}
+
+/// The runtime the config this call finds names, looked up in `PATH`.
+fn configured_runtime() -> anyhow::Result<PathBuf> {
+    find_runtime(&runtimes(), std::env::var_os("PATH").as_deref())
 }
 
 /// Remove `record`, and the temp link of a create killed while replacing an earlier record of
