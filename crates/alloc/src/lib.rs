@@ -9,9 +9,12 @@
 //! - a request of up to [`LARGE`] bytes is rounded up to a size class (multiples of 16 up to
 //!   1 KiB, then powers of two); a freed block goes on its class's free list and is handed out
 //!   again for the same class, so memory in use never grows past the peak of each class;
-//! - blocks are carved from chunks mapped on demand: a first one of 32 KiB, then one of 256 KiB
-//!   made present by its `mmap` (`MAP_POPULATE`: one call instead of a page fault per page),
-//!   then 1 MiB ones; nothing is unmapped;
+//! - blocks are carved from chunks mapped on demand: a first one of 32 KiB, then 1 MiB ones,
+//!   each made present a step of 64 KiB at a time just before blocks are carved from the step
+//!   (`madvise(MADV_POPULATE_WRITE)`: one call instead of a page fault per page, and no page
+//!   made present that no block reaches); nothing is unmapped;
+//! - a block that grows while it is the last one carved grows where it is (a `Vec` doubling
+//!   through its classes, a serialized document: no copy, no pages left behind in a free list);
 //! - a larger request is its own mapping, unmapped when freed and grown with `mremap`.
 //!
 //! Rust hands the size and alignment back on every free, so a block carries no header. One
@@ -36,10 +39,10 @@ pub const LARGE: usize = SMALL_MAX << POW2_CLASSES;
 const CLASSES: usize = SMALL_CLASSES + POW2_CLASSES;
 /// What is mapped at a time to carve class blocks from.
 const CHUNK: usize = 1 << 20;
-/// The first chunk: about what a pass-through call touches.
+/// The first chunk: about what a pass-through call touches, left to page faults.
 const FIRST_CHUNK: usize = 32 << 10;
-/// The second, made present by its `mmap`: about what the rest of a create of 8 GPUs touches.
-const PRESENT_CHUNK: usize = 256 << 10;
+/// How much of a later chunk is made present at a time.
+const STEP: usize = 64 << 10;
 const PAGE: usize = 4096;
 
 /// The class of a block of `size` bytes (at least 1, at most [`LARGE`]), and the class's size.
@@ -63,6 +66,11 @@ struct State {
     end: usize,
     /// Chunks mapped so far.
     chunks: usize,
+    /// Where the current chunk's present part ends (a chunk after the first).
+    present: usize,
+    /// Cleared when the kernel refuses `MADV_POPULATE_WRITE` (before Linux 5.14): page faults
+    /// then make each page present, as in the first chunk.
+    populate: bool,
 }
 
 /// The allocator: put `#[global_allocator] static A: Alloc = Alloc::new();` in the binary.
@@ -83,6 +91,8 @@ impl Alloc {
                 next: 0,
                 end: 0,
                 chunks: 0,
+                present: 0,
+                populate: true,
             }),
         }
     }
@@ -109,17 +119,13 @@ impl Default for Alloc {
 }
 
 fn map(len: usize) -> *mut u8 {
-    map_with(len, 0)
-}
-
-fn map_with(len: usize, flags: i32) -> *mut u8 {
     // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
     let p = unsafe {
         libc::mmap(
             null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
             0,
         )
@@ -147,30 +153,71 @@ impl State {
         let align = block_align(size);
         let mut start = (self.next + align - 1) & !(align - 1);
         if self.next == 0 || start + size > self.end {
-            // A small first chunk, enough for a pass-through call, then one made present by
-            // its `mmap`, about what the rest of a create of 8 GPUs touches: one call filling
-            // it costs less than a page fault per page (a trap; on a VM, an exit: a create
-            // takes 46 faults and about 0.2 ms of CPU fewer), and a call that needs little pays
-            // none of it (zeroing pages no one touches costs too: a whole 1 MiB chunk made
-            // present cost a pass-through call 0.3 ms). Then 1 MiB chunks.
-            let (len, flags) = match self.chunks {
-                0 => (FIRST_CHUNK, 0),
-                1 => (PRESENT_CHUNK, libc::MAP_POPULATE),
-                _ => (CHUNK, 0),
-            };
+            // A small first chunk, enough for a pass-through call, then 1 MiB ones. What is
+            // left of the chunk before is not used again: at most a block's worth.
+            let len = if self.chunks == 0 { FIRST_CHUNK } else { CHUNK };
             // A class block is at most LARGE, a page multiple: one fits in a chunk this long.
             let len = len.max(size);
-            let chunk = map_with(len, flags);
+            let chunk = map(len);
             if chunk.is_null() {
                 return null_mut();
             }
             self.chunks += 1;
             self.next = chunk as usize;
             self.end = self.next + len;
+            // The first chunk is left to page faults: a pass-through call touches a few of its
+            // pages, and making 64 KiB present costs it more than they do.
+            self.present = if self.chunks == 1 {
+                self.end
+            } else {
+                self.next
+            };
             start = self.next;
         }
         self.next = start + size;
+        self.make_present();
         start as *mut u8
+    }
+
+    /// Makes the current chunk present up to the step that holds `next`: one call fills a step
+    /// for less than a page fault per page costs (a trap each; on a VM, each may exit to the
+    /// hypervisor), while pages beyond what is carved stay untouched (each costs its zeroing
+    /// and accounting: a 256 KiB chunk made present whole cost a create without GPUs 0.1 ms).
+    fn make_present(&mut self) {
+        if self.next <= self.present {
+            return;
+        }
+        let to = ((self.next + STEP - 1) & !(STEP - 1)).min(self.end);
+        if self.populate {
+            // SAFETY: `present..to` lies in the current chunk, a private anonymous mapping of
+            // ours; populating it writes no byte that a block holds (they are zero, or it is
+            // already present and left as it is).
+            let rc = unsafe {
+                libc::madvise(
+                    self.present as *mut libc::c_void,
+                    to - self.present,
+                    libc::MADV_POPULATE_WRITE,
+                )
+            };
+            // EINVAL: a kernel without it; anything else (ENOMEM) leaves the pages to faults,
+            // which report a real lack of memory as they would have anyway.
+            if rc != 0 {
+                self.populate = false;
+            }
+        }
+        self.present = to;
+    }
+
+    /// Grows `block`, of `old` bytes, to `new` bytes where it is, when it is the last block
+    /// carved, the chunk has the room, and it sits on the alignment of the new size's class.
+    fn grow_last(&mut self, block: *mut u8, old: usize, new: usize) -> bool {
+        let at = block as usize;
+        if at + old != self.next || at % block_align(new) != 0 || new > self.end - at {
+            return false;
+        }
+        self.next = at + new;
+        self.make_present();
+        true
     }
 
     fn give(&mut self, class: usize, block: *mut u8) {
@@ -250,6 +297,12 @@ unsafe impl GlobalAlloc for Alloc {
         match (in_class(layout), in_class(new)) {
             // The same class: the block already has the room.
             (Some((a, _)), Some((b, _))) if a == b => block,
+            // A larger class, and the block is the last one carved: it grows where it is.
+            (Some((a, old)), Some((b, new)))
+                if b > a && self.with(|s| s.grow_last(block, old, new)) =>
+            {
+                block
+            }
             (None, None) => match (pages(layout.size()), pages(new_size)) {
                 (Some(old_len), Some(new_len)) => {
                     // SAFETY: the block is a mapping of `old_len` bytes that `alloc` made; the
@@ -307,7 +360,7 @@ mod tests {
     /// size gets a chunk that holds it, and the blocks after it come from the next chunks.
     #[test]
     fn a_first_block_larger_than_the_first_chunks_fits() {
-        for first in [FIRST_CHUNK + 1, PRESENT_CHUNK, LARGE] {
+        for first in [FIRST_CHUNK + 1, STEP + 1, LARGE] {
             let a = Alloc::new();
             let mut live = Vec::new();
             for size in [first, 16, FIRST_CHUNK, LARGE, 100, LARGE] {
@@ -383,6 +436,87 @@ mod tests {
         for &(p, l, _) in &live {
             unsafe { a.dealloc(p, l) };
         }
+    }
+
+    /// A block that grows while it is the last one carved stays where it is, through small and
+    /// power-of-two classes, with its contents; one that is not the last moves, contents and
+    /// all, and the block after it is untouched.
+    #[test]
+    fn the_last_block_grows_in_place_and_others_move() {
+        let a = Alloc::new();
+        // Past the first chunk, so that the chunk is a fresh 1 MiB one with room.
+        let big = Layout::from_size_align(FIRST_CHUNK, 8).unwrap();
+        let filler = unsafe { a.alloc(big) };
+        let mut l = Layout::from_size_align(4096, 8).unwrap();
+        let p = unsafe { a.alloc(l) };
+        unsafe { ptr::write_bytes(p, 0x5a, l.size()) };
+        for size in [8192, 16384, 65536, LARGE] {
+            let q = unsafe { a.realloc(p, l, size) };
+            assert_eq!(q, p, "{} -> {size}", l.size());
+            let kept = unsafe { core::slice::from_raw_parts(q, l.size()) };
+            assert!(kept.iter().all(|b| *b == 0x5a), "{size}");
+            unsafe { ptr::write_bytes(q, 0x5a, size) };
+            l = Layout::from_size_align(size, 8).unwrap();
+        }
+        // A small block followed by another: growing it moves it.
+        let s = Layout::from_size_align(48, 8).unwrap();
+        let first = unsafe { a.alloc(s) };
+        let second = unsafe { a.alloc(s) };
+        unsafe { ptr::write_bytes(first, 1, 48) };
+        unsafe { ptr::write_bytes(second, 2, 48) };
+        let moved = unsafe { a.realloc(first, s, 96) };
+        assert_ne!(moved, first);
+        let kept = unsafe { core::slice::from_raw_parts(moved, 48) };
+        assert!(kept.iter().all(|b| *b == 1));
+        let after = unsafe { core::slice::from_raw_parts(second, 48) };
+        assert!(after.iter().all(|b| *b == 2));
+        // The grown block went back to its new class: the next request of it gets it.
+        unsafe { a.dealloc(p, l) };
+        assert_eq!(unsafe { a.alloc(l) }, p);
+        unsafe { a.dealloc(filler, big) };
+    }
+
+    /// Resident pages of `len` bytes at `p`, as `mincore` reports them.
+    fn resident(p: usize, len: usize) -> Vec<bool> {
+        let mut v = std::vec![0u8; len / PAGE];
+        let rc = unsafe { libc::mincore(p as *mut libc::c_void, len, v.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        v.iter().map(|b| b & 1 == 1).collect()
+    }
+
+    /// A chunk after the first is made present up to the step that holds what was carved, and
+    /// no further (where the kernel has `MADV_POPULATE_WRITE`, as every kernel CI runs on).
+    #[test]
+    fn a_chunk_is_made_present_a_step_at_a_time() {
+        let a = Alloc::new();
+        // Fill the first chunk, then carve one page of the second.
+        let big = Layout::from_size_align(FIRST_CHUNK, 8).unwrap();
+        let _first = unsafe { a.alloc(big) };
+        let page = Layout::from_size_align(PAGE, PAGE).unwrap();
+        let p = unsafe { a.alloc(page) } as usize;
+        let (start, end) = a.with(|s| (s.end - CHUNK, s.end));
+        assert_eq!(p, start, "a fresh chunk");
+        let steps = |s: usize| -> (usize, usize) {
+            let r = resident(start, CHUNK);
+            let present = r.iter().take_while(|b| **b).count();
+            assert_eq!(
+                r.iter().filter(|b| **b).count(),
+                present,
+                "present pages in one run from the start: {s}"
+            );
+            (present, r.len())
+        };
+        let step_pages = STEP / PAGE;
+        // The step holding `start` ends on a STEP boundary: up to STEP from the chunk's start.
+        let first_step = (((start + STEP) & !(STEP - 1)) - start) / PAGE;
+        assert_eq!(steps(0), (first_step, CHUNK / PAGE));
+        // Carving past the step makes the next one present, and not the one after.
+        let more = Layout::from_size_align(STEP, PAGE).unwrap();
+        let q = unsafe { a.alloc(more) } as usize;
+        assert!(q + STEP <= end);
+        let want = (((q + STEP + STEP - 1) & !(STEP - 1)) - start) / PAGE;
+        assert_eq!(steps(1).0, want);
+        assert!(want <= first_step + 2 * step_pages);
     }
 
     /// A freed block is handed out again for its class, so a steady alloc/free loop does not
