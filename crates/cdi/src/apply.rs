@@ -410,7 +410,8 @@ fn canonical(v: &Value) -> Vec<u8> {
 /// A node's `linux.devices` entry (its host facts already filled).
 fn device_entry(n: &DeviceNode, uid: Option<u32>, gid: Option<u32>) -> Map<String, Value> {
     let t = n.r#type.clone().unwrap_or_default();
-    let mut dev = Map::new();
+    // Sized for every key up front: each map is built once, and growing one rehashes it.
+    let mut dev = Map::with_capacity(7);
     dev.insert("path".into(), Value::String(n.path.clone()));
     dev.insert("type".into(), Value::String(t.clone()));
     if t != "p" {
@@ -442,7 +443,7 @@ fn cgroup_rule(n: &DeviceNode) -> Option<Value> {
         Some("none") => return None,
         Some(p) => p,
     };
-    let mut rule = Map::new();
+    let mut rule = Map::with_capacity(5);
     rule.insert("allow".into(), Value::Bool(true));
     rule.insert("type".into(), Value::String(cgroup_type.into()));
     rule.insert("major".into(), Value::from(n.major.unwrap_or(0)));
@@ -490,7 +491,7 @@ fn apply_mounts(root: &mut Map<String, Value>, edits: &[Mount]) -> Result<(), Ap
 
 /// A mount's OCI entry; without a `type`, `bind`/`rbind` in its options makes it `bind`.
 fn mount_entry(m: &Mount) -> Value {
-    let mut o = Map::new();
+    let mut o = Map::with_capacity(4);
     o.insert(
         "destination".into(),
         Value::String(m.container_path.clone()),
@@ -516,7 +517,7 @@ fn apply_hooks(root: &mut Map<String, Value>, edits: &[Hook]) -> Result<(), Appl
     let hooks = child_obj(root, "hooks", "hooks")?;
     for h in edits {
         let list = child_arr(hooks, &h.hook_name, &format!("hooks.{}", h.hook_name))?;
-        let mut o = Map::new();
+        let mut o = Map::with_capacity(4);
         o.insert("path".into(), Value::String(h.path.clone()));
         if !h.args.is_empty() {
             o.insert("args".into(), strings(&h.args));

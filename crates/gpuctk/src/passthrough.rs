@@ -135,9 +135,10 @@ const MAX_RECORD: u64 = 4096;
 fn recorded_in(dir: &std::path::Path, id: &str) -> Option<Record> {
     let file = dir.join(id);
     let ignored = |why: &dyn std::fmt::Display| ignored(&file, why);
-    let mut buf = [0u8; MAX_RECORD as usize + 1];
+    // Not zeroed first: the call writes what it returns.
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); MAX_RECORD as usize + 1];
     let bytes = match rustix::fs::readlinkat_raw(rustix::fs::CWD, &file, &mut buf[..]) {
-        Ok(n) => &buf[..n],
+        Ok((read, _)) => &*read,
         // Not a link: a record of an earlier version, or something that is no record.
         Err(rustix::io::Errno::INVAL) => return recorded_in_file(file, id),
         // No record; or root's `/run/gpuctk/runtimes`, which a rootless call also looks in

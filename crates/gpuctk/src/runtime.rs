@@ -343,11 +343,14 @@ impl<'d> Covering<'d> {
     /// Whether any of the destinations [`covers`] `path`.
     fn any_covers(&self, path: &str) -> bool {
         let path = path.trim_end_matches('/');
+        // Each prefix ending before a `/`, found a byte at a time: `match_indices` searches
+        // with memchr from each slash, which costs more on paths this short.
         self.0.contains("")
             || self.0.contains(path)
             || path
-                .match_indices('/')
-                .any(|(i, _)| i > 0 && self.0.contains(&path[..i]))
+                .bytes()
+                .enumerate()
+                .any(|(i, b)| b == b'/' && i > 0 && self.0.contains(&path[..i]))
     }
 }
 

@@ -182,12 +182,13 @@ pub(crate) fn statx_type_nofollow(dirfd: BorrowedFd<'_>, name: &CStr) -> io::Res
 /// The target of symlink `name` in `dirfd` (`""`: the `O_PATH` descriptor's own link), at most
 /// `cap` bytes: a longer one is `ENAMETOOLONG`.
 pub(crate) fn readlinkat(dirfd: BorrowedFd<'_>, name: &CStr, cap: usize) -> io::Result<OsString> {
-    let mut buf = vec![0u8; cap + 1];
-    let n = rustix::fs::readlinkat_raw(dirfd, name, &mut buf[..])?;
+    // Read into spare capacity: zeroing PATH_MAX bytes first cost more than the call (most
+    // calls find a file, EINVAL, or nothing, and read no byte).
+    let mut buf = Vec::with_capacity(cap + 1);
+    let n = rustix::fs::readlinkat_raw(dirfd, name, rustix::buffer::spare_capacity(&mut buf))?;
     if n > cap {
         return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
     }
-    buf.truncate(n);
     Ok(OsString::from_vec(buf))
 }
 
