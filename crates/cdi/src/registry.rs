@@ -15,7 +15,9 @@
 //! The listing ([`list_spec_dir`]: one `readdir` per directory, one `stat` per spec file) is
 //! public, with each file's identity, so that a cache of a registry can be keyed on the very
 //! listing a load then reads ([`Registry::load_listed`]) and rebuilt from what a load gave
-//! ([`Registry::loaded`], [`Registry::from_loaded`]).
+//! ([`Registry::loaded`], [`Registry::from_loaded`]); or, for a create, from a cache whose
+//! devices' edits are parsed only for the devices the create asks for
+//! ([`Registry::from_cached`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -60,6 +62,85 @@ pub struct Registry {
     errors: Vec<(PathBuf, String)>,
     /// How many of `errors` came from reading the files (the rest are conflicts).
     load_errors: usize,
+    /// (spec, device) whose edits were not read ([`Registry::from_cached`]): indexed by name,
+    /// for conflicts and messages, but never resolved.
+    unread: BTreeSet<(usize, usize)>,
+}
+
+/// A spec file as a cache of a registry holds it ([`cache_form`], [`Registry::from_cached`]):
+/// [`LoadedSpec`]'s fields, each device's edits replaced by where their JSON text lies in a
+/// blob kept beside the index, so that a create parses only the edits of the devices it asks
+/// for and skips no others' text (a spec of 64 GPUs has 129 devices: each GPU by index and by
+/// UUID, and `all`; parsing them all was half of such a create's instructions, skipping
+/// their text a fifth).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CachedSpec {
+    path: PathBuf,
+    priority: usize,
+    spec: CachedBody,
+}
+
+/// [`Spec`]'s fields, the devices' edits out in the blob.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CachedBody {
+    cdi_version: String,
+    kind: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    annotations: BTreeMap<String, String>,
+    devices: Vec<CachedDevice>,
+    #[serde(default, skip_serializing_if = "ContainerEdits::is_empty")]
+    container_edits: ContainerEdits,
+}
+
+/// [`crate::spec::Device`]'s fields, its edits as (offset, length) of their JSON in the blob.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CachedDevice {
+    name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    annotations: BTreeMap<String, String>,
+    edits: (usize, usize),
+}
+
+/// `specs` as a cache holds them: the index, and the blob of the devices' edits as JSON, each
+/// text once (a GPU's edits by index and by UUID are the same).
+pub fn cache_form(specs: &[LoadedSpec]) -> (Vec<CachedSpec>, String) {
+    let mut blob = String::new();
+    let mut placed: foldhash::HashMap<String, (usize, usize)> = foldhash::HashMap::default();
+    let index = specs
+        .iter()
+        .map(|s| CachedSpec {
+            path: s.path.clone(),
+            priority: s.priority,
+            spec: CachedBody {
+                cdi_version: s.spec.cdi_version.clone(),
+                kind: s.spec.kind.clone(),
+                annotations: s.spec.annotations.clone(),
+                container_edits: s.spec.container_edits.clone(),
+                devices: s
+                    .spec
+                    .devices
+                    .iter()
+                    .map(|d| {
+                        // Serializing plain data into a String cannot fail.
+                        let text = serde_json::to_string(&d.container_edits).unwrap_or_default();
+                        let edits = *placed.entry(text).or_insert_with_key(|text| {
+                            blob.push_str(text);
+                            (blob.len() - text.len(), text.len())
+                        });
+                        CachedDevice {
+                            name: d.name.clone(),
+                            annotations: d.annotations.clone(),
+                            edits,
+                        }
+                    })
+                    .collect(),
+            },
+        })
+        .collect();
+    (index, blob)
 }
 
 /// Edits for a set of requested devices, ready to apply.
@@ -203,9 +284,27 @@ fn spec_files(dir: &Path) -> Result<Vec<SpecFile>, std::io::Error> {
     Ok(files)
 }
 
-/// Why [`Registry::from_loaded`] refused its parts.
+/// Why [`Registry::from_loaded`] or [`Registry::from_cached`] refused its parts.
 #[derive(Debug, thiserror::Error)]
 pub enum FromLoadedError {
+    /// A device's edits, asked for, lie outside the cache's blob of edits.
+    #[error("{}: device {device:?}: its edits lie outside the cache", path.display())]
+    EditsOutside {
+        /// The spec file.
+        path: PathBuf,
+        /// The device.
+        device: String,
+    },
+    /// A device's edits, asked for, do not parse.
+    #[error("{}: device {device:?}: containerEdits: {source}", path.display())]
+    Edits {
+        /// The spec file.
+        path: PathBuf,
+        /// The device.
+        device: String,
+        /// What serde_json says.
+        source: serde_json::Error,
+    },
     /// A spec breaks CDI rules.
     #[error("{0}")]
     Invalid(crate::validate::ValidationError),
@@ -299,7 +398,19 @@ impl Registry {
         specs: Vec<LoadedSpec>,
         errors: Vec<(PathBuf, String)>,
     ) -> Result<Registry, FromLoadedError> {
-        for s in &specs {
+        Registry::checked(dirs, specs, errors, |_, spec| {
+            crate::validate::validate(spec)
+        })
+    }
+
+    /// A registry of `specs`, each checked by `validate` (given its index), and indexed.
+    fn checked(
+        dirs: &[PathBuf],
+        specs: Vec<LoadedSpec>,
+        errors: Vec<(PathBuf, String)>,
+        validate: impl Fn(usize, &Spec) -> Vec<crate::validate::Issue>,
+    ) -> Result<Registry, FromLoadedError> {
+        for (si, s) in specs.iter().enumerate() {
             if s.priority >= dirs.len() {
                 return Err(FromLoadedError::Priority {
                     path: s.path.clone(),
@@ -307,7 +418,7 @@ impl Registry {
                     dirs: dirs.len(),
                 });
             }
-            let issues = crate::validate::validate(&s.spec);
+            let issues = validate(si, &s.spec);
             if !issues.is_empty() {
                 return Err(FromLoadedError::Invalid(crate::validate::ValidationError {
                     file: s.path.clone(),
@@ -323,6 +434,86 @@ impl Registry {
         };
         reg.index_devices();
         Ok(reg)
+    }
+
+    /// [`Registry::from_loaded`] from a cache ([`cache_form`]: `cached` and the `blob` of
+    /// edits), for a create that will resolve `wanted` (qualified names) and nothing else: only
+    /// those devices' edits are parsed and validated; every other device is indexed by name (so
+    /// conflicts, priorities and [`Registry::errors`] are what loading the files gave) but
+    /// [`Registry::resolve`] refuses it and [`Registry::device`] does not give it. Not a
+    /// registry to cache again ([`Registry::is_partial`]).
+    pub fn from_cached(
+        dirs: &[PathBuf],
+        cached: Vec<CachedSpec>,
+        blob: &str,
+        errors: Vec<(PathBuf, String)>,
+        wanted: &[&str],
+    ) -> Result<Registry, FromLoadedError> {
+        // (kind, name) of each: a name that does not parse resolves to nothing anyway.
+        let wanted: Vec<(String, String)> = wanted
+            .iter()
+            .filter_map(|w| names::parse_qualified_name(w).ok())
+            .map(|q| (q.kind(), q.name))
+            .collect();
+        let mut unread = BTreeSet::new();
+        let mut specs = Vec::with_capacity(cached.len());
+        for (si, c) in cached.into_iter().enumerate() {
+            let CachedBody {
+                cdi_version,
+                kind,
+                annotations,
+                devices: cached_devices,
+                container_edits,
+            } = c.spec;
+            let mut devices = Vec::with_capacity(cached_devices.len());
+            for (di, d) in cached_devices.into_iter().enumerate() {
+                let container_edits = if wanted.iter().any(|(k, n)| *n == d.name && *k == kind) {
+                    let (at, len) = d.edits;
+                    let text = at
+                        .checked_add(len)
+                        .and_then(|end| blob.get(at..end))
+                        .ok_or_else(|| FromLoadedError::EditsOutside {
+                            path: c.path.clone(),
+                            device: d.name.clone(),
+                        })?;
+                    serde_json::from_str(text).map_err(|source| FromLoadedError::Edits {
+                        path: c.path.clone(),
+                        device: d.name.clone(),
+                        source,
+                    })?
+                } else {
+                    unread.insert((si, di));
+                    ContainerEdits::default()
+                };
+                devices.push(crate::spec::Device {
+                    name: d.name,
+                    annotations: d.annotations,
+                    container_edits,
+                });
+            }
+            specs.push(LoadedSpec {
+                path: c.path,
+                priority: c.priority,
+                spec: Spec {
+                    cdi_version,
+                    kind,
+                    annotations,
+                    devices,
+                    container_edits,
+                },
+            });
+        }
+        let unread_ref = &unread;
+        let mut reg = Registry::checked(dirs, specs, errors, |si, spec| {
+            crate::validate::validate_read(spec, |di| !unread_ref.contains(&(si, di)))
+        })?;
+        reg.unread = unread;
+        Ok(reg)
+    }
+
+    /// Whether some devices' edits were not read ([`Registry::from_cached`]).
+    pub fn is_partial(&self) -> bool {
+        !self.unread.is_empty()
     }
 
     /// What loading the spec files gave, for [`Registry::from_loaded`]: the valid specs, and
@@ -439,6 +630,9 @@ impl Registry {
     /// The spec file and device a qualified name resolves to.
     pub fn device(&self, qualified: &str) -> Option<(&Path, &crate::spec::Device)> {
         let r = self.devices.get(qualified)?;
+        if self.unread.contains(&(r.spec, r.device)) {
+            return None;
+        }
         let s = &self.specs[r.spec];
         Some((&s.path, &s.spec.devices[r.device]))
     }
@@ -479,6 +673,17 @@ impl Registry {
                 });
                 continue;
             };
+            if self.unread.contains(&(r.spec, r.device)) {
+                // A registry from a cache resolves what it was built for (`from_cached`); a
+                // device it did not read is an error, never a device without edits.
+                unresolved.push(Unresolved {
+                    name: name.to_string(),
+                    reason: "its edits were not read from the CDI spec cache (the registry was \
+                             built for other devices)"
+                        .into(),
+                });
+                continue;
+            }
             if !seen_dev.insert(key.clone()) {
                 continue;
             }
@@ -643,6 +848,119 @@ mod tests {
             other.resolve(&["x.com/a=1"]).unwrap().edits.env,
             ["COMMON=low-a", "DEV_1=low-a"]
         );
+    }
+
+    /// A registry from a cache read for some devices: those resolve as from the files, the
+    /// files' errors and conflicts are all there, and every other device is refused, never
+    /// resolved to no edits.
+    #[test]
+    fn from_cached_reads_the_devices_asked_for_and_refuses_the_others() {
+        let d = tempfile::tempdir().unwrap();
+        let (low, high) = (d.path().join("low"), d.path().join("high"));
+        std::fs::create_dir(&low).unwrap();
+        std::fs::create_dir(&high).unwrap();
+        std::fs::write(
+            low.join("a.json"),
+            spec("x.com/a", &["0", "1", "2"], "low-a"),
+        )
+        .unwrap();
+        std::fs::write(low.join("b.json"), spec("x.com/a", &["0"], "low-b")).unwrap();
+        std::fs::write(high.join("d.json"), spec("x.com/a", &["1"], "high")).unwrap();
+        let dirs = [low, high];
+        let files = Registry::load(&dirs);
+        let (specs, errors) = files.loaded();
+        // Through JSON, as the cache keeps the index.
+        let (index, blob) = cache_form(specs);
+        let bytes = serde_json::to_vec(&index).unwrap();
+        for wanted in [
+            &["x.com/a=1"][..],
+            &["x.com/a=2", "x.com/a=1"],
+            &["x.com/a=2"],
+        ] {
+            let cached: Vec<CachedSpec> = serde_json::from_slice(&bytes).unwrap();
+            let reg = Registry::from_cached(&dirs, cached, &blob, errors.to_vec(), wanted).unwrap();
+            assert!(reg.is_partial());
+            assert_eq!(reg.errors(), files.errors(), "{wanted:?}");
+            assert_eq!(reg.device_names(), files.device_names());
+            assert_eq!(reg.resolve(wanted).unwrap(), files.resolve(wanted).unwrap());
+            for other in ["x.com/a=1", "x.com/a=2"] {
+                if wanted.contains(&other) {
+                    assert!(reg.device(other).is_some());
+                    continue;
+                }
+                assert!(reg.device(other).is_none(), "{other}");
+                let e = reg.resolve(&[other]).unwrap_err();
+                assert!(
+                    e.to_string().contains("not read from the CDI spec cache"),
+                    "{e}"
+                );
+            }
+            // A conflict is still one, and an unknown name still unknown.
+            assert_eq!(
+                reg.resolve(&["x.com/a=0"]).unwrap_err().to_string(),
+                files.resolve(&["x.com/a=0"]).unwrap_err().to_string()
+            );
+        }
+        // Asked for every device, it is the whole registry.
+        let cached: Vec<CachedSpec> = serde_json::from_slice(&bytes).unwrap();
+        let all = ["x.com/a=0", "x.com/a=1", "x.com/a=2"];
+        let reg = Registry::from_cached(&dirs, cached, &blob, errors.to_vec(), &all).unwrap();
+        assert!(!reg.is_partial());
+        assert_eq!(seen(&reg), seen(&files));
+    }
+
+    /// Edits asked for are parsed and validated, and must lie in the blob; edits not asked for
+    /// are never read. Devices with the same edits share their text.
+    #[test]
+    fn from_cached_checks_the_edits_it_reads_only() {
+        let index = |one: (usize, usize)| {
+            format!(
+                r#"[{{"path":"/etc/cdi/a.json","priority":0,"spec":{{"cdiVersion":"0.5.0","kind":"x.com/a","devices":[{{"name":"0","edits":[0,15]}},{{"name":"1","edits":[{},{}]}}]}}}}]"#,
+                one.0, one.1
+            )
+        };
+        let dirs = [PathBuf::from("/etc/cdi")];
+        let load = |t: &str, blob: &str, wanted: &[&str]| {
+            let cached: Vec<CachedSpec> = serde_json::from_str(t).unwrap();
+            Registry::from_cached(&dirs, cached, blob, Vec::new(), wanted)
+        };
+        let good = r#"{"env":["A=1"]}"#;
+        for broken in [
+            r#"{"env":[1]}"#,
+            r#"{"bogus":true}"#,
+            "{}",
+            r#"{"env":["no equals"]}"#,
+        ] {
+            let blob = format!("{good}{broken}");
+            let t = index((good.len(), broken.len()));
+            let reg = load(&t, &blob, &["x.com/a=0"]).unwrap();
+            assert_eq!(reg.resolve(&["x.com/a=0"]).unwrap().edits.env, ["A=1"]);
+            let e = load(&t, &blob, &["x.com/a=1"]).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    FromLoadedError::Edits { .. } | FromLoadedError::Invalid(_)
+                ),
+                "{broken}: {e}"
+            );
+        }
+        // Out of the blob, or across its end, or overflowing: refused when asked for only.
+        for range in [(15, 1), (14, 2), (usize::MAX, 2)] {
+            let t = index(range);
+            assert!(load(&t, good, &["x.com/a=0"]).is_ok());
+            let e = load(&t, good, &["x.com/a=1"]).unwrap_err();
+            assert!(matches!(e, FromLoadedError::EditsOutside { .. }), "{e}");
+        }
+        // The same edits, one text.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a.json"), spec("x.com/a", &["0", "1"], "a")).unwrap();
+        let mut files = Registry::load(&[d.path().to_path_buf()]);
+        files.specs[0].spec.devices[1].container_edits =
+            files.specs[0].spec.devices[0].container_edits.clone();
+        let (index, blob) = cache_form(files.specs());
+        let devs = &index[0].spec.devices;
+        assert_eq!(devs[0].edits, devs[1].edits);
+        assert_eq!(blob, r#"{"env":["DEV_0=a"]}"#);
     }
 
     #[test]

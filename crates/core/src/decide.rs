@@ -29,8 +29,10 @@ pub trait HostView {
     /// caller needs nothing that only `graphics` or `display` selects (DRM nodes, the EGL and
     /// Vulkan files, the Xorg modules), and discovery may leave them out.
     fn inventory(&mut self, graphics: bool) -> Result<Inventory, DiscoverError>;
-    /// The CDI specs in the spec dirs that may define devices of these vendors.
-    fn registry(&mut self, vendors: &[&str]) -> Registry;
+    /// The CDI specs in the spec dirs that may define devices of these vendors, to resolve
+    /// `names` (qualified device names) with: a registry may hold the edits of those devices
+    /// only (`Registry::from_cached`).
+    fn registry(&mut self, vendors: &[&str], names: &[&str]) -> Registry;
     /// The running driver's version (procfs), to tell a stale static spec: `None` without
     /// the version file; an error naming it where it is there but says no version.
     fn running_driver(&mut self) -> Result<Option<DriverVersion>, VersionFileError>;
@@ -208,13 +210,13 @@ pub fn decide(
     let mut vendors: Vec<&str> = names.iter().map(|n| n.vendor.as_str()).collect();
     vendors.sort_unstable();
     vendors.dedup();
-    let reg = host.registry(&vendors);
-    for (p, e) in reg.errors() {
-        host.warn(&format!("{}: {e}", p.display()));
-    }
     // The registry resolves names as the CDI library does, as text.
     let texts: Vec<String> = names.iter().map(ToString::to_string).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let reg = host.registry(&vendors, &refs);
+    for (p, e) in reg.errors() {
+        host.warn(&format!("{}: {e}", p.display()));
+    }
     let resolved = reg
         .resolve(&refs)
         .map_err(|source| DecideError::Unresolved {
@@ -678,7 +680,7 @@ mod tests {
                 warnings: Vec::new(),
             })
         }
-        fn registry(&mut self, _vendors: &[&str]) -> Registry {
+        fn registry(&mut self, _vendors: &[&str], _names: &[&str]) -> Registry {
             self.registries += 1;
             let yaml = format!(
                 r#"cdiVersion: 0.5.0

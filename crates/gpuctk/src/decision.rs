@@ -186,13 +186,17 @@ impl HostView for LiveHost<'_> {
         self.libraries = inv.libraries.clone();
         Ok(inv)
     }
-    fn registry(&mut self, vendors: &[&str]) -> Registry {
+    fn registry(&mut self, vendors: &[&str], names: &[&str]) -> Registry {
         // The spec cache lives and is read where the discovery snapshot is.
         match self.cfg.snapshot_dir() {
             None => Registry::load_for_vendors(&self.cfg.spec_dirs, vendors),
-            Some(dir) => {
-                crate::spec_cache::registry(&dir, &self.cfg.spec_dirs, vendors, self.read_snapshot)
-            }
+            Some(dir) => crate::spec_cache::registry(
+                &dir,
+                &self.cfg.spec_dirs,
+                vendors,
+                names,
+                self.read_snapshot,
+            ),
         }
     }
     fn running_driver(&mut self) -> Result<Option<DriverVersion>, VersionFileError> {

@@ -1,6 +1,8 @@
 //! The CDI spec cache: the registry a static-spec create loads (every spec file of the spec
-//! dirs parsed and validated), kept as JSON next to the discovery snapshot
-//! (`[gpuctk] snapshot-dir`), so a create lists the spec dirs and reads one file instead.
+//! dirs parsed and validated), kept next to the discovery snapshot (`[gpuctk] snapshot-dir`),
+//! so a create lists the spec dirs and reads one file instead: an index as JSON (the specs,
+//! each device's edits out of line) and the devices' edits after it, of which a create parses
+//! those of the devices it asks for only (`Registry::from_cached`).
 //!
 //! It is keyed by the spec files as the registry lists them anyway (one `readdir` per dir, one
 //! `stat` per file, following links): each file's device, inode, size, mtime and ctime (which
@@ -14,10 +16,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use gpuctk_cdi::registry::{list_spec_dir, DirListing, LoadedSpec, Registry};
+use gpuctk_cdi::registry::{list_spec_dir, CachedSpec, DirListing, Registry};
 
-/// Bumped when what the cache holds changes meaning.
-const FORMAT: u32 = 1;
+/// Bumped when what the cache holds changes meaning (2: an index, then the devices' edits).
+const FORMAT: u32 = 2;
 
 /// Largest cache read or written: spec files are capped at 4 MiB each, and NVIDIA's spec for 64
 /// GPUs with every MIG profile is well under 1 MiB.
@@ -30,7 +32,7 @@ const MAX_CACHE: u64 = 16 << 20;
 const SETTLE: Duration = Duration::from_millis(50);
 
 /// The spec files as listed and the shape of the load: a cache is used only under the same key.
-#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Key {
     /// Format, this program's version, the dirs and the vendors, as text (also hashed into the
     /// file name).
@@ -39,24 +41,26 @@ struct Key {
     listed: Vec<DirListing>,
 }
 
-#[derive(serde::Serialize)]
-struct FileOut<'a> {
-    key: &'a Key,
-    specs: &'a [LoadedSpec],
-    errors: &'a [(PathBuf, String)],
-}
-
-#[derive(serde::Deserialize)]
-struct FileIn {
+/// The file: this as JSON on one line (serde_json's compact form has no newline), then the
+/// blob of the devices' edits that its specs point into ([`gpuctk_cdi::registry::cache_form`]).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Index {
     key: Key,
-    specs: Vec<LoadedSpec>,
+    specs: Vec<CachedSpec>,
     errors: Vec<(PathBuf, String)>,
 }
 
-/// The registry of `spec_dirs` for a request of `vendors` ([`Registry::load_for_vendors`]):
-/// the cache's in `cache_dir` when `read` and it holds for the spec files as they are now,
-/// else loaded from the files and written back.
-pub fn registry(cache_dir: &Path, spec_dirs: &[PathBuf], vendors: &[&str], read: bool) -> Registry {
+/// The registry of `spec_dirs` for a request of `vendors` ([`Registry::load_for_vendors`]) that
+/// resolves `names`: the cache's in `cache_dir` when `read` and it holds for the spec files as
+/// they are now (with the edits of those devices only), else loaded from the files and written
+/// back.
+pub fn registry(
+    cache_dir: &Path,
+    spec_dirs: &[PathBuf],
+    vendors: &[&str],
+    names: &[&str],
+    read: bool,
+) -> Registry {
     let shape = format!(
         "gpuctk {} spec cache format {FORMAT}\nspec dirs {spec_dirs:?}\nvendors {vendors:?}\n",
         env!("CARGO_PKG_VERSION"),
@@ -73,7 +77,7 @@ pub fn registry(cache_dir: &Path, spec_dirs: &[PathBuf], vendors: &[&str], read:
         listed: spec_dirs.iter().map(|d| list_spec_dir(d)).collect(),
     };
     if read {
-        match load(&path, &key, spec_dirs) {
+        match load(&path, &key, spec_dirs, names) {
             Ok(reg) => {
                 tracing::debug!("{}: CDI spec cache used", path.display());
                 return reg;
@@ -99,20 +103,40 @@ pub fn registry(cache_dir: &Path, spec_dirs: &[PathBuf], vendors: &[&str], read:
     reg
 }
 
-/// The cache's registry when it is ours and made under `key`; why not otherwise.
-fn load(path: &Path, key: &Key, spec_dirs: &[PathBuf]) -> Result<Registry, String> {
+/// The cache's registry for `names` when it is ours and made under `key`; why not otherwise.
+fn load(path: &Path, key: &Key, spec_dirs: &[PathBuf], names: &[&str]) -> Result<Registry, String> {
     let euid = crate::capped::euid();
     let buf = crate::capped::read_owned(path, euid, MAX_CACHE).map_err(|e| e.to_string())?;
-    let file: FileIn = crate::capped::parse_json(&buf).map_err(|e| e.to_string())?;
-    if &file.key != key {
+    // Without a newline (cut short, or not ours) the whole is read as the index, which then
+    // says why it is no index; a blob cut short leaves edits outside it, which `from_cached`
+    // refuses.
+    let (index, blob) = match buf.iter().position(|&b| b == b'\n') {
+        Some(at) => (&buf[..at], &buf[at + 1..]),
+        None => (&buf[..], &[][..]),
+    };
+    let index: Index = crate::capped::parse_json(index).map_err(|e| e.to_string())?;
+    if &index.key != key {
         return Err("made for other spec files".into());
     }
-    Registry::from_loaded(spec_dirs, file.specs, file.errors).map_err(|e| e.to_string())
+    let blob = std::str::from_utf8(blob).map_err(|e| format!("blob of edits: {e}"))?;
+    Registry::from_cached(spec_dirs, index.specs, blob, index.errors, names)
+        .map_err(|e| e.to_string())
 }
 
 fn store(path: &Path, key: &Key, reg: &Registry) -> Result<(), String> {
+    if reg.is_partial() {
+        return Err("a registry read from the cache for some devices only".into());
+    }
     let (specs, errors) = reg.loaded();
-    let bytes = serde_json::to_vec(&FileOut { key, specs, errors }).map_err(|e| e.to_string())?;
+    let (specs, blob) = gpuctk_cdi::registry::cache_form(specs);
+    let index = Index {
+        key: key.clone(),
+        specs,
+        errors: errors.to_vec(),
+    };
+    let mut bytes = serde_json::to_vec(&index).map_err(|e| e.to_string())?;
+    bytes.push(b'\n');
+    bytes.extend_from_slice(blob.as_bytes());
     if bytes.len() as u64 > MAX_CACHE {
         return Err(format!("larger than {MAX_CACHE} bytes"));
     }
@@ -179,8 +203,8 @@ mod tests {
     fn the_shape_names_the_file_apart_from_the_snapshots() {
         let d = tempfile::tempdir().unwrap();
         let dirs = [d.path().join("none")];
-        registry(d.path(), &dirs, &["a.com"], true);
-        registry(d.path(), &dirs, &["b.com"], true);
+        registry(d.path(), &dirs, &["a.com"], &[], true);
+        registry(d.path(), &dirs, &["b.com"], &[], true);
         let mut names: Vec<String> = std::fs::read_dir(d.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
