@@ -10,9 +10,9 @@
 //!   1 KiB, then powers of two); a freed block goes on its class's free list and is handed out
 //!   again for the same class, so memory in use never grows past the peak of each class;
 //! - blocks are carved from chunks mapped on demand: a first one of 32 KiB, then 1 MiB ones,
-//!   each made present a step of 64 KiB at a time just before blocks are carved from the step
+//!   each made present 64 KiB, then 128 KiB at a time, just before blocks are carved from there
 //!   (`madvise(MADV_POPULATE_WRITE)`: one call instead of a page fault per page, and no page
-//!   made present that no block reaches); nothing is unmapped;
+//!   made present that no block reaches but the rest of a step); nothing is unmapped;
 //! - a block that grows while it is the last one carved grows where it is (a `Vec` doubling
 //!   through its classes, a serialized document: no copy, no pages left behind in a free list);
 //! - a larger request is its own mapping, unmapped when freed and grown with `mremap`.
@@ -39,8 +39,9 @@ pub const LARGE: usize = SMALL_MAX << POW2_CLASSES;
 const CLASSES: usize = SMALL_CLASSES + POW2_CLASSES;
 /// What is mapped at a time to carve class blocks from.
 const CHUNK: usize = 1 << 20;
-/// The first chunk: about what a pass-through call touches, left to page faults.
-const FIRST_CHUNK: usize = 32 << 10;
+/// The first chunk, left to page faults: a pass-through call touches a few of its pages, and
+/// a create without GPUs fits in it.
+const FIRST_CHUNK: usize = 64 << 10;
 /// How much of a later chunk is made present at a time.
 const STEP: usize = 64 << 10;
 const PAGE: usize = 4096;
@@ -66,6 +67,8 @@ struct State {
     end: usize,
     /// Chunks mapped so far.
     chunks: usize,
+    /// Where the current chunk starts.
+    base: usize,
     /// Where the current chunk's present part ends (a chunk after the first).
     present: usize,
     /// Cleared when the kernel refuses `MADV_POPULATE_WRITE` (before Linux 5.14): page faults
@@ -91,6 +94,7 @@ impl Alloc {
                 next: 0,
                 end: 0,
                 chunks: 0,
+                base: 0,
                 present: 0,
                 populate: true,
             }),
@@ -164,6 +168,7 @@ impl State {
             }
             self.chunks += 1;
             self.next = chunk as usize;
+            self.base = self.next;
             self.end = self.next + len;
             // The first chunk is left to page faults: a pass-through call touches a few of its
             // pages, and making 64 KiB present costs it more than they do.
@@ -187,7 +192,16 @@ impl State {
         if self.next <= self.present {
             return;
         }
-        let to = ((self.next + STEP - 1) & !(STEP - 1)).min(self.end);
+        // Whole steps from where the present part ends, so from the chunk's start (steps on
+        // address boundaries made the first one a few pages, and a call of its own): one step
+        // first, then two at a time, which is about what a create carves after its first
+        // chunk (8 GPUs: 192 KiB, in two calls).
+        let step = if self.present == self.base {
+            STEP
+        } else {
+            2 * STEP
+        };
+        let to = (self.present + (self.next - self.present).div_ceil(step) * step).min(self.end);
         if self.populate {
             // SAFETY: `present..to` lies in the current chunk, a private anonymous mapping of
             // ours; populating it writes no byte that a block holds (they are zero, or it is
@@ -507,16 +521,14 @@ mod tests {
             (present, r.len())
         };
         let step_pages = STEP / PAGE;
-        // The step holding `start` ends on a STEP boundary: up to STEP from the chunk's start.
-        let first_step = (((start + STEP) & !(STEP - 1)) - start) / PAGE;
-        assert_eq!(steps(0), (first_step, CHUNK / PAGE));
+        // Steps count from the chunk's start.
+        assert_eq!(steps(0), (step_pages, CHUNK / PAGE));
         // Carving past the step makes the next one present, and not the one after.
         let more = Layout::from_size_align(STEP, PAGE).unwrap();
         let q = unsafe { a.alloc(more) } as usize;
         assert!(q + STEP <= end);
-        let want = (((q + STEP + STEP - 1) & !(STEP - 1)) - start) / PAGE;
-        assert_eq!(steps(1).0, want);
-        assert!(want <= first_step + 2 * step_pages);
+        // Then two steps at a time.
+        assert_eq!(steps(1).0, 3 * step_pages);
     }
 
     /// A freed block is handed out again for its class, so a steady alloc/free loop does not
