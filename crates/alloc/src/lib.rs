@@ -9,7 +9,7 @@
 //! - a request of up to [`LARGE`] bytes is rounded up to a size class (multiples of 16 up to
 //!   1 KiB, then powers of two); a freed block goes on its class's free list and is handed out
 //!   again for the same class, so memory in use never grows past the peak of each class;
-//! - blocks are carved from chunks mapped on demand: a first one of 32 KiB, then 1 MiB ones,
+//! - blocks are carved from chunks mapped on demand: a first one of 64 KiB, then 1 MiB ones,
 //!   each made present 64 KiB, then 128 KiB at a time, just before blocks are carved from there
 //!   (`madvise(MADV_POPULATE_WRITE)`: one call instead of a page fault per page, and no page
 //!   made present that no block reaches but the rest of a step); nothing is unmapped;
