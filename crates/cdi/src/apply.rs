@@ -350,14 +350,13 @@ fn apply_device_nodes(
             .is_none_or(|p| !paths.contains(p))
     });
     devices.extend(added);
-    let mut rules_added = nodes.iter().filter_map(cgroup_rule).peekable();
-    if rules_added.peek().is_some() {
+    if nodes.iter().any(|n| rule_parts(n).is_some()) {
         let resources = child_obj(linux, "resources", "linux.resources")?;
         let rules = child_arr(resources, "devices", "linux.resources.devices")?;
         let mut seen: HashSet<Vec<u8>> = rules.iter().map(canonical).collect();
-        for rule in rules_added {
-            if seen.insert(canonical(&rule)) {
-                rules.push(rule);
+        for n in nodes {
+            if rule_canonical(n).is_some_and(|key| seen.insert(key)) {
+                rules.extend(cgroup_rule(n));
             }
         }
     }
@@ -433,6 +432,18 @@ fn device_entry(n: &DeviceNode, uid: Option<u32>, gid: Option<u32>) -> Map<Strin
 /// A node's `linux.resources.devices` allow rule: none for a FIFO or `permissions: none`; a `u`
 /// node gets a `c` rule; access from `permissions`, `rwm` by default.
 fn cgroup_rule(n: &DeviceNode) -> Option<Value> {
+    let (cgroup_type, access) = rule_parts(n)?;
+    let mut rule = Map::with_capacity(5);
+    rule.insert("allow".into(), Value::Bool(true));
+    rule.insert("type".into(), Value::String(cgroup_type.into()));
+    rule.insert("major".into(), Value::from(n.major.unwrap_or(0)));
+    rule.insert("minor".into(), Value::from(n.minor.unwrap_or(0)));
+    rule.insert("access".into(), Value::String(access.into()));
+    Some(Value::Object(rule))
+}
+
+/// The cgroup type and access of a node's rule ([`cgroup_rule`]), `None` where it has none.
+fn rule_parts(n: &DeviceNode) -> Option<(&'static str, &str)> {
     let cgroup_type = match n.r#type.as_deref().unwrap_or_default() {
         "b" => "b",
         "c" | "u" => "c",
@@ -443,13 +454,27 @@ fn cgroup_rule(n: &DeviceNode) -> Option<Value> {
         Some("none") => return None,
         Some(p) => p,
     };
-    let mut rule = Map::with_capacity(5);
-    rule.insert("allow".into(), Value::Bool(true));
-    rule.insert("type".into(), Value::String(cgroup_type.into()));
-    rule.insert("major".into(), Value::from(n.major.unwrap_or(0)));
-    rule.insert("minor".into(), Value::from(n.minor.unwrap_or(0)));
-    rule.insert("access".into(), Value::String(access.into()));
-    Some(Value::Object(rule))
+    Some((cgroup_type, access))
+}
+
+/// [`canonical`] of a node's [`cgroup_rule`], written from the node: the rule's value is built
+/// only when it is new (the canonical form of each built rule cost a create of 64 GPUs from a
+/// static spec 0.36 M instructions).
+fn rule_canonical(n: &DeviceNode) -> Option<Vec<u8>> {
+    let (cgroup_type, access) = rule_parts(n)?;
+    let mut out = Vec::with_capacity(64);
+    // Keys in order, as `canonical` sorts them; scalars as serde_json writes them (writing
+    // into a Vec cannot fail).
+    out.extend_from_slice(br#"{"access":"#);
+    let _ = serde_json::to_writer(&mut out, access);
+    out.extend_from_slice(br#","allow":true,"major":"#);
+    let _ = serde_json::to_writer(&mut out, &n.major.unwrap_or(0));
+    out.extend_from_slice(br#","minor":"#);
+    let _ = serde_json::to_writer(&mut out, &n.minor.unwrap_or(0));
+    out.extend_from_slice(br#","type":"#);
+    let _ = serde_json::to_writer(&mut out, cgroup_type);
+    out.push(b'}');
+    Some(out)
 }
 
 /// `mounts`: one at the same destination removed, the new one appended, parents first.
@@ -646,6 +671,42 @@ mod tests {
             c["process"]["env"],
             json!(["A=1", "NVIDIA_VISIBLE_DEVICES=void", "B=2", "C=3"])
         );
+    }
+
+    /// A rule's canonical form written from its node is the one `canonical` gives the rule
+    /// built: for every type, permissions (none, empty, odd, needing escapes) and number.
+    #[test]
+    fn a_rules_canonical_form_is_written_from_its_node() {
+        for t in [None, Some("c"), Some("b"), Some("u"), Some("p"), Some("x")] {
+            for p in [
+                None,
+                Some(""),
+                Some("none"),
+                Some("r"),
+                Some("rwm"),
+                Some("w\"\\\u{1}é"),
+            ] {
+                for (major, minor) in [
+                    (None, None),
+                    (Some(195), Some(0)),
+                    (Some(-1), Some(i64::MAX)),
+                ] {
+                    let n = DeviceNode {
+                        path: "/dev/x".into(),
+                        r#type: t.map(Into::into),
+                        permissions: p.map(Into::into),
+                        major,
+                        minor,
+                        ..Default::default()
+                    };
+                    assert_eq!(
+                        rule_canonical(&n),
+                        cgroup_rule(&n).map(|r| canonical(&r)),
+                        "{t:?} {p:?} {major:?} {minor:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
