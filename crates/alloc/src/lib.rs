@@ -65,8 +65,6 @@ struct State {
     /// The unused rest of the current chunk.
     next: usize,
     end: usize,
-    /// Chunks mapped so far.
-    chunks: usize,
     /// Where the current chunk starts.
     base: usize,
     /// Where the current chunk's present part ends (a chunk after the first).
@@ -93,7 +91,6 @@ impl Alloc {
                 free: [null_mut(); CLASSES],
                 next: 0,
                 end: 0,
-                chunks: 0,
                 base: 0,
                 present: 0,
                 populate: true,
@@ -159,24 +156,20 @@ impl State {
         if self.next == 0 || start + size > self.end {
             // A small first chunk, enough for a pass-through call, then 1 MiB ones. What is
             // left of the chunk before is not used again: at most a block's worth.
-            let len = if self.chunks == 0 { FIRST_CHUNK } else { CHUNK };
+            let first = self.next == 0;
+            let len = if first { FIRST_CHUNK } else { CHUNK };
             // A class block is at most LARGE, a page multiple: one fits in a chunk this long.
             let len = len.max(size);
             let chunk = map(len);
             if chunk.is_null() {
                 return null_mut();
             }
-            self.chunks += 1;
             self.next = chunk as usize;
             self.base = self.next;
             self.end = self.next + len;
             // The first chunk is left to page faults: a pass-through call touches a few of its
             // pages, and making 64 KiB present costs it more than they do.
-            self.present = if self.chunks == 1 {
-                self.end
-            } else {
-                self.next
-            };
+            self.present = if first { self.end } else { self.next };
             start = self.next;
         }
         self.next = start + size;

@@ -287,8 +287,8 @@ fn spec_files(dir: &Path) -> Result<Vec<SpecFile>, std::io::Error> {
 /// Why [`Registry::from_loaded`] or [`Registry::from_cached`] refused its parts.
 #[derive(Debug, thiserror::Error)]
 pub enum FromLoadedError {
-    /// A device's edits, asked for, lie outside the cache's blob of edits.
-    #[error("{}: device {device:?}: its edits lie outside the cache", path.display())]
+    /// A device's edits, asked for, lie outside the cache's blob of edits, or are not UTF-8.
+    #[error("{}: device {device:?}: its edits lie outside the cache, or are not UTF-8", path.display())]
     EditsOutside {
         /// The spec file.
         path: PathBuf,
@@ -445,7 +445,7 @@ impl Registry {
     pub fn from_cached(
         dirs: &[PathBuf],
         cached: Vec<CachedSpec>,
-        blob: &str,
+        blob: &[u8],
         errors: Vec<(PathBuf, String)>,
         wanted: &[&str],
     ) -> Result<Registry, FromLoadedError> {
@@ -468,10 +468,12 @@ impl Registry {
             let mut devices = Vec::with_capacity(cached_devices.len());
             for (di, d) in cached_devices.into_iter().enumerate() {
                 let container_edits = if wanted.iter().any(|(k, n)| *n == d.name && *k == kind) {
+                    // Only the text read is checked as UTF-8, not the whole blob.
                     let (at, len) = d.edits;
                     let text = at
                         .checked_add(len)
                         .and_then(|end| blob.get(at..end))
+                        .and_then(|b| std::str::from_utf8(b).ok())
                         .ok_or_else(|| FromLoadedError::EditsOutside {
                             path: c.path.clone(),
                             device: d.name.clone(),
@@ -878,7 +880,9 @@ mod tests {
             &["x.com/a=2"],
         ] {
             let cached: Vec<CachedSpec> = serde_json::from_slice(&bytes).unwrap();
-            let reg = Registry::from_cached(&dirs, cached, &blob, errors.to_vec(), wanted).unwrap();
+            let reg =
+                Registry::from_cached(&dirs, cached, blob.as_bytes(), errors.to_vec(), wanted)
+                    .unwrap();
             assert!(reg.is_partial());
             assert_eq!(reg.errors(), files.errors(), "{wanted:?}");
             assert_eq!(reg.device_names(), files.device_names());
@@ -904,7 +908,8 @@ mod tests {
         // Asked for every device, it is the whole registry.
         let cached: Vec<CachedSpec> = serde_json::from_slice(&bytes).unwrap();
         let all = ["x.com/a=0", "x.com/a=1", "x.com/a=2"];
-        let reg = Registry::from_cached(&dirs, cached, &blob, errors.to_vec(), &all).unwrap();
+        let reg =
+            Registry::from_cached(&dirs, cached, blob.as_bytes(), errors.to_vec(), &all).unwrap();
         assert!(!reg.is_partial());
         assert_eq!(seen(&reg), seen(&files));
     }
@@ -922,7 +927,7 @@ mod tests {
         let dirs = [PathBuf::from("/etc/cdi")];
         let load = |t: &str, blob: &str, wanted: &[&str]| {
             let cached: Vec<CachedSpec> = serde_json::from_str(t).unwrap();
-            Registry::from_cached(&dirs, cached, blob, Vec::new(), wanted)
+            Registry::from_cached(&dirs, cached, blob.as_bytes(), Vec::new(), wanted)
         };
         let good = r#"{"env":["A=1"]}"#;
         for broken in [
@@ -951,6 +956,17 @@ mod tests {
             let e = load(&t, good, &["x.com/a=1"]).unwrap_err();
             assert!(matches!(e, FromLoadedError::EditsOutside { .. }), "{e}");
         }
+        // Not UTF-8 where it is read: refused; elsewhere in the blob: never looked at.
+        let mut blob = good.as_bytes().to_vec();
+        blob.extend_from_slice(b"{\"env\":[\"\xff\"]}");
+        let cached = |one| serde_json::from_str::<Vec<CachedSpec>>(&index(one)).unwrap();
+        let bad = (good.len(), blob.len() - good.len());
+        assert!(
+            Registry::from_cached(&dirs, cached(bad), &blob, Vec::new(), &["x.com/a=0"]).is_ok()
+        );
+        let e = Registry::from_cached(&dirs, cached(bad), &blob, Vec::new(), &["x.com/a=1"])
+            .unwrap_err();
+        assert!(matches!(e, FromLoadedError::EditsOutside { .. }), "{e}");
         // The same edits, one text.
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("a.json"), spec("x.com/a", &["0", "1"], "a")).unwrap();

@@ -729,9 +729,8 @@ impl Root {
     /// Opens the canonical (symlink-free) component list as a directory,
     /// refusing any symlink on the way.
     fn open_canonical_dir(&self, comps: &[OsString], shown: &str) -> Result<OwnedFd, RootError> {
-        let joined = join_components(comps);
         self.open_in_root(
-            &joined,
+            &absolute_path(comps),
             libc::O_PATH | libc::O_DIRECTORY,
             IN_ROOT_NO_SYMLINKS,
             "open directory",
@@ -1201,12 +1200,6 @@ fn components(bytes: &[u8]) -> impl Iterator<Item = OsString> + '_ {
         .split(|&b| b == b'/')
         .filter(|c| !c.is_empty() && *c != b".")
         .map(|c| OsString::from_vec(c.to_vec()))
-}
-
-fn join_components(comps: &[OsString]) -> String {
-    let mut s = absolute_path(comps);
-    s.remove(0);
-    s
 }
 
 /// `/` and the components joined by `/`, each as lossy UTF-8: built in one string (a create

@@ -118,7 +118,6 @@ fn load(path: &Path, key: &Key, spec_dirs: &[PathBuf], names: &[&str]) -> Result
     if &index.key != key {
         return Err("made for other spec files".into());
     }
-    let blob = std::str::from_utf8(blob).map_err(|e| format!("blob of edits: {e}"))?;
     Registry::from_cached(spec_dirs, index.specs, blob, index.errors, names)
         .map_err(|e| e.to_string())
 }
