@@ -2,7 +2,8 @@
 //! points its `main` dispatches to by the name it was invoked as (see docs/architecture.md).
 //!
 //! The modules are private; what is public is one entry point per personality, the command
-//! line's type, and `config.toml`'s parser (which the fuzzing crate drives).
+//! line's type, `config.toml`'s parser (which the fuzzing crate drives) and the reader of a
+//! discovery snapshot's inventory (which the tests compare with discovery).
 
 // System calls are safe functions (rustix, or the library crates' `sys` modules); one
 // `pre_exec` hook, `spawn`'s clone of a child that execs the runtime, the auxiliary vector's
@@ -13,6 +14,7 @@ mod bounded_run;
 mod capped;
 mod cli;
 mod commands;
+mod compact;
 mod config;
 mod decision;
 mod discover;
@@ -49,3 +51,4 @@ pub use one_line::one_line;
 pub use runtime::{main as runtime_main, main_as as runtime_main_as};
 /// The binary's `main` records `argv[0]` here (a musl build's std does not have it).
 pub use self_exe::set_argv0;
+pub use snapshot::read_inventory as read_snapshot_inventory;

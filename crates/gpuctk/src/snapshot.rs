@@ -25,13 +25,15 @@ use gpuctk_container::hooks::SETTLED;
 
 use gpuctk_host::{DiscoverOptions, Inventory, Roots};
 
-/// Largest snapshot read: 64 GPUs with every graphics file come to about 100 KiB.
+/// Largest snapshot read: 64 GPUs with every graphics file come to about 60 KiB.
 const MAX_SNAPSHOT: u64 = 4 << 20;
 
 /// Bumped when what a snapshot holds changes meaning or shape (2: libraries carry their ELF
 /// ABI, which the shim's `update-ldcache` takes instead of reading the file; 3: the folders
-/// holding what the inventory names, [`Folder`]).
-const FORMAT: u32 = 3;
+/// holding what the inventory names, [`Folder`]; 4: written in [`crate::compact`]'s form, not
+/// JSON). The format is in the shape, so in the file's name: a file of another format is not
+/// even read.
+const FORMAT: u32 = 4;
 
 /// Largest procfs version file read: the driver's is about 200 bytes; a larger one is not it.
 const MAX_VERSION: usize = 64 * 1024;
@@ -264,7 +266,7 @@ impl Snapshot {
             opts.config_search_paths,
         );
         let path = dir.join(format!(
-            "snapshot-{:016x}.json",
+            "snapshot-{:016x}.bin",
             gpuctk_container::hooks::fnv1a64(shape.as_bytes())
         ));
         Snapshot { path, shape }
@@ -357,7 +359,7 @@ impl Snapshot {
         let euid = crate::capped::euid();
         let buf =
             crate::capped::read_owned(&self.path, euid, MAX_SNAPSHOT).map_err(|e| other(&e))?;
-        let file: File = crate::capped::parse_json(&buf).map_err(|e| other(&e))?;
+        let file: File = crate::compact::from_slice(&buf).map_err(|e| other(&e))?;
         if &file.key != key {
             return Err(other(&"made for another driver or configuration"));
         }
@@ -428,7 +430,7 @@ impl Snapshot {
     }
 
     fn try_store(&self, key: Key, inv: &Inventory) -> Result<(), String> {
-        let bytes = serde_json::to_vec(&File {
+        let bytes = crate::compact::to_vec(&File {
             key,
             folders: folders_of(inv)?,
             inventory: inv.clone(),
@@ -502,6 +504,16 @@ pub fn running_driver(
         Ok(buf)
     };
     gpuctk_host::platform::running_driver(proc_root, read())
+}
+
+/// The inventory the snapshot file at `path` holds, when it reads as one, with none of a
+/// create's checks (owner, key, folders): for the tests that compare what `cdi generate` wrote
+/// with a discovery of their own.
+pub fn read_inventory(path: &Path) -> Result<Inventory, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    crate::compact::from_slice::<File>(&bytes)
+        .map(|f| f.inventory)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Writes a cache file of ours (this snapshot, the CDI spec cache): atomically, mode 0600, in
@@ -610,31 +622,17 @@ mod tests {
         assert!(!f.same(&std::fs::metadata(d.path()).unwrap()));
     }
 
-    /// Every field of a folder is required: a snapshot without one is not read (serde would
-    /// take a missing `Option` for `None`; none is one here).
+    /// A folder reads back as written, and one cut short anywhere is not read (every field is
+    /// required: none is an `Option` that a missing one could be taken for).
     #[test]
-    fn a_folder_missing_a_field_is_not_read() {
+    fn a_folder_reads_back_and_one_cut_short_is_not_read() {
         let d = tempfile::tempdir().unwrap();
         let md = std::fs::metadata(d.path()).unwrap();
         let f = Folder::of(d.path(), SystemTime::now(), &md);
-        let v = serde_json::to_value(&f).unwrap();
-        assert_eq!(serde_json::from_value::<Folder>(v.clone()).unwrap(), f);
-        for field in [
-            "path",
-            "dev",
-            "ino",
-            "ctime",
-            "ctime_nsec",
-            "taken",
-            "taken_nsec",
-        ] {
-            let mut v = v.clone();
-            assert!(
-                v.as_object_mut().unwrap().remove(field).is_some(),
-                "{field}"
-            );
-            let e = serde_json::from_value::<Folder>(v).unwrap_err().to_string();
-            assert!(e.contains(&format!("missing field `{field}`")), "{e}");
+        let bytes = crate::compact::to_vec(&f).unwrap();
+        assert_eq!(crate::compact::from_slice::<Folder>(&bytes).unwrap(), f);
+        for n in 0..bytes.len() {
+            assert!(crate::compact::from_slice::<Folder>(&bytes[..n]).is_err());
         }
     }
 
