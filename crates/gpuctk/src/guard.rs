@@ -39,8 +39,8 @@ pub fn container_shows_driver_procfs(spec: &serde_json::Value) -> std::io::Resul
 }
 
 /// The driver's GPU folders under `<proc_root>/driver/nvidia/gpus` that are not of a GPU with
-/// one of `minors` (libnvidia-container shows a container its own GPUs' folders only), as
-/// container paths, sorted. An `information` file that cannot be read or parsed is an error
+/// one of `minors` (sorted; libnvidia-container shows a container its own GPUs' folders only),
+/// as container paths, sorted. An `information` file that cannot be read or parsed is an error
 /// naming it.
 pub fn other_gpu_proc_dirs(proc_root: &Path, minors: &[u32]) -> anyhow::Result<Vec<String>> {
     let infos = match gpuctk_host::checks::gpu_informations(proc_root) {
@@ -56,12 +56,13 @@ pub fn other_gpu_proc_dirs(proc_root: &Path, minors: &[u32]) -> anyhow::Result<V
     Ok(other_gpu_dirs_of(&gpus, minors))
 }
 
-/// [`other_gpu_proc_dirs`] from the GPUs discovery already read (minor, bus id).
+/// [`other_gpu_proc_dirs`] from the GPUs discovery already read (minor, bus id); `minors`
+/// sorted, as [`gpu_minors_in_spec`] gives them.
 fn other_gpu_dirs_of(gpus: &[(u32, String)], minors: &[u32]) -> Vec<String> {
     let mut dirs: Vec<String> = gpus
         .iter()
         .filter(|(minor, bus)| {
-            !(minors.contains(minor)
+            !(minors.binary_search(minor).is_ok()
                 || bus.is_empty()
                 || bus.contains('/')
                 || bus == "."
@@ -176,6 +177,14 @@ pub fn gpu_minors_with_nodes(
     spec: &serde_json::Value,
     nodes: &[gpuctk_cdi::spec::DeviceNode],
 ) -> Vec<u32> {
+    // The nodes' paths, each with its last node: a later node of the same path takes an
+    // earlier one's place, and the spec's own. A set, not a scan of the nodes for each (a spec
+    // of 64 GPUs has 130 of them, and a CDI spec as many as it likes).
+    let mut last: foldhash::HashMap<&str, &gpuctk_cdi::spec::DeviceNode> =
+        foldhash::HashMap::with_capacity_and_hasher(nodes.len(), Default::default());
+    for n in nodes {
+        last.insert(&n.path, n);
+    }
     let mut minors: Vec<u32> = spec
         .pointer("/linux/devices")
         .and_then(|d| d.as_array())
@@ -185,17 +194,12 @@ pub fn gpu_minors_with_nodes(
         .filter(|d| {
             d.get("path")
                 .and_then(|p| p.as_str())
-                .is_some_and(|p| is_gpu_node(p) && !nodes.iter().any(|n| n.path == p))
+                .is_some_and(|p| is_gpu_node(p) && !last.contains_key(p))
         })
         .filter_map(|d| d.get("minor").and_then(|m| m.as_u64()))
         .filter_map(|m| u32::try_from(m).ok())
         .chain(
-            nodes
-                .iter()
-                .enumerate()
-                // A later node of the same path takes this one's place.
-                .filter(|(i, n)| !nodes[i + 1..].iter().any(|m| m.path == n.path))
-                .map(|(_, n)| n)
+            last.values()
                 .filter(|n| n.r#type.as_deref() == Some("c") && is_gpu_node(&n.path))
                 .filter_map(|n| u32::try_from(n.minor.unwrap_or(0)).ok()),
         )
