@@ -85,9 +85,28 @@ impl Writer {
         self.0.extend_from_slice(b);
     }
 
-    fn len(len: Option<usize>) -> Result<usize, Error> {
-        len.ok_or(Error::Unsupported("a sequence of unknown length"))
+    /// A sequence's or map's start: its length, which must be known.
+    fn counted(&mut self, len: Option<usize>) -> Result<&mut Writer, Error> {
+        let len = len.ok_or(Error::Unsupported("a sequence of unknown length"))?;
+        self.uint(len as u64);
+        Ok(self)
     }
+
+    /// A variant's start: its index.
+    fn variant(&mut self, i: u32) -> Result<&mut Writer, Error> {
+        self.uint(i.into());
+        Ok(self)
+    }
+}
+
+/// `Serializer` methods that write an integer widened to 64 bits with `Writer::$how`.
+macro_rules! ints {
+    ($($name:ident: $ty:ty => $how:ident),*) => {$(
+        fn $name(self, v: $ty) -> Result<(), Error> {
+            self.$how(v.into());
+            Ok(())
+        }
+    )*};
 }
 
 impl ser::Serializer for &mut Writer {
@@ -105,38 +124,17 @@ impl ser::Serializer for &mut Writer {
         self.0.push(u8::from(v));
         Ok(())
     }
-    fn serialize_i8(self, v: i8) -> Result<(), Error> {
-        self.int(v.into());
-        Ok(())
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Error> {
-        self.int(v.into());
-        Ok(())
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Error> {
-        self.int(v.into());
-        Ok(())
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        self.int(v);
-        Ok(())
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Error> {
-        self.uint(v.into());
-        Ok(())
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Error> {
-        self.uint(v.into());
-        Ok(())
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Error> {
-        self.uint(v.into());
-        Ok(())
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        self.uint(v);
-        Ok(())
-    }
+    // Signed integers zigzagged, all as LEB128.
+    ints!(
+        serialize_i8: i8 => int,
+        serialize_i16: i16 => int,
+        serialize_i32: i32 => int,
+        serialize_i64: i64 => int,
+        serialize_u8: u8 => uint,
+        serialize_u16: u16 => uint,
+        serialize_u32: u32 => uint,
+        serialize_u64: u64 => uint
+    );
     fn serialize_f32(self, v: f32) -> Result<(), Error> {
         self.0.extend_from_slice(&v.to_le_bytes());
         Ok(())
@@ -193,8 +191,7 @@ impl ser::Serializer for &mut Writer {
         v.serialize(self)
     }
     fn serialize_seq(self, len: Option<usize>) -> Result<Self, Error> {
-        self.uint(Writer::len(len)? as u64);
-        Ok(self)
+        self.counted(len)
     }
     fn serialize_tuple(self, _: usize) -> Result<Self, Error> {
         Ok(self)
@@ -209,12 +206,10 @@ impl ser::Serializer for &mut Writer {
         _: &'static str,
         _: usize,
     ) -> Result<Self, Error> {
-        self.uint(i.into());
-        Ok(self)
+        self.variant(i)
     }
     fn serialize_map(self, len: Option<usize>) -> Result<Self, Error> {
-        self.uint(Writer::len(len)? as u64);
-        Ok(self)
+        self.counted(len)
     }
     fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, Error> {
         Ok(self)
@@ -226,57 +221,58 @@ impl ser::Serializer for &mut Writer {
         _: &'static str,
         _: usize,
     ) -> Result<Self, Error> {
-        self.uint(i.into());
-        Ok(self)
+        self.variant(i)
     }
     fn is_human_readable(&self) -> bool {
         false
     }
 }
 
-impl ser::SerializeSeq for &mut Writer {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Result<(), Error> {
-        Ok(())
-    }
+// The compound values' parts are written one after the other, with nothing between them: each
+// of serde's compound traits is the same two methods.
+macro_rules! compound {
+    ($($trait:ident :: $method:ident),*) => {$(
+        impl ser::$trait for &mut Writer {
+            type Ok = ();
+            type Error = Error;
+            fn $method<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
+                v.serialize(&mut **self)
+            }
+            fn end(self) -> Result<(), Error> {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTuple for &mut Writer {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Result<(), Error> {
-        Ok(())
-    }
+compound!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
+
+// A struct's fields by position: their names are not written.
+macro_rules! fields {
+    ($($trait:ident),*) => {$(
+        impl ser::$trait for &mut Writer {
+            type Ok = ();
+            type Error = Error;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                _: &'static str,
+                v: &T,
+            ) -> Result<(), Error> {
+                v.serialize(&mut **self)
+            }
+            fn end(self) -> Result<(), Error> {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTupleStruct for &mut Writer {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Result<(), Error> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleVariant for &mut Writer {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Result<(), Error> {
-        Ok(())
-    }
-}
+fields!(SerializeStruct, SerializeStructVariant);
 
 impl ser::SerializeMap for &mut Writer {
     type Ok = ();
@@ -285,36 +281,6 @@ impl ser::SerializeMap for &mut Writer {
         k.serialize(&mut **self)
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Result<(), Error> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStruct for &mut Writer {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        v: &T,
-    ) -> Result<(), Error> {
-        v.serialize(&mut **self)
-    }
-    fn end(self) -> Result<(), Error> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStructVariant for &mut Writer {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        v: &T,
-    ) -> Result<(), Error> {
         v.serialize(&mut **self)
     }
     fn end(self) -> Result<(), Error> {
@@ -395,6 +361,15 @@ impl<'de> Reader<'de> {
     }
 }
 
+/// `Deserializer` methods that read an integer with `Reader::$how` and visit it.
+macro_rules! read_ints {
+    ($($name:ident => $visit:ident by $how:ident),*) => {$(
+        fn $name<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
+            v.$visit(self.$how()?)
+        }
+    )*};
+}
+
 impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
     type Error = Error;
 
@@ -408,30 +383,17 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
             b => Err(Error::Bool(b)),
         }
     }
-    fn deserialize_i8<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        v.visit_i8(self.narrow_signed()?)
-    }
-    fn deserialize_i16<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        v.visit_i16(self.narrow_signed()?)
-    }
-    fn deserialize_i32<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        v.visit_i32(self.narrow_signed()?)
-    }
-    fn deserialize_i64<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        v.visit_i64(self.int()?)
-    }
-    fn deserialize_u8<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        v.visit_u8(self.narrow()?)
-    }
-    fn deserialize_u16<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        v.visit_u16(self.narrow()?)
-    }
-    fn deserialize_u32<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        v.visit_u32(self.narrow()?)
-    }
-    fn deserialize_u64<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        v.visit_u64(self.uint()?)
-    }
+    // Each integer read at 64 bits and narrowed to its type, or refused.
+    read_ints!(
+        deserialize_i8 => visit_i8 by narrow_signed,
+        deserialize_i16 => visit_i16 by narrow_signed,
+        deserialize_i32 => visit_i32 by narrow_signed,
+        deserialize_i64 => visit_i64 by int,
+        deserialize_u8 => visit_u8 by narrow,
+        deserialize_u16 => visit_u16 by narrow,
+        deserialize_u32 => visit_u32 by narrow,
+        deserialize_u64 => visit_u64 by uint
+    );
     fn deserialize_f32<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
         v.visit_f32(f32::from_le_bytes(self.array()?))
     }
@@ -533,17 +495,24 @@ struct Items<'a, 'de> {
     left: usize,
 }
 
+impl<'de> Items<'_, 'de> {
+    /// The next element (a map's next key), or `None` when all `left` were read.
+    fn next<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, Error> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        seed.deserialize(&mut *self.r).map(Some)
+    }
+}
+
 impl<'de> de::SeqAccess<'de> for Items<'_, 'de> {
     type Error = Error;
     fn next_element_seed<T: DeserializeSeed<'de>>(
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, Error> {
-        if self.left == 0 {
-            return Ok(None);
-        }
-        self.left -= 1;
-        seed.deserialize(&mut *self.r).map(Some)
+        self.next(seed)
     }
     fn size_hint(&self) -> Option<usize> {
         Some(self.left)
@@ -556,11 +525,7 @@ impl<'de> de::MapAccess<'de> for Items<'_, 'de> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, Error> {
-        if self.left == 0 {
-            return Ok(None);
-        }
-        self.left -= 1;
-        seed.deserialize(&mut *self.r).map(Some)
+        self.next(seed)
     }
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
         seed.deserialize(&mut *self.r)
