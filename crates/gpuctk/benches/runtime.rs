@@ -11,7 +11,10 @@
 //! static program without libc, built here with `cc -nostdlib`, whose first instructions exec
 //! the runtime (argv as the shim passes it). What it costs over the runtime alone is the price of
 //! one more exec per call, which no shim exec'ed by an engine avoids; shim / floor is what our
-//! work adds on top. Beside it, the CPU time of the lifecycle (user + system, with the
+//! work adds on top. A fourth, the ideal shim, is the floor that on `create` also reads the
+//! bundle's `config.json` and writes over it, by rename, the one our shim wrote (made
+//! beforehand): a shim that decides, discovers and does nothing in the root, what any shim
+//! costs at least. Beside it, the CPU time of the lifecycle (user + system, with the
 //! children each call waits for), and of each call over the runtime alone's, for the shim
 //! and for the floor: what the wall clock, which moves by a tenth between runs here, cannot
 //! resolve. Not counted on either side: the container's init, which runc and crun leave
@@ -157,27 +160,71 @@ const FLOOR_C: &str = r#"
 __asm__(".globl _start\n_start:\n mov %rsp, %rdi\n and $-16, %rsp\n call start\n hlt\n");
 #define SYS_EXECVE 59
 #define SYS_EXIT 60
-static long sys3(long n, long a, long b, long c) {
+#define SYS_READ 0
+#define SYS_WRITE 1
+#define SYS_CLOSE 3
+#define SYS_OPENAT 257
+#define SYS_RENAMEAT 264
+static long sys4(long n, long a, long b, long c, long d) {
   long r;
-  __asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+  register long r10 __asm__("r10") = d;
+  __asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
   return r;
 }
 #elif defined(__aarch64__)
 __asm__(".globl _start\n_start:\n mov x0, sp\n bl start\n");
 #define SYS_EXECVE 221
 #define SYS_EXIT 93
-static long sys3(long n, long a, long b, long c) {
+#define SYS_READ 63
+#define SYS_WRITE 64
+#define SYS_CLOSE 57
+#define SYS_OPENAT 56
+#define SYS_RENAMEAT 38
+static long sys4(long n, long a, long b, long c, long d) {
   register long x8 __asm__("x8") = n, x0 __asm__("x0") = a, x1 __asm__("x1") = b,
-                x2 __asm__("x2") = c;
-  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2) : "memory");
+                x2 __asm__("x2") = c, x3 __asm__("x3") = d;
+  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory");
   return x0;
 }
 #else
 #error "the exec floor is written for x86_64 and aarch64"
 #endif
+#define sys3(n, a, b, c) sys4(n, a, b, c, 0)
+#ifdef FINISHED
+/* The ideal shim (see the header): on `create`, the bundle's config.json read, the finished
+   one (made beforehand) read and written over it by rename. */
+#define AT_FDCWD -100
+static char spec[1 << 20];
+static int is_create(const char *a) {
+  const char *c = "create";
+  while (*a && *a == *c) a++, c++;
+  return *a == 0 && *c == 0;
+}
+static long slurp(const char *path) {
+  long fd = sys4(SYS_OPENAT, AT_FDCWD, (long)path, 0, 0), n = 0, r;
+  if (fd < 0) return -1;
+  while ((r = sys3(SYS_READ, fd, (long)spec + n, sizeof spec - n)) > 0) n += r;
+  sys3(SYS_CLOSE, fd, 0, 0);
+  return r < 0 ? -1 : n;
+}
+static int finish(void) {
+  if (slurp(TARGET) < 0) return -1;
+  long n = slurp(FINISHED);
+  if (n < 0) return -1;
+  long fd = sys4(SYS_OPENAT, AT_FDCWD, (long)TARGET ".tmp", 01 | 0100 | 01000 | 02000000, 0644);
+  if (fd < 0 || sys3(SYS_WRITE, fd, (long)spec, n) != n) return -1;
+  sys3(SYS_CLOSE, fd, 0, 0);
+  return sys4(SYS_RENAMEAT, AT_FDCWD, (long)TARGET ".tmp", AT_FDCWD, (long)TARGET) < 0 ? -1 : 0;
+}
+#endif
 __attribute__((used, noreturn)) void start(long *sp) {
   long argc = sp[0];
   char **argv = (char **)(sp + 1);
+#ifdef FINISHED
+  for (long i = 1; i < argc; i++)
+    if (is_create(argv[i]) && finish() < 0)
+      for (;;) sys3(SYS_EXIT, 126, 0, 0);
+#endif
   argv[0] = (char *)RUNTIME; /* as the shim sets it: crun reads its personality there */
   sys3(SYS_EXECVE, (long)RUNTIME, (long)argv, (long)(argv + argc + 1));
   for (;;) sys3(SYS_EXIT, 127, 0, 0);
@@ -186,13 +233,36 @@ __attribute__((used, noreturn)) void start(long *sp) {
 
 /// The exec floor for runtime `rt`, built in `dir`.
 fn exec_floor(dir: &Path, rt: &Path) -> PathBuf {
+    build_floor(dir, rt, None)
+}
+
+/// The ideal shim for runtime `rt` and `bundle` (see the header), built in `dir`: on `create`
+/// it writes `<bundle>/finished.json` over the bundle's `config.json`.
+fn ideal_shim(dir: &Path, rt: &Path, bundle: &Path) -> PathBuf {
+    build_floor(dir, rt, Some(bundle))
+}
+
+fn build_floor(dir: &Path, rt: &Path, ideal: Option<&Path>) -> PathBuf {
     let name = rt
         .file_name()
         .expect("runtime path has a name")
         .to_string_lossy();
-    let src = dir.join(format!("exec-floor-{name}.c"));
-    let out = dir.join(format!("exec-floor-{name}"));
+    let name = match ideal {
+        None => format!("exec-floor-{name}"),
+        Some(b) => format!(
+            "ideal-shim-{}",
+            b.file_name().expect("bundle has a name").to_string_lossy()
+        ),
+    };
+    let src = dir.join(format!("{name}.c"));
+    let out = dir.join(name);
     fs::write(&src, FLOOR_C).unwrap();
+    let defines = ideal.map(|b| {
+        [
+            format!("-DTARGET=\"{}\"", b.join("config.json").display()),
+            format!("-DFINISHED=\"{}\"", b.join("finished.json").display()),
+        ]
+    });
     let st = Command::new("cc")
         .args([
             "-O2",
@@ -206,6 +276,7 @@ fn exec_floor(dir: &Path, rt: &Path) -> PathBuf {
         .arg(&out)
         .arg(&src)
         .arg(format!("-DRUNTIME=\"{}\"", rt.display()))
+        .args(defines.iter().flatten())
         .status()
         .expect("the exec floor needs a C compiler, cc (apt-get install gcc)");
     assert!(st.success(), "cc {} failed ({st})", src.display());
@@ -442,9 +513,12 @@ fn main() {
             let shim_bundle = t.join(format!("{runtime}-shim{ci}"));
             let base_bundle = t.join(format!("{runtime}-base{ci}"));
             let floor_bundle = t.join(format!("{runtime}-floor{ci}"));
+            let ideal_bundle = t.join(format!("{runtime}-ideal{ci}"));
             let pristine = bundle(&shim_bundle, &["/bin/true"], case.env);
             bundle(&base_bundle, &["/bin/true"], case.env);
             bundle(&floor_bundle, &["/bin/true"], case.env);
+            bundle(&ideal_bundle, &["/bin/true"], case.env);
+            let ideal = ideal_shim(t, rt, &ideal_bundle);
             let p = shim_bundle.join("config.json");
             // The baseline gets exactly what the shim writes.
             lifecycle(&shim, config, &state, &shim_bundle, "warm-s");
@@ -453,18 +527,31 @@ fn main() {
             assert_eq!(gpu_nodes(&edited), case.gpus, "{}", case.name);
             fs::write(base_bundle.join("config.json"), &edited).unwrap();
             fs::write(floor_bundle.join("config.json"), &edited).unwrap();
+            // The ideal shim writes what the shim wrote over what the shim read.
+            fs::write(ideal_bundle.join("finished.json"), &edited).unwrap();
+            let ideal_spec = ideal_bundle.join("config.json");
             lifecycle(rt, config, &state, &base_bundle, "warm-b");
             lifecycle(floor, config, &state, &floor_bundle, "warm-f");
-            let (mut ours, mut base, mut floors) = (Vec::new(), Vec::new(), Vec::new());
+            fs::write(&ideal_spec, &pristine).unwrap();
+            lifecycle(&ideal, config, &state, &ideal_bundle, "warm-i");
+            assert_eq!(
+                fs::read(&ideal_spec).unwrap(),
+                edited,
+                "the ideal shim's spec"
+            );
+            let (mut ours, mut base, mut floors, mut ideals) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for i in 0..iters {
                 fs::write(&p, &pristine).unwrap();
+                fs::write(&ideal_spec, &pristine).unwrap();
                 // Rotate who goes first, so none always runs on a cache another warmed.
                 let mut sides = [
                     ('s', &shim, &shim_bundle, &mut ours),
                     ('b', rt, &base_bundle, &mut base),
                     ('f', floor, &floor_bundle, &mut floors),
+                    ('i', &ideal, &ideal_bundle, &mut ideals),
                 ];
-                sides.rotate_left(i % 3);
+                sides.rotate_left(i % 4);
                 for (tag, bin, bundle, runs) in sides {
                     runs.push(lifecycle(
                         bin,
@@ -536,15 +623,15 @@ fn main() {
             let (om, op) = stats(&total(&ours));
             let (bm, bp) = stats(&total(&base));
             let (fm, _) = stats(&total(&floors));
-            let (oc, bc, fc) = (lcpu(&ours), lcpu(&base), lcpu(&floors));
+            let (oc, bc, fc, ic) = (lcpu(&ours), lcpu(&base), lcpu(&floors), lcpu(&ideals));
             floor_table.push((
                 runtime,
                 case.name,
                 fm,
                 fm / bm,
                 om / fm,
-                [oc, bc, fc],
-                [over(&ours), over(&floors)],
+                [oc, bc, fc, ic],
+                [over(&ours), over(&floors), over(&ideals)],
             ));
             table.push((
                 runtime,
@@ -578,20 +665,24 @@ fn main() {
         );
     }
     println!();
-    println!("the exec floor (a static program without libc that execs the runtime; see the header), and the lifecycle's CPU time (medians):");
-    println!("| runtime | case | floor median | floor / runtime alone | shim / floor | CPU: shim | CPU: runtime alone | CPU: floor | CPU ratio: shim / runtime alone | CPU ratio: floor / runtime alone | CPU + ms, shim (create / start / delete) | CPU + ms, floor (create / start / delete) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (rt, name, fm, fb, sf, [oc, bc, fc], [so, fo]) in &floor_table {
+    println!("the exec floor (a static program without libc that execs the runtime) and the ideal shim (the floor that also writes the finished config.json on create; see the header), and the lifecycle's CPU time (medians):");
+    println!("| runtime | case | floor median | floor / runtime alone | shim / floor | CPU: shim | CPU: runtime alone | CPU: floor | CPU ratio: shim / runtime alone | CPU ratio: floor / runtime alone | CPU ratio: ideal shim / runtime alone | CPU + ms, shim (create / start / delete) | CPU + ms, floor (create / start / delete) | CPU + ms, ideal shim (create / start / delete) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (rt, name, fm, fb, sf, [oc, bc, fc, ic], [so, fo, io]) in &floor_table {
         println!(
-            "| {rt} | {name} | {fm:.2} ms | {fb:.3} | {sf:.3} | {oc:.2} ms | {bc:.2} ms | {fc:.2} ms | {:.3} | {:.3} | {:+.2} / {:+.2} / {:+.2} | {:+.2} / {:+.2} / {:+.2} |",
+            "| {rt} | {name} | {fm:.2} ms | {fb:.3} | {sf:.3} | {oc:.2} ms | {bc:.2} ms | {fc:.2} ms | {:.3} | {:.3} | {:.3} | {:+.2} / {:+.2} / {:+.2} | {:+.2} / {:+.2} / {:+.2} | {:+.2} / {:+.2} / {:+.2} |",
             oc / bc,
             fc / bc,
+            ic / bc,
             so[0],
             so[1],
             so[2],
             fo[0],
             fo[1],
-            fo[2]
+            fo[2],
+            io[0],
+            io[1],
+            io[2]
         );
     }
     for (rt, name, _, _, _, _, _, calls, _) in &table {
@@ -621,12 +712,13 @@ fn main() {
             );
         }
     }
-    for (rt, name, _, fb, sf, [oc, bc, fc], _) in &floor_table {
+    for (rt, name, _, fb, sf, [oc, bc, fc, ic], _) in &floor_table {
         if name.starts_with("8 GPUs, just in time") {
             println!(
-                "  the exec floor alone with 8 GPUs just in time on {rt}: {fb:.3} of the runtime alone; the shim {sf:.3} of the floor; in CPU time the shim {:.3} and the floor {:.3} of the runtime alone",
+                "  the exec floor alone with 8 GPUs just in time on {rt}: {fb:.3} of the runtime alone; the shim {sf:.3} of the floor; in CPU time the shim {:.3}, the floor {:.3} and the ideal shim {:.3} of the runtime alone",
                 oc / bc,
-                fc / bc
+                fc / bc,
+                ic / bc
             );
         }
     }
