@@ -19,8 +19,9 @@
 //! and for the floor: what the wall clock, which moves by a tenth between runs here, cannot
 //! resolve. Not counted on either side: the container's init, which runc and crun leave
 //! running after `create`, and so the `createContainer` hooks it runs; the shim's own work in
-//! the root, which replaces those hooks, is counted (docs/performance.md, round fifteen). (Not a static glibc program: its start-up asks the CPU for its features,
-//! `cpuid`, which traps to the hypervisor on a VM, and costs more than all of our shim's.)
+//! the root, which replaces those hooks, is counted (docs/performance.md, round fifteen). (The
+//! floor is not a static glibc program: its start-up asks the CPU for its features, `cpuid`,
+//! which traps to the hypervisor on a VM, and costs more than all of our shim's.)
 //!
 //! Prints medians and p90s, and the system calls of the shim's own create (`strace -f -c` of
 //! one create with `/bin/true` as the runtime, less `/bin/true`'s own; `n/a` without strace)

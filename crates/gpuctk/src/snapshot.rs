@@ -510,7 +510,8 @@ pub fn running_driver(
 /// create's checks (owner, key, folders): for the tests that compare what `cdi generate` wrote
 /// with a discovery of their own.
 pub fn read_inventory(path: &Path) -> Result<Inventory, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = crate::capped::read_capped(path, MAX_SNAPSHOT, "the discovery snapshot")
+        .map_err(|e| e.to_string())?;
     crate::compact::from_slice::<File>(&bytes)
         .map(|f| f.inventory)
         .map_err(|e| format!("{}: {e}", path.display()))
